@@ -1,0 +1,2 @@
+//! `bench`: Ricochet's benchmark binary.
+fn main() {}

@@ -1,0 +1,1 @@
+//! Forward error correction: Reed-Solomon codecs, groups, fixed and adaptive parity policies.

@@ -1,0 +1,1 @@
+//! The sans-IO RUDP connection and endpoint: handshake, ARQ, congestion control, channels.

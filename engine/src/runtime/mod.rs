@@ -1,0 +1,1 @@
+//! The thread-per-core runtime: workers, timer wheel, IO models and handler APIs.

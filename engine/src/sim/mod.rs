@@ -1,0 +1,1 @@
+//! A deterministic network simulator: virtual clock, links with seeded impairments.

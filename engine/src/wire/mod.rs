@@ -1,0 +1,1 @@
+//! Byte layout of every Ricochet packet. Decoders return typed errors and never panic.

@@ -1,0 +1,192 @@
+//! The backend interface: one socket, batched sends and receives, a cross-thread wake-up.
+//!
+//! A worker loop calls [`Backend::poll`] once per turn: it submits the send batch and waits (up
+//! to a timeout) for datagrams, then reads them through [`Backend::received`].
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::batch::{RecvBatch, SendBatch};
+use crate::error::{Error, Result};
+use crate::socket::SocketInfo;
+
+/// Which datagram I/O implementation to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BackendKind {
+    /// The best the host supports: `uring` where it works, else `mmsg` (Linux); `kqueue` (macOS).
+    #[default]
+    Auto,
+    /// io_uring: multishot `recvmsg` into a provided-buffer ring, batched send SQEs (Linux).
+    Uring,
+    /// epoll readiness with `recvmmsg` / `sendmmsg` (Linux).
+    Mmsg,
+    /// kqueue readiness with `recvmsg_x`/`sendmsg_x` where probed, else a `recvmsg` loop (macOS).
+    Kqueue,
+}
+
+impl BackendKind {
+    /// The lowercase name used by flags and the `RICOCHET_BACKEND` environment variable.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Uring => "uring",
+            BackendKind::Mmsg => "mmsg",
+            BackendKind::Kqueue => "kqueue",
+        }
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(BackendKind::Auto),
+            "uring" | "io_uring" | "io-uring" => Ok(BackendKind::Uring),
+            "mmsg" | "epoll" => Ok(BackendKind::Mmsg),
+            "kqueue" => Ok(BackendKind::Kqueue),
+            other => Err(Error::InvalidConfig(format!(
+                "unknown backend {other:?}; expected auto, uring, mmsg or kqueue"
+            ))),
+        }
+    }
+}
+
+/// Environment variable that forces a backend (`auto`, `uring`, `mmsg`, `kqueue`), overriding
+/// the configured kind; for tests and for users working around a kernel problem.
+pub const BACKEND_ENV: &str = "RICOCHET_BACKEND";
+
+/// How a backend is set up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendConfig {
+    /// Which backend; [`BACKEND_ENV`] overrides it.
+    pub kind: BackendKind,
+    /// Most datagrams received per poll, and the send batch size the backend is tuned for.
+    pub batch_size: usize,
+    /// Receive buffer per datagram in bytes. A larger datagram is reported truncated.
+    /// Default 65,536, enough for the largest IPv4 and IPv6 payloads.
+    pub max_datagram: usize,
+    /// io_uring submission-queue entries (the completion queue is sized from it). Small by
+    /// default so an ordinary user's 8 MiB `RLIMIT_MEMLOCK` suffices.
+    pub ring_entries: u32,
+    /// io_uring provided receive buffers (a power of two).
+    pub recv_buffers: u16,
+    /// Ask for UDP GRO on receive where the OS supports it (coalesced runs are then reported
+    /// with a segment size).
+    pub gro: bool,
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        BackendConfig {
+            kind: BackendKind::Auto,
+            batch_size: 64,
+            max_datagram: 65_536,
+            ring_entries: 256,
+            recv_buffers: 64,
+            gro: false,
+        }
+    }
+}
+
+/// Something that interrupts a blocked [`Backend::poll`] from another thread.
+pub trait Wake: Send + Sync {
+    /// Wake the poller; it returns promptly even if it was not yet blocked.
+    fn wake(&self) -> std::io::Result<()>;
+}
+
+/// A cloneable, thread-safe handle that wakes one backend.
+#[derive(Clone)]
+pub struct Waker(Arc<dyn Wake>);
+
+impl Waker {
+    /// Wrap a wake implementation.
+    pub fn new(inner: Arc<dyn Wake>) -> Self {
+        Waker(inner)
+    }
+
+    /// Wake the backend's poller.
+    pub fn wake(&self) -> std::io::Result<()> {
+        self.0.wake()
+    }
+}
+
+impl fmt::Debug for Waker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Waker")
+    }
+}
+
+/// What one poll did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PollOutcome {
+    /// Datagram entries now readable through [`Backend::received`].
+    pub received: usize,
+    /// Send entries the kernel accepted (and that were removed from the batch).
+    pub sent: usize,
+    /// A wake-up arrived.
+    pub woken: bool,
+}
+
+/// Counters a backend keeps about itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BackendStats {
+    /// System calls made (submit/wait, recvmmsg, sendmmsg, epoll_wait, ...).
+    pub syscalls: u64,
+    /// Datagrams received (a GRO run counts its segments).
+    pub datagrams_in: u64,
+    /// Datagrams sent (a GSO send counts its segments).
+    pub datagrams_out: u64,
+    /// Non-empty receive batches.
+    pub batches_in: u64,
+    /// Non-empty send submissions.
+    pub batches_out: u64,
+    /// Sends that failed and were dropped (after a clear error was logged), e.g. `EHOSTUNREACH`.
+    pub send_errors: u64,
+    /// Times sending stopped early because the socket buffer was full (resumed next poll).
+    pub send_would_block: u64,
+    /// Datagrams received truncated.
+    pub truncated: u64,
+    /// io_uring: times the provided-buffer ring ran dry.
+    pub buffer_exhaustions: u64,
+    /// io_uring: times the multishot receive was re-armed.
+    pub rearms: u64,
+}
+
+/// A datagram I/O implementation bound to one socket. One per worker thread; not shared.
+pub trait Backend: Send {
+    /// Which implementation this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Why this backend was chosen (e.g. "auto: io_uring available" or the fallback reason).
+    fn selection_reason(&self) -> &str;
+
+    /// The socket's address and buffer sizes (requested and granted).
+    fn socket_info(&self) -> &SocketInfo;
+
+    /// A handle that wakes this backend's `poll` from another thread.
+    fn waker(&self) -> Waker;
+
+    /// Submit what `send` holds (removing what the kernel accepted; what the socket could not
+    /// take stays queued for the next poll), then wait until at least one datagram arrives, a
+    /// wake-up comes, or `timeout` passes (`None`: no limit; `Some(ZERO)`: do not block).
+    /// The received datagrams are readable through [`Backend::received`] until the next poll.
+    fn poll(&mut self, send: &mut SendBatch, timeout: Option<Duration>) -> Result<PollOutcome>;
+
+    /// What the last poll received.
+    fn received(&self) -> RecvBatch<'_>;
+
+    /// Datagrams the kernel dropped on this socket for lack of buffer space (`SO_RXQ_OVFL`),
+    /// as last reported; `None` where the OS does not count them.
+    fn socket_drops(&self) -> Option<u64>;
+
+    /// This backend's counters.
+    fn stats(&self) -> BackendStats;
+}

@@ -1,0 +1,416 @@
+//! Batch types: many datagrams per system call.
+//!
+//! A [`SendBatch`] is filled by the caller (the runtime) and drained by a backend; a [`RecvBatch`]
+//! is a borrowed view of what one backend poll received, valid until the next poll. Both keep
+//! their storage between turns, so the steady state allocates nothing per datagram.
+
+use std::net::SocketAddr;
+
+use crate::error::Error;
+
+/// Largest UDP payload over IPv4: 65,535 − 20 (IPv4 header) − 8 (UDP header).
+pub const MAX_UDP_PAYLOAD_V4: usize = 65_507;
+/// Largest UDP payload over IPv6 (no jumbograms): 65,535 − 8 (UDP header).
+pub const MAX_UDP_PAYLOAD_V6: usize = 65_527;
+
+/// The largest UDP payload a datagram to `dst` may carry.
+///
+/// An IPv4-mapped IPv6 destination travels as IPv4, so it gets the IPv4 limit.
+pub fn max_payload_for(dst: &SocketAddr) -> usize {
+    match dst {
+        SocketAddr::V4(_) => MAX_UDP_PAYLOAD_V4,
+        SocketAddr::V6(v6) if v6.ip().to_ipv4_mapped().is_some() => MAX_UDP_PAYLOAD_V4,
+        SocketAddr::V6(_) => MAX_UDP_PAYLOAD_V6,
+    }
+}
+
+/// One queued send: `len` bytes at `offset` in the batch buffer, to `dst`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SendEntry {
+    /// Destination address.
+    pub dst: SocketAddr,
+    /// Offset of the payload in the batch's byte buffer.
+    pub offset: usize,
+    /// Payload length in bytes (for GSO: all segments together).
+    pub len: usize,
+    /// `Some(s)`: the payload is several datagrams of `s` bytes each (the last may be shorter),
+    /// to be sent with UDP GSO where the backend supports it, else one by one.
+    pub segment_size: Option<u16>,
+}
+
+impl SendEntry {
+    /// Number of datagrams this entry puts on the wire.
+    pub fn datagrams(&self) -> usize {
+        match self.segment_size {
+            Some(s) if s > 0 => self.len.div_ceil(s as usize).max(1),
+            _ => 1,
+        }
+    }
+}
+
+/// Datagrams waiting to be sent, in order. Backends send from the front and [`consume`]
+/// what the kernel took, so a partial send resumes where it stopped.
+///
+/// [`consume`]: SendBatch::consume
+#[derive(Debug)]
+pub struct SendBatch {
+    buf: Vec<u8>,
+    entries: Vec<SendEntry>,
+    head: usize,
+    max_entries: usize,
+}
+
+/// Most segments one GSO send may carry (Linux `UDP_MAX_SEGMENTS` is 64 on older kernels).
+pub const MAX_GSO_SEGMENTS: usize = 64;
+
+impl SendBatch {
+    /// A batch that holds up to `max_entries` sends; its byte buffer grows as needed and is kept.
+    pub fn new(max_entries: usize) -> Self {
+        let max_entries = max_entries.max(1);
+        SendBatch {
+            buf: Vec::with_capacity(max_entries * 1500),
+            entries: Vec::with_capacity(max_entries),
+            head: 0,
+            max_entries,
+        }
+    }
+
+    /// Most entries this batch holds.
+    pub fn capacity(&self) -> usize {
+        self.max_entries
+    }
+
+    /// Entries not yet sent.
+    pub fn len(&self) -> usize {
+        self.entries.len() - self.head
+    }
+
+    /// True when nothing is waiting to be sent.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True when no further entry fits.
+    pub fn is_full(&self) -> bool {
+        self.entries.len() - self.head >= self.max_entries
+    }
+
+    fn check_room(&mut self) -> Result<(), Error> {
+        if self.head > 0 && self.head == self.entries.len() {
+            self.clear();
+        }
+        if self.entries.len() - self.head >= self.max_entries {
+            return Err(Error::BatchFull {
+                capacity: self.max_entries,
+            });
+        }
+        Ok(())
+    }
+
+    /// Queue one datagram to `dst`.
+    ///
+    /// Fails with [`Error::PayloadTooLarge`] (naming the limit) when `payload` exceeds the
+    /// protocol maximum for `dst`'s address family, and with [`Error::BatchFull`] when the batch
+    /// holds `capacity()` entries; nothing is queued then, and the batch stays usable.
+    pub fn push(&mut self, dst: SocketAddr, payload: &[u8]) -> Result<(), Error> {
+        let limit = max_payload_for(&dst);
+        if payload.len() > limit {
+            return Err(Error::PayloadTooLarge {
+                len: payload.len(),
+                limit,
+            });
+        }
+        self.check_room()?;
+        let offset = self.buf.len();
+        self.buf.extend_from_slice(payload);
+        self.entries.push(SendEntry {
+            dst,
+            offset,
+            len: payload.len(),
+            segment_size: None,
+        });
+        Ok(())
+    }
+
+    /// Queue one datagram to `dst`, written in place by `write`, which gets a zeroed buffer of
+    /// `max_len` bytes and returns how many it used (clamped to `max_len`).
+    pub fn push_with(
+        &mut self,
+        dst: SocketAddr,
+        max_len: usize,
+        write: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<usize, Error> {
+        let limit = max_payload_for(&dst);
+        if max_len > limit {
+            return Err(Error::PayloadTooLarge {
+                len: max_len,
+                limit,
+            });
+        }
+        self.check_room()?;
+        let offset = self.buf.len();
+        self.buf.resize(offset + max_len, 0);
+        let used = write(&mut self.buf[offset..]).min(max_len);
+        self.buf.truncate(offset + used);
+        self.entries.push(SendEntry {
+            dst,
+            offset,
+            len: used,
+            segment_size: None,
+        });
+        Ok(used)
+    }
+
+    /// Queue several datagrams of `segment_size` bytes each (the last may be shorter), all to
+    /// `dst`, as one GSO send where the backend supports it.
+    pub fn push_segments(
+        &mut self,
+        dst: SocketAddr,
+        segment_size: u16,
+        payload: &[u8],
+    ) -> Result<(), Error> {
+        let limit = max_payload_for(&dst);
+        if segment_size == 0 || segment_size as usize > limit {
+            return Err(Error::PayloadTooLarge {
+                len: segment_size as usize,
+                limit,
+            });
+        }
+        let segments = payload.len().div_ceil(segment_size as usize);
+        if segments > MAX_GSO_SEGMENTS || payload.len() > limit {
+            return Err(Error::TooManySegments {
+                segments,
+                bytes: payload.len(),
+                max_segments: MAX_GSO_SEGMENTS,
+                max_bytes: limit,
+            });
+        }
+        self.check_room()?;
+        let offset = self.buf.len();
+        self.buf.extend_from_slice(payload);
+        self.entries.push(SendEntry {
+            dst,
+            offset,
+            len: payload.len(),
+            segment_size: if segments > 1 {
+                Some(segment_size)
+            } else {
+                None
+            },
+        });
+        Ok(())
+    }
+
+    /// The entries not yet sent, oldest first.
+    pub fn pending(&self) -> &[SendEntry] {
+        &self.entries[self.head..]
+    }
+
+    /// The payload bytes of `entry` (an entry of this batch).
+    pub fn payload(&self, entry: &SendEntry) -> &[u8] {
+        &self.buf[entry.offset..entry.offset + entry.len]
+    }
+
+    /// Mark the first `n` pending entries as sent (or given up on).
+    pub fn consume(&mut self, n: usize) {
+        self.head = (self.head + n).min(self.entries.len());
+        if self.head == self.entries.len() {
+            self.clear();
+        }
+    }
+
+    /// Drop everything queued, keeping the storage.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.entries.clear();
+        self.head = 0;
+    }
+}
+
+/// Where one received datagram lies in a backend's receive memory, and what came with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvMeta {
+    /// Source address.
+    pub src: SocketAddr,
+    /// Offset of the payload in the backend's receive region.
+    pub offset: usize,
+    /// Bytes of payload present (for a truncated datagram: what fit).
+    pub len: usize,
+    /// The datagram was larger than the receive buffer and was cut: `len` bytes are present.
+    pub truncated: bool,
+    /// `Some(s)`: GRO coalesced several datagrams of `s` bytes (the last may be shorter).
+    pub segment_size: Option<u16>,
+}
+
+/// One received datagram (or a GRO-coalesced run of datagrams from one source).
+#[derive(Debug, Clone, Copy)]
+pub struct RecvDatagram<'a> {
+    /// Source address.
+    pub src: SocketAddr,
+    /// The payload (for a coalesced run: every segment, back to back).
+    pub data: &'a [u8],
+    /// The datagram did not fit the receive buffer; `data` holds only its beginning.
+    pub truncated: bool,
+    /// `Some(s)`: GRO coalesced several datagrams of `s` bytes; see [`RecvDatagram::segments`].
+    pub segment_size: Option<u16>,
+}
+
+impl<'a> RecvDatagram<'a> {
+    /// The individual datagrams: one, or each GRO segment.
+    pub fn segments(&self) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let data = self.data;
+        let step = match self.segment_size {
+            Some(s) if s > 0 && (s as usize) < data.len() => s as usize,
+            _ => data.len().max(1),
+        };
+        let count = if data.is_empty() {
+            1
+        } else {
+            data.len().div_ceil(step)
+        };
+        (0..count).map(move |i| {
+            let start = (i * step).min(data.len());
+            let end = (start + step).min(data.len());
+            &data[start..end]
+        })
+    }
+}
+
+/// What one backend poll received: a borrowed view, valid until the next poll.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvBatch<'a> {
+    metas: &'a [RecvMeta],
+    region: &'a [u8],
+}
+
+impl<'a> RecvBatch<'a> {
+    /// A batch over `metas`, whose offsets point into `region`. Backends build these.
+    ///
+    /// Entries whose range falls outside `region` are skipped by the iterator rather than
+    /// panicking, but a backend must never produce them.
+    pub fn new(metas: &'a [RecvMeta], region: &'a [u8]) -> Self {
+        RecvBatch { metas, region }
+    }
+
+    /// An empty batch.
+    pub fn empty() -> Self {
+        RecvBatch {
+            metas: &[],
+            region: &[],
+        }
+    }
+
+    /// Number of entries (a GRO-coalesced run counts once).
+    pub fn len(&self) -> usize {
+        self.metas.len()
+    }
+
+    /// True when nothing was received.
+    pub fn is_empty(&self) -> bool {
+        self.metas.is_empty()
+    }
+
+    /// The received datagrams, in arrival order.
+    pub fn iter(&self) -> impl Iterator<Item = RecvDatagram<'a>> + 'a {
+        let region = self.region;
+        self.metas.iter().filter_map(move |m| {
+            let data = region.get(m.offset..m.offset.checked_add(m.len)?)?;
+            Some(RecvDatagram {
+                src: m.src,
+                data,
+                truncated: m.truncated,
+                segment_size: m.segment_size,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4() -> SocketAddr {
+        "127.0.0.1:9".parse().unwrap()
+    }
+    fn v6() -> SocketAddr {
+        "[::1]:9".parse().unwrap()
+    }
+
+    #[test]
+    fn oversize_is_refused_and_batch_stays_usable() {
+        let mut b = SendBatch::new(4);
+        let big = vec![0u8; MAX_UDP_PAYLOAD_V4 + 1];
+        match b.push(v4(), &big) {
+            Err(Error::PayloadTooLarge { len, limit }) => {
+                assert_eq!(len, MAX_UDP_PAYLOAD_V4 + 1);
+                assert_eq!(limit, MAX_UDP_PAYLOAD_V4);
+            }
+            other => panic!("expected PayloadTooLarge, got {other:?}"),
+        }
+        assert!(b.is_empty());
+        // The IPv6 limit is larger.
+        b.push(v6(), &big).unwrap();
+        b.push(v4(), b"ok").unwrap();
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.payload(&b.pending()[1]), b"ok");
+    }
+
+    #[test]
+    fn full_batch_and_partial_consume() {
+        let mut b = SendBatch::new(2);
+        b.push(v4(), b"a").unwrap();
+        b.push(v4(), b"bb").unwrap();
+        assert!(matches!(
+            b.push(v4(), b"c"),
+            Err(Error::BatchFull { capacity: 2 })
+        ));
+        b.consume(1);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b.payload(&b.pending()[0]), b"bb");
+        b.consume(1);
+        assert!(b.is_empty());
+        b.push(v4(), b"c").unwrap();
+        assert_eq!(b.payload(&b.pending()[0]), b"c");
+    }
+
+    #[test]
+    fn push_with_writes_in_place() {
+        let mut b = SendBatch::new(2);
+        let n = b
+            .push_with(v4(), 100, |buf| {
+                buf[..3].copy_from_slice(b"xyz");
+                3
+            })
+            .unwrap();
+        assert_eq!(n, 3);
+        assert_eq!(b.payload(&b.pending()[0]), b"xyz");
+    }
+
+    #[test]
+    fn segments_split_gro_runs() {
+        let data = [1u8, 2, 3, 4, 5];
+        let d = RecvDatagram {
+            src: v4(),
+            data: &data,
+            truncated: false,
+            segment_size: Some(2),
+        };
+        let segs: Vec<&[u8]> = d.segments().collect();
+        assert_eq!(segs, vec![&[1, 2][..], &[3, 4][..], &[5][..]]);
+        let empty = RecvDatagram {
+            src: v4(),
+            data: &[],
+            truncated: false,
+            segment_size: None,
+        };
+        assert_eq!(empty.segments().count(), 1);
+    }
+
+    #[test]
+    fn gso_entry_counts_datagrams() {
+        let mut b = SendBatch::new(2);
+        b.push_segments(v4(), 1200, &vec![0u8; 3000]).unwrap();
+        assert_eq!(b.pending()[0].datagrams(), 3);
+        assert!(b.push_segments(v4(), 100, &vec![0u8; 100 * 65]).is_err());
+    }
+}
