@@ -219,6 +219,25 @@ impl SendBatch {
         }
     }
 
+    /// Mark the first `n` datagrams of the oldest pending entry as sent: for a GSO entry that a
+    /// backend had to send segment by segment and that the kernel took only partly. The entry
+    /// keeps its remaining segments; once none remain it is consumed.
+    pub fn consume_segments(&mut self, n: usize) {
+        let Some(e) = self.entries.get_mut(self.head) else {
+            return;
+        };
+        let step = match e.segment_size {
+            Some(s) if s > 0 => s as usize,
+            _ => e.len.max(1),
+        };
+        let taken = n.saturating_mul(step).min(e.len);
+        e.offset += taken;
+        e.len -= taken;
+        if e.len == 0 || n >= 1 && e.segment_size.is_none() {
+            self.consume(1);
+        }
+    }
+
     /// Drop everything queued, keeping the storage.
     pub fn clear(&mut self) {
         self.buf.clear();
@@ -412,5 +431,22 @@ mod tests {
         b.push_segments(v4(), 1200, &vec![0u8; 3000]).unwrap();
         assert_eq!(b.pending()[0].datagrams(), 3);
         assert!(b.push_segments(v4(), 100, &vec![0u8; 100 * 65]).is_err());
+    }
+
+    #[test]
+    fn consume_segments_resumes_inside_a_gso_entry() {
+        let mut b = SendBatch::new(2);
+        let payload: Vec<u8> = (0..250u8).collect();
+        b.push_segments(v4(), 100, &payload).unwrap();
+        b.push(v4(), b"next").unwrap();
+        b.consume_segments(2);
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.payload(&b.pending()[0]), &payload[200..]);
+        assert_eq!(b.pending()[0].datagrams(), 1);
+        b.consume_segments(1);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b.payload(&b.pending()[0]), b"next");
+        b.consume_segments(1);
+        assert!(b.is_empty());
     }
 }
