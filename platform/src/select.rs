@@ -86,8 +86,7 @@ pub fn probe() -> &'static Capabilities {
 
 #[cfg(target_os = "linux")]
 fn probe_now() -> Capabilities {
-    let na = || Capability::no("the uring backend is not in this build yet");
-    let (io_uring, multishot_recvmsg, buffer_rings) = (na(), na(), na());
+    let (io_uring, multishot_recvmsg, buffer_rings) = crate::linux::uring::probe();
     let (gso, gro) = probe_offloads();
     Capabilities {
         io_uring,
@@ -206,7 +205,7 @@ pub fn open(socket: BoundSocket, cfg: &BackendConfig) -> Result<Box<dyn Backend>
 #[cfg(target_os = "linux")]
 mod imp {
     use super::*;
-    use crate::linux::MmsgBackend;
+    use crate::linux::{MmsgBackend, UringBackend};
 
     pub(super) fn open(
         socket: BoundSocket,
@@ -221,11 +220,11 @@ mod imp {
                 format!("{how}: epoll+mmsg"),
             )?)),
             BackendKind::Uring => match try_uring(socket, cfg, how) {
-                Ok(b) => Ok(b),
+                Ok(b) => Ok(Box::new(b)),
                 Err(failed) => Err(failed.0),
             },
             BackendKind::Auto => match try_uring(socket, cfg, how) {
-                Ok(b) => Ok(b),
+                Ok(b) => Ok(Box::new(b)),
                 Err(failed) => {
                     let (e, socket) = *failed;
                     let errno = match &e {
@@ -247,21 +246,43 @@ mod imp {
         }
     }
 
+    /// Set up the uring backend; on failure hand the socket back for the fallback.
     fn try_uring(
         socket: BoundSocket,
-        _: &BackendConfig,
-        _: &str,
-    ) -> std::result::Result<Box<dyn Backend>, Box<(Error, BoundSocket)>> {
-        if let Err(e) = forced_uring_failure() {
-            return Err(Box::new((e, socket)));
+        cfg: &BackendConfig,
+        how: &str,
+    ) -> std::result::Result<UringBackend, Box<(Error, BoundSocket)>> {
+        match forced_uring_failure() {
+            Err(e) => return Err(Box::new((e, socket))),
+            Ok(Some(errno)) => {
+                let e = Error::io(
+                    "io_uring_setup (forced by RICOCHET_URING_FAIL)",
+                    std::io::Error::from_raw_os_error(errno),
+                );
+                return Err(Box::new((e, socket)));
+            }
+            Ok(None) => {}
         }
-        Err(Box::new((
-            Error::BackendUnavailable {
-                backend: "uring",
-                reason: "not in this build yet".into(),
-            },
+        let caps = probe();
+        if !caps.uring_usable() {
+            let why = [&caps.io_uring, &caps.multishot_recvmsg, &caps.buffer_rings]
+                .into_iter()
+                .find(|c| !c.available)
+                .map(|c| c.detail.clone())
+                .unwrap_or_default();
+            return Err(Box::new((
+                Error::BackendUnavailable {
+                    backend: "uring",
+                    reason: why,
+                },
+                socket,
+            )));
+        }
+        UringBackend::new(
             socket,
-        )))
+            cfg,
+            format!("{how}: io_uring (multishot recvmsg, provided-buffer ring)"),
+        )
     }
 }
 

@@ -2,6 +2,7 @@
 //! share: the eventfd waker, control-message encoding and parsing, GSO/GRO socket options.
 
 pub mod mmsg;
+pub mod uring;
 
 use std::io;
 use std::mem;
@@ -12,6 +13,7 @@ use crate::backend::Wake;
 use crate::sys::CmsgBuf;
 
 pub use mmsg::MmsgBackend;
+pub use uring::UringBackend;
 
 /// An eventfd that a [`Waker`](crate::Waker) writes to and a backend's poll watches.
 #[derive(Debug)]
