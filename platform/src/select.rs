@@ -6,6 +6,7 @@
 //! - `RICOCHET_URING_FAIL=enomem|eperm|enosys` makes io_uring setup fail in [`open`] as if the
 //!   kernel had returned that error, to exercise (and demonstrate) the fallback path.
 
+#[cfg(target_os = "linux")]
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
@@ -26,6 +27,7 @@ pub struct Capability {
 }
 
 impl Capability {
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn yes(detail: impl Into<String>) -> Self {
         Capability {
             available: true,
@@ -133,6 +135,7 @@ fn probe_offloads() -> (Capability, Capability) {
 }
 
 /// How to fix an io_uring setup failure, by errno.
+#[cfg(target_os = "linux")]
 pub(crate) fn uring_fix_hint(errno: Option<i32>) -> &'static str {
     match errno {
         Some(libc::ENOMEM) => {
@@ -154,6 +157,7 @@ pub(crate) fn uring_fix_hint(errno: Option<i32>) -> &'static str {
 }
 
 /// The errno that `RICOCHET_URING_FAIL` asks io_uring setup to fail with, if set.
+#[cfg(target_os = "linux")]
 pub(crate) fn forced_uring_failure() -> Result<Option<i32>> {
     let Ok(v) = std::env::var(URING_FAIL_ENV) else {
         return Ok(None);
@@ -178,6 +182,7 @@ fn requested_kind(cfg: &BackendConfig) -> Result<(BackendKind, bool)> {
 }
 
 /// Log the fallback line once per process (every worker opens a backend; one line suffices).
+#[cfg(target_os = "linux")]
 fn warn_fallback(reason: &str) {
     static WARNED: AtomicBool = AtomicBool::new(false);
     if !WARNED.swap(true, Ordering::Relaxed) {

@@ -123,13 +123,16 @@ pub(crate) fn would_block(err: &io::Error) -> bool {
 }
 
 /// Control-message buffer with the alignment `cmsghdr` needs.
+#[cfg(target_os = "linux")]
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
 pub(crate) struct CmsgBuf(pub [u8; CMSG_BUF_LEN]);
 
 /// Room for the control messages the backends ask for (drop counter, GRO/GSO segment size).
+#[cfg(target_os = "linux")]
 pub(crate) const CMSG_BUF_LEN: usize = 128;
 
+#[cfg(target_os = "linux")]
 impl CmsgBuf {
     /// A zeroed buffer.
     pub(crate) const fn new() -> Self {
