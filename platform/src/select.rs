@@ -218,6 +218,8 @@ mod imp {
         kind: BackendKind,
         how: &str,
     ) -> Result<Box<dyn Backend>> {
+        // A malformed RICOCHET_URING_FAIL is an error whatever the backend, not a fallback.
+        forced_uring_failure()?;
         match kind {
             BackendKind::Mmsg => Ok(Box::new(MmsgBackend::new(
                 socket,
