@@ -241,7 +241,6 @@ impl MmsgBackend {
                 linux::log_send_error("mmsg", self.stats.send_errors, &err, &first.dst);
                 if ends {
                     batch.consume(1);
-                    sent_entries += 0;
                 } else {
                     batch.consume_segments(1);
                 }
