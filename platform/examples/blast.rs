@@ -332,7 +332,7 @@ fn main() {
         }
     };
     let mut rows = vec![plain(&args)];
-    for kind in probe().backends() {
+    for kind in probe().available_backends() {
         rows.push(backend_row(&args, kind, false));
         rows.push(backend_row(&args, kind, true));
     }

@@ -65,7 +65,7 @@ impl Capabilities {
     }
 
     /// The backends usable here, best first (`auto` picks the first).
-    pub fn backends(&self) -> Vec<BackendKind> {
+    pub fn available_backends(&self) -> Vec<BackendKind> {
         let mut v = Vec::new();
         if cfg!(target_os = "linux") {
             if self.uring_usable() {
@@ -80,8 +80,14 @@ impl Capabilities {
     }
 }
 
-/// Probe the kernel's capabilities (once per process; later calls return the cached result).
-pub fn probe() -> &'static Capabilities {
+/// Probe the kernel's capabilities (once per process; later calls return a copy of the
+/// cached result).
+pub fn probe() -> Capabilities {
+    probe_cached().clone()
+}
+
+/// The cached probe result, without copying.
+pub(crate) fn probe_cached() -> &'static Capabilities {
     static CAPS: OnceLock<Capabilities> = OnceLock::new();
     CAPS.get_or_init(probe_now)
 }
@@ -270,7 +276,7 @@ mod imp {
             }
             Ok(None) => {}
         }
-        let caps = probe();
+        let caps = probe_cached();
         if !caps.uring_usable() {
             let why = [&caps.io_uring, &caps.multishot_recvmsg, &caps.buffer_rings]
                 .into_iter()

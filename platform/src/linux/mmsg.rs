@@ -94,7 +94,7 @@ impl MmsgBackend {
     pub fn new(sock: BoundSocket, cfg: &BackendConfig, reason: String) -> Result<Self> {
         validate(cfg)?;
         let fd = sock.as_raw_fd();
-        let caps = crate::select::probe();
+        let caps = crate::select::probe_cached();
         let gso = caps.gso.available;
         let gro = if cfg.gro && caps.gro.available {
             if cfg.max_datagram < GRO_MIN_BUFFER {
@@ -545,6 +545,11 @@ impl Backend for MmsgBackend {
             }
         }
         Ok(out)
+    }
+
+    fn flush(&mut self, send: &mut SendBatch) -> Result<usize> {
+        // Sending never touches the receive region, so the last poll's datagrams stay valid.
+        Ok(self.send(send))
     }
 
     fn received(&self) -> RecvBatch<'_> {

@@ -178,6 +178,9 @@ pub struct UringBackend {
     fates: Vec<EntryFate>,
     /// Segments sent per pending entry (split GSO entries only).
     seg_done: Vec<usize>,
+    /// Receive and wake completions reaped by [`Backend::flush`], handled by the next poll so
+    /// the datagrams the caller is reading stay as they are.
+    stash: Vec<(u64, i32, u32)>,
     drops: Option<u64>,
     stats: BackendStats,
 }
@@ -204,7 +207,7 @@ impl UringBackend {
         cfg: &BackendConfig,
         reason: String,
     ) -> std::result::Result<Self, Box<(Error, BoundSocket)>> {
-        let caps = crate::select::probe();
+        let caps = crate::select::probe_cached();
         let gro = cfg.gro && caps.gro.available;
         Self::with_offloads(sock, cfg, reason, caps.gso.available, gro)
     }
@@ -338,6 +341,7 @@ impl UringBackend {
             tx_results: Vec::with_capacity(tx_n),
             fates: Vec::with_capacity(tx_n),
             seg_done: Vec::with_capacity(tx_n),
+            stash: Vec::with_capacity(usize::from(cfg.recv_buffers) + 16),
             drops,
             stats: BackendStats::default(),
         }
@@ -485,9 +489,18 @@ impl UringBackend {
         self.tx_results.push(None);
     }
 
-    /// Reap every completion queued; returns whether a wake-up came.
-    fn reap(&mut self) -> bool {
+    /// Reap every completion queued; returns whether a wake-up came. With `stash`, only send
+    /// completions are handled and the rest are kept for the next non-stashing reap.
+    fn reap(&mut self, stash: bool) -> bool {
         let mut woken = false;
+        if !stash && !self.stash.is_empty() {
+            let stashed = std::mem::take(&mut self.stash);
+            for &(token, res, flags) in &stashed {
+                woken |= self.handle_cqe(token, res, flags);
+            }
+            self.stash = stashed;
+            self.stash.clear();
+        }
         // Collect first: handling a completion needs &mut self while the queue borrows the ring.
         let mut batch: [(u64, i32, u32); 64] = [(0, 0, 0); 64];
         loop {
@@ -503,22 +516,11 @@ impl UringBackend {
                 break;
             }
             for &(token, res, flags) in &batch[..n] {
-                if token == TOKEN_RECV {
-                    self.on_recv(res, flags);
-                } else if token == TOKEN_WAKE {
-                    if !cqueue::more(flags) {
-                        self.wake_armed = false;
-                    }
-                    if res >= 0 {
-                        woken = true;
-                    }
-                } else if token & TOKEN_SEND != 0 {
-                    let slot = (token & !TOKEN_SEND) as usize;
-                    if let Some(r) = self.tx_results.get_mut(slot) {
-                        *r = Some(res);
-                    }
+                if stash && token & TOKEN_SEND == 0 {
+                    self.stash.push((token, res, flags));
+                } else {
+                    woken |= self.handle_cqe(token, res, flags);
                 }
-                // TOKEN_CANCEL completions need no handling.
             }
         }
         if woken {
@@ -526,6 +528,42 @@ impl UringBackend {
             self.waker.drain();
         }
         woken
+    }
+
+    /// Handle one completion; returns whether it was a wake-up.
+    fn handle_cqe(&mut self, token: u64, res: i32, flags: u32) -> bool {
+        if token == TOKEN_RECV {
+            self.on_recv(res, flags);
+        } else if token == TOKEN_WAKE {
+            if !cqueue::more(flags) {
+                self.wake_armed = false;
+            }
+            return res >= 0;
+        } else if token & TOKEN_SEND != 0 {
+            let slot = (token & !TOKEN_SEND) as usize;
+            if let Some(r) = self.tx_results.get_mut(slot) {
+                *r = Some(res);
+            }
+        }
+        // TOKEN_CANCEL completions need no handling.
+        false
+    }
+
+    /// Submit what `batch` holds (as far as one submission carries) and settle the
+    /// completions; `stash` keeps receive/wake completions for later. Returns (entries
+    /// removed, socket was full, woken).
+    fn send_round(&mut self, batch: &mut SendBatch, stash: bool) -> Result<(usize, bool, bool)> {
+        let sends = self.queue_sends(batch)?;
+        self.enter(sends, None)?;
+        let mut woken = self.reap(stash);
+        while self.tx_results.iter().any(Option::is_none) {
+            self.enter(1, Some(Duration::from_millis(100)))?;
+            woken |= self.reap(stash);
+        }
+        let (removed, would_block) = self.settle_sends(batch);
+        self.tx_slots.clear();
+        self.tx_results.clear();
+        Ok((removed, would_block, woken))
     }
 
     fn on_recv(&mut self, res: i32, flags: u32) {
@@ -722,19 +760,19 @@ impl Backend for UringBackend {
                 (Some(_), Some(d)) => Some(d.saturating_duration_since(Instant::now())),
                 _ => None,
             };
-            let have_cqes = !self.ring.completion().is_empty();
+            let have_cqes = !self.stash.is_empty() || !self.ring.completion().is_empty();
             if !more_to_send && !have_cqes && remaining != Some(Duration::ZERO) {
                 // Wait for every send to complete plus one more event: a datagram, a wake-up.
                 self.enter(sends + 1, remaining)?;
             } else {
                 self.enter(sends, None)?;
             }
-            out.woken |= self.reap();
+            out.woken |= self.reap(false);
             // Sends normally complete during the submission; if one did not, wait for it so
             // the batch's bytes are no longer in use when this poll returns.
             while self.tx_results.iter().any(Option::is_none) {
                 self.enter(1, Some(Duration::from_millis(100)))?;
-                out.woken |= self.reap();
+                out.woken |= self.reap(false);
             }
             if sends > 0 {
                 let (removed, would_block) = self.settle_sends(send);
@@ -769,6 +807,19 @@ impl Backend for UringBackend {
         Ok(out)
     }
 
+    fn flush(&mut self, send: &mut SendBatch) -> Result<usize> {
+        let mut removed = 0;
+        while !send.is_empty() {
+            // Wake-ups are stashed with the receive completions, so the next poll reports them.
+            let (n, would_block, _) = self.send_round(send, true)?;
+            removed += n;
+            if would_block || n == 0 {
+                break;
+            }
+        }
+        Ok(removed)
+    }
+
     fn received(&self) -> RecvBatch<'_> {
         // SAFETY: the pool mapping lives as long as self. The datagrams the metas point at are
         // in buffers we hold (not in the ring), so the kernel does not write them; other
@@ -800,7 +851,7 @@ impl Drop for UringBackend {
                     if self.enter(1, Some(Duration::from_millis(50))).is_err() {
                         break;
                     }
-                    self.reap();
+                    self.reap(false);
                 }
             }
         }
@@ -906,7 +957,7 @@ mod tests {
 
     #[test]
     fn probe_and_round_trip() {
-        let caps = crate::select::probe();
+        let caps = crate::select::probe_cached();
         assert!(caps.uring_usable(), "{caps:#?}");
         let cfg = BackendConfig::default();
         let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
