@@ -673,7 +673,9 @@ impl UringBackend {
         if would_block {
             self.stats.send_would_block += 1;
         }
-        self.stats.batches_out += 1;
+        if self.tx_results.iter().any(|r| r.is_some_and(|r| r >= 0)) {
+            self.stats.batches_out += 1;
+        }
         for (i, &done) in self.seg_done.iter().enumerate() {
             if done > 0 && self.fates[i] == EntryFate::Retry && batch.skip_segments(i, done) {
                 self.fates[i] = EntryFate::Done;
