@@ -6,8 +6,10 @@
 //! cargo run --release -p ricochet-platform --example blast -- --seconds 1 --json out.json
 //! ```
 //!
-//! Options: `--seconds S` (default 1), `--size B` (default 1200), `--json PATH` (write the rows
-//! as JSON), `--rcvbuf BYTES` (receiver SO_RCVBUF, default 8 MiB).
+//! Options: `--seconds S` per run (default 1), `--repeat N` runs per row, the median by received
+//! rate is reported (default 3), `--size B` (default 1200), `--json PATH` (write the rows and
+//! every sample as JSON), `--rcvbuf BYTES` (receiver SO_RCVBUF, default 8 MiB). The 1-minute
+//! load average before and after is recorded: on a shared machine it explains a lot.
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, UdpSocket};
@@ -21,6 +23,7 @@ use ricochet_platform::{
 
 struct Args {
     seconds: f64,
+    repeat: usize,
     size: usize,
     json: Option<String>,
     rcvbuf: usize,
@@ -29,6 +32,7 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         seconds: 1.0,
+        repeat: 3,
         size: 1200,
         json: None,
         rcvbuf: 8 << 20,
@@ -38,18 +42,19 @@ fn parse_args() -> Result<Args, String> {
         let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
         match flag.as_str() {
             "--seconds" => a.seconds = value()?.parse().map_err(|e| format!("--seconds: {e}"))?,
+            "--repeat" => a.repeat = value()?.parse().map_err(|e| format!("--repeat: {e}"))?,
             "--size" => a.size = value()?.parse().map_err(|e| format!("--size: {e}"))?,
             "--json" => a.json = Some(value()?),
             "--rcvbuf" => a.rcvbuf = value()?.parse().map_err(|e| format!("--rcvbuf: {e}"))?,
             "-h" | "--help" => {
-                println!("blast [--seconds S] [--size BYTES] [--json PATH] [--rcvbuf BYTES]");
+                println!("blast [--seconds S] [--repeat N] [--size BYTES] [--json PATH] [--rcvbuf BYTES]");
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
-    if !a.seconds.is_finite() || a.seconds <= 0.0 || a.size == 0 || a.size > 1472 {
-        return Err("need --seconds > 0 and 0 < --size <= 1472".into());
+    if !a.seconds.is_finite() || a.seconds <= 0.0 || a.size == 0 || a.size > 1472 || a.repeat == 0 {
+        return Err("need --seconds > 0, --repeat > 0 and 0 < --size <= 1472".into());
     }
     Ok(a)
 }
@@ -69,12 +74,37 @@ struct Row {
     sender_syscalls: Option<u64>,
     receiver_syscalls: Option<u64>,
     receiver_selection: String,
+    /// Received datagrams/s of every run of this row (the row itself is the median run).
+    samples: Vec<f64>,
 }
 
 impl Row {
     fn lost(&self) -> u64 {
         self.sent.saturating_sub(self.received)
     }
+
+    fn received_rate(&self) -> f64 {
+        self.received as f64 / self.seconds
+    }
+}
+
+/// Run `f` `n` times; return the median run (by received rate) with every run's rate attached.
+fn median_of(n: usize, mut f: impl FnMut() -> Row) -> Row {
+    let mut runs: Vec<Row> = (0..n).map(|_| f()).collect();
+    let samples: Vec<f64> = runs.iter().map(Row::received_rate).collect();
+    runs.sort_by(|a, b| a.received_rate().total_cmp(&b.received_rate()));
+    let mut mid = runs.swap_remove(n / 2);
+    mid.samples = samples;
+    mid
+}
+
+fn loadavg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Receiver end: runs until `stop` is set and then until 200 ms pass without a datagram.
@@ -143,6 +173,7 @@ fn plain(args: &Args) -> Row {
         sender_syscalls: Some(sent),
         receiver_syscalls: None,
         receiver_selection: "std::net::UdpSocket".into(),
+        samples: Vec::new(),
     }
 }
 
@@ -247,6 +278,7 @@ fn backend_row(args: &Args, kind: BackendKind, gso: bool) -> Row {
         sender_syscalls: Some(tx.stats().syscalls),
         receiver_syscalls: Some(rx_syscalls),
         receiver_selection: selection,
+        samples: Vec::new(),
     }
 }
 
@@ -271,7 +303,7 @@ fn opt(v: Option<u64>) -> String {
     v.map_or("null".into(), |v| v.to_string())
 }
 
-fn to_json(args: &Args, rows: &[Row]) -> String {
+fn to_json(args: &Args, rows: &[Row], load: (Option<f64>, Option<f64>)) -> String {
     let caps = probe();
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -287,6 +319,10 @@ fn to_json(args: &Args, rows: &[Row]) -> String {
     let _ = writeln!(o, "  \"kernel\": {},", json_str(kernel.trim()));
     let _ = writeln!(o, "  \"cpus\": {cpus},");
     let _ = writeln!(o, "  \"seconds\": {},", args.seconds);
+    let _ = writeln!(o, "  \"repeat\": {},", args.repeat);
+    let f = |v: Option<f64>| v.map_or("null".to_string(), |v| format!("{v:.2}"));
+    let _ = writeln!(o, "  \"loadavg_1m_before\": {},", f(load.0));
+    let _ = writeln!(o, "  \"loadavg_1m_after\": {},", f(load.1));
     let _ = writeln!(o, "  \"datagram_bytes\": {},", args.size);
     let _ = writeln!(o, "  \"receiver_rcvbuf_requested\": {},", args.rcvbuf);
     let _ = writeln!(
@@ -298,7 +334,7 @@ fn to_json(args: &Args, rows: &[Row]) -> String {
     for (i, r) in rows.iter().enumerate() {
         let _ = write!(
             o,
-            "    {{\"name\": {}, \"backend\": {}, \"gso\": {}, \"gro\": {}, \"seconds\": {:.4}, \"sent\": {}, \"received\": {}, \"lost\": {}, \"wrong_size\": {}, \"sent_per_sec\": {:.0}, \"received_per_sec\": {:.0}, \"socket_drops\": {}, \"kernel_rcvbuf_errors\": {}, \"sender_syscalls\": {}, \"receiver_syscalls\": {}, \"receiver_selection\": {}}}",
+            "    {{\"name\": {}, \"backend\": {}, \"gso\": {}, \"gro\": {}, \"seconds\": {:.4}, \"sent\": {}, \"received\": {}, \"lost\": {}, \"wrong_size\": {}, \"sent_per_sec\": {:.0}, \"received_per_sec\": {:.0}, \"socket_drops\": {}, \"kernel_rcvbuf_errors\": {}, \"sender_syscalls\": {}, \"receiver_syscalls\": {}, \"receiver_selection\": {}, \"samples_received_per_sec\": [{}]}}",
             json_str(&r.name),
             json_str(r.backend),
             r.gso,
@@ -315,6 +351,7 @@ fn to_json(args: &Args, rows: &[Row]) -> String {
             opt(r.sender_syscalls),
             opt(r.receiver_syscalls),
             json_str(&r.receiver_selection),
+            r.samples.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", "),
         );
         let _ = writeln!(o, "{}", if i + 1 < rows.len() { "," } else { "" });
     }
@@ -331,11 +368,13 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let mut rows = vec![plain(&args)];
+    let load_before = loadavg();
+    let mut rows = vec![median_of(args.repeat, || plain(&args))];
     for kind in probe().available_backends() {
-        rows.push(backend_row(&args, kind, false));
-        rows.push(backend_row(&args, kind, true));
+        rows.push(median_of(args.repeat, || backend_row(&args, kind, false)));
+        rows.push(median_of(args.repeat, || backend_row(&args, kind, true)));
     }
+    let load_after = loadavg();
     println!(
         "{:<26} {:>12} {:>12} {:>12} {:>7} {:>12}",
         "row", "sent/s", "received/s", "lost", "lost %", "rx syscalls"
@@ -356,8 +395,12 @@ fn main() {
             opt(r.receiver_syscalls)
         );
     }
+    println!(
+        "median of {} run(s) of {} s each; 1-min load average {:?} -> {:?}",
+        args.repeat, args.seconds, load_before, load_after
+    );
     if let Some(path) = &args.json {
-        if let Err(e) = std::fs::write(path, to_json(&args, &rows)) {
+        if let Err(e) = std::fs::write(path, to_json(&args, &rows, (load_before, load_after))) {
             eprintln!("blast: writing {path}: {e}");
             std::process::exit(1);
         }
