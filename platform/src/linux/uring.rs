@@ -1004,4 +1004,36 @@ mod tests {
         assert!(out.woken);
         t.join().unwrap();
     }
+
+    #[test]
+    fn buffer_ring_exhaustion_is_survived_and_counted() {
+        let cfg = BackendConfig {
+            recv_buffers: 4,
+            max_datagram: 2048,
+            ..BackendConfig::default()
+        };
+        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        let mut rx = UringBackend::new(s, &cfg, "t".into())
+            .map_err(|e| e.0)
+            .unwrap();
+        let dst = rx.socket_info().local_addr;
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        // More datagrams wait than the ring has buffers when the receive is first armed.
+        for i in 0..20u8 {
+            tx.send_to(&[i; 100], dst).unwrap();
+        }
+        let mut empty = SendBatch::new(1);
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got.len() < 20 && Instant::now() < deadline {
+            rx.poll(&mut empty, Some(Duration::from_millis(200)))
+                .unwrap();
+            assert!(rx.received().len() <= 4);
+            got.extend(rx.received().iter().map(|d| d.data[0]));
+        }
+        assert_eq!(got, (0..20u8).collect::<Vec<_>>());
+        let st = rx.stats();
+        assert!(st.buffer_exhaustions >= 1, "{st:?}");
+        assert!(st.rearms >= 1, "{st:?}");
+    }
 }
