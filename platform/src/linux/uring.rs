@@ -178,9 +178,14 @@ pub struct UringBackend {
     fates: Vec<EntryFate>,
     /// Segments sent per pending entry (split GSO entries only).
     seg_done: Vec<usize>,
-    /// Receive and wake completions reaped by [`Backend::flush`], handled by the next poll so
-    /// the datagrams the caller is reading stay as they are.
+    /// Receive and wake completions not handled yet: reaped by [`Backend::flush`] (so the
+    /// datagrams the caller is reading stay as they are) or beyond `batch_size` in one poll.
+    /// Handled first by the next poll.
     stash: Vec<(u64, i32, u32)>,
+    /// Spare storage swapped with `stash` while draining it, so draining never allocates.
+    stash_spare: Vec<(u64, i32, u32)>,
+    /// Most datagram entries one poll returns.
+    batch_size: usize,
     drops: Option<u64>,
     stats: BackendStats,
 }
@@ -342,6 +347,8 @@ impl UringBackend {
             fates: Vec::with_capacity(tx_n),
             seg_done: Vec::with_capacity(tx_n),
             stash: Vec::with_capacity(usize::from(cfg.recv_buffers) + 16),
+            stash_spare: Vec::with_capacity(usize::from(cfg.recv_buffers) + 16),
+            batch_size: cfg.batch_size,
             drops,
             stats: BackendStats::default(),
         }
@@ -494,12 +501,12 @@ impl UringBackend {
     fn reap(&mut self, stash: bool) -> bool {
         let mut woken = false;
         if !stash && !self.stash.is_empty() {
-            let stashed = std::mem::take(&mut self.stash);
-            for &(token, res, flags) in &stashed {
-                woken |= self.handle_cqe(token, res, flags);
+            std::mem::swap(&mut self.stash, &mut self.stash_spare);
+            let mut spare = std::mem::take(&mut self.stash_spare);
+            for (token, res, flags) in spare.drain(..) {
+                woken |= self.dispatch(token, res, flags, false);
             }
-            self.stash = stashed;
-            self.stash.clear();
+            self.stash_spare = spare;
         }
         // Collect first: handling a completion needs &mut self while the queue borrows the ring.
         let mut batch: [(u64, i32, u32); 64] = [(0, 0, 0); 64];
@@ -516,11 +523,7 @@ impl UringBackend {
                 break;
             }
             for &(token, res, flags) in &batch[..n] {
-                if stash && token & TOKEN_SEND == 0 {
-                    self.stash.push((token, res, flags));
-                } else {
-                    woken |= self.handle_cqe(token, res, flags);
-                }
+                woken |= self.dispatch(token, res, flags, stash);
             }
         }
         if woken {
@@ -528,6 +531,18 @@ impl UringBackend {
             self.waker.drain();
         }
         woken
+    }
+
+    /// Handle a completion now, or stash it: everything but sends when `stash`, and datagrams
+    /// beyond `batch_size` always. Returns whether it was a wake-up handled now.
+    fn dispatch(&mut self, token: u64, res: i32, flags: u32, stash: bool) -> bool {
+        let is_send = token & TOKEN_SEND != 0;
+        let full = token == TOKEN_RECV && self.metas.len() >= self.batch_size;
+        if (stash && !is_send) || full {
+            self.stash.push((token, res, flags));
+            return false;
+        }
+        self.handle_cqe(token, res, flags)
     }
 
     /// Handle one completion; returns whether it was a wake-up.
@@ -1035,5 +1050,37 @@ mod tests {
         let st = rx.stats();
         assert!(st.buffer_exhaustions >= 1, "{st:?}");
         assert!(st.rearms >= 1, "{st:?}");
+    }
+
+    #[test]
+    fn a_poll_returns_at_most_batch_size_datagrams() {
+        let cfg = BackendConfig {
+            batch_size: 3,
+            recv_buffers: 16,
+            max_datagram: 2048,
+            ..BackendConfig::default()
+        };
+        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        let mut rx = UringBackend::new(s, &cfg, "t".into())
+            .map_err(|e| e.0)
+            .unwrap();
+        let dst = rx.socket_info().local_addr;
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut empty = SendBatch::new(1);
+        // Arm the receive first so the datagrams land in the ring together.
+        rx.poll(&mut empty, Some(Duration::ZERO)).unwrap();
+        for i in 0..10u8 {
+            tx.send_to(&[i; 10], dst).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got.len() < 10 && Instant::now() < deadline {
+            rx.poll(&mut empty, Some(Duration::from_millis(200)))
+                .unwrap();
+            assert!(rx.received().len() <= 3, "{}", rx.received().len());
+            got.extend(rx.received().iter().map(|d| d.data[0]));
+        }
+        assert_eq!(got, (0..10u8).collect::<Vec<_>>());
     }
 }
