@@ -227,7 +227,8 @@ impl MmsgBackend {
                 if err.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                if sys::would_block(&err) {
+                // ENOBUFS: a device queue is full; like a full socket buffer, try again later.
+                if sys::would_block(&err) || err.raw_os_error() == Some(libc::ENOBUFS) {
                     self.stats.send_would_block += 1;
                     break;
                 }
