@@ -244,10 +244,14 @@ mod imp {
                         Error::Io { source, .. } => source.raw_os_error(),
                         _ => None,
                     };
-                    let reason = format!(
-                        "{how}: io_uring unavailable ({e}); falling back to epoll+mmsg. To use io_uring: {}",
-                        uring_fix_hint(errno)
-                    );
+                    // The probe's reason already names the fix; an errno from setup gets its hint.
+                    let reason = match errno {
+                        Some(_) => format!(
+                            "{how}: io_uring unavailable ({e}); falling back to epoll+mmsg. To use io_uring: {}",
+                            uring_fix_hint(errno)
+                        ),
+                        None => format!("{how}: io_uring unavailable ({e}); falling back to epoll+mmsg"),
+                    };
                     warn_fallback(&reason);
                     Ok(Box::new(MmsgBackend::new(socket, cfg, reason)?))
                 }
