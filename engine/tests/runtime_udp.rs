@@ -21,8 +21,8 @@ impl DatagramHandler for Echo {
 
 /// Backends that work on this host (uring and mmsg on Linux, kqueue on macOS).
 fn local_backends() -> Vec<BackendKind> {
-    let caps: Capabilities = ricochet::platform::probe();
-    caps.available_backends()
+    let caps: &Capabilities = ricochet::platform::probe();
+    caps.backends()
 }
 
 fn config(model: IoModel, workers: usize, backend: BackendKind) -> UdpServerConfig {

@@ -185,12 +185,14 @@ impl<H: DatagramHandler> Worker<H> {
     }
 
     fn dispatch(&mut self, now: Instant) -> Result<(), platform::Error> {
-        let n = self.backend.received().len();
         // Submit early when the batch fills past this mark, so replies never run out of room.
         let high_water = self.send.capacity() / 2;
-        for i in 0..n {
+        // The length is re-read each time: a flush may append datagrams it reaped on the way.
+        let mut i = 0;
+        while i < self.backend.received().len() {
+            i += 1;
             {
-                let Some(d) = self.backend.received().get(i) else {
+                let Some(d) = self.backend.received().get(i - 1) else {
                     continue;
                 };
                 if d.truncated {
