@@ -66,7 +66,9 @@ impl UdpContext<'_> {
     /// [`UdpServerConfig::send_batch`] datagrams while handling a single datagram.
     pub fn send(&mut self, to: SocketAddr, data: &[u8]) -> Result<(), platform::Error> {
         self.make_room()?;
-        self.send.push(to, data).inspect_err(|_| *self.send_errors += 1)
+        self.send
+            .push(to, data)
+            .inspect_err(|_| *self.send_errors += 1)
     }
 
     /// Queue a datagram written in place: `write` fills up to `max_len` bytes and returns how
