@@ -180,6 +180,11 @@ pub trait Backend: Send {
     /// The received datagrams are readable through [`Backend::received`] until the next poll.
     fn poll(&mut self, send: &mut SendBatch, timeout: Option<Duration>) -> Result<PollOutcome>;
 
+    /// Submit what `send` holds without receiving or waiting, leaving what the last poll
+    /// received readable. For a handler whose replies outgrow the batch mid-dispatch.
+    /// Returns the number of entries the kernel accepted (and that were removed from `send`).
+    fn flush(&mut self, send: &mut SendBatch) -> Result<usize>;
+
     /// What the last poll received.
     fn received(&self) -> RecvBatch<'_>;
 

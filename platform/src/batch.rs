@@ -310,6 +310,18 @@ impl<'a> RecvBatch<'a> {
         self.metas.is_empty()
     }
 
+    /// The `i`-th received entry, if any.
+    pub fn get(&self, i: usize) -> Option<RecvDatagram<'a>> {
+        let m = self.metas.get(i)?;
+        let data = self.region.get(m.offset..m.offset.checked_add(m.len)?)?;
+        Some(RecvDatagram {
+            src: m.src,
+            data,
+            truncated: m.truncated,
+            segment_size: m.segment_size,
+        })
+    }
+
     /// The received datagrams, in arrival order.
     pub fn iter(&self) -> impl Iterator<Item = RecvDatagram<'a>> + 'a {
         let region = self.region;

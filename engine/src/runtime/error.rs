@@ -1,0 +1,38 @@
+//! The runtime's error type.
+
+/// Errors starting, running or stopping the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A configuration value is invalid.
+    #[error("invalid runtime configuration: {0}")]
+    Config(String),
+    /// Socket or backend setup or I/O failed.
+    #[error(transparent)]
+    Platform(#[from] ricochet_platform::Error),
+    /// A worker thread could not be spawned.
+    #[error("spawning worker {worker}: {source}")]
+    Spawn {
+        /// Worker index.
+        worker: usize,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A worker stopped with an error.
+    #[error("worker {worker} failed: {source}")]
+    Worker {
+        /// Worker index.
+        worker: usize,
+        /// What went wrong.
+        #[source]
+        source: ricochet_platform::Error,
+    },
+    /// A worker's handler panicked.
+    #[error("worker {worker} panicked: {message}")]
+    WorkerPanicked {
+        /// Worker index.
+        worker: usize,
+        /// The panic message, where it was a string.
+        message: String,
+    },
+}
