@@ -12,7 +12,9 @@
 //! - [`Impairment`] and [`Profile`]: what a link direction does to datagrams.
 //! - [`ImpairedLink`]: the decision logic of one direction, on any clock: `admit(now, len)`
 //!   returns a [`Verdict`] (dropped with a [`DropCause`], or delivered at `t1`, plus a duplicate
-//!   at `t2`), and `on_departed(len)` frees queue space. The bench relay uses it on a real clock.
+//!   at `t2`), and `on_departed(len)` frees queue space.
+//! - [`ImpairedQueue`]: an `ImpairedLink` plus the copies it holds, popped when due: one
+//!   direction of a bench relay route on a real clock.
 //! - [`SimNetwork`]: links per address pair, datagrams in flight, delivery in time order, an
 //!   optional trace hash, and [`SimNetwork::advance_clock`] for hand-written driver loops.
 //! - [`SimNode`] and [`Simulation`]: plug protocol endpoints in and run them to a deadline.
@@ -126,6 +128,7 @@ mod clock;
 mod harness;
 mod impair;
 mod network;
+mod queue;
 
 pub use clock::SimClock;
 pub use harness::{SimError, SimNode, SimStats, Simulation, StopReason};
@@ -135,3 +138,4 @@ pub use impair::{
     DEFAULT_QUEUE_DATAGRAMS,
 };
 pub use network::{Datagram, SimNetwork};
+pub use queue::ImpairedQueue;

@@ -1,6 +1,5 @@
 //! [`SimNetwork`]: opaque datagrams between socket addresses over impaired links.
 
-use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -9,6 +8,7 @@ use super::clock::SimClock;
 use super::impair::{
     Direction, DropCause, ImpairedLink, Impairment, ImpairmentError, LinkCounters, Verdict,
 };
+use super::queue::Timed;
 
 /// Byte buffers kept for reuse; beyond this, returned buffers are freed.
 const POOL_MAX: usize = 4096;
@@ -24,33 +24,6 @@ pub struct Datagram {
     pub to: SocketAddr,
     /// Payload; give it back with [`SimNetwork::recycle`] to reuse the allocation.
     pub bytes: Vec<u8>,
-}
-
-/// A copy in flight. Ordered by (delivery time, send sequence) so ties resolve in send order.
-#[derive(Debug)]
-struct Pending {
-    at: Instant,
-    seq: u64,
-    link: usize,
-    bytes: Vec<u8>,
-}
-
-impl PartialEq for Pending {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-impl Eq for Pending {}
-impl PartialOrd for Pending {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Pending {
-    /// Reversed, so the max-heap `BinaryHeap` pops the earliest first.
-    fn cmp(&self, other: &Self) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
 }
 
 #[derive(Debug)]
@@ -80,7 +53,8 @@ pub struct SimNetwork {
     default: Impairment,
     links: Vec<LinkEntry>,
     by_pair: HashMap<(SocketAddr, SocketAddr), usize>,
-    heap: BinaryHeap<Pending>,
+    /// Copies in flight: (link index, payload), earliest first, ties in send order.
+    heap: BinaryHeap<Timed<(usize, Vec<u8>)>>,
     seq: u64,
     pool: Vec<Vec<u8>>,
     trace: Option<blake3::Hasher>,
@@ -259,11 +233,10 @@ impl SimNetwork {
     fn push(&mut self, at: Instant, link: usize, bytes: Vec<u8>) {
         let seq = self.seq;
         self.seq += 1;
-        self.heap.push(Pending {
+        self.heap.push(Timed {
             at,
             seq,
-            link,
-            bytes,
+            item: (link, bytes),
         });
     }
 
@@ -282,16 +255,20 @@ impl SimNetwork {
         if self.heap.peek()?.at > now {
             return None;
         }
-        let p = self.heap.pop()?;
-        let entry = &mut self.links[p.link];
-        entry.link.on_departed(p.bytes.len());
+        let Timed {
+            at,
+            item: (link, bytes),
+            ..
+        } = self.heap.pop()?;
+        let entry = &mut self.links[link];
+        entry.link.on_departed(bytes.len());
         let (from, to) = (entry.from, entry.to);
-        self.trace_record(p.at, TRACE_DELIVER, from, to, &p.bytes);
+        self.trace_record(at, TRACE_DELIVER, from, to, &bytes);
         Some(Datagram {
-            at: p.at,
+            at,
             from,
             to,
-            bytes: p.bytes,
+            bytes,
         })
     }
 
