@@ -276,3 +276,90 @@ fn queue_caps_drop_and_count_overflow() {
     assert_eq!(held, 8 * 1024 * 1024 / 1200);
     assert_eq!(link.counters().dropped_overflow, 8192 - held as u64);
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn impairment() -> impl Strategy<Value = Impairment> {
+        (
+            (0.0..0.3f64, 0.0..0.1f64, 0.0..0.2f64, 0u64..50, 0u64..100),
+            prop::option::of((0u32..6, 0u32..200)),
+            (1usize..64, 1usize..65_536),
+            prop::option::of(1_000u64..10_000_000),
+        )
+            .prop_map(
+                |((loss, dup, reorder, extra, delay), burst, (qd, qb), rate)| {
+                    let mut imp = Impairment::none()
+                        .with_loss(loss)
+                        .with_duplicate(dup)
+                        .with_reorder(reorder, Duration::from_millis(extra))
+                        .with_delay(Duration::from_millis(delay))
+                        .with_queue(qb, qd)
+                        .with_rate(rate.unwrap_or(0));
+                    if let Some((len, extra_period)) = burst {
+                        imp = imp.with_burst(len, (len + extra_period).max(1));
+                    }
+                    imp
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the settings and traffic: counters add up, the queue never exceeds its caps
+        /// and matches what is held, bursts are exact, and no copy arrives before `delay`.
+        #[test]
+        fn accounting_and_caps_hold(
+            imp in impairment(),
+            seed in any::<u64>(),
+            ops in prop::collection::vec((0u64..2_000, 0usize..1_500, 0usize..4), 1..600),
+        ) {
+            let mut link = ImpairedLink::new(imp.clone(), seed, 3, Direction::Forward).unwrap();
+            let mut now = base();
+            let mut held: Vec<(Instant, usize)> = Vec::new();
+            let mut delivered_originals = 0u64;
+            let mut burst_flags = Vec::new();
+            for (advance_us, len, departures) in ops {
+                now += Duration::from_micros(advance_us);
+                let v = link.admit(now, len);
+                burst_flags.push(v == Verdict::Drop(DropCause::Burst));
+                if let Verdict::Deliver { at, duplicate } = v {
+                    delivered_originals += 1;
+                    for t in std::iter::once(at).chain(duplicate) {
+                        prop_assert!(t >= now + imp.delay);
+                        if imp.rate.is_none() {
+                            let d = t - now;
+                            prop_assert!(d == imp.delay || d == imp.delay + imp.reorder_delay);
+                        }
+                        held.push((t, len));
+                    }
+                }
+                // Let the earliest copies depart.
+                held.sort();
+                for (_, l) in held.drain(..departures.min(held.len())) {
+                    link.on_departed(l);
+                }
+                let c = *link.counters();
+                prop_assert_eq!(c.queue_datagrams, held.len() as u64);
+                prop_assert_eq!(c.queue_bytes, held.iter().map(|h| h.1 as u64).sum::<u64>());
+                prop_assert!(c.queue_peak_datagrams <= imp.queue_datagrams as u64);
+                prop_assert!(c.queue_peak_bytes <= imp.queue_bytes as u64);
+            }
+            let c = *link.counters();
+            prop_assert_eq!(c.offered, burst_flags.len() as u64);
+            prop_assert_eq!(c.offered, c.dropped() + delivered_originals);
+            prop_assert_eq!(c.forwarded, delivered_originals + c.duplicated);
+            prop_assert!(c.overflows >= c.dropped_overflow);
+            prop_assert!(c.delayed <= c.forwarded);
+            if let Some(b) = imp.burst {
+                for w in burst_flags.chunks_exact(b.period as usize) {
+                    prop_assert_eq!(w.iter().filter(|f| **f).count(), b.len as usize);
+                }
+            } else {
+                prop_assert_eq!(c.dropped_burst, 0);
+            }
+        }
+    }
+}
