@@ -182,9 +182,9 @@ fn receiver(sim: &Simulation<Node>) -> &Receiver {
 fn stop_and_wait_arq_delivers_everything_in_order_under_every_profile() {
     for profile in Profile::ALL {
         let mut imp = profile.impairment();
-        // A zero-delay path would let the toy protocol run unboundedly fast; give it 1 ms.
+        // A zero-delay path would let the toy protocol run unboundedly fast; give it 5 ms.
         if imp.delay.is_zero() {
-            imp.delay = Duration::from_millis(1);
+            imp.delay = Duration::from_millis(5);
         }
         let mut sim = arq(42, imp, u32::MAX);
         let stop = sim.run_for(Duration::from_secs(60)).unwrap();
@@ -218,9 +218,9 @@ fn stop_and_wait_arq_delivers_everything_in_order_under_every_profile() {
         match profile {
             Profile::None => {
                 assert_eq!((s.retransmits, up.dropped() + down.dropped()), (0, 0));
-                // Exactly one 2 ms round trip per message.
-                assert_eq!(s.seq, 30_000);
-                assert_eq!(p99, Duration::from_millis(2));
+                // Exactly one 10 ms round trip per message.
+                assert_eq!(s.seq, 6_000);
+                assert_eq!(p99, Duration::from_millis(10));
             }
             _ => {
                 assert!(s.retransmits > 0);

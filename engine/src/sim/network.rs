@@ -217,14 +217,16 @@ impl SimNetwork {
                 self.recycle(buf);
             }
             Verdict::Deliver { at, duplicate } => {
-                if let Some(dup_at) = duplicate {
+                // The original gets the lower sequence number: at equal times it comes first.
+                let copy = duplicate.map(|dup_at| {
                     let mut copy = self.take_buf();
                     copy.extend_from_slice(&buf);
+                    (dup_at, copy)
+                });
+                self.push(at, i, buf);
+                if let Some((dup_at, copy)) = copy {
                     self.push(dup_at, i, copy);
                 }
-                // The original is queued after its duplicate only in sequence numbers; ties at
-                // the same instant still resolve in a fixed order.
-                self.push(at, i, buf);
             }
         }
         verdict

@@ -60,10 +60,12 @@ impl<T: Clone> ImpairedQueue<T> {
     pub fn push(&mut self, now: Instant, len: usize, item: T) -> Verdict {
         let verdict = self.link.admit(now, len);
         if let Verdict::Deliver { at, duplicate } = verdict {
-            if let Some(dup_at) = duplicate {
-                self.hold(dup_at, len, item.clone());
-            }
+            // The original is held first: at equal times it pops first.
+            let copy = duplicate.map(|dup_at| (dup_at, item.clone()));
             self.hold(at, len, item);
+            if let Some((dup_at, copy)) = copy {
+                self.hold(dup_at, len, copy);
+            }
         }
         verdict
     }
