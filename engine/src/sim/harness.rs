@@ -13,6 +13,12 @@ use super::network::SimNetwork;
 /// The shape follows a sans-IO protocol core: the simulation hands in datagrams and timeouts, then
 /// drains the node's outgoing datagrams. A node never reads a clock; `now` is always the
 /// simulation's virtual time.
+///
+/// To plug in a protocol endpoint, implement this for a small wrapper that owns the endpoint and
+/// the test's application logic: `handle` feeds `handle_datagram(now, from, bytes)` and then
+/// drains the endpoint's events (e.g. echoing each message), `handle_timeout` does the same after
+/// the endpoint's own `handle_timeout(now)`, and `poll_transmit` / `poll_timeout` forward to the
+/// endpoint. Use an enum (or `Box<dyn SimNode>`) when clients and server differ in type.
 pub trait SimNode {
     /// A datagram from `from` arrived at `now`.
     fn handle(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]);
