@@ -66,7 +66,9 @@ impl UdpContext<'_> {
     /// [`UdpServerConfig::send_batch`] datagrams while handling a single datagram.
     pub fn send(&mut self, to: SocketAddr, data: &[u8]) -> Result<(), platform::Error> {
         self.make_room()?;
-        self.send.push(to, data).inspect_err(|_| *self.send_errors += 1)
+        self.send
+            .push(to, data)
+            .inspect_err(|_| *self.send_errors += 1)
     }
 
     /// Queue a datagram written in place: `write` fills up to `max_len` bytes and returns how
@@ -185,12 +187,14 @@ impl<H: DatagramHandler> Worker<H> {
     }
 
     fn dispatch(&mut self, now: Instant) -> Result<(), platform::Error> {
-        let n = self.backend.received().len();
         // Submit early when the batch fills past this mark, so replies never run out of room.
         let high_water = self.send.capacity() / 2;
-        for i in 0..n {
+        // The length is re-read each time: a flush may append datagrams it reaped on the way.
+        let mut i = 0;
+        while i < self.backend.received().len() {
+            i += 1;
             {
-                let Some(d) = self.backend.received().get(i) else {
+                let Some(d) = self.backend.received().get(i - 1) else {
                     continue;
                 };
                 if d.truncated {

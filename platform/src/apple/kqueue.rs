@@ -357,6 +357,10 @@ impl Backend for KqueueBackend {
         Ok(out)
     }
 
+    fn flush(&mut self, send: &mut SendBatch) -> Result<usize> {
+        self.send(send)
+    }
+
     fn received(&self) -> RecvBatch<'_> {
         RecvBatch::new(&self.metas, &self.region)
     }

@@ -538,6 +538,10 @@ impl Backend for MmsgBackend {
         Ok(out)
     }
 
+    fn flush(&mut self, send: &mut SendBatch) -> Result<usize> {
+        Ok(self.send(send))
+    }
+
     fn received(&self) -> RecvBatch<'_> {
         RecvBatch::new(&self.metas, &self.region)
     }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 
-use crate::backend::{Backend, BackendConfig, BackendKind, BackendStats, PollOutcome, Waker};
+use crate::backend::{Backend, BackendConfig, BackendKind, BackendStats, PollOutcome, Wake, Waker};
 use crate::batch::{RecvBatch, RecvMeta, SendBatch};
 use crate::error::{Error, Result};
 use crate::linux::{self, EventFd};
@@ -767,6 +767,36 @@ impl Backend for UringBackend {
             self.stats.batches_in += 1;
         }
         Ok(out)
+    }
+
+    fn flush(&mut self, send: &mut SendBatch) -> Result<usize> {
+        let mut total = 0;
+        while !send.is_empty() {
+            let sends = self.queue_sends(send)?;
+            if sends == 0 {
+                break;
+            }
+            self.enter(sends, None)?;
+            let mut woken = self.reap();
+            while self.tx_results.iter().any(Option::is_none) {
+                self.enter(1, Some(Duration::from_millis(100)))?;
+                woken |= self.reap();
+            }
+            if woken {
+                // The wake-up belongs to the next poll: raise it again so that poll sees it.
+                let _ = self.waker.wake();
+            }
+            // Datagrams reaped here were appended to `metas`: they stay readable through
+            // `received()` until the next poll, after the ones already there.
+            let (removed, would_block) = self.settle_sends(send);
+            total += removed;
+            self.tx_slots.clear();
+            self.tx_results.clear();
+            if would_block {
+                break;
+            }
+        }
+        Ok(total)
     }
 
     fn received(&self) -> RecvBatch<'_> {
