@@ -370,7 +370,7 @@ fn main() {
     };
     let load_before = loadavg();
     let mut rows = vec![median_of(args.repeat, || plain(&args))];
-    for kind in probe().available_backends() {
+    for kind in probe().backends() {
         rows.push(median_of(args.repeat, || backend_row(&args, kind, false)));
         rows.push(median_of(args.repeat, || backend_row(&args, kind, true)));
     }

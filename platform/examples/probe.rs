@@ -21,11 +21,7 @@ fn main() {
             c.detail
         );
     }
-    let names: Vec<&str> = caps
-        .available_backends()
-        .iter()
-        .map(|k| k.as_str())
-        .collect();
+    let names: Vec<&str> = caps.backends().iter().map(|k| k.as_str()).collect();
     println!("backends           {}", names.join(", "));
     let addr = "127.0.0.1:0".parse().expect("literal address");
     match bind(&SocketConfig::new(addr)).and_then(|s| open(s, &BackendConfig::default())) {

@@ -65,7 +65,7 @@ impl Capabilities {
     }
 
     /// The backends usable here, best first (`auto` picks the first).
-    pub fn available_backends(&self) -> Vec<BackendKind> {
+    pub fn backends(&self) -> Vec<BackendKind> {
         let mut v = Vec::new();
         if cfg!(target_os = "linux") {
             if self.uring_usable() {
@@ -80,13 +80,12 @@ impl Capabilities {
     }
 }
 
-/// Probe the kernel's capabilities (once per process; later calls return a copy of the
-/// cached result).
-pub fn probe() -> Capabilities {
-    probe_cached().clone()
+/// Probe the kernel's capabilities (once per process; later calls return the cached result).
+pub fn probe() -> &'static Capabilities {
+    probe_cached()
 }
 
-/// The cached probe result, without copying.
+/// The cached probe result.
 pub(crate) fn probe_cached() -> &'static Capabilities {
     static CAPS: OnceLock<Capabilities> = OnceLock::new();
     CAPS.get_or_init(probe_now)

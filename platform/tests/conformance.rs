@@ -1,4 +1,4 @@
-//! One conformance suite, run against every backend the host supports (`probe().available_backends()`:
+//! One conformance suite, run against every backend the host supports (`probe().backends()`:
 //! `uring` and `mmsg` on Linux, `kqueue` on macOS). Loopback only; every wait is bounded.
 
 use std::collections::HashSet;
@@ -16,7 +16,7 @@ const V4: &str = "127.0.0.1:0";
 const V6: &str = "[::1]:0";
 
 fn kinds() -> Vec<BackendKind> {
-    let k = probe().available_backends();
+    let k = probe().backends();
     assert!(!k.is_empty(), "no backend available: {:#?}", probe());
     k
 }

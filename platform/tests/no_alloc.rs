@@ -48,7 +48,7 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn steady_state_send_and_receive_do_not_allocate() {
-    let kinds = probe().available_backends();
+    let kinds = probe().backends();
     for kind in kinds {
         for gso in [false, true] {
             let cfg = BackendConfig {

@@ -838,11 +838,11 @@ impl Backend for UringBackend {
     }
 
     fn received(&self) -> RecvBatch<'_> {
-        // SAFETY: the pool mapping lives as long as self. The datagrams the metas point at are
-        // in buffers we hold (not in the ring), so the kernel does not write them; other
-        // buffers may be written by the kernel, but no meta points into them.
-        let region = unsafe { std::slice::from_raw_parts(self.bufs.pool.ptr, self.bufs.pool.len) };
-        RecvBatch::new(&self.metas, region)
+        // SAFETY: the pool mapping lives as long as self. Every meta points at payload bytes of
+        // a buffer we hold (taken from the ring by its completion and not yet returned), so the
+        // kernel does not write them until the next poll, which needs `&mut self`; the batch
+        // never references the rest of the pool, which the kernel may be writing.
+        unsafe { RecvBatch::from_raw_parts(&self.metas, self.bufs.pool.ptr, self.bufs.pool.len) }
     }
 
     fn socket_drops(&self) -> Option<u64> {
