@@ -74,6 +74,8 @@ struct Row {
     sender_syscalls: Option<u64>,
     receiver_syscalls: Option<u64>,
     receiver_selection: String,
+    /// SO_RCVBUF the kernel granted the receiver (as `getsockopt` reports it).
+    rcvbuf_granted: usize,
     /// Received datagrams/s of every run of this row (the row itself is the median run).
     samples: Vec<f64>,
 }
@@ -115,7 +117,7 @@ fn idle_done(stop: &AtomicBool, last: Instant) -> bool {
 fn plain(args: &Args) -> Row {
     let mut cfg = SocketConfig::new("127.0.0.1:0".parse().expect("literal address"));
     cfg.recv_buffer = Some(args.rcvbuf);
-    let (rx_sock, _) = bind(&cfg).expect("bind receiver").into_parts();
+    let (rx_sock, rx_info) = bind(&cfg).expect("bind receiver").into_parts();
     let rx: UdpSocket = rx_sock.into();
     rx.set_nonblocking(false).expect("blocking receiver");
     rx.set_read_timeout(Some(Duration::from_millis(50)))
@@ -173,6 +175,7 @@ fn plain(args: &Args) -> Row {
         sender_syscalls: Some(sent),
         receiver_syscalls: None,
         receiver_selection: "std::net::UdpSocket".into(),
+        rcvbuf_granted: rx_info.recv_buffer_granted,
         samples: Vec::new(),
     }
 }
@@ -195,6 +198,7 @@ fn backend_row(args: &Args, kind: BackendKind, gso: bool) -> Row {
         open(bind(&rcfg).expect("bind receiver"), &rx_bcfg).expect("open receiver backend");
     let dst: SocketAddr = rx.socket_info().local_addr;
     let selection = rx.selection_reason().to_string();
+    let rcvbuf_granted = rx.socket_info().recv_buffer_granted;
     let stop = Arc::new(AtomicBool::new(false));
     let size = args.size;
     let stop_rx = stop.clone();
@@ -278,6 +282,7 @@ fn backend_row(args: &Args, kind: BackendKind, gso: bool) -> Row {
         sender_syscalls: Some(tx.stats().syscalls),
         receiver_syscalls: Some(rx_syscalls),
         receiver_selection: selection,
+        rcvbuf_granted,
         samples: Vec::new(),
     }
 }
@@ -334,7 +339,7 @@ fn to_json(args: &Args, rows: &[Row], load: (Option<f64>, Option<f64>)) -> Strin
     for (i, r) in rows.iter().enumerate() {
         let _ = write!(
             o,
-            "    {{\"name\": {}, \"backend\": {}, \"gso\": {}, \"gro\": {}, \"seconds\": {:.4}, \"sent\": {}, \"received\": {}, \"lost\": {}, \"wrong_size\": {}, \"sent_per_sec\": {:.0}, \"received_per_sec\": {:.0}, \"socket_drops\": {}, \"kernel_rcvbuf_errors\": {}, \"sender_syscalls\": {}, \"receiver_syscalls\": {}, \"receiver_selection\": {}, \"samples_received_per_sec\": [{}]}}",
+            "    {{\"name\": {}, \"backend\": {}, \"gso\": {}, \"gro\": {}, \"seconds\": {:.4}, \"sent\": {}, \"received\": {}, \"lost\": {}, \"wrong_size\": {}, \"sent_per_sec\": {:.0}, \"received_per_sec\": {:.0}, \"socket_drops\": {}, \"kernel_rcvbuf_errors\": {}, \"sender_syscalls\": {}, \"receiver_syscalls\": {}, \"receiver_selection\": {}, \"receiver_rcvbuf_granted\": {}, \"samples_received_per_sec\": [{}]}}",
             json_str(&r.name),
             json_str(r.backend),
             r.gso,
@@ -351,6 +356,7 @@ fn to_json(args: &Args, rows: &[Row], load: (Option<f64>, Option<f64>)) -> Strin
             opt(r.sender_syscalls),
             opt(r.receiver_syscalls),
             json_str(&r.receiver_selection),
+            r.rcvbuf_granted,
             r.samples.iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", "),
         );
         let _ = writeln!(o, "{}", if i + 1 < rows.len() { "," } else { "" });
