@@ -809,8 +809,18 @@ pub fn datagram_overhead(message_id: u64, len: usize) -> usize {
     1 + 1 + varint_len(message_id) + varint_len(len as u64)
 }
 
-/// Encode one frame. ACK frames are written with [`encode_ack`].
+/// Encode one frame (ACK frames are usually written with [`encode_ack`]). Atomic: on error
+/// nothing is left in `w`, so a caller can try a frame and move on when it does not fit.
 pub fn encode_frame(f: &Frame<'_>, w: &mut Writer<'_>) -> Result<(), WireError> {
+    let start = w.pos;
+    let res = encode_frame_inner(f, w);
+    if res.is_err() {
+        w.pos = start;
+    }
+    res
+}
+
+fn encode_frame_inner(f: &Frame<'_>, w: &mut Writer<'_>) -> Result<(), WireError> {
     match *f {
         Frame::Padding => w.u8(frame_type::PADDING),
         Frame::Ping => w.u8(frame_type::PING),
@@ -871,9 +881,23 @@ pub fn encode_frame(f: &Frame<'_>, w: &mut Writer<'_>) -> Result<(), WireError> 
 }
 
 /// Encode an ACK frame from inclusive ranges sorted highest first and disjoint with gaps ≥ 1
-/// (at most [`MAX_ACK_RANGES`]; extra ranges are left out). On error nothing is committed
-/// except what `w` already holds before the call; callers size `w` with [`ack_len`].
+/// (at most [`MAX_ACK_RANGES`]; extra ranges are left out). Atomic like [`encode_frame`];
+/// [`ack_len`] gives the size.
 pub fn encode_ack(
+    ack_delay_us: u64,
+    window: u64,
+    ranges: &[(u64, u64)],
+    w: &mut Writer<'_>,
+) -> Result<(), WireError> {
+    let start = w.pos;
+    let res = encode_ack_inner(ack_delay_us, window, ranges, w);
+    if res.is_err() {
+        w.pos = start;
+    }
+    res
+}
+
+fn encode_ack_inner(
     ack_delay_us: u64,
     window: u64,
     ranges: &[(u64, u64)],
