@@ -129,6 +129,8 @@ pub struct Endpoint {
     events: VecDeque<(ConnectionHandle, Event)>,
     budget: Budget,
     stats: EndpointStats,
+    /// Worker index stamped into every connection id this endpoint allocates.
+    worker_tag: Option<u8>,
 }
 
 impl Endpoint {
@@ -162,7 +164,15 @@ impl Endpoint {
             events: VecDeque::new(),
             budget,
             stats: EndpointStats::default(),
+            worker_tag: None,
         }
+    }
+
+    /// Stamp `worker` (below 256) into every connection id allocated from now on, so a
+    /// datagram that reaches another worker of the same server can be forwarded to its owner
+    /// ([`worker_of_cid`]).
+    pub fn set_worker_tag(&mut self, worker: u8) {
+        self.worker_tag = Some(worker);
     }
 
     /// Counters.
@@ -212,7 +222,11 @@ impl Endpoint {
                 (self.slots.len() - 1) as u32
             }
         };
-        let generation: u32 = self.rng.random::<u32>() | 1;
+        let mut generation: u32 = self.rng.random::<u32>() | 1;
+        if let Some(tag) = self.worker_tag {
+            // The owner's index in the low byte (see `worker_of_cid`); bit 8 keeps it non-zero.
+            generation = (generation & !0x1ff) | 0x100 | u32::from(tag);
+        }
         (
             idx,
             ConnectionId((u64::from(generation) << 32) | u64::from(idx)),
@@ -658,4 +672,10 @@ impl Endpoint {
 
 fn constant_time_eq(a: &[u8; COOKIE_LEN], b: &[u8; COOKIE_LEN]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The worker index stamped into `cid` by an endpoint with a worker tag
+/// ([`Endpoint::set_worker_tag`]).
+pub fn worker_of_cid(cid: ConnectionId) -> u8 {
+    ((cid.0 >> 32) & 0xff) as u8
 }

@@ -67,7 +67,9 @@ mod stats;
 
 pub use crate::wire::{CloseReason, ConnectionId};
 pub use connection::{Connection, ConnectionState};
-pub use endpoint::{ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig};
+pub use endpoint::{
+    worker_of_cid, ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig,
+};
 pub use stats::{ConnectionStats, DropCause, DropCounters};
 
 /// Delivery guarantees of a channel.
