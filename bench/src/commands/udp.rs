@@ -1,0 +1,152 @@
+//! `bench udp`: closed-loop UDP echo runs, side by side in one invocation.
+
+use anyhow::Result;
+use clap::Args;
+
+use super::Global;
+use crate::host::UtcTime;
+use crate::output::{result_file, server_notes, udp_table, write_result};
+use crate::schema::{UdpConfig, UdpRun};
+use crate::udp::run::{run_udp, validate};
+
+/// Flags of `bench udp`. List flags (comma-separated) run every combination, one after another,
+/// into one result file.
+#[derive(Debug, Clone, Args)]
+pub struct UdpArgs {
+    /// Datagram payload in bytes (at least the 32-byte header).
+    #[arg(long, default_value_t = 1024)]
+    pub payload: usize,
+    /// Client threads, one socket each.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// Messages in flight per client (list).
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    pub window: Vec<usize>,
+    /// Ricochet IO model (list): per-core or shared.
+    #[arg(long, value_delimiter = ',', default_value = "per-core", value_parser = ["per-core", "shared"])]
+    pub io_model: Vec<String>,
+    /// Server threads (0: one per core).
+    #[arg(long, default_value_t = 2)]
+    pub io_threads: usize,
+    /// Ricochet backend (list): auto, uring or mmsg.
+    #[arg(long, value_delimiter = ',', default_value = "auto", value_parser = ["auto", "uring", "mmsg"])]
+    pub backend: Vec<String>,
+    /// Busy work per message in the server's handler, ns.
+    #[arg(long, default_value_t = 0)]
+    pub work: u64,
+    /// Warm-up, seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Measured phase, seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Longest wait for in-flight messages after each phase, seconds.
+    #[arg(long, default_value_t = 0.5)]
+    pub drain: f64,
+    /// Address family of the loopback sockets.
+    #[arg(long, default_value = "ipv4", value_parser = ["ipv4", "ipv6"])]
+    pub address_family: String,
+    /// Ricochet idle strategy.
+    #[arg(long, default_value = "balanced", value_parser = ["spin", "park", "balanced"])]
+    pub idle: String,
+    /// Echo server (list): ricochet or tokio.
+    #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "tokio"])]
+    pub server: Vec<String>,
+    /// Messages per client per phase (ends a phase early; exact counts for tests).
+    #[arg(long)]
+    pub messages: Option<u64>,
+    /// Receive buffer for every socket, bytes (0: OS default).
+    #[arg(long, default_value_t = 4 << 20)]
+    pub recv_buffer: usize,
+    /// Send buffer for every socket, bytes (0: OS default).
+    #[arg(long, default_value_t = 0)]
+    pub send_buffer: usize,
+}
+
+/// A short table label for a configuration.
+pub fn label(cfg: &UdpConfig, with_window: bool) -> String {
+    let mut s = match cfg.server.as_str() {
+        "tokio" => format!("tokio ×{}", cfg.io_threads),
+        _ => format!(
+            "ricochet {} ×{} {}",
+            cfg.io_model, cfg.io_threads, cfg.backend
+        ),
+    };
+    if with_window {
+        s.push_str(&format!(" w{}", cfg.window));
+    }
+    s
+}
+
+impl UdpArgs {
+    /// Every configuration these flags ask for (tokio ignores IO model and backend, so it runs
+    /// once per window).
+    pub fn configs(&self) -> Vec<UdpConfig> {
+        let nonzero = |v: usize| (v > 0).then_some(v);
+        let mut out = Vec::new();
+        for &window in &self.window {
+            for server in &self.server {
+                let combos: Vec<(String, String)> = if server == "tokio" {
+                    vec![("shared".into(), "tokio".into())]
+                } else {
+                    self.io_model
+                        .iter()
+                        .flat_map(|m| self.backend.iter().map(move |b| (m.clone(), b.clone())))
+                        .collect()
+                };
+                for (io_model, backend) in combos {
+                    out.push(UdpConfig {
+                        payload: self.payload,
+                        clients: self.clients,
+                        window,
+                        server: server.clone(),
+                        io_model,
+                        io_threads: self.io_threads,
+                        backend,
+                        idle: self.idle.clone(),
+                        work_ns: self.work,
+                        warmup_s: self.warmup,
+                        seconds: self.seconds,
+                        drain_s: self.drain,
+                        messages: self.messages,
+                        address_family: self.address_family.clone(),
+                        recv_buffer: nonzero(self.recv_buffer),
+                        send_buffer: nonzero(self.send_buffer),
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Run each configuration in turn, printing its row as it finishes.
+pub fn run_configs(configs: &[UdpConfig]) -> Vec<UdpRun> {
+    let many_windows = configs.iter().any(|c| c.window != configs[0].window);
+    let mut runs = Vec::with_capacity(configs.len());
+    for cfg in configs {
+        let l = label(cfg, many_windows);
+        eprintln!(
+            "running {l}: {} B, {} clients × window {}, {} s ...",
+            cfg.payload, cfg.clients, cfg.window, cfg.seconds
+        );
+        runs.push(run_udp(cfg, &l));
+    }
+    runs
+}
+
+/// `bench udp`.
+pub fn run(args: &UdpArgs, global: &Global) -> Result<bool> {
+    let configs = args.configs();
+    for c in &configs {
+        validate(c)?;
+    }
+    let started = UtcTime::now();
+    let runs = run_configs(&configs);
+    print!("{}", udp_table(&runs));
+    print!("{}", server_notes(&runs));
+    let file = result_file("udp", &started, runs);
+    let ok = file.ok;
+    write_result(&file, &global.path_for("udp", &started))?;
+    Ok(ok)
+}
