@@ -140,6 +140,8 @@ struct Client {
     out: Vec<u8>,
     inbuf: Vec<u8>,
     round_trips: u64,
+    /// Measured-phase echoes count as round trips until this instant.
+    measured_deadline: Option<Instant>,
 }
 
 impl Client {
@@ -162,7 +164,17 @@ impl Client {
         match self.socket.recv(&mut self.inbuf) {
             Ok(n) => {
                 let now = self.now_ns();
-                Some(self.tracker.on_echo(&self.inbuf[..n], now, current))
+                let echo = self.tracker.on_echo(&self.inbuf[..n], now, current);
+                if let Echo::Fresh {
+                    phase: Phase::Measured,
+                    ..
+                } = echo
+                {
+                    if self.measured_deadline.is_some_and(|d| Instant::now() < d) {
+                        self.round_trips += 1;
+                    }
+                }
+                Some(echo)
             }
             Err(e)
                 if matches!(
@@ -187,6 +199,9 @@ impl Client {
     fn run_phase(&mut self, phase: Phase, length: Duration) {
         let start = Instant::now();
         let deadline = start + length;
+        if phase == Phase::Measured {
+            self.measured_deadline = Some(deadline);
+        }
         let budget = self.plan.messages.unwrap_or(u64::MAX);
         let mut sent = 0u64;
         while sent < budget && (sent as usize) < self.plan.window {
@@ -197,15 +212,8 @@ impl Client {
             if Instant::now() >= deadline {
                 break;
             }
-            let echo = self.recv(phase);
-            let released = match echo {
-                Some(Echo::Fresh { phase: p, .. }) => {
-                    if p == Phase::Measured && phase == Phase::Measured && Instant::now() < deadline
-                    {
-                        self.round_trips += 1;
-                    }
-                    true
-                }
+            let released = match self.recv(phase) {
+                Some(Echo::Fresh { .. }) => true,
                 Some(Echo::ContentError { settled }) => settled,
                 _ => false,
             };
@@ -266,6 +274,7 @@ pub fn run_client(plan: ClientPlan, sync: Sync) -> ClientOutcome {
         inbuf: vec![0u8; 65_536],
         socket,
         round_trips: 0,
+        measured_deadline: None,
         plan,
     };
     let drain = c.plan.drain;
