@@ -120,6 +120,8 @@ pub struct UdpConfig {
     pub recv_buffer: Option<usize>,
     /// Send buffer requested for every socket, bytes.
     pub send_buffer: Option<usize>,
+    /// Client datagram I/O: `mmsg` (`sendmmsg`/`recvmmsg` batches) or `std` (one call each).
+    pub client_io: String,
 }
 
 /// Counts for one phase, summed over clients.

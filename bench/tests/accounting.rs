@@ -111,6 +111,7 @@ fn config(clients: usize, window: usize, messages: u64) -> UdpConfig {
         address_family: "ipv4".into(),
         recv_buffer: None,
         send_buffer: None,
+        client_io: "mmsg".into(),
     }
 }
 

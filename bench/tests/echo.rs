@@ -22,6 +22,7 @@ fn config(server: &str, io_model: &str, threads: usize) -> UdpConfig {
         address_family: "ipv4".into(),
         recv_buffer: Some(1 << 20),
         send_buffer: None,
+        client_io: "mmsg".into(),
     }
 }
 

@@ -25,6 +25,7 @@ fn short_run() -> bench::schema::UdpRun {
         address_family: "ipv4".into(),
         recv_buffer: None,
         send_buffer: None,
+        client_io: "mmsg".into(),
     };
     run_udp(&cfg, "schema")
 }

@@ -7,6 +7,7 @@ use super::Global;
 use crate::host::UtcTime;
 use crate::output::{result_file, server_notes, udp_table, write_result};
 use crate::schema::UdpConfig;
+use crate::udp::client::ClientIo;
 
 use super::udp::{label, run_configs};
 
@@ -44,6 +45,7 @@ pub fn configs(args: &TourArgs) -> Vec<UdpConfig> {
         address_family: "ipv4".into(),
         recv_buffer: Some(4 << 20),
         send_buffer: None,
+        client_io: ClientIo::default_name().into(),
     };
     let tokio = UdpConfig {
         server: "tokio".into(),

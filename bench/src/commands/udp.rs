@@ -7,6 +7,7 @@ use super::Global;
 use crate::host::UtcTime;
 use crate::output::{result_file, server_notes, udp_table, write_result};
 use crate::schema::{UdpConfig, UdpRun};
+use crate::udp::client::ClientIo;
 use crate::udp::run::{run_udp, validate};
 
 /// Flags of `bench udp`. List flags (comma-separated) run every combination, one after another,
@@ -61,6 +62,9 @@ pub struct UdpArgs {
     /// Send buffer for every socket, bytes (0: OS default).
     #[arg(long, default_value_t = 0)]
     pub send_buffer: usize,
+    /// Client datagram I/O: mmsg (sendmmsg/recvmmsg batches, Linux) or std (one call each).
+    #[arg(long, default_value = ClientIo::default_name(), value_parser = ["mmsg", "std"])]
+    pub client_io: String,
 }
 
 /// A short table label for a configuration.
@@ -112,6 +116,7 @@ impl UdpArgs {
                         address_family: self.address_family.clone(),
                         recv_buffer: nonzero(self.recv_buffer),
                         send_buffer: nonzero(self.send_buffer),
+                        client_io: self.client_io.clone(),
                     });
                 }
             }

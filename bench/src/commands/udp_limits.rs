@@ -8,6 +8,7 @@ use super::Global;
 use crate::host::UtcTime;
 use crate::output::{loss_table, result_file, write_result};
 use crate::schema::UdpConfig;
+use crate::udp::client::ClientIo;
 use crate::udp::run::run_udp;
 
 /// Flags of `bench udp-limits` (defaults: the reference matrix).
@@ -62,6 +63,9 @@ pub struct LimitsArgs {
     /// Send buffer for every socket, bytes (0: OS default).
     #[arg(long, default_value_t = 0)]
     pub send_buffer: usize,
+    /// Client datagram I/O: mmsg (sendmmsg/recvmmsg batches, Linux) or std (one call each).
+    #[arg(long, default_value = ClientIo::default_name(), value_parser = ["mmsg", "std"])]
+    pub client_io: String,
 }
 
 impl LimitsArgs {
@@ -93,6 +97,7 @@ impl LimitsArgs {
                         address_family: family.into(),
                         recv_buffer: nonzero(self.recv_buffer),
                         send_buffer: nonzero(self.send_buffer),
+                        client_io: self.client_io.clone(),
                     });
                 }
             }

@@ -47,6 +47,8 @@ pub struct ClientPlan {
     pub send_buffer: Option<usize>,
     /// Instant that `send_ns` in the header counts from.
     pub epoch: Instant,
+    /// How datagrams are sent and received.
+    pub io: ClientIo,
 }
 
 /// What one client measured.
@@ -133,93 +135,218 @@ pub fn open_client_socket(
     Ok((socket, info))
 }
 
+/// How a client moves its datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientIo {
+    /// `send` / `recv`, one system call per datagram.
+    Std,
+    /// `sendmmsg` / `recvmmsg`: refills and queued echoes in one call each (Linux).
+    Mmsg,
+}
+
+impl ClientIo {
+    /// Parse `std` or `mmsg`.
+    pub fn parse(s: &str) -> Option<ClientIo> {
+        match s {
+            "std" => Some(ClientIo::Std),
+            "mmsg" if cfg!(target_os = "linux") => Some(ClientIo::Mmsg),
+            _ => None,
+        }
+    }
+
+    /// The best the OS offers.
+    pub fn default_name() -> &'static str {
+        if cfg!(target_os = "linux") {
+            "mmsg"
+        } else {
+            "std"
+        }
+    }
+}
+
+enum Io {
+    Std {
+        out: Vec<u8>,
+        inbuf: Vec<u8>,
+    },
+    #[cfg(target_os = "linux")]
+    Mmsg {
+        tx: super::mmsg::Batch,
+        rx: super::mmsg::Batch,
+        seqs: Vec<u64>,
+    },
+}
+
+/// Most bytes of batch slots per direction per client (keeps 16 clients × 64 KiB payloads sane).
+const BATCH_BYTES: usize = 2 << 20;
+
 struct Client {
     plan: ClientPlan,
     socket: UdpSocket,
     tracker: Tracker,
-    out: Vec<u8>,
-    inbuf: Vec<u8>,
+    io: Io,
     round_trips: u64,
     /// Measured-phase echoes count as round trips until this instant.
     measured_deadline: Option<Instant>,
 }
 
-impl Client {
-    fn now_ns(&self) -> u64 {
-        u64::try_from(self.plan.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+/// Classify one datagram; returns true when it settled an outstanding message (a slot is free).
+fn settle(
+    tracker: &mut Tracker,
+    round_trips: &mut u64,
+    measured_deadline: Option<Instant>,
+    epoch: Instant,
+    data: &[u8],
+    current: Phase,
+) -> bool {
+    let now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    match tracker.on_echo(data, now, current) {
+        Echo::Fresh { phase, .. } => {
+            if phase == Phase::Measured && measured_deadline.is_some_and(|d| Instant::now() < d) {
+                *round_trips += 1;
+            }
+            true
+        }
+        Echo::ContentError { settled } => settled,
+        Echo::Duplicate | Echo::Late => false,
     }
+}
 
-    fn send(&mut self, phase: Phase) {
-        let now = self.now_ns();
-        let seq = self.tracker.on_send(phase, now);
-        write_message(&mut self.out, self.plan.client, seq, now, phase);
-        match self.socket.send(&self.out) {
-            Ok(n) if n == self.out.len() => {}
-            _ => self.tracker.on_send_failed(seq),
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+impl Client {
+    fn new(plan: ClientPlan, socket: UdpSocket, io: ClientIo) -> Client {
+        let io = match io {
+            #[cfg(target_os = "linux")]
+            ClientIo::Mmsg => {
+                // One more byte than the payload, so an over-long echo shows as a length error.
+                let slot = plan.payload + 1;
+                let slots = (BATCH_BYTES / slot).clamp(1, plan.window.clamp(1, 64));
+                Io::Mmsg {
+                    tx: super::mmsg::Batch::new(slots, slot),
+                    rx: super::mmsg::Batch::new(slots, slot),
+                    seqs: Vec::with_capacity(slots),
+                }
+            }
+            _ => Io::Std {
+                out: vec![0u8; plan.payload],
+                inbuf: vec![0u8; 65_536],
+            },
+        };
+        Client {
+            tracker: Tracker::new(plan.client, plan.payload),
+            socket,
+            io,
+            round_trips: 0,
+            measured_deadline: None,
+            plan,
         }
     }
 
-    /// Receive one datagram (or time out); returns what it was.
-    fn recv(&mut self, current: Phase) -> Option<Echo> {
-        match self.socket.recv(&mut self.inbuf) {
-            Ok(n) => {
-                let now = self.now_ns();
-                let echo = self.tracker.on_echo(&self.inbuf[..n], now, current);
-                if let Echo::Fresh {
-                    phase: Phase::Measured,
-                    ..
-                } = echo
-                {
-                    if self.measured_deadline.is_some_and(|d| Instant::now() < d) {
-                        self.round_trips += 1;
+    /// Send `n` new messages tagged `phase`.
+    fn send_n(&mut self, phase: Phase, n: u64) {
+        let client = self.plan.client;
+        let payload = self.plan.payload;
+        let epoch = self.plan.epoch;
+        let now_ns = move || u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        match &mut self.io {
+            Io::Std { out, .. } => {
+                for _ in 0..n {
+                    let now = now_ns();
+                    let seq = self.tracker.on_send(phase, now);
+                    write_message(out, client, seq, now, phase);
+                    match self.socket.send(out) {
+                        Ok(k) if k == out.len() => {}
+                        _ => self.tracker.on_send_failed(seq),
                     }
                 }
-                Some(echo)
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                None
+            #[cfg(target_os = "linux")]
+            Io::Mmsg { tx, seqs, .. } => {
+                let mut left = n;
+                while left > 0 {
+                    let k = left.min(tx.slots() as u64) as usize;
+                    seqs.clear();
+                    for i in 0..k {
+                        let now = now_ns();
+                        let seq = self.tracker.on_send(phase, now);
+                        write_message(tx.slot_mut(i, payload), client, seq, now, phase);
+                        seqs.push(seq);
+                    }
+                    let sent = tx.send(&self.socket, k).unwrap_or(0);
+                    for &seq in &seqs[sent.min(k)..] {
+                        self.tracker.on_send_failed(seq);
+                    }
+                    left -= k as u64;
+                }
             }
+        }
+    }
+
+    /// Receive what has arrived (waiting up to one receive slice); returns how many
+    /// outstanding messages were settled.
+    fn recv_some(&mut self, current: Phase) -> u64 {
+        let (epoch, deadline) = (self.plan.epoch, self.measured_deadline);
+        let result = match &mut self.io {
+            Io::Std { inbuf, .. } => self.socket.recv(inbuf).map(|n| {
+                u64::from(settle(
+                    &mut self.tracker,
+                    &mut self.round_trips,
+                    deadline,
+                    epoch,
+                    &inbuf[..n],
+                    current,
+                ))
+            }),
+            #[cfg(target_os = "linux")]
+            Io::Mmsg { rx, .. } => rx.recv(&self.socket).map(|n| {
+                (0..n)
+                    .filter(|&i| {
+                        settle(
+                            &mut self.tracker,
+                            &mut self.round_trips,
+                            deadline,
+                            epoch,
+                            rx.datagram(i),
+                            current,
+                        )
+                    })
+                    .count() as u64
+            }),
+        };
+        match result {
+            Ok(released) => released,
+            Err(e) if transient(&e) => 0,
             Err(_) => {
                 self.tracker.on_recv_error(current);
                 // An ICMP error (e.g. port unreachable) is reported once; don't spin on it.
                 std::thread::sleep(Duration::from_millis(1));
-                None
+                0
             }
         }
     }
 
-    /// Run one phase until its deadline or its message count; returns nothing, counts in tracker.
+    /// Run one phase until its deadline or its message count.
     fn run_phase(&mut self, phase: Phase, length: Duration) {
-        let start = Instant::now();
-        let deadline = start + length;
+        let deadline = Instant::now() + length;
         if phase == Phase::Measured {
             self.measured_deadline = Some(deadline);
         }
         let budget = self.plan.messages.unwrap_or(u64::MAX);
-        let mut sent = 0u64;
-        while sent < budget && (sent as usize) < self.plan.window {
-            self.send(phase);
-            sent += 1;
-        }
-        while sent < budget {
-            if Instant::now() >= deadline {
-                break;
-            }
-            let released = match self.recv(phase) {
-                Some(Echo::Fresh { .. }) => true,
-                Some(Echo::ContentError { settled }) => settled,
-                _ => false,
-            };
-            if released && Instant::now() < deadline {
-                self.send(phase);
-                sent += 1;
+        let first = budget.min(self.plan.window as u64);
+        self.send_n(phase, first);
+        let mut sent = first;
+        while sent < budget && Instant::now() < deadline {
+            let released = self.recv_some(phase);
+            if released > 0 && Instant::now() < deadline {
+                let k = released.min(budget - sent);
+                self.send_n(phase, k);
+                sent += k;
             }
         }
     }
@@ -232,13 +359,9 @@ impl Client {
             if refill && self.tracker.outstanding_in(Phase::Measured) == 0 {
                 return;
             }
-            let released = match self.recv(Phase::Drain) {
-                Some(Echo::Fresh { .. }) => true,
-                Some(Echo::ContentError { settled }) => settled,
-                _ => false,
-            };
-            if refill && released && self.tracker.outstanding_in(Phase::Measured) > 0 {
-                self.send(Phase::Drain);
+            let released = self.recv_some(Phase::Drain);
+            if refill && released > 0 && self.tracker.outstanding_in(Phase::Measured) > 0 {
+                self.send_n(Phase::Drain, released);
             }
         }
     }
@@ -268,15 +391,8 @@ pub fn run_client(plan: ClientPlan, sync: Sync) -> ClientOutcome {
             };
         }
     };
-    let mut c = Client {
-        tracker: Tracker::new(plan.client, plan.payload),
-        out: vec![0u8; plan.payload],
-        inbuf: vec![0u8; 65_536],
-        socket,
-        round_trips: 0,
-        measured_deadline: None,
-        plan,
-    };
+    let io = plan.io;
+    let mut c = Client::new(plan, socket, io);
     let drain = c.plan.drain;
     sync.start_warmup.wait();
     if !c.plan.warmup.is_zero() {

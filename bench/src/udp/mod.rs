@@ -2,6 +2,8 @@
 
 pub mod client;
 pub mod message;
+#[cfg(target_os = "linux")]
+pub mod mmsg;
 #[cfg(feature = "engine")]
 pub mod ricochet_server;
 pub mod run;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 
-use super::client::{run_client, ClientOutcome, ClientPlan, Sync};
+use super::client::{run_client, ClientIo, ClientOutcome, ClientPlan, Sync};
 use super::message::HEADER_LEN;
 use super::server::{loopback, EchoServer, TokioServer};
 use super::tracker::new_rtt_histogram;
@@ -53,6 +53,12 @@ pub fn validate(cfg: &UdpConfig) -> Result<()> {
         if !v.is_finite() || !(0.0..=86_400.0).contains(&v) {
             bail!("{name} must be between 0 and 86400 s, got {v}");
         }
+    }
+    if ClientIo::parse(&cfg.client_io).is_none() {
+        bail!(
+            "client I/O {:?}: expected mmsg (Linux) or std",
+            cfg.client_io
+        );
     }
     if cfg.seconds <= 0.0 {
         bail!("seconds must be positive");
@@ -133,6 +139,17 @@ pub fn run_udp_against(cfg: &UdpConfig, label: &str, server: Box<dyn EchoServer>
     let target: SocketAddr = server.local_addr();
     let sync = Sync::new(cfg.clients);
     let epoch = Instant::now();
+    let Some(io) = ClientIo::parse(&cfg.client_io) else {
+        let _ = server.shutdown();
+        return empty_run(
+            cfg,
+            label,
+            format!(
+                "client I/O {:?}: expected mmsg (Linux) or std",
+                cfg.client_io
+            ),
+        );
+    };
     let kernel_before = crate::kernel::snapshot();
     let mut handles = Vec::with_capacity(cfg.clients);
     let mut errors = Vec::new();
@@ -149,6 +166,7 @@ pub fn run_udp_against(cfg: &UdpConfig, label: &str, server: Box<dyn EchoServer>
             recv_buffer: cfg.recv_buffer,
             send_buffer: cfg.send_buffer,
             epoch,
+            io,
         };
         let s = sync.clone();
         match std::thread::Builder::new()
