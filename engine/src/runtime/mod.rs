@@ -14,6 +14,7 @@ mod counters;
 mod error;
 pub mod timer;
 mod udp;
+mod worker;
 
 pub use config::{IdleStrategy, IoModel, UdpServerConfig};
 pub use counters::WorkerCounters;
