@@ -1,18 +1,9 @@
-//! Kernel UDP/IP counters around a run, from the platform's [`KernelCounters`].
+//! Kernel UDP/IP counters around a run, from the platform's [`KernelCounters`](Platform).
 
-#[cfg(feature = "engine")]
 use ricochet_platform::KernelCounters as Platform;
 
-/// Without the engine feature there is no platform crate, so no counters.
-#[cfg(not(feature = "engine"))]
-#[derive(Debug, Clone, Copy)]
-pub struct Platform;
+use crate::schema::{KernelCounters, KernelSnapshot};
 
-use crate::schema::KernelCounters;
-#[cfg(feature = "engine")]
-use crate::schema::KernelSnapshot;
-
-#[cfg(feature = "engine")]
 fn convert(k: &Platform) -> KernelSnapshot {
     KernelSnapshot {
         udp_in_datagrams: k.udp_in_datagrams + k.udp6_in_datagrams,
@@ -31,27 +22,13 @@ fn convert(k: &Platform) -> KernelSnapshot {
 }
 
 /// Read the system's counters now; `None` where the OS does not provide them.
-#[cfg(feature = "engine")]
 pub fn snapshot() -> Option<Platform> {
     Platform::snapshot()
         .ok()
         .filter(|k| k.udp_available || k.udp6_available)
 }
 
-/// Read the system's counters now (never, without the engine feature).
-#[cfg(not(feature = "engine"))]
-pub fn snapshot() -> Option<Platform> {
-    None
-}
-
 /// Before, after and delta, when both snapshots exist.
-#[cfg(not(feature = "engine"))]
-pub fn around(_before: Option<Platform>, _after: Option<Platform>) -> Option<KernelCounters> {
-    None
-}
-
-/// Before, after and delta, when both snapshots exist.
-#[cfg(feature = "engine")]
 pub fn around(before: Option<Platform>, after: Option<Platform>) -> Option<KernelCounters> {
     let (b, a) = (before?, after?);
     Some(KernelCounters {

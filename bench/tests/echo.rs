@@ -63,3 +63,48 @@ fn invalid_configuration_is_reported_not_dropped() {
     assert!(run.errors[0].contains("65507"), "{:?}", run.errors);
     assert!(run.server.is_none());
 }
+
+#[test]
+fn ricochet_both_io_models_one_and_two_workers() {
+    for model in ["per-core", "shared"] {
+        for workers in [1, 2] {
+            let cfg = config("ricochet", model, workers);
+            assert_clean(&cfg);
+            let run = run_udp(&cfg, "workers");
+            let server = run.server.unwrap();
+            assert_eq!(server.io_model, model);
+            assert_eq!(server.threads, workers);
+            assert_eq!(server.workers.len(), workers);
+            let echoed: u64 = server.workers.iter().map(|w| w.datagrams_out).sum();
+            // Warm-up and measured messages all came back through the workers.
+            assert_eq!(
+                echoed,
+                run.phases.warmup.sent + run.phases.measured.sent,
+                "{model} ×{workers}"
+            );
+            let sockets = if model == "per-core" { workers } else { 1 };
+            assert_eq!(server.sockets.len(), sockets);
+        }
+    }
+}
+
+#[test]
+fn ricochet_every_local_backend() {
+    for backend in ["mmsg", "uring"] {
+        let mut cfg = config("ricochet", "per-core", 1);
+        cfg.backend = backend.into();
+        let run = run_udp(&cfg, backend);
+        // io_uring may be unavailable on a host (then the server says why and the run is not ok);
+        // where it starts, the echo must be exact.
+        if let Some(s) = &run.server {
+            assert!(run.ok, "{backend}: {:?}", run.errors);
+            assert_eq!(s.backend, backend, "{}", s.selection_reason);
+        } else {
+            assert!(
+                run.errors[0].contains("server failed to start"),
+                "{:?}",
+                run.errors
+            );
+        }
+    }
+}

@@ -4,7 +4,6 @@ pub mod client;
 pub mod message;
 #[cfg(target_os = "linux")]
 pub mod mmsg;
-#[cfg(feature = "engine")]
 pub mod ricochet_server;
 pub mod run;
 pub mod server;

@@ -85,10 +85,7 @@ pub fn start_server(cfg: &UdpConfig) -> Result<Box<dyn EchoServer>> {
             cfg.recv_buffer,
             cfg.send_buffer,
         )?)),
-        #[cfg(feature = "engine")]
         "ricochet" => super::ricochet_server::start(cfg, addr),
-        #[cfg(not(feature = "engine"))]
-        "ricochet" => bail!("this build has no engine (built without the `engine` feature)"),
         other => bail!("server {other:?}: expected ricochet or tokio"),
     }
 }
