@@ -100,9 +100,9 @@ pub struct UdpConfig {
     pub io_model: String,
     /// Server threads requested (0: one per core).
     pub io_threads: usize,
-    /// Backend requested: `auto`, `uring` or `mmsg` (ricochet only).
+    /// Backend requested: `auto`, `uring` or `mmsg` (ricochet; `tokio` for tokio).
     pub backend: String,
-    /// Idle strategy: `spin`, `park` or `balanced` (ricochet only).
+    /// Idle strategy: `spin`, `park` or `balanced` (ricochet; `n/a` for tokio).
     pub idle: String,
     /// Busy work per message in the server's handler, ns.
     pub work_ns: u64,

@@ -51,6 +51,7 @@ pub fn configs(args: &TourArgs) -> Vec<UdpConfig> {
         server: "tokio".into(),
         io_model: "shared".into(),
         backend: "tokio".into(),
+        idle: "n/a".into(),
         ..base.clone()
     };
     vec![base, tokio]
@@ -72,8 +73,8 @@ pub fn run(args: &TourArgs, global: &Global) -> Result<bool> {
         if t.round_trips_per_s > 0.0 {
             println!(
                 "{} vs {}: {:.2}× the round trips/s",
-                label(&r.config, false),
-                label(&t.config, false),
+                label(&r.config, false, false),
+                label(&t.config, false, false),
                 r.round_trips_per_s / t.round_trips_per_s
             );
         }

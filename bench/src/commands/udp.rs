@@ -47,9 +47,9 @@ pub struct UdpArgs {
     /// Address family of the loopback sockets.
     #[arg(long, default_value = "ipv4", value_parser = ["ipv4", "ipv6"])]
     pub address_family: String,
-    /// Ricochet idle strategy.
-    #[arg(long, default_value = "balanced", value_parser = ["spin", "park", "balanced"])]
-    pub idle: String,
+    /// Ricochet idle strategy (list): spin, park or balanced.
+    #[arg(long, value_delimiter = ',', default_value = "balanced", value_parser = ["spin", "park", "balanced"])]
+    pub idle: Vec<String>,
     /// Echo server (list): ricochet or tokio.
     #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "tokio"])]
     pub server: Vec<String>,
@@ -62,13 +62,13 @@ pub struct UdpArgs {
     /// Send buffer for every socket, bytes (0: OS default).
     #[arg(long, default_value_t = 0)]
     pub send_buffer: usize,
-    /// Client datagram I/O: mmsg (sendmmsg/recvmmsg batches, Linux) or std (one call each).
-    #[arg(long, default_value = ClientIo::default_name(), value_parser = ["mmsg", "std"])]
-    pub client_io: String,
+    /// Client datagram I/O (list): mmsg (sendmmsg/recvmmsg batches, Linux) or std (one call each).
+    #[arg(long, value_delimiter = ',', default_value = ClientIo::default_name(), value_parser = ["mmsg", "std"])]
+    pub client_io: Vec<String>,
 }
 
 /// A short table label for a configuration.
-pub fn label(cfg: &UdpConfig, with_window: bool) -> String {
+pub fn label(cfg: &UdpConfig, with_window: bool, with_client_io: bool) -> String {
     let mut s = match cfg.server.as_str() {
         "tokio" => format!("tokio ×{}", cfg.io_threads),
         _ => format!(
@@ -79,6 +79,9 @@ pub fn label(cfg: &UdpConfig, with_window: bool) -> String {
     if with_window {
         s.push_str(&format!(" w{}", cfg.window));
     }
+    if with_client_io {
+        s.push_str(&format!(" ({} clients)", cfg.client_io));
+    }
     s
 }
 
@@ -88,36 +91,43 @@ impl UdpArgs {
     pub fn configs(&self) -> Vec<UdpConfig> {
         let nonzero = |v: usize| (v > 0).then_some(v);
         let mut out = Vec::new();
-        for &window in &self.window {
-            for server in &self.server {
-                let combos: Vec<(String, String)> = if server == "tokio" {
-                    vec![("shared".into(), "tokio".into())]
-                } else {
-                    self.io_model
-                        .iter()
-                        .flat_map(|m| self.backend.iter().map(move |b| (m.clone(), b.clone())))
-                        .collect()
-                };
-                for (io_model, backend) in combos {
-                    out.push(UdpConfig {
-                        payload: self.payload,
-                        clients: self.clients,
-                        window,
-                        server: server.clone(),
-                        io_model,
-                        io_threads: self.io_threads,
-                        backend,
-                        idle: self.idle.clone(),
-                        work_ns: self.work,
-                        warmup_s: self.warmup,
-                        seconds: self.seconds,
-                        drain_s: self.drain,
-                        messages: self.messages,
-                        address_family: self.address_family.clone(),
-                        recv_buffer: nonzero(self.recv_buffer),
-                        send_buffer: nonzero(self.send_buffer),
-                        client_io: self.client_io.clone(),
-                    });
+        for client_io in &self.client_io {
+            for &window in &self.window {
+                for server in &self.server {
+                    let combos: Vec<(String, String, String)> = if server == "tokio" {
+                        vec![("shared".into(), "tokio".into(), "n/a".into())]
+                    } else {
+                        let mut v = Vec::new();
+                        for m in &self.io_model {
+                            for b in &self.backend {
+                                for i in &self.idle {
+                                    v.push((m.clone(), b.clone(), i.clone()));
+                                }
+                            }
+                        }
+                        v
+                    };
+                    for (io_model, backend, idle) in combos {
+                        out.push(UdpConfig {
+                            payload: self.payload,
+                            clients: self.clients,
+                            window,
+                            server: server.clone(),
+                            io_model,
+                            io_threads: self.io_threads,
+                            backend,
+                            idle,
+                            work_ns: self.work,
+                            warmup_s: self.warmup,
+                            seconds: self.seconds,
+                            drain_s: self.drain,
+                            messages: self.messages,
+                            address_family: self.address_family.clone(),
+                            recv_buffer: nonzero(self.recv_buffer),
+                            send_buffer: nonzero(self.send_buffer),
+                            client_io: client_io.clone(),
+                        });
+                    }
                 }
             }
         }
@@ -127,10 +137,14 @@ impl UdpArgs {
 
 /// Run each configuration in turn, printing its row as it finishes.
 pub fn run_configs(configs: &[UdpConfig]) -> Vec<UdpRun> {
-    let many_windows = configs.iter().any(|c| c.window != configs[0].window);
+    let Some(first) = configs.first() else {
+        return Vec::new();
+    };
+    let many_windows = configs.iter().any(|c| c.window != first.window);
+    let many_io = configs.iter().any(|c| c.client_io != first.client_io);
     let mut runs = Vec::with_capacity(configs.len());
     for cfg in configs {
-        let l = label(cfg, many_windows);
+        let l = label(cfg, many_windows, many_io);
         eprintln!(
             "running {l}: {} B, {} clients × window {}, {} s ...",
             cfg.payload, cfg.clients, cfg.window, cfg.seconds
