@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 /// The machine a run was made on.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostInfo {
     /// Short host name (`hostname -s`).
@@ -21,6 +21,9 @@ pub struct HostInfo {
     pub cpu_model: String,
     /// Logical CPUs this process may use.
     pub cores: usize,
+    /// 1, 5 and 15 minute load averages when the invocation started (other work on the machine
+    /// skews wall-clock figures); `null` where unavailable.
+    pub load_average: Option<[f64; 3]>,
 }
 
 /// The build that produced a result.
@@ -88,6 +91,14 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+fn load_average() -> Option<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut it = text
+        .split_whitespace()
+        .map(|x| x.parse::<f64>().ok().filter(|v| v.is_finite()));
+    Some([it.next()??, it.next()??, it.next()??])
+}
+
 impl HostInfo {
     /// Describe this machine.
     pub fn collect() -> HostInfo {
@@ -102,6 +113,7 @@ impl HostInfo {
             cores: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
+            load_average: load_average(),
         }
     }
 }

@@ -76,6 +76,9 @@ pub fn label(cfg: &UdpConfig, with_window: bool, with_client_io: bool) -> String
             cfg.io_model, cfg.io_threads, cfg.backend
         ),
     };
+    if cfg.server != "tokio" && cfg.idle != "balanced" {
+        s.push_str(&format!(" {}", cfg.idle));
+    }
     if with_window {
         s.push_str(&format!(" w{}", cfg.window));
     }
