@@ -219,6 +219,58 @@ impl SendBatch {
         }
     }
 
+    /// Mark the first `n` datagrams of the oldest pending entry as sent: for a GSO entry that a
+    /// backend had to send segment by segment and that the kernel took only partly. The entry
+    /// keeps its remaining segments; once none remain it is consumed.
+    pub fn consume_segments(&mut self, n: usize) {
+        if self.skip_segments(0, n) {
+            self.consume(1);
+        }
+    }
+
+    /// Drop the first `n` datagrams of the pending entry at `index` (0 = oldest), which a
+    /// backend sent segment by segment. Returns true when nothing of the entry is left (the
+    /// caller then removes it with [`consume`](Self::consume) or
+    /// [`remove_pending`](Self::remove_pending)).
+    pub fn skip_segments(&mut self, index: usize, n: usize) -> bool {
+        let Some(e) = self.entries.get_mut(self.head + index) else {
+            return false;
+        };
+        if n == 0 {
+            return e.len == 0;
+        }
+        let step = match e.segment_size {
+            Some(s) if s > 0 => s as usize,
+            _ => e.len.max(1),
+        };
+        let taken = n.saturating_mul(step).min(e.len);
+        e.offset += taken;
+        e.len -= taken;
+        e.len == 0 || e.segment_size.is_none()
+    }
+
+    /// Remove the pending entries for which `sent(index)` is true (index 0 = oldest pending),
+    /// keeping the others in order: for backends whose sends complete out of order. Returns
+    /// how many were removed. Allocation-free.
+    pub fn remove_pending(&mut self, mut sent: impl FnMut(usize) -> bool) -> usize {
+        if self.head > 0 {
+            self.entries.drain(..self.head);
+            self.head = 0;
+        }
+        let before = self.entries.len();
+        let mut i = 0;
+        self.entries.retain(|_| {
+            let keep = !sent(i);
+            i += 1;
+            keep
+        });
+        let removed = before - self.entries.len();
+        if self.entries.is_empty() {
+            self.clear();
+        }
+        removed
+    }
+
     /// Drop everything queued, keeping the storage.
     pub fn clear(&mut self) {
         self.buf.clear();
@@ -424,5 +476,40 @@ mod tests {
         b.push_segments(v4(), 1200, &vec![0u8; 3000]).unwrap();
         assert_eq!(b.pending()[0].datagrams(), 3);
         assert!(b.push_segments(v4(), 100, &vec![0u8; 100 * 65]).is_err());
+    }
+
+    #[test]
+    fn consume_segments_resumes_inside_a_gso_entry() {
+        let mut b = SendBatch::new(2);
+        let payload: Vec<u8> = (0..250u8).collect();
+        b.push_segments(v4(), 100, &payload).unwrap();
+        b.push(v4(), b"next").unwrap();
+        b.consume_segments(2);
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.payload(&b.pending()[0]), &payload[200..]);
+        assert_eq!(b.pending()[0].datagrams(), 1);
+        b.consume_segments(1);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b.payload(&b.pending()[0]), b"next");
+        b.consume_segments(1);
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn remove_pending_keeps_order_of_the_rest() {
+        let mut b = SendBatch::new(8);
+        for p in [&b"a"[..], b"b", b"c", b"d"] {
+            b.push(v4(), p).unwrap();
+        }
+        b.consume(1);
+        assert_eq!(b.remove_pending(|i| i == 1), 1);
+        let left: Vec<&[u8]> = b.pending().iter().map(|e| b.payload(e)).collect();
+        assert_eq!(left, vec![&b"b"[..], b"d"]);
+        let payload: Vec<u8> = (0..30u8).collect();
+        b.push_segments(v4(), 10, &payload).unwrap();
+        assert!(!b.skip_segments(2, 2));
+        assert_eq!(b.payload(&b.pending()[2]), &payload[20..]);
+        assert_eq!(b.remove_pending(|_| true), 3);
+        assert!(b.is_empty());
     }
 }

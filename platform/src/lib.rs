@@ -21,6 +21,9 @@ pub mod error;
 pub mod select;
 pub mod socket;
 
+#[cfg(unix)]
+mod sys;
+
 #[cfg(target_os = "linux")]
 pub mod linux;
 
@@ -36,5 +39,5 @@ pub use batch::{
 };
 pub use counters::KernelCounters;
 pub use error::{Error, Result};
-pub use select::{open, probe, Capabilities};
+pub use select::{open, probe, Capabilities, Capability};
 pub use socket::{bind, BoundSocket, PmtuDiscovery, SocketConfig, SocketInfo};

@@ -1,1 +1,331 @@
-//! placeholder, being written
+//! UDP socket setup: address family, `SO_REUSEPORT`, buffer sizes requested *and granted*,
+//! don't-fragment / path-MTU discovery, and per-socket drop counting.
+
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use crate::error::{Error, Result};
+
+/// What the socket does about IP fragmentation and path-MTU discovery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PmtuDiscovery {
+    /// Set the don't-fragment bit and let the kernel track the path MTU; a send larger than
+    /// the known path MTU fails (`EMSGSIZE`) instead of being fragmented.
+    Do,
+    /// Never set the don't-fragment bit: the kernel fragments large datagrams.
+    Dont,
+    /// Leave the operating system's default alone.
+    #[default]
+    OsDefault,
+}
+
+/// How to bind a UDP socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketConfig {
+    /// Local address; port 0 picks a free port. An IPv6 address gives an IPv6-only socket.
+    pub addr: SocketAddr,
+    /// Set `SO_REUSEPORT` so several sockets (one per worker) share the address.
+    pub reuse_port: bool,
+    /// Receive buffer size to ask for (`None`: the OS default).
+    pub recv_buffer: Option<usize>,
+    /// Send buffer size to ask for (`None`: the OS default).
+    pub send_buffer: Option<usize>,
+    /// Don't-fragment / PMTU discovery setting.
+    pub pmtu: PmtuDiscovery,
+    /// Ask the kernel to count datagrams dropped for lack of buffer space (`SO_RXQ_OVFL`).
+    pub count_drops: bool,
+}
+
+impl SocketConfig {
+    /// A configuration for `addr` with OS-default buffers, no `SO_REUSEPORT`, the OS's PMTU
+    /// setting and drop counting on.
+    pub fn new(addr: SocketAddr) -> Self {
+        SocketConfig {
+            addr,
+            reuse_port: false,
+            recv_buffer: None,
+            send_buffer: None,
+            pmtu: PmtuDiscovery::OsDefault,
+            count_drops: true,
+        }
+    }
+}
+
+/// What the socket ended up with. Buffer sizes are what `getsockopt` reports (Linux reports
+/// twice the requested value, to account for its bookkeeping overhead).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketInfo {
+    /// The bound address (with the real port when port 0 was asked for).
+    pub local_addr: SocketAddr,
+    /// Receive buffer size asked for, if any.
+    pub recv_buffer_requested: Option<usize>,
+    /// Receive buffer size the kernel reports.
+    pub recv_buffer_granted: usize,
+    /// Send buffer size asked for, if any.
+    pub send_buffer_requested: Option<usize>,
+    /// Send buffer size the kernel reports.
+    pub send_buffer_granted: usize,
+    /// The buffer sizes were set with `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` (privileged, ignores
+    /// `net.core.rmem_max`/`wmem_max`).
+    pub buffers_forced: bool,
+    /// `SO_REUSEPORT` is set.
+    pub reuse_port: bool,
+    /// The PMTU discovery setting applied.
+    pub pmtu: PmtuDiscovery,
+    /// The kernel counts this socket's dropped datagrams (`SO_RXQ_OVFL`).
+    pub drop_counting: bool,
+}
+
+/// A bound, non-blocking UDP socket and what it was granted.
+#[derive(Debug)]
+pub struct BoundSocket {
+    socket: Socket,
+    info: SocketInfo,
+}
+
+impl BoundSocket {
+    /// The socket.
+    pub fn socket(&self) -> &Socket {
+        &self.socket
+    }
+
+    /// What the socket was granted.
+    pub fn info(&self) -> &SocketInfo {
+        &self.info
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.info.local_addr
+    }
+
+    /// A second handle to the same socket (`dup`), e.g. for the shared IO model where several
+    /// threads each run a backend on one socket.
+    pub fn try_clone(&self) -> Result<BoundSocket> {
+        Ok(BoundSocket {
+            socket: self
+                .socket
+                .try_clone()
+                .map_err(|e| Error::io("dup socket", e))?,
+            info: self.info.clone(),
+        })
+    }
+
+    /// Take the socket apart.
+    pub fn into_parts(self) -> (Socket, SocketInfo) {
+        (self.socket, self.info)
+    }
+}
+
+impl AsRawFd for BoundSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+}
+
+/// Bind a non-blocking UDP socket as `cfg` says and report what the kernel granted.
+pub fn bind(cfg: &SocketConfig) -> Result<BoundSocket> {
+    let domain = match cfg.addr {
+        SocketAddr::V4(_) => Domain::IPV4,
+        SocketAddr::V6(_) => Domain::IPV6,
+    };
+    let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))
+        .map_err(|e| Error::io("socket", e))?;
+    if cfg.addr.is_ipv6() {
+        socket
+            .set_only_v6(true)
+            .map_err(|e| Error::io("IPV6_V6ONLY", e))?;
+    }
+    socket
+        .set_nonblocking(true)
+        .map_err(|e| Error::io("set non-blocking", e))?;
+    if cfg.reuse_port {
+        set_reuse_port(&socket)?;
+    }
+    let mut buffers_forced = false;
+    if let Some(size) = cfg.recv_buffer {
+        buffers_forced |= set_buffer(&socket, size, true)?;
+    }
+    if let Some(size) = cfg.send_buffer {
+        buffers_forced |= set_buffer(&socket, size, false)?;
+    }
+    set_pmtu(&socket, cfg.addr.is_ipv6(), cfg.pmtu)?;
+    let drop_counting = cfg.count_drops && enable_drop_counting(&socket)?;
+    socket
+        .bind(&cfg.addr.into())
+        .map_err(|e| Error::io("bind", e))?;
+
+    let local_addr = socket
+        .local_addr()
+        .map_err(|e| Error::io("getsockname", e))?
+        .as_socket()
+        .ok_or_else(|| Error::InvalidConfig("bound socket has no IP address".into()))?;
+    let info = SocketInfo {
+        local_addr,
+        recv_buffer_requested: cfg.recv_buffer,
+        recv_buffer_granted: socket
+            .recv_buffer_size()
+            .map_err(|e| Error::io("getsockopt SO_RCVBUF", e))?,
+        send_buffer_requested: cfg.send_buffer,
+        send_buffer_granted: socket
+            .send_buffer_size()
+            .map_err(|e| Error::io("getsockopt SO_SNDBUF", e))?,
+        buffers_forced,
+        reuse_port: cfg.reuse_port,
+        pmtu: cfg.pmtu,
+        drop_counting,
+    };
+    Ok(BoundSocket { socket, info })
+}
+
+fn set_reuse_port(socket: &Socket) -> Result<()> {
+    #[cfg(unix)]
+    {
+        socket
+            .set_reuse_port(true)
+            .map_err(|e| Error::io("SO_REUSEPORT", e))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = socket;
+        Err(Error::InvalidConfig(
+            "SO_REUSEPORT is not supported on this OS".into(),
+        ))
+    }
+}
+
+/// Set a buffer size; on Linux try the privileged `*BUFFORCE` option first (it ignores the
+/// `rmem_max`/`wmem_max` caps) and fall back to the plain one. Returns whether it was forced.
+fn set_buffer(socket: &Socket, size: usize, recv: bool) -> Result<bool> {
+    let value = libc::c_int::try_from(size)
+        .map_err(|_| Error::InvalidConfig(format!("buffer size {size} is too large")))?;
+    #[cfg(target_os = "linux")]
+    {
+        let force = if recv {
+            libc::SO_RCVBUFFORCE
+        } else {
+            libc::SO_SNDBUFFORCE
+        };
+        // Only root (CAP_NET_ADMIN) may force; others get EPERM and use the capped option.
+        if crate::sys::set_int(socket.as_raw_fd(), libc::SOL_SOCKET, force, value).is_ok() {
+            return Ok(true);
+        }
+    }
+    let r = if recv {
+        socket.set_recv_buffer_size(value as usize)
+    } else {
+        socket.set_send_buffer_size(value as usize)
+    };
+    r.map_err(|e| Error::io(if recv { "SO_RCVBUF" } else { "SO_SNDBUF" }, e))?;
+    Ok(false)
+}
+
+fn set_pmtu(socket: &Socket, v6: bool, pmtu: PmtuDiscovery) -> Result<()> {
+    if pmtu == PmtuDiscovery::OsDefault {
+        return Ok(());
+    }
+    let fd = socket.as_raw_fd();
+    #[cfg(target_os = "linux")]
+    {
+        let (level, name, value, op) = match (v6, pmtu) {
+            (false, PmtuDiscovery::Do) => (
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                libc::IP_PMTUDISC_DO,
+                "IP_MTU_DISCOVER",
+            ),
+            (false, _) => (
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                libc::IP_PMTUDISC_DONT,
+                "IP_MTU_DISCOVER",
+            ),
+            (true, PmtuDiscovery::Do) => (
+                libc::IPPROTO_IPV6,
+                libc::IPV6_MTU_DISCOVER,
+                libc::IPV6_PMTUDISC_DO,
+                "IPV6_MTU_DISCOVER",
+            ),
+            (true, _) => (
+                libc::IPPROTO_IPV6,
+                libc::IPV6_MTU_DISCOVER,
+                libc::IPV6_PMTUDISC_DONT,
+                "IPV6_MTU_DISCOVER",
+            ),
+        };
+        crate::sys::set_int(fd, level, name, value).map_err(|e| Error::io(op, e))
+    }
+    #[cfg(target_vendor = "apple")]
+    {
+        // Darwin has no PMTU modes, only a don't-fragment flag per family.
+        let value = libc::c_int::from(pmtu == PmtuDiscovery::Do);
+        let (level, name, op) = if v6 {
+            (libc::IPPROTO_IPV6, libc::IPV6_DONTFRAG, "IPV6_DONTFRAG")
+        } else {
+            (libc::IPPROTO_IP, libc::IP_DONTFRAG, "IP_DONTFRAG")
+        };
+        crate::sys::set_int(fd, level, name, value).map_err(|e| Error::io(op, e))
+    }
+    #[cfg(not(any(target_os = "linux", target_vendor = "apple")))]
+    {
+        let _ = (fd, v6);
+        Err(Error::InvalidConfig(
+            "PMTU discovery settings are not supported on this OS".into(),
+        ))
+    }
+}
+
+/// Turn on `SO_RXQ_OVFL` where the OS has it; `Ok(false)` where it does not.
+fn enable_drop_counting(socket: &Socket) -> Result<bool> {
+    #[cfg(target_os = "linux")]
+    {
+        crate::sys::set_int(socket.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1)
+            .map_err(|e| Error::io("SO_RXQ_OVFL", e))?;
+        Ok(true)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = socket;
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binds_v4_and_v6_and_reports_granted_buffers() {
+        let mut cfg = SocketConfig::new("127.0.0.1:0".parse().unwrap());
+        cfg.recv_buffer = Some(1 << 20);
+        cfg.send_buffer = Some(256 << 10);
+        cfg.pmtu = PmtuDiscovery::Do;
+        let s = bind(&cfg).unwrap();
+        assert_ne!(s.local_addr().port(), 0);
+        assert_eq!(s.info().recv_buffer_requested, Some(1 << 20));
+        assert!(s.info().recv_buffer_granted > 0);
+        assert!(s.info().send_buffer_granted > 0);
+        assert_eq!(s.info().drop_counting, cfg!(target_os = "linux"));
+
+        let mut cfg6 = SocketConfig::new("[::1]:0".parse().unwrap());
+        cfg6.pmtu = PmtuDiscovery::Dont;
+        let s6 = bind(&cfg6).unwrap();
+        assert!(s6.local_addr().is_ipv6());
+        assert!(s6.socket().only_v6().unwrap());
+        let dup = s6.try_clone().unwrap();
+        assert_eq!(dup.local_addr(), s6.local_addr());
+    }
+
+    #[test]
+    fn reuse_port_lets_two_sockets_share_an_address() {
+        let mut cfg = SocketConfig::new("127.0.0.1:0".parse().unwrap());
+        cfg.reuse_port = true;
+        let a = bind(&cfg).unwrap();
+        cfg.addr = a.local_addr();
+        let b = bind(&cfg).unwrap();
+        assert_eq!(a.local_addr(), b.local_addr());
+        assert!(b.info().reuse_port);
+    }
+}

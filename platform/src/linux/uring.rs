@@ -1,0 +1,954 @@
+//! The `uring` backend: io_uring with a multishot `recvmsg` into a provided-buffer ring.
+//!
+//! Each [`Backend::poll`] is one `io_uring_enter` that submits the send SQEs (and any re-arm)
+//! and waits, with a timeout, for the sends to complete plus one more completion (a datagram
+//! or a wake-up). Receive buffers used by one poll go back to the ring at the start of the
+//! next, so the datagrams stay readable in between. When the ring runs dry the kernel ends the
+//! multishot receive (`ENOBUFS`); the next poll returns the buffers and re-arms it.
+//!
+//! Sends carry `MSG_DONTWAIT`, so a full socket buffer completes them with `EAGAIN` during the
+//! submission instead of parking them in the kernel; those entries stay in the batch.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use crate::backend::{Backend, BackendConfig, BackendKind, BackendStats, PollOutcome, Waker};
+use crate::batch::{RecvBatch, RecvMeta, SendBatch};
+use crate::error::{Error, Result};
+use crate::linux::{self, EventFd};
+use crate::select::Capability;
+use crate::socket::{BoundSocket, SocketInfo};
+use crate::sys::{self, CmsgBuf};
+
+const TOKEN_RECV: u64 = 1 << 62;
+const TOKEN_WAKE: u64 = 1 << 61;
+const TOKEN_CANCEL: u64 = 1 << 60;
+/// Send completions carry this bit plus the message slot.
+const TOKEN_SEND: u64 = 1 << 59;
+const BUF_GROUP: u16 = 0;
+/// Control bytes reserved per received datagram (drop counter + GRO segment size).
+const RECV_CONTROL: usize = 64;
+/// `struct io_uring_recvmsg_out`: four `u32`s (namelen, controllen, payloadlen, flags).
+const RECVMSG_OUT: usize = 16;
+const NAME_LEN: usize = std::mem::size_of::<libc::sockaddr_storage>();
+
+/// Anonymous, page-aligned memory (the buffer ring must be page-aligned; the pool just needs
+/// a fixed address).
+struct Mmap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mmap {
+    fn new(len: usize) -> io::Result<Mmap> {
+        // SAFETY: an anonymous private mapping with no address hint; the result is checked.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mmap {
+            ptr: ptr.cast(),
+            len,
+        })
+    }
+}
+
+impl Drop for Mmap {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing uses the mapping after this.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// The provided-buffer ring and the buffers it hands out.
+struct BufRing {
+    ring: Mmap,
+    pool: Mmap,
+    entries: u16,
+    buf_size: usize,
+    /// Our copy of the ring tail (the kernel reads the shared one).
+    tail: u16,
+}
+
+impl BufRing {
+    fn new(entries: u16, buf_size: usize) -> io::Result<BufRing> {
+        let ring_bytes = usize::from(entries) * std::mem::size_of::<types::BufRingEntry>();
+        let page = 4096;
+        let ring = Mmap::new(ring_bytes.div_ceil(page) * page)?;
+        let pool = Mmap::new(usize::from(entries) * buf_size)?;
+        Ok(BufRing {
+            ring,
+            pool,
+            entries,
+            buf_size,
+            tail: 0,
+        })
+    }
+
+    /// Queue buffer `bid` for the kernel; visible once [`publish`](Self::publish) runs.
+    fn push(&mut self, bid: u16) {
+        let mask = self.entries - 1;
+        let slot = usize::from(self.tail & mask);
+        // SAFETY: slot < entries, so the entry lies inside the ring mapping; the kernel only
+        // reads entries between its head and the published tail, and this one is past the tail.
+        let entry = unsafe { &mut *self.ring.ptr.cast::<types::BufRingEntry>().add(slot) };
+        // SAFETY: bid < entries, so the buffer lies inside the pool mapping.
+        let addr = unsafe { self.pool.ptr.add(usize::from(bid) * self.buf_size) };
+        entry.set_addr(addr as u64);
+        entry.set_len(self.buf_size as u32);
+        entry.set_bid(bid);
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    /// Make pushed buffers visible to the kernel.
+    fn publish(&self) {
+        // SAFETY: the ring base is valid; `tail` points at the u16 tail field inside the first
+        // entry, which the kernel reads; the release store orders the entry writes before it.
+        unsafe {
+            let tail =
+                types::BufRingEntry::tail(self.ring.ptr.cast::<types::BufRingEntry>()).cast_mut();
+            (*tail.cast::<std::sync::atomic::AtomicU16>())
+                .store(self.tail, std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
+/// Where a send slot's message came from.
+#[derive(Clone, Copy)]
+struct SendSlot {
+    /// Index among the batch's pending entries.
+    entry: usize,
+    /// Datagrams this message carries.
+    datagrams: usize,
+    /// This message is a split segment (its entry may be partly sent).
+    segment: bool,
+}
+
+/// What happened to one pending entry during a poll.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum EntryFate {
+    #[default]
+    Untouched,
+    /// Sent whole, or dropped after a hard error.
+    Done,
+    /// The socket was full; it stays.
+    Retry,
+}
+
+/// io_uring on one socket.
+pub struct UringBackend {
+    // Field order matters for Drop: the ring goes before the memory it may write to.
+    ring: IoUring,
+    bufs: BufRing,
+    /// The msghdr template the multishot receive reads: only the name/control lengths count.
+    recv_msg: Box<libc::msghdr>,
+    sock: BoundSocket,
+    fd: RawFd,
+    waker: Arc<EventFd>,
+    reason: String,
+    max_datagram: usize,
+    gso: bool,
+    gro: bool,
+    recv_armed: bool,
+    wake_armed: bool,
+    ever_armed: bool,
+    /// Buffers held by the datagrams of the last poll; returned at the start of the next.
+    held: Vec<u16>,
+    metas: Vec<RecvMeta>,
+    tx_names: Vec<libc::sockaddr_storage>,
+    tx_iov: Vec<libc::iovec>,
+    tx_ctrl: Vec<CmsgBuf>,
+    tx_msgs: Vec<libc::msghdr>,
+    tx_slots: Vec<SendSlot>,
+    /// Per slot: bytes sent (>= 0) or negative errno; `None` until its completion arrives.
+    tx_results: Vec<Option<i32>>,
+    fates: Vec<EntryFate>,
+    /// Segments sent per pending entry (split GSO entries only).
+    seg_done: Vec<usize>,
+    drops: Option<u64>,
+    stats: BackendStats,
+}
+
+// SAFETY: the raw pointers (msghdrs, iovecs, mappings) point only into memory owned by this
+// struct, and the io_uring instance is used by whichever single thread owns the backend.
+unsafe impl Send for UringBackend {}
+
+impl std::fmt::Debug for UringBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UringBackend")
+            .field("local_addr", &self.sock.local_addr())
+            .field("gso", &self.gso)
+            .field("gro", &self.gro)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UringBackend {
+    /// Set up io_uring on `sock`. On failure the socket is handed back (for the fallback).
+    pub fn new(
+        sock: BoundSocket,
+        cfg: &BackendConfig,
+        reason: String,
+    ) -> std::result::Result<Self, Box<(Error, BoundSocket)>> {
+        let caps = crate::select::probe();
+        let gro = cfg.gro && caps.gro.available;
+        Self::with_offloads(sock, cfg, reason, caps.gso.available, gro)
+    }
+
+    fn with_offloads(
+        sock: BoundSocket,
+        cfg: &BackendConfig,
+        reason: String,
+        gso: bool,
+        gro: bool,
+    ) -> std::result::Result<Self, Box<(Error, BoundSocket)>> {
+        match Self::setup(&sock, cfg, gso, gro) {
+            Ok(parts) => Ok(Self::assemble(parts, sock, cfg, reason, gso, gro)),
+            Err(e) => Err(Box::new((e, sock))),
+        }
+    }
+
+    fn setup(
+        sock: &BoundSocket,
+        cfg: &BackendConfig,
+        gso: bool,
+        gro: bool,
+    ) -> Result<(IoUring, BufRing, Arc<EventFd>)> {
+        linux::mmsg::validate(cfg)?;
+        let entries = cfg.recv_buffers;
+        if entries == 0 || !entries.is_power_of_two() || entries > 32_768 {
+            return Err(Error::InvalidConfig(format!(
+                "recv_buffers {entries} must be a power of two in 1..=32768"
+            )));
+        }
+        if cfg.ring_entries < 8 || cfg.ring_entries > 32_768 {
+            return Err(Error::InvalidConfig(format!(
+                "ring_entries {} is not in 8..=32768",
+                cfg.ring_entries
+            )));
+        }
+        // GSO needs no setup: each send says its segment size in a control message.
+        let _ = gso;
+        if gro {
+            if cfg.max_datagram < linux::mmsg::GRO_MIN_BUFFER {
+                return Err(Error::InvalidConfig(format!(
+                    "GRO needs max_datagram >= {} (coalesced runs reach 64 KiB), got {}",
+                    linux::mmsg::GRO_MIN_BUFFER,
+                    cfg.max_datagram
+                )));
+            }
+            linux::enable_gro(sock.as_raw_fd()).map_err(|e| Error::io("setsockopt UDP_GRO", e))?;
+        }
+        let ring = IoUring::builder()
+            .setup_cqsize(cfg.ring_entries * 2 + u32::from(entries))
+            .setup_coop_taskrun()
+            .build(cfg.ring_entries)
+            .map_err(|e| Error::io("io_uring_setup", e))?;
+        let mut probe = io_uring::Probe::new();
+        ring.submitter()
+            .register_probe(&mut probe)
+            .map_err(|e| Error::io("io_uring probe", e))?;
+        for (code, name) in [
+            (opcode::RecvMsg::CODE, "IORING_OP_RECVMSG"),
+            (opcode::SendMsg::CODE, "IORING_OP_SENDMSG"),
+            (opcode::PollAdd::CODE, "IORING_OP_POLL_ADD"),
+        ] {
+            if !probe.is_supported(code) {
+                return Err(Error::io(name, io::Error::from_raw_os_error(libc::EINVAL)));
+            }
+        }
+        // Each provided buffer holds the recvmsg_out header, the name, the control data and
+        // the payload, in that order.
+        let buf_size =
+            (RECVMSG_OUT + NAME_LEN + RECV_CONTROL + cfg.max_datagram).next_multiple_of(64);
+        let mut bufs =
+            BufRing::new(entries, buf_size).map_err(|e| Error::io("mmap buffer ring", e))?;
+        // SAFETY: the ring mapping holds `entries` entries, is page-aligned, and lives as long
+        // as the io_uring (field order drops the ring first; Drop also unregisters it).
+        unsafe {
+            ring.submitter()
+                .register_buf_ring_with_flags(bufs.ring.ptr as u64, entries, BUF_GROUP, 0)
+                .map_err(|e| Error::io("IORING_REGISTER_PBUF_RING", e))?;
+        }
+        for bid in 0..entries {
+            bufs.push(bid);
+        }
+        bufs.publish();
+        let waker = EventFd::new().map_err(|e| Error::io("eventfd", e))?;
+        Ok((ring, bufs, waker))
+    }
+
+    fn assemble(
+        (ring, bufs, waker): (IoUring, BufRing, Arc<EventFd>),
+        sock: BoundSocket,
+        cfg: &BackendConfig,
+        reason: String,
+        gso: bool,
+        gro: bool,
+    ) -> Self {
+        // SAFETY: all-zero is a valid msghdr.
+        let mut recv_msg: Box<libc::msghdr> = Box::new(unsafe { std::mem::zeroed() });
+        recv_msg.msg_namelen = NAME_LEN as libc::socklen_t;
+        recv_msg.msg_controllen = RECV_CONTROL as _;
+        // Room for the whole send batch in one submission, split segments included.
+        let tx_n = (cfg.ring_entries as usize).saturating_sub(4).max(8);
+        let drops = sock.info().drop_counting.then_some(0);
+        UringBackend {
+            ring,
+            bufs,
+            recv_msg,
+            fd: sock.as_raw_fd(),
+            sock,
+            waker,
+            reason,
+            max_datagram: cfg.max_datagram,
+            gso,
+            gro,
+            recv_armed: false,
+            wake_armed: false,
+            ever_armed: false,
+            held: Vec::with_capacity(usize::from(cfg.recv_buffers)),
+            metas: Vec::with_capacity(usize::from(cfg.recv_buffers)),
+            tx_names: vec![sys::zeroed_storage(); tx_n],
+            tx_iov: vec![
+                libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0
+                };
+                tx_n
+            ],
+            tx_ctrl: vec![CmsgBuf::new(); tx_n],
+            // SAFETY: all-zero is a valid msghdr.
+            tx_msgs: vec![unsafe { std::mem::zeroed() }; tx_n],
+            tx_slots: Vec::with_capacity(tx_n),
+            tx_results: Vec::with_capacity(tx_n),
+            fates: Vec::with_capacity(tx_n),
+            seg_done: Vec::with_capacity(tx_n),
+            drops,
+            stats: BackendStats::default(),
+        }
+    }
+
+    /// GSO sends go out as one message (the kernel segments); false: split by this backend.
+    pub fn gso_enabled(&self) -> bool {
+        self.gso
+    }
+
+    /// GRO is on for the socket.
+    pub fn gro_enabled(&self) -> bool {
+        self.gro
+    }
+
+    /// Push an SQE, submitting first if the queue is full.
+    fn push_sqe(&mut self, sqe: &squeue::Entry) -> Result<()> {
+        loop {
+            // SAFETY: every SQE built here points at memory owned by self (msghdrs, iovecs,
+            // buffers) or at the caller's send batch, which stays untouched until its
+            // completions are reaped in this same poll.
+            let pushed = unsafe { self.ring.submission().push(sqe) };
+            if pushed.is_ok() {
+                return Ok(());
+            }
+            self.enter(0, None)?;
+        }
+    }
+
+    /// One `io_uring_enter`: submit and wait for `want` completions, up to `timeout`.
+    fn enter(&mut self, want: usize, timeout: Option<Duration>) -> Result<()> {
+        self.stats.syscalls += 1;
+        let r = match timeout {
+            Some(t) if want > 0 => {
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(want, &args)
+            }
+            _ => self.ring.submitter().submit_and_wait(want),
+        };
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => match e.raw_os_error() {
+                // Timed out, interrupted, or completions pending that must be reaped first.
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {
+                    Ok(())
+                }
+                _ => Err(Error::io("io_uring_enter", e)),
+            },
+        }
+    }
+
+    /// Prepare send SQEs for as much of `batch` as fits; returns how many messages.
+    fn queue_sends(&mut self, batch: &SendBatch) -> Result<usize> {
+        self.tx_slots.clear();
+        self.tx_results.clear();
+        self.fates.clear();
+        self.seg_done.clear();
+        let cap = self.tx_msgs.len();
+        let mut m = 0;
+        let mut any_split = false;
+        for (idx, entry) in batch.pending().iter().enumerate() {
+            let split = match entry.segment_size {
+                Some(s) if !self.gso && (s as usize) < entry.len => Some(s as usize),
+                _ => None,
+            };
+            let needed = split.map_or(1, |s| entry.len.div_ceil(s));
+            if m + needed > cap {
+                break;
+            }
+            self.fates.push(EntryFate::Untouched);
+            self.seg_done.push(0);
+            let payload = batch.payload(entry);
+            match split {
+                Some(seg) => {
+                    any_split = true;
+                    for s in 0..needed {
+                        let part = &payload[s * seg..((s + 1) * seg).min(entry.len)];
+                        self.prepare_send(m, idx, &entry.dst, part, None, 1, true);
+                        m += 1;
+                    }
+                }
+                None => {
+                    let gso = entry.segment_size.filter(|&s| (s as usize) < entry.len);
+                    self.prepare_send(m, idx, &entry.dst, payload, gso, entry.datagrams(), false);
+                    m += 1;
+                }
+            }
+        }
+        // Unlinked sends are issued in order during the submission. Linked ones are not issued
+        // until their predecessor completes, so once segments must be linked (a failure must
+        // cancel the rest of an entry, keeping what was sent a prefix), link the whole
+        // submission to keep the datagrams in order.
+        for i in 0..m {
+            let mut sqe = opcode::SendMsg::new(types::Fd(self.fd), &self.tx_msgs[i])
+                .flags(libc::MSG_DONTWAIT as u32)
+                .build()
+                .user_data(TOKEN_SEND | i as u64);
+            if any_split && i + 1 < m {
+                sqe = sqe.flags(squeue::Flags::IO_LINK);
+            }
+            self.push_sqe(&sqe)?;
+        }
+        Ok(m)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_send(
+        &mut self,
+        m: usize,
+        entry: usize,
+        dst: &std::net::SocketAddr,
+        payload: &[u8],
+        gso: Option<u16>,
+        datagrams: usize,
+        segment: bool,
+    ) {
+        let namelen = sys::encode_addr(dst, &mut self.tx_names[m]);
+        self.tx_iov[m] = libc::iovec {
+            iov_base: payload.as_ptr() as *mut libc::c_void,
+            iov_len: payload.len(),
+        };
+        let msg = &mut self.tx_msgs[m];
+        msg.msg_name = (&mut self.tx_names[m] as *mut libc::sockaddr_storage).cast();
+        msg.msg_namelen = namelen;
+        msg.msg_iov = &mut self.tx_iov[m];
+        msg.msg_iovlen = 1;
+        match gso {
+            Some(seg) => {
+                let len = linux::write_gso_cmsg(&mut self.tx_ctrl[m], seg);
+                let msg = &mut self.tx_msgs[m];
+                msg.msg_control = self.tx_ctrl[m].0.as_mut_ptr().cast();
+                msg.msg_controllen = len as _;
+            }
+            None => {
+                msg.msg_control = std::ptr::null_mut();
+                msg.msg_controllen = 0;
+            }
+        }
+        self.tx_slots.push(SendSlot {
+            entry,
+            datagrams,
+            segment,
+        });
+        self.tx_results.push(None);
+    }
+
+    /// Reap every completion queued; returns whether a wake-up came.
+    fn reap(&mut self) -> bool {
+        let mut woken = false;
+        // Collect first: handling a completion needs &mut self while the queue borrows the ring.
+        let mut batch: [(u64, i32, u32); 64] = [(0, 0, 0); 64];
+        loop {
+            let mut n = 0;
+            {
+                let mut cq = self.ring.completion();
+                for cqe in cq.by_ref().take(batch.len()) {
+                    batch[n] = (cqe.user_data(), cqe.result(), cqe.flags());
+                    n += 1;
+                }
+            }
+            if n == 0 {
+                break;
+            }
+            for &(token, res, flags) in &batch[..n] {
+                if token == TOKEN_RECV {
+                    self.on_recv(res, flags);
+                } else if token == TOKEN_WAKE {
+                    if !cqueue::more(flags) {
+                        self.wake_armed = false;
+                    }
+                    if res >= 0 {
+                        woken = true;
+                    }
+                } else if token & TOKEN_SEND != 0 {
+                    let slot = (token & !TOKEN_SEND) as usize;
+                    if let Some(r) = self.tx_results.get_mut(slot) {
+                        *r = Some(res);
+                    }
+                }
+                // TOKEN_CANCEL completions need no handling.
+            }
+        }
+        if woken {
+            self.stats.syscalls += 1;
+            self.waker.drain();
+        }
+        woken
+    }
+
+    fn on_recv(&mut self, res: i32, flags: u32) {
+        if !cqueue::more(flags) {
+            self.recv_armed = false;
+        }
+        if res < 0 {
+            if res == -libc::ENOBUFS {
+                self.stats.buffer_exhaustions += 1;
+            } else if res != -libc::ECANCELED {
+                tracing::warn!(error = %io::Error::from_raw_os_error(-res), "io_uring multishot recvmsg failed; re-arming");
+            }
+            return;
+        }
+        let Some(bid) = cqueue::buffer_select(flags) else {
+            return;
+        };
+        if bid >= self.bufs.entries {
+            return;
+        }
+        self.held.push(bid);
+        let base = usize::from(bid) * self.bufs.buf_size;
+        // SAFETY: this buffer was handed to us by the completion and is not in the ring until
+        // we return it, so the kernel does not write it while we read.
+        let buf =
+            unsafe { std::slice::from_raw_parts(self.bufs.pool.ptr.add(base), self.bufs.buf_size) };
+        let Ok(out) = types::RecvMsgOut::parse(buf, &self.recv_msg) else {
+            return;
+        };
+        let mut storage = sys::zeroed_storage();
+        let name = out.name_data();
+        let n = name.len().min(NAME_LEN);
+        // SAFETY: copies at most NAME_LEN bytes into a sockaddr_storage, which is NAME_LEN long.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                name.as_ptr(),
+                (&mut storage as *mut libc::sockaddr_storage).cast::<u8>(),
+                n,
+            )
+        };
+        let Some(src) = sys::decode_addr(&storage, n as libc::socklen_t) else {
+            return;
+        };
+        let cm = linux::parse_cmsgs(out.control_data());
+        if let Some(d) = cm.drops {
+            self.drops = Some(u64::from(d));
+        }
+        let payload = out.payload_data();
+        let len = payload.len().min(self.max_datagram);
+        let offset = base + RECVMSG_OUT + NAME_LEN + RECV_CONTROL;
+        let truncated = out.is_payload_truncated();
+        let segment_size = cm.gro_segment.filter(|&s| (s as usize) < len);
+        self.stats.datagrams_in += match segment_size {
+            Some(s) => len.div_ceil(s as usize) as u64,
+            None => 1,
+        };
+        self.stats.truncated += u64::from(truncated);
+        self.metas.push(RecvMeta {
+            src,
+            offset,
+            len,
+            truncated,
+            segment_size,
+        });
+    }
+
+    /// Apply the send completions to `batch`; returns (entries removed, socket was full).
+    fn settle_sends(&mut self, batch: &mut SendBatch) -> (usize, bool) {
+        if self.tx_slots.is_empty() {
+            return (0, false);
+        }
+        let mut would_block = false;
+        for (i, slot) in self.tx_slots.iter().enumerate() {
+            let res = self.tx_results[i].unwrap_or(-libc::EAGAIN);
+            let fate = &mut self.fates[slot.entry];
+            if res >= 0 {
+                self.stats.datagrams_out += slot.datagrams as u64;
+                if slot.segment {
+                    self.seg_done[slot.entry] += 1;
+                }
+                if *fate == EntryFate::Untouched {
+                    *fate = EntryFate::Done;
+                }
+            } else if res == -libc::EAGAIN || res == -libc::ECANCELED || res == -libc::ENOBUFS {
+                would_block = true;
+                *fate = EntryFate::Retry;
+            } else {
+                self.stats.send_errors += 1;
+                let err = io::Error::from_raw_os_error(-res);
+                if let Some(e) = batch.pending().get(slot.entry) {
+                    linux::log_send_error("uring", self.stats.send_errors, &err, &e.dst);
+                }
+                if res == -libc::EIO && self.gso && !slot.segment && slot.datagrams > 1 {
+                    tracing::warn!(error = %err, "UDP GSO send failed; sending segments one by one from now on");
+                    self.gso = false;
+                    *fate = EntryFate::Retry;
+                    self.stats.send_errors -= 1;
+                } else if slot.segment {
+                    // A segment failed for good: drop it, keep the rest of the entry.
+                    self.seg_done[slot.entry] += 1;
+                    *fate = EntryFate::Retry;
+                } else {
+                    *fate = EntryFate::Done;
+                }
+            }
+        }
+        if would_block {
+            self.stats.send_would_block += 1;
+        }
+        self.stats.batches_out += 1;
+        for (i, &done) in self.seg_done.iter().enumerate() {
+            if done > 0 && self.fates[i] == EntryFate::Retry && batch.skip_segments(i, done) {
+                self.fates[i] = EntryFate::Done;
+            }
+        }
+        let fates = &self.fates;
+        (
+            batch.remove_pending(|i| fates.get(i) == Some(&EntryFate::Done)),
+            would_block,
+        )
+    }
+
+    /// Return last poll's buffers, and (re-)arm the receive and the wake poll if needed.
+    fn prepare(&mut self) -> Result<()> {
+        if !self.held.is_empty() {
+            let held = std::mem::take(&mut self.held);
+            for &bid in &held {
+                self.bufs.push(bid);
+            }
+            self.held = held;
+            self.held.clear();
+            self.bufs.publish();
+        }
+        self.metas.clear();
+        if !self.recv_armed {
+            let sqe = opcode::RecvMsgMulti::new(types::Fd(self.fd), &*self.recv_msg, BUF_GROUP)
+                .build()
+                .user_data(TOKEN_RECV);
+            self.push_sqe(&sqe)?;
+            self.recv_armed = true;
+            if self.ever_armed {
+                self.stats.rearms += 1;
+            }
+            self.ever_armed = true;
+        }
+        if !self.wake_armed {
+            let sqe = opcode::PollAdd::new(types::Fd(self.waker.fd()), libc::POLLIN as u32)
+                .multi(true)
+                .build()
+                .user_data(TOKEN_WAKE);
+            self.push_sqe(&sqe)?;
+            self.wake_armed = true;
+        }
+        Ok(())
+    }
+}
+
+impl Backend for UringBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Uring
+    }
+
+    fn selection_reason(&self) -> &str {
+        &self.reason
+    }
+
+    fn socket_info(&self) -> &SocketInfo {
+        self.sock.info()
+    }
+
+    fn waker(&self) -> Waker {
+        Waker::new(self.waker.clone())
+    }
+
+    fn poll(&mut self, send: &mut SendBatch, timeout: Option<Duration>) -> Result<PollOutcome> {
+        let mut out = PollOutcome::default();
+        let deadline = match timeout {
+            Some(t) if !t.is_zero() => Instant::now().checked_add(t),
+            _ => None,
+        };
+        self.prepare()?;
+        // Once the socket buffer is full, stop sending for this poll and just wait.
+        let mut may_send = true;
+        loop {
+            let sends = if may_send && !send.is_empty() {
+                self.queue_sends(send)?
+            } else {
+                0
+            };
+            // The submission could not carry every pending entry: send again before waiting.
+            let more_to_send = sends > 0 && self.fates.len() < send.len();
+            let remaining = match (timeout, deadline) {
+                (Some(t), _) if t.is_zero() => Some(Duration::ZERO),
+                (Some(_), Some(d)) => Some(d.saturating_duration_since(Instant::now())),
+                _ => None,
+            };
+            let have_cqes = !self.ring.completion().is_empty();
+            if !more_to_send && !have_cqes && remaining != Some(Duration::ZERO) {
+                // Wait for every send to complete plus one more event: a datagram, a wake-up.
+                self.enter(sends + 1, remaining)?;
+            } else {
+                self.enter(sends, None)?;
+            }
+            out.woken |= self.reap();
+            // Sends normally complete during the submission; if one did not, wait for it so
+            // the batch's bytes are no longer in use when this poll returns.
+            while self.tx_results.iter().any(Option::is_none) {
+                self.enter(1, Some(Duration::from_millis(100)))?;
+                out.woken |= self.reap();
+            }
+            if sends > 0 {
+                let (removed, would_block) = self.settle_sends(send);
+                out.sent += removed;
+                may_send &= !would_block;
+                self.tx_slots.clear();
+                self.tx_results.clear();
+            }
+            if !self.metas.is_empty() || out.woken {
+                break;
+            }
+            if more_to_send && may_send {
+                continue;
+            }
+            let expired = match (timeout, deadline) {
+                (None, _) => false,
+                (Some(t), _) if t.is_zero() => true,
+                (Some(_), Some(d)) => Instant::now() >= d,
+                (Some(_), None) => false,
+            };
+            if expired {
+                break;
+            }
+            // The multishot receive or the wake poll may have ended (e.g. the ring ran dry):
+            // re-arm and wait again for what is left of the timeout.
+            self.prepare()?;
+        }
+        out.received = self.metas.len();
+        if out.received > 0 {
+            self.stats.batches_in += 1;
+        }
+        Ok(out)
+    }
+
+    fn received(&self) -> RecvBatch<'_> {
+        // SAFETY: the pool mapping lives as long as self. The datagrams the metas point at are
+        // in buffers we hold (not in the ring), so the kernel does not write them; other
+        // buffers may be written by the kernel, but no meta points into them.
+        let region = unsafe { std::slice::from_raw_parts(self.bufs.pool.ptr, self.bufs.pool.len) };
+        RecvBatch::new(&self.metas, region)
+    }
+
+    fn socket_drops(&self) -> Option<u64> {
+        self.drops
+    }
+
+    fn stats(&self) -> BackendStats {
+        self.stats
+    }
+}
+
+impl Drop for UringBackend {
+    fn drop(&mut self) {
+        // Cancel the multishot receive and wait (bounded) until the kernel confirms, so it never
+        // writes into the buffer pool after the mapping is gone.
+        if self.recv_armed {
+            let sqe = opcode::AsyncCancel::new(TOKEN_RECV)
+                .build()
+                .user_data(TOKEN_CANCEL);
+            if self.push_sqe(&sqe).is_ok() {
+                let deadline = Instant::now() + Duration::from_secs(1);
+                while self.recv_armed && Instant::now() < deadline {
+                    if self.enter(1, Some(Duration::from_millis(50))).is_err() {
+                        break;
+                    }
+                    self.reap();
+                }
+            }
+        }
+        let _ = self.ring.submitter().unregister_buf_ring(BUF_GROUP);
+    }
+}
+
+/// Probe io_uring, provided-buffer rings and multishot `recvmsg` by running the backend on a
+/// loopback socket and receiving one datagram.
+pub(crate) fn probe() -> (Capability, Capability, Capability) {
+    let na = |why: &str| (Capability::no(why), Capability::no(why));
+    let sock = match crate::socket::bind(&crate::socket::SocketConfig::new(
+        ([127, 0, 0, 1], 0).into(),
+    )) {
+        Ok(s) => s,
+        Err(e) => {
+            let d = format!("could not open a probe socket: {e}");
+            let (a, b) = na(&d);
+            return (Capability::no(d), a, b);
+        }
+    };
+    let dst = sock.local_addr();
+    let cfg = BackendConfig {
+        batch_size: 4,
+        max_datagram: 64,
+        ring_entries: 8,
+        recv_buffers: 4,
+        ..BackendConfig::default()
+    };
+    let mut backend = match UringBackend::with_offloads(sock, &cfg, "probe".into(), false, false) {
+        Ok(b) => b,
+        Err(failed) => {
+            let (e, _) = *failed;
+            let errno = match &e {
+                Error::Io { source, .. } => source.raw_os_error(),
+                _ => None,
+            };
+            let hint = crate::select::uring_fix_hint(errno);
+            let detail = format!("{e}; {hint}");
+            return match &e {
+                Error::Io {
+                    op: "IORING_REGISTER_PBUF_RING",
+                    ..
+                } => (
+                    Capability::yes("io_uring_setup works"),
+                    Capability::no(
+                        "not tried: provided-buffer rings are missing (needs Linux >= 6.0)",
+                    ),
+                    Capability::no(detail),
+                ),
+                _ => {
+                    let (a, b) = na("not tried: io_uring cannot be set up");
+                    (Capability::no(detail), a, b)
+                }
+            };
+        }
+    };
+    let pbuf = Capability::yes("IORING_REGISTER_PBUF_RING works");
+    let ring = Capability::yes("io_uring_setup works");
+    let tx = match std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|t| t.send_to(b"probe", dst).map(|_| t))
+    {
+        Ok(t) => t,
+        Err(e) => {
+            return (
+                ring,
+                Capability::no(format!("probe send failed: {e}")),
+                pbuf,
+            )
+        }
+    };
+    let mut empty = SendBatch::new(1);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let multishot = loop {
+        match backend.poll(&mut empty, Some(Duration::from_millis(200))) {
+            Ok(o) if o.received > 0 => {
+                let ok = backend
+                    .received()
+                    .iter()
+                    .any(|d| d.data == b"probe" && Some(d.src) == tx.local_addr().ok());
+                break if ok {
+                    Capability::yes("multishot recvmsg received a loopback datagram")
+                } else {
+                    Capability::no("multishot recvmsg returned a wrong datagram")
+                };
+            }
+            Ok(_) if Instant::now() < deadline => continue,
+            Ok(_) => break Capability::no("multishot recvmsg received nothing within 2 s"),
+            Err(e) => {
+                break Capability::no(format!(
+                    "multishot recvmsg failed: {e} (needs Linux >= 6.0)"
+                ))
+            }
+        }
+    };
+    (ring, multishot, pbuf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::socket::{bind, SocketConfig};
+
+    #[test]
+    fn probe_and_round_trip() {
+        let caps = crate::select::probe();
+        assert!(caps.uring_usable(), "{caps:#?}");
+        let cfg = BackendConfig::default();
+        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        let mut rx = UringBackend::new(s, &cfg, "t".into())
+            .map_err(|e| e.0)
+            .unwrap();
+        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        let mut tx = UringBackend::new(s, &cfg, "t".into())
+            .map_err(|e| e.0)
+            .unwrap();
+        let dst = rx.socket_info().local_addr;
+        let mut batch = SendBatch::new(8);
+        batch.push(dst, b"hello").unwrap();
+        let payload: Vec<u8> = (0..=255u8).cycle().take(2500).collect();
+        batch.push_segments(dst, 1000, &payload).unwrap();
+        tx.gso = false;
+        batch.push_segments(dst, 1000, &payload).unwrap();
+        let out = tx.poll(&mut batch, Some(Duration::ZERO)).unwrap();
+        assert_eq!(out.sent, 3, "{:?}", tx.stats());
+        assert!(batch.is_empty());
+        assert_eq!(tx.stats().datagrams_out, 7);
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut empty = SendBatch::new(1);
+        while got.len() < 7 {
+            let out = rx.poll(&mut empty, Some(Duration::from_secs(5))).unwrap();
+            assert!(out.received > 0, "timed out");
+            for d in rx.received().iter() {
+                assert_eq!(d.src, tx.socket_info().local_addr);
+                got.extend(d.segments().map(<[u8]>::to_vec));
+            }
+        }
+        let lens: Vec<usize> = got.iter().map(Vec::len).collect();
+        assert_eq!(lens, [5, 1000, 1000, 500, 1000, 1000, 500]);
+        assert_eq!(got[0], b"hello");
+        assert!(got[1..4].concat() == payload && got[4..].concat() == payload);
+        let w = rx.waker();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            w.wake().unwrap();
+        });
+        let out = rx.poll(&mut empty, Some(Duration::from_secs(10))).unwrap();
+        assert!(out.woken);
+        t.join().unwrap();
+    }
+}
