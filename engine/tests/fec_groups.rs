@@ -154,8 +154,7 @@ fn run(
             }
         }
         if step % 50 == 49 {
-            let (r, l) = rx.loss_report();
-            tx.on_loss_report(r, l);
+            tx.on_loss_report_detail(rx.loss_report_detail());
         }
         // Mostly back-to-back sends, sometimes a pause longer than the group wait.
         now += if rng.random_bool(0.05) {
@@ -279,6 +278,22 @@ fn adaptive_is_zero_on_clean_path_and_rises_under_loss() {
     let _ = run(cfg, Loss::None, 5, 10_000, &mut tx, &mut rx);
     assert_eq!(tx.parity_level(), 0, "settles back to zero");
     assert!(tx.stats().policy_changes > changes);
+}
+
+#[test]
+fn adaptive_covers_bursts() {
+    let cfg = FecConfig::default();
+    let budget = RetentionBudget::default();
+    let mut tx = FecSender::new(cfg);
+    let mut rx = FecReceiver::with_budget(cfg, budget.clone());
+    let out = run(cfg, Loss::Burst(3), 6, 10_000, &mut tx, &mut rx);
+    check_common(&out, &tx, &rx, &budget);
+    // 3% loss alone would call for 2 parity shards; bursts of 3 call for 3.
+    assert!(tx.parity_level() >= 3, "level {}", tx.parity_level());
+    let s = rx.stats();
+    let lost = out.sent - out.through.len() as u64;
+    let rebuilt = (out.delivered.len() - out.through.len()) as u64;
+    assert!(rebuilt * 2 > lost, "rebuilt {rebuilt} of {lost}: {s:?}");
 }
 
 #[test]

@@ -24,7 +24,7 @@ mod sender;
 pub use codec::{CauchyCodec, Codec, CodecError, CodecId, RsSimdCodec};
 pub use header::{DataHeader, ParityHeader, DATA_HEADER_LEN, PARITY_HEADER_LEN};
 pub use kernel::{Kernel, SimdLevel};
-pub use receiver::{FecReceiver, MalformedCounts, ReceiverStats, RetentionBudget};
+pub use receiver::{FecReceiver, LossReport, MalformedCounts, ReceiverStats, RetentionBudget};
 pub use sender::{FecSender, SenderStats};
 
 /// How much parity the sender adds.
@@ -59,6 +59,10 @@ pub struct AdaptiveConfig {
     /// Consecutive estimates calling for less parity before parity drops by one (hysteresis;
     /// parity rises at once).
     pub decrease_after: u32,
+    /// Loss bursts (runs of consecutive lost shards) are remembered over this many estimates:
+    /// parity covers the longest recent burst of at least 2, since independent-loss odds
+    /// understate bursts.
+    pub burst_memory: usize,
 }
 
 impl Default for AdaptiveConfig {
@@ -69,6 +73,7 @@ impl Default for AdaptiveConfig {
             target_residual: 0.01,
             clean_loss: 0.002,
             decrease_after: 3,
+            burst_memory: 8,
         }
     }
 }

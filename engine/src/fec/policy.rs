@@ -15,6 +15,9 @@ pub(crate) struct ParityController {
     pending_lost: u64,
     below: u32,
     changes: u64,
+    pending_burst: u64,
+    /// Longest burst of each of the last `burst_memory` estimates.
+    bursts: std::collections::VecDeque<u64>,
 }
 
 impl ParityController {
@@ -35,6 +38,8 @@ impl ParityController {
             pending_lost: 0,
             below: 0,
             changes: 0,
+            pending_burst: 0,
+            bursts: std::collections::VecDeque::new(),
         }
     }
 
@@ -53,13 +58,14 @@ impl ParityController {
         self.estimate
     }
 
-    /// Takes a (received, lost) window from the peer.
-    pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64) {
+    /// Takes a (received, lost, longest burst) window from the peer (burst 0: unknown).
+    pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64, max_burst: u64) {
         let FecPolicy::Adaptive { max_parity } = self.policy else {
             return;
         };
         self.pending_received = self.pending_received.saturating_add(received);
         self.pending_lost = self.pending_lost.saturating_add(lost);
+        self.pending_burst = self.pending_burst.max(max_burst);
         let total = self.pending_received.saturating_add(self.pending_lost);
         if total < self.cfg.min_samples.max(1) {
             return;
@@ -72,7 +78,18 @@ impl ParityController {
             Some(e) => e + self.cfg.alpha * (sample - e),
         };
         self.estimate = Some(est);
-        let want = desired_parity(est, self.group, &self.cfg, max_parity as usize);
+        self.bursts
+            .push_back(std::mem::take(&mut self.pending_burst));
+        while self.bursts.len() > self.cfg.burst_memory.max(1) {
+            self.bursts.pop_front();
+        }
+        let burst = self.bursts.iter().copied().max().unwrap_or(0);
+        let burst_want = if burst >= 2 {
+            burst.min(max_parity as u64) as usize
+        } else {
+            0
+        };
+        let want = desired_parity(est, self.group, &self.cfg, max_parity as usize).max(burst_want);
         let old = self.level;
         if want > self.level {
             self.level = want;
@@ -136,27 +153,46 @@ mod tests {
         let cfg = AdaptiveConfig::default();
         let mut c = ParityController::new(FecPolicy::Adaptive { max_parity: 4 }, cfg, 8);
         assert_eq!(c.level(), 0);
-        c.on_loss_report(90, 10);
+        c.on_loss_report(90, 10, 0);
         let high = c.level();
         assert!(high >= 3, "{high}");
         // One clean report does not drop it; a long clean run reaches zero.
-        c.on_loss_report(100, 0);
+        c.on_loss_report(100, 0, 0);
         assert_eq!(c.level(), high);
         for _ in 0..100 {
-            c.on_loss_report(100, 0);
+            c.on_loss_report(100, 0, 0);
         }
         assert_eq!(c.level(), 0);
         assert!(c.changes() >= 2);
     }
 
     #[test]
+    fn bursts_raise_parity_beyond_the_independent_loss_model() {
+        let cfg = AdaptiveConfig::default();
+        let mut c = ParityController::new(FecPolicy::Adaptive { max_parity: 4 }, cfg, 8);
+        // 3% loss alone asks for 2 parity; bursts of 3 ask for 3.
+        c.on_loss_report(97, 3, 0);
+        assert_eq!(c.level(), 2);
+        c.on_loss_report(97, 3, 3);
+        assert_eq!(c.level(), 3);
+        // Burst-free windows within the memory keep it.
+        for _ in 0..3 {
+            c.on_loss_report(97, 3, 1);
+        }
+        assert_eq!(c.level(), 3);
+        let mut big = ParityController::new(FecPolicy::Adaptive { max_parity: 4 }, cfg, 8);
+        big.on_loss_report(90, 10, 9);
+        assert_eq!(big.level(), 4, "bounded by max_parity");
+    }
+
+    #[test]
     fn fixed_and_off_ignore_reports() {
         let cfg = AdaptiveConfig::default();
         let mut f = ParityController::new(FecPolicy::Fixed { parity: 2 }, cfg, 8);
-        f.on_loss_report(0, 1000);
+        f.on_loss_report(0, 1000, 0);
         assert_eq!(f.level(), 2);
         let mut o = ParityController::new(FecPolicy::Off, cfg, 8);
-        o.on_loss_report(0, 1000);
+        o.on_loss_report(0, 1000, 0);
         assert_eq!(o.level(), 0);
     }
 }

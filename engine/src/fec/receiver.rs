@@ -131,6 +131,17 @@ impl MalformedCounts {
     }
 }
 
+/// What a receiver reports back to the peer's sender for one window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LossReport {
+    /// Data shards that arrived.
+    pub received: u64,
+    /// Data shards lost on the wire.
+    pub lost: u64,
+    /// Longest run of consecutive lost data shards.
+    pub max_burst: u64,
+}
+
 /// Receiver-side counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReceiverStats {
@@ -251,6 +262,11 @@ pub struct FecReceiver {
     delivered_ahead: u64,
     window_received: u64,
     window_lost: u64,
+    /// Length of the current run of lost shards, the seq of its last one, and the longest
+    /// run in this report window.
+    run: u64,
+    last_lost: u64,
+    window_max_burst: u64,
     cauchy: CauchyCodec,
     rs: Option<RsSimdCodec>,
     stats: ReceiverStats,
@@ -278,6 +294,9 @@ impl FecReceiver {
             delivered_ahead: 0,
             window_received: 0,
             window_lost: 0,
+            run: 0,
+            last_lost: 0,
+            window_max_burst: 0,
             cauchy: CauchyCodec::new(),
             rs: None,
             stats: ReceiverStats::default(),
@@ -298,9 +317,21 @@ impl FecReceiver {
     /// shard counts as lost once 32 later ones arrived without it; a late arrival after that
     /// is netted out of the next window.
     pub fn loss_report(&mut self) -> (u64, u64) {
-        let r = (self.window_received, self.window_lost);
+        let r = self.loss_report_detail();
+        (r.received, r.lost)
+    }
+
+    /// Like [`FecReceiver::loss_report`], with the longest run of consecutive lost data
+    /// shards in the window, which lets the peer size parity for burst loss.
+    pub fn loss_report_detail(&mut self) -> LossReport {
+        let r = LossReport {
+            received: self.window_received,
+            lost: self.window_lost,
+            max_burst: self.window_max_burst,
+        };
         self.window_received = 0;
         self.window_lost = 0;
+        self.window_max_burst = 0;
         r
     }
 
@@ -547,6 +578,13 @@ impl FecReceiver {
                 for q in from..=to {
                     if q > hi || !bit(self.arrived, hi - q) {
                         lost += 1;
+                        self.run = if self.last_lost + 1 == q {
+                            self.run + 1
+                        } else {
+                            1
+                        };
+                        self.last_lost = q;
+                        self.window_max_burst = self.window_max_burst.max(self.run);
                     }
                 }
                 self.window_lost += lost;

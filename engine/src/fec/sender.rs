@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::codec::{CauchyCodec, Codec, CodecId, RsSimdCodec};
 use super::header::{DataHeader, ParityHeader, DATA_HEADER_LEN, LEN_PREFIX, PARITY_HEADER_LEN};
 use super::policy::ParityController;
-use super::{FecConfig, FecError};
+use super::{FecConfig, FecError, LossReport};
 
 /// Sender-side counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -212,9 +212,19 @@ impl FecSender {
 
     /// Takes the (received, lost) counts the peer's receiver reported for a window.
     pub fn on_loss_report(&mut self, received: u64, lost: u64) {
-        self.stats.reported_received = self.stats.reported_received.saturating_add(received);
-        self.stats.reported_lost = self.stats.reported_lost.saturating_add(lost);
-        self.controller.on_loss_report(received, lost);
+        self.on_loss_report_detail(LossReport {
+            received,
+            lost,
+            max_burst: 0,
+        });
+    }
+
+    /// Takes a peer's [`LossReport`], including its longest loss burst.
+    pub fn on_loss_report_detail(&mut self, report: LossReport) {
+        self.stats.reported_received = self.stats.reported_received.saturating_add(report.received);
+        self.stats.reported_lost = self.stats.reported_lost.saturating_add(report.lost);
+        self.controller
+            .on_loss_report(report.received, report.lost, report.max_burst);
     }
 
     fn close_if_expired(&mut self, now: Instant) {
