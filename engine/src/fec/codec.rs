@@ -290,7 +290,11 @@ impl Codec for CauchyCodec {
                 .chain(parity.iter().map(|s| s.len())),
         )?;
         for (p, out) in parity.iter_mut().enumerate() {
-            self.kernel.dot(&COEF[p][..data.len()], data, out);
+            let row = &COEF[p];
+            self.kernel.mul(row[0], data[0], out);
+            for (j, d) in data.iter().enumerate().skip(1) {
+                self.kernel.mul_acc(row[j], d, out);
+            }
         }
         Ok(())
     }
@@ -367,11 +371,13 @@ impl Codec for CauchyCodec {
             // inputs never include a missing shard.
             let out = std::mem::take(&mut shards[d as usize]);
             let coef = &recipe.coef[row * k..(row + 1) * k];
-            let mut srcs: [&[u8]; MAX_DATA_SHARDS] = [&[]; MAX_DATA_SHARDS];
-            for (s, &i) in srcs.iter_mut().zip(&recipe.inputs) {
-                *s = &*shards[i as usize];
+            for (n, (&c, &i)) in coef.iter().zip(&recipe.inputs).enumerate() {
+                if n == 0 {
+                    kernel.mul(c, shards[i as usize], out);
+                } else {
+                    kernel.mul_acc(c, shards[i as usize], out);
+                }
             }
-            kernel.dot(coef, &srcs[..k], out);
             shards[d as usize] = out;
         }
         Ok(())

@@ -115,37 +115,6 @@ impl Kernel {
         }
     }
 
-    /// `dst[i] = Σ_j coefs[j] * srcs[j][i]` over the common length of `dst` and every source
-    /// (extra coefficients or sources are ignored). One pass over `dst` instead of one per
-    /// source: what encoding a parity shard or rebuilding a data shard needs.
-    pub fn dot(&self, coefs: &[u8], srcs: &[&[u8]], dst: &mut [u8]) {
-        let count = coefs.len().min(srcs.len());
-        let (coefs, srcs) = (&coefs[..count], &srcs[..count]);
-        let n = srcs.iter().map(|s| s.len()).fold(dst.len(), usize::min);
-        let dst = &mut dst[..n];
-        if count == 0 {
-            dst.fill(0);
-            return;
-        }
-        let done = match self.level {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Kernel` is only built for a level `is_supported` detected on this CPU.
-            SimdLevel::Avx2 => unsafe { x86::dot_avx2(coefs, srcs, dst) },
-            #[cfg(target_arch = "aarch64")]
-            // SAFETY: as above, NEON was detected before this kernel was built.
-            SimdLevel::Neon => unsafe { arm::dot_neon(coefs, srcs, dst) },
-            // SSSE3 has too few registers for the fused loop to pay; it uses the per-source
-            // kernel, as does the scalar level.
-            _ => 0,
-        };
-        let dst = &mut dst[done..];
-        let (c0, rest) = (coefs[0], &coefs[1..]);
-        self.mul(c0, &srcs[0][done..], dst);
-        for (c, s) in rest.iter().zip(&srcs[1..]) {
-            self.mul_acc(*c, &s[done..], dst);
-        }
-    }
-
     fn run<const ACC: bool>(&self, c: u8, src: &[u8], dst: &mut [u8]) {
         let n = src.len().min(dst.len());
         let (src, dst) = (&src[..n], &mut dst[..n]);
@@ -245,57 +214,6 @@ mod x86 {
         tail::<ACC>(tables, &src[i..n], &mut dst[i..n]);
     }
 
-    /// `dst = Σ coefs[j] * srcs[j]` in 64-byte steps, accumulating in registers so `dst` is
-    /// written once. Every source is at least `dst.len()` long. Returns the bytes done (a
-    /// multiple of 64); the caller finishes the tail.
-    #[target_feature(enable = "avx2")]
-    pub(super) fn dot_avx2(coefs: &[u8], srcs: &[&[u8]], dst: &mut [u8]) -> usize {
-        let n = dst.len();
-        let mask = _mm256_set1_epi8(0x0f);
-        let mut i = 0;
-        while i + 64 <= n {
-            let mut a0 = _mm256_setzero_si256();
-            let mut a1 = _mm256_setzero_si256();
-            for (&c, src) in coefs.iter().zip(srcs) {
-                debug_assert!(src.len() >= n);
-                let t = &super::NIBBLE[c as usize];
-                // SAFETY: `t` is 32 bytes, so both 16-byte loads are in bounds; `src` is at
-                // least `n >= i + 64` bytes long, so both 32-byte loads are in bounds.
-                let (lo, hi, v0, v1) = unsafe {
-                    (
-                        _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr().cast())),
-                        _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr().add(16).cast())),
-                        _mm256_loadu_si256(src.as_ptr().add(i).cast()),
-                        _mm256_loadu_si256(src.as_ptr().add(i + 32).cast()),
-                    )
-                };
-                if c == 1 {
-                    // Parity row 0 and many recovery rows are all ones: plain XOR.
-                    a0 = _mm256_xor_si256(a0, v0);
-                    a1 = _mm256_xor_si256(a1, v1);
-                    continue;
-                }
-                let p0 = _mm256_xor_si256(
-                    _mm256_shuffle_epi8(lo, _mm256_and_si256(v0, mask)),
-                    _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi64::<4>(v0), mask)),
-                );
-                let p1 = _mm256_xor_si256(
-                    _mm256_shuffle_epi8(lo, _mm256_and_si256(v1, mask)),
-                    _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi64::<4>(v1), mask)),
-                );
-                a0 = _mm256_xor_si256(a0, p0);
-                a1 = _mm256_xor_si256(a1, p1);
-            }
-            // SAFETY: `i + 64 <= n == dst.len()`; `dst` is borrowed mutably.
-            unsafe {
-                _mm256_storeu_si256(dst.as_mut_ptr().add(i).cast(), a0);
-                _mm256_storeu_si256(dst.as_mut_ptr().add(i + 32).cast(), a1);
-            }
-            i += 64;
-        }
-        i
-    }
-
     /// The last < 16 or < 32 bytes, from the same nibble tables.
     #[inline]
     fn tail<const ACC: bool>(tables: &[u8; 32], src: &[u8], dst: &mut [u8]) {
@@ -337,54 +255,6 @@ mod arm {
             *d = if ACC { *d ^ p } else { p };
         }
     }
-
-    /// `dst = Σ coefs[j] * srcs[j]` in 32-byte steps, accumulating in registers. Every source
-    /// is at least `dst.len()` long. Returns the bytes done; the caller finishes the tail.
-    #[target_feature(enable = "neon")]
-    pub(super) fn dot_neon(coefs: &[u8], srcs: &[&[u8]], dst: &mut [u8]) -> usize {
-        let n = dst.len();
-        let mask = vdupq_n_u8(0x0f);
-        let mut i = 0;
-        while i + 32 <= n {
-            let mut a0 = vdupq_n_u8(0);
-            let mut a1 = vdupq_n_u8(0);
-            for (&c, src) in coefs.iter().zip(srcs) {
-                debug_assert!(src.len() >= n);
-                let t = &super::NIBBLE[c as usize];
-                // SAFETY: `t` is 32 bytes; `src` is at least `n >= i + 32` bytes long.
-                let (lo, hi, v0, v1) = unsafe {
-                    (
-                        vld1q_u8(t.as_ptr()),
-                        vld1q_u8(t.as_ptr().add(16)),
-                        vld1q_u8(src.as_ptr().add(i)),
-                        vld1q_u8(src.as_ptr().add(i + 16)),
-                    )
-                };
-                if c == 1 {
-                    a0 = veorq_u8(a0, v0);
-                    a1 = veorq_u8(a1, v1);
-                    continue;
-                }
-                let p0 = veorq_u8(
-                    vqtbl1q_u8(lo, vandq_u8(v0, mask)),
-                    vqtbl1q_u8(hi, vshrq_n_u8::<4>(v0)),
-                );
-                let p1 = veorq_u8(
-                    vqtbl1q_u8(lo, vandq_u8(v1, mask)),
-                    vqtbl1q_u8(hi, vshrq_n_u8::<4>(v1)),
-                );
-                a0 = veorq_u8(a0, p0);
-                a1 = veorq_u8(a1, p1);
-            }
-            // SAFETY: `i + 32 <= n == dst.len()`; `dst` is borrowed mutably.
-            unsafe {
-                vst1q_u8(dst.as_mut_ptr().add(i), a0);
-                vst1q_u8(dst.as_mut_ptr().add(i + 16), a1);
-            }
-            i += 32;
-        }
-        i
-    }
 }
 
 #[cfg(test)]
@@ -411,27 +281,6 @@ mod tests {
                 let mut m = init.clone();
                 k.mul(c, &src, &mut m);
                 prop_assert_eq!(&m, &want_mul, "mul at {:?}", level);
-            }
-        }
-    }
-
-    proptest! {
-        /// The fused kernel equals a sum of scalar products at every level.
-        #[test]
-        fn dot_matches_scalar(coefs in proptest::collection::vec(any::<u8>(), 1..20),
-                              len in 0usize..300, seed in any::<u64>()) {
-            let srcs: Vec<Vec<u8>> = (0..coefs.len())
-                .map(|j| (0..len).map(|i| (seed >> (i % 56)) as u8 ^ (i * 31 + j * 7) as u8).collect())
-                .collect();
-            let mut want = vec![0u8; len];
-            for (c, s) in coefs.iter().zip(&srcs) {
-                scalar::<true>(*c, s, &mut want);
-            }
-            let refs: Vec<&[u8]> = srcs.iter().map(|s| s.as_slice()).collect();
-            for level in SimdLevel::supported() {
-                let mut got = vec![0xAAu8; len];
-                Kernel::new(level).unwrap().dot(&coefs, &refs, &mut got);
-                prop_assert_eq!(&got, &want, "dot at {:?}", level);
             }
         }
     }
