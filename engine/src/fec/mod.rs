@@ -24,7 +24,10 @@ mod sender;
 pub use codec::{CauchyCodec, Codec, CodecError, CodecId, RsSimdCodec};
 pub use header::{DataHeader, ParityHeader, DATA_HEADER_LEN, PARITY_HEADER_LEN};
 pub use kernel::{Kernel, SimdLevel};
-pub use receiver::{FecReceiver, LossReport, MalformedCounts, ReceiverStats, RetentionBudget};
+pub use receiver::{
+    FecReceiver, LossReport, MalformedCounts, ReceiverStats, RetentionBudget,
+    DEFAULT_RETENTION_BUDGET,
+};
 pub use sender::{FecSender, SenderStats};
 
 /// How much parity the sender adds.
