@@ -21,8 +21,8 @@ impl DatagramHandler for Echo {
 
 /// Backends that work on this host (uring and mmsg on Linux, kqueue on macOS).
 fn local_backends() -> Vec<BackendKind> {
-    let caps: Capabilities = ricochet::platform::probe();
-    caps.available_backends()
+    let caps: &Capabilities = ricochet::platform::probe();
+    caps.backends()
 }
 
 fn config(model: IoModel, workers: usize, backend: BackendKind) -> UdpServerConfig {
@@ -103,7 +103,10 @@ fn both_io_models_echo_with_one_and_two_workers_on_every_backend() {
                 let counters = server.shutdown().unwrap();
                 assert_eq!(counters.len(), workers);
                 let total_in: u64 = counters.iter().map(|c| c.datagrams_in).sum();
-                assert!(total_in >= 800, "{backend} {model} x{workers}: {total_in} in");
+                assert!(
+                    total_in >= 800,
+                    "{backend} {model} x{workers}: {total_in} in"
+                );
             }
         }
     }
@@ -151,7 +154,10 @@ fn shutdown_joins_every_worker_and_flushes_replies_to_what_was_received() {
             }
             let deadline = Instant::now() + Duration::from_secs(10);
             while got.load(Ordering::SeqCst) < N {
-                assert!(Instant::now() < deadline, "server did not receive all datagrams");
+                assert!(
+                    Instant::now() < deadline,
+                    "server did not receive all datagrams"
+                );
                 std::thread::sleep(Duration::from_millis(1));
             }
             let counters = server.shutdown().unwrap();

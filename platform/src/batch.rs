@@ -4,6 +4,7 @@
 //! is a borrowed view of what one backend poll received, valid until the next poll. Both keep
 //! their storage between turns, so the steady state allocates nothing per datagram.
 
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 
 use crate::error::Error;
@@ -328,28 +329,56 @@ impl<'a> RecvDatagram<'a> {
     }
 }
 
-/// What one backend poll received: a borrowed view, valid until the next poll.
+/// What one poll received: a borrowed view, valid until the next poll.
+///
+/// It references only the bytes of the datagrams it lists: a backend whose receive memory the
+/// kernel may still write elsewhere (io_uring's buffer ring) never hands out a slice covering
+/// those other parts.
 #[derive(Debug, Clone, Copy)]
 pub struct RecvBatch<'a> {
     metas: &'a [RecvMeta],
-    region: &'a [u8],
+    base: *const u8,
+    region_len: usize,
+    _region: PhantomData<&'a [u8]>,
 }
 
 impl<'a> RecvBatch<'a> {
     /// A batch over `metas`, whose offsets point into `region`. Backends build these.
     ///
-    /// Entries whose range falls outside `region` are skipped by the iterator rather than
-    /// panicking, but a backend must never produce them.
+    /// Entries whose range falls outside `region` are skipped rather than panicking, but a
+    /// backend must never produce them.
     pub fn new(metas: &'a [RecvMeta], region: &'a [u8]) -> Self {
-        RecvBatch { metas, region }
+        RecvBatch {
+            metas,
+            base: region.as_ptr(),
+            region_len: region.len(),
+            _region: PhantomData,
+        }
+    }
+
+    /// A batch over `metas`, whose offsets point into the `region_len` bytes at `base`.
+    ///
+    /// # Safety
+    /// For `'a`, every byte range `offset..offset + len` of `metas` that lies inside
+    /// `0..region_len` must be readable at `base` and not written by anyone (the kernel
+    /// included). Bytes of the region outside those ranges may be written concurrently: they
+    /// are never referenced.
+    pub unsafe fn from_raw_parts(
+        metas: &'a [RecvMeta],
+        base: *const u8,
+        region_len: usize,
+    ) -> Self {
+        RecvBatch {
+            metas,
+            base,
+            region_len,
+            _region: PhantomData,
+        }
     }
 
     /// An empty batch.
     pub fn empty() -> Self {
-        RecvBatch {
-            metas: &[],
-            region: &[],
-        }
+        RecvBatch::new(&[], &[])
     }
 
     /// Number of entries (a GRO-coalesced run counts once).
@@ -362,10 +391,19 @@ impl<'a> RecvBatch<'a> {
         self.metas.is_empty()
     }
 
-    /// The `i`-th received entry, if any.
-    pub fn get(&self, i: usize) -> Option<RecvDatagram<'a>> {
-        let m = self.metas.get(i)?;
-        let data = self.region.get(m.offset..m.offset.checked_add(m.len)?)?;
+    fn datagram(&self, m: &RecvMeta) -> Option<RecvDatagram<'a>> {
+        let end = m.offset.checked_add(m.len)?;
+        if end > self.region_len {
+            return None;
+        }
+        let data = if m.len == 0 {
+            &[][..]
+        } else {
+            // SAFETY: `offset..end` lies inside the region (checked above), which the
+            // constructor's contract (or the borrowed slice in `new`) makes readable and
+            // unwritten for 'a.
+            unsafe { std::slice::from_raw_parts(self.base.add(m.offset), m.len) }
+        };
         Some(RecvDatagram {
             src: m.src,
             data,
@@ -374,18 +412,15 @@ impl<'a> RecvBatch<'a> {
         })
     }
 
+    /// The `i`-th received entry, if any.
+    pub fn get(&self, i: usize) -> Option<RecvDatagram<'a>> {
+        self.datagram(self.metas.get(i)?)
+    }
+
     /// The received datagrams, in arrival order.
     pub fn iter(&self) -> impl Iterator<Item = RecvDatagram<'a>> + 'a {
-        let region = self.region;
-        self.metas.iter().filter_map(move |m| {
-            let data = region.get(m.offset..m.offset.checked_add(m.len)?)?;
-            Some(RecvDatagram {
-                src: m.src,
-                data,
-                truncated: m.truncated,
-                segment_size: m.segment_size,
-            })
-        })
+        let this = *self;
+        self.metas.iter().filter_map(move |m| this.datagram(m))
     }
 }
 

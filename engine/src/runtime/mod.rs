@@ -12,11 +12,14 @@
 mod config;
 mod counters;
 mod error;
+mod rudp;
 pub mod timer;
 mod udp;
+mod worker;
 
 pub use config::{IdleStrategy, IoModel, UdpServerConfig};
 pub use counters::WorkerCounters;
 pub use error::RuntimeError;
+pub use rudp::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
 pub use timer::{TimerId, TimerWheel};
 pub use udp::{DatagramHandler, UdpContext, UdpServer};

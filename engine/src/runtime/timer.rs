@@ -223,9 +223,11 @@ impl<T> TimerWheel<T> {
             if self.occupied[0] & (1 << slot) != 0 {
                 self.occupied[0] &= !(1 << slot);
                 let mut bucket = std::mem::take(&mut self.slots[0][slot]);
-                bucket.retain(|&i| self.entries[i as usize].value.is_some() || {
-                    self.recycle(i);
-                    false
+                bucket.retain(|&i| {
+                    self.entries[i as usize].value.is_some() || {
+                        self.recycle(i);
+                        false
+                    }
                 });
                 let mut later = Vec::new();
                 for &i in &bucket {

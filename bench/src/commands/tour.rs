@@ -1,0 +1,89 @@
+//! The default tour (no subcommand): a short UDP echo, Ricochet beside tokio, in under a minute.
+
+use anyhow::Result;
+use clap::Args;
+
+use super::Global;
+use crate::host::UtcTime;
+use crate::output::{result_file, server_notes, udp_table, write_result};
+use crate::schema::UdpConfig;
+use crate::udp::client::ClientIo;
+
+use super::udp::{label, run_configs};
+
+/// Flags of the default tour.
+#[derive(Debug, Clone, Args)]
+pub struct TourArgs {
+    /// Ricochet IO model for the tour.
+    #[arg(long, default_value = "per-core", value_parser = ["per-core", "shared"])]
+    pub io_model: String,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Warm-up seconds per run.
+    #[arg(long, default_value_t = 0.5)]
+    pub warmup: f64,
+}
+
+/// The tour's configurations: Ricochet (`io_model`, 2 workers) and tokio (2 threads), 16 clients
+/// × window 16 × 1,024 B, 4 MiB receive buffers.
+pub fn configs(args: &TourArgs) -> Vec<UdpConfig> {
+    let base = UdpConfig {
+        payload: 1024,
+        clients: 16,
+        window: 16,
+        server: "ricochet".into(),
+        io_model: args.io_model.clone(),
+        io_threads: 2,
+        backend: "auto".into(),
+        idle: "balanced".into(),
+        work_ns: 0,
+        warmup_s: args.warmup,
+        seconds: args.seconds,
+        drain_s: 0.5,
+        messages: None,
+        address_family: "ipv4".into(),
+        recv_buffer: Some(4 << 20),
+        send_buffer: None,
+        client_io: ClientIo::default_name().into(),
+    };
+    let tokio = UdpConfig {
+        server: "tokio".into(),
+        io_model: "shared".into(),
+        backend: "tokio".into(),
+        idle: "n/a".into(),
+        ..base.clone()
+    };
+    vec![base, tokio]
+}
+
+/// Run the tour.
+pub fn run(args: &TourArgs, global: &Global) -> Result<bool> {
+    let configs = configs(args);
+    let started = UtcTime::now();
+    println!(
+        "Ricochet tour: UDP echo, 16 clients × window 16 × 1,024 B, {} s warm-up + {} s measured per server",
+        args.warmup, args.seconds
+    );
+    let runs = run_configs(&configs);
+    println!();
+    print!("{}", udp_table(&runs));
+    print!("{}", server_notes(&runs));
+    if let [r, t] = runs.as_slice() {
+        if t.round_trips_per_s > 0.0 {
+            println!(
+                "{} vs {}: {:.2}× the round trips/s",
+                label(&r.config, false, false),
+                label(&t.config, false, false),
+                r.round_trips_per_s / t.round_trips_per_s
+            );
+        }
+    }
+    let file = result_file("tour", &started, runs);
+    let ok = file.ok;
+    write_result(
+        &file,
+        &global.path_for(&format!("tour-{}", args.io_model), &started),
+    )?;
+    Ok(ok)
+}

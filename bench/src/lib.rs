@@ -1,0 +1,13 @@
+//! `bench`: Ricochet's benchmark, as a library the binary and the tests share.
+//!
+//! - [`udp`]: the closed-loop UDP echo (message format, accounting, clients, servers, runs).
+//! - [`schema`]: the versioned JSON result schema; [`host`]: host/build metadata and process
+//!   usage; [`kernel`]: kernel counters; [`output`]: result paths and text tables.
+//! - [`commands`]: one module per subcommand.
+
+pub mod commands;
+pub mod host;
+pub mod kernel;
+pub mod output;
+pub mod schema;
+pub mod udp;

@@ -1,0 +1,545 @@
+//! The worker loop shared by every server kind, and the machinery that starts and stops
+//! workers.
+//!
+//! A worker drives one [`Service`] (raw UDP handler, RUDP endpoint, ...) over one backend: poll
+//! (submit sends + wait), hand each received datagram to the service, fire the tick, let the
+//! service produce more output, repeat. The service never sees the backend, only a
+//! [`UdpContext`] to queue datagrams in the worker's send batch.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ricochet_platform::{
+    self as platform, Backend, BackendConfig, BackendKind, BoundSocket, SendBatch, SocketConfig,
+    SocketInfo, Waker,
+};
+
+use super::config::{IdleStrategy, IoModel, UdpServerConfig};
+use super::counters::{CounterCell, WorkerCounters};
+use super::error::RuntimeError;
+use super::timer::TimerWheel;
+
+/// What a handler may do: send datagrams (batched), and learn where and when it runs.
+pub struct UdpContext<'a> {
+    pub(crate) worker: usize,
+    pub(crate) now: Instant,
+    pub(crate) send: &'a mut SendBatch,
+    /// Present outside datagram dispatch: a full batch is then submitted on the spot.
+    pub(crate) backend: Option<&'a mut dyn Backend>,
+    pub(crate) send_errors: &'a mut u64,
+}
+
+impl UdpContext<'_> {
+    /// Queue a datagram to `to`; the worker submits its batch once per loop turn.
+    ///
+    /// Fails with [`platform::Error::PayloadTooLarge`] for a payload over the protocol limit, and
+    /// with [`platform::Error::BatchFull`] when a handler queues more than
+    /// [`UdpServerConfig::send_batch`] datagrams while handling a single datagram.
+    pub fn send(&mut self, to: SocketAddr, data: &[u8]) -> Result<(), platform::Error> {
+        self.make_room()?;
+        self.send
+            .push(to, data)
+            .inspect_err(|_| *self.send_errors += 1)
+    }
+
+    /// Queue a datagram written in place: `write` fills up to `max_len` bytes and returns how
+    /// many it used.
+    pub fn send_with(
+        &mut self,
+        to: SocketAddr,
+        max_len: usize,
+        write: impl FnOnce(&mut [u8]) -> usize,
+    ) -> Result<usize, platform::Error> {
+        self.make_room()?;
+        self.send
+            .push_with(to, max_len, write)
+            .inspect_err(|_| *self.send_errors += 1)
+    }
+
+    /// True when the next send may have to wait for room (mid-dispatch, batch full).
+    pub fn is_send_batch_full(&self) -> bool {
+        self.send.is_full() && self.backend.is_none()
+    }
+
+    fn make_room(&mut self) -> Result<(), platform::Error> {
+        if self.send.is_full() {
+            if let Some(backend) = self.backend.as_deref_mut() {
+                backend.flush(self.send)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The worker this handler runs on.
+    pub fn worker(&self) -> usize {
+        self.worker
+    }
+
+    /// The time the current loop turn started (one clock read per turn).
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+}
+
+/// What a worker drives. One instance per worker, owned by its thread.
+pub(crate) trait Service: Send + 'static {
+    /// One received datagram (or GRO segment).
+    fn on_datagram(&mut self, ctx: &mut UdpContext<'_>, from: SocketAddr, data: &[u8]);
+
+    /// The configured tick came.
+    fn on_tick(&mut self, ctx: &mut UdpContext<'_>);
+
+    /// End of a loop turn, after datagrams and ticks: produce whatever output is due.
+    fn on_turn_end(&mut self, ctx: &mut UdpContext<'_>);
+
+    /// The earliest time the service needs `on_turn_end` to run even without I/O.
+    fn next_deadline(&mut self) -> Option<Instant>;
+
+    /// The server is stopping. Called every turn from then on; return `true` once the service
+    /// needs the socket no more (e.g. every session's close has been sent).
+    fn on_stop(&mut self, ctx: &mut UdpContext<'_>) -> bool;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TimerEvent {
+    Tick,
+}
+
+/// How a worker runs, besides its service.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerSettings {
+    pub idle: IdleStrategy,
+    pub spin_for: Duration,
+    pub tick: Option<Duration>,
+    pub send_batch: usize,
+    /// Longest the stop sequence may take before the worker gives up on unsent output.
+    pub stop_limit: Duration,
+}
+
+impl WorkerSettings {
+    pub(crate) fn from_config(cfg: &UdpServerConfig) -> Self {
+        WorkerSettings {
+            idle: cfg.idle,
+            spin_for: cfg.spin_for,
+            tick: cfg.tick,
+            send_batch: cfg.send_batch,
+            stop_limit: Duration::from_millis(500),
+        }
+    }
+}
+
+struct Worker<S> {
+    index: usize,
+    backend: Box<dyn Backend>,
+    service: S,
+    send: SendBatch,
+    timers: TimerWheel<TimerEvent>,
+    stop: Arc<AtomicBool>,
+    cell: Arc<CounterCell>,
+    counters: WorkerCounters,
+    settings: WorkerSettings,
+}
+
+impl<S: Service> Worker<S> {
+    fn run(mut self) -> Result<WorkerCounters, platform::Error> {
+        let start = Instant::now();
+        if let Some(t) = self.settings.tick {
+            self.timers.insert(start + t, TimerEvent::Tick);
+        }
+        let mut last_work = start;
+        let mut now = start;
+        let mut stop_deadline: Option<Instant> = None;
+        loop {
+            let stopping = self.stop.load(Ordering::Acquire);
+            let timeout = if stopping {
+                Some(Duration::ZERO)
+            } else {
+                self.timeout(now, last_work)
+            };
+            let outcome = self.backend.poll(&mut self.send, timeout)?;
+            now = Instant::now();
+            self.counters.loop_turns += 1;
+            if outcome.received > 0 {
+                self.dispatch(now)?;
+                last_work = now;
+            } else if outcome.sent > 0 {
+                last_work = now;
+            }
+            self.fire_timers(now);
+            let service_done = {
+                let mut ctx = UdpContext {
+                    worker: self.index,
+                    now,
+                    send: &mut self.send,
+                    backend: Some(self.backend.as_mut()),
+                    send_errors: &mut self.counters.send_errors,
+                };
+                self.service.on_turn_end(&mut ctx);
+                stopping && self.service.on_stop(&mut ctx)
+            };
+            let worked = now.elapsed();
+            self.counters.max_turn_ns = self.counters.max_turn_ns.max(worked.as_nanos() as u64);
+            if stopping {
+                let limit = *stop_deadline.get_or_insert(now + self.settings.stop_limit);
+                // Leave once the socket queue is drained, every received datagram was handled
+                // and the service is done, or when the stop takes too long.
+                if (outcome.received == 0 && service_done) || now >= limit {
+                    self.finish_sends(limit)?;
+                    self.sync_counters();
+                    return Ok(self.counters);
+                }
+                if outcome.received == 0 && outcome.sent == 0 {
+                    // Waiting for the service (e.g. close acknowledgements): don't spin hot.
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            if self.counters.loop_turns % 32 == 0 {
+                self.sync_counters();
+            }
+        }
+    }
+
+    fn timeout(&mut self, now: Instant, last_work: Instant) -> Option<Duration> {
+        if self.settings.idle == IdleStrategy::Spin
+            || (self.settings.idle == IdleStrategy::Balanced
+                && now.saturating_duration_since(last_work) < self.settings.spin_for)
+        {
+            return Some(Duration::ZERO);
+        }
+        let deadline = match (self.timers.next_deadline(), self.service.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        deadline.map(|d| d.saturating_duration_since(now))
+    }
+
+    fn dispatch(&mut self, now: Instant) -> Result<(), platform::Error> {
+        // Submit early when the batch fills past this mark, so replies never run out of room.
+        let high_water = self.send.capacity() / 2;
+        // The length is re-read each time: a flush may append datagrams it reaped on the way.
+        let mut i = 0;
+        while i < self.backend.received().len() {
+            i += 1;
+            {
+                let Some(d) = self.backend.received().get(i - 1) else {
+                    continue;
+                };
+                if d.truncated {
+                    self.counters.truncated += 1;
+                }
+                let mut ctx = UdpContext {
+                    worker: self.index,
+                    now,
+                    send: &mut self.send,
+                    backend: None,
+                    send_errors: &mut self.counters.send_errors,
+                };
+                for segment in d.segments() {
+                    self.service.on_datagram(&mut ctx, d.src, segment);
+                    self.counters.datagrams_in += 1;
+                }
+            }
+            if self.send.len() >= high_water {
+                self.backend.flush(&mut self.send)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn fire_timers(&mut self, now: Instant) {
+        let mut due = false;
+        self.timers.advance(now, |TimerEvent::Tick| due = true);
+        if !due {
+            return;
+        }
+        let mut ctx = UdpContext {
+            worker: self.index,
+            now,
+            send: &mut self.send,
+            backend: Some(self.backend.as_mut()),
+            send_errors: &mut self.counters.send_errors,
+        };
+        self.service.on_tick(&mut ctx);
+        if let Some(t) = self.settings.tick {
+            // Keep the cadence, but never queue up missed ticks after a stall.
+            self.timers.insert(now + t, TimerEvent::Tick);
+        }
+    }
+
+    fn finish_sends(&mut self, deadline: Instant) -> Result<(), platform::Error> {
+        while !self.send.is_empty() {
+            let sent = self.backend.flush(&mut self.send)?;
+            if sent == 0 {
+                if Instant::now() >= deadline {
+                    self.counters.send_errors += self.send.len() as u64;
+                    tracing::warn!(
+                        worker = self.index,
+                        dropped = self.send.len(),
+                        "shutdown: socket would not take the last datagrams"
+                    );
+                    self.send.clear();
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        Ok(())
+    }
+
+    fn sync_counters(&mut self) {
+        let s = self.backend.stats();
+        self.counters.datagrams_out = s.datagrams_out;
+        self.counters.batches_in = s.batches_in;
+        self.counters.batches_out = s.batches_out;
+        self.counters.syscalls = s.syscalls;
+        self.counters.send_errors = self.counters.send_errors.max(s.send_errors);
+        if let Some(d) = self.backend.socket_drops() {
+            self.counters.socket_drops = d;
+        }
+        self.cell.publish(&self.counters);
+    }
+}
+
+struct WorkerHandle {
+    thread: Option<JoinHandle<Result<WorkerCounters, platform::Error>>>,
+    waker: Waker,
+    cell: Arc<CounterCell>,
+    core: Option<usize>,
+}
+
+/// A set of running workers: what every server kind holds. Dropping it stops and joins them.
+pub(crate) struct WorkerSet {
+    pub local_addr: SocketAddr,
+    pub io_model: IoModel,
+    pub backend_kind: BackendKind,
+    pub selection_reason: String,
+    pub socket_info: Vec<SocketInfo>,
+    stop: Arc<AtomicBool>,
+    workers: Vec<WorkerHandle>,
+}
+
+/// Bind the sockets a configuration asks for: one per worker (`SO_REUSEPORT`, same port) for
+/// per-core, one shared by duplicate descriptors for shared.
+fn bind_sockets(cfg: &UdpServerConfig, n: usize) -> Result<Vec<BoundSocket>, RuntimeError> {
+    let mut sc = SocketConfig::new(cfg.bind);
+    sc.recv_buffer = cfg.recv_buffer;
+    sc.send_buffer = cfg.send_buffer;
+    sc.reuse_port = cfg.io_model == IoModel::PerCore;
+    let first = platform::bind(&sc)?;
+    let mut sockets = Vec::with_capacity(n);
+    // Later per-core sockets join the port the first one got (port 0 resolves to a real port).
+    sc.addr = first.info().local_addr;
+    for _ in 1..n {
+        let s = match cfg.io_model {
+            IoModel::PerCore => platform::bind(&sc)?,
+            IoModel::Shared => first.try_clone()?,
+        };
+        sockets.push(s);
+    }
+    sockets.insert(0, first);
+    Ok(sockets)
+}
+
+impl WorkerSet {
+    /// Bind the sockets, start one worker per socket driving `make_service(i)`, and return once
+    /// every worker's backend is up. `make_service` runs on the calling thread.
+    pub(crate) fn start<S, F>(
+        config: &UdpServerConfig,
+        mut make_service: F,
+    ) -> Result<WorkerSet, RuntimeError>
+    where
+        S: Service,
+        F: FnMut(usize) -> S,
+    {
+        config.validate()?;
+        let n = config.resolved_threads();
+        let sockets = bind_sockets(config, n)?;
+        let cores = if config.pin_cores && config.io_model == IoModel::PerCore {
+            core_affinity::get_core_ids().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut set = WorkerSet {
+            local_addr: sockets[0].info().local_addr,
+            io_model: config.io_model,
+            backend_kind: BackendKind::Auto,
+            selection_reason: String::new(),
+            socket_info: sockets.iter().map(|s| s.info().clone()).collect(),
+            stop: stop.clone(),
+            workers: Vec::with_capacity(n),
+        };
+        let settings = WorkerSettings::from_config(config);
+        for (index, socket) in sockets.into_iter().enumerate() {
+            let service = make_service(index);
+            let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
+            let cell = Arc::new(CounterCell::default());
+            let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+            let spawn = SpawnArgs {
+                index,
+                core,
+                socket,
+                backend: config.backend.clone(),
+                stop: stop.clone(),
+                cell: cell.clone(),
+                settings: settings.clone(),
+            };
+            let thread = std::thread::Builder::new()
+                .name(format!("ricochet-w{index}"))
+                .spawn(move || spawn.run(service, ready_tx))
+                .map_err(|source| RuntimeError::Spawn {
+                    worker: index,
+                    source,
+                })?;
+            let ready = ready_rx.recv().map_err(|_| RuntimeError::WorkerPanicked {
+                worker: index,
+                message: "worker exited before its backend was ready".into(),
+            })?;
+            match ready {
+                Ok((kind, reason, waker)) => {
+                    set.backend_kind = kind;
+                    if set.selection_reason.is_empty() {
+                        set.selection_reason = reason;
+                    }
+                    set.workers.push(WorkerHandle {
+                        thread: Some(thread),
+                        waker,
+                        cell,
+                        core: core.map(|c| c.id),
+                    });
+                }
+                Err(e) => {
+                    let _ = thread.join();
+                    // Dropping `set` stops the workers already started.
+                    return Err(RuntimeError::Worker {
+                        worker: index,
+                        source: e,
+                    });
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    /// Number of workers.
+    pub(crate) fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Wakers of every worker, by index.
+    pub(crate) fn wakers(&self) -> Vec<Waker> {
+        self.workers.iter().map(|w| w.waker.clone()).collect()
+    }
+
+    /// Live counters of every worker (published every few loop turns).
+    pub(crate) fn counters(&self) -> Vec<WorkerCounters> {
+        self.workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| w.cell.read(i, w.core))
+            .collect()
+    }
+
+    /// Stop every worker (each finishes what it received and what its service must still
+    /// send), join them and return their final counters.
+    pub(crate) fn stop_and_join(&mut self) -> Result<Vec<WorkerCounters>, RuntimeError> {
+        self.stop.store(true, Ordering::Release);
+        for w in &self.workers {
+            // A failed wake only delays the stop until the worker's next timeout.
+            let _ = w.waker.wake();
+        }
+        let mut out = Vec::with_capacity(self.workers.len());
+        let mut first_error = None;
+        for (i, w) in self.workers.iter_mut().enumerate() {
+            let Some(thread) = w.thread.take() else {
+                continue;
+            };
+            match thread.join() {
+                Ok(Ok(c)) => out.push(c),
+                Ok(Err(source)) => {
+                    first_error.get_or_insert(RuntimeError::Worker { worker: i, source });
+                }
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    first_error.get_or_insert(RuntimeError::WorkerPanicked { worker: i, message });
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+}
+
+impl Drop for WorkerSet {
+    fn drop(&mut self) {
+        if self.workers.iter().any(|w| w.thread.is_some()) {
+            let _ = self.stop_and_join();
+        }
+    }
+}
+
+type Ready = Result<(BackendKind, String, Waker), platform::Error>;
+
+/// Everything a worker thread needs besides its service.
+struct SpawnArgs {
+    index: usize,
+    core: Option<core_affinity::CoreId>,
+    socket: BoundSocket,
+    backend: BackendConfig,
+    stop: Arc<AtomicBool>,
+    cell: Arc<CounterCell>,
+    settings: WorkerSettings,
+}
+
+impl SpawnArgs {
+    fn run<S: Service>(
+        self,
+        service: S,
+        ready: mpsc::SyncSender<Ready>,
+    ) -> Result<WorkerCounters, platform::Error> {
+        if let Some(core) = self.core {
+            core_affinity::set_for_current(core);
+        }
+        // The backend is built on its own thread: io_uring rings may be tied to the thread that
+        // submits to them.
+        let backend = match platform::open(self.socket, &self.backend) {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return Ok(WorkerCounters::default());
+            }
+        };
+        let _ = ready.send(Ok((
+            backend.kind(),
+            backend.selection_reason().to_owned(),
+            backend.waker(),
+        )));
+        let now = Instant::now();
+        Worker {
+            index: self.index,
+            backend,
+            service,
+            send: SendBatch::new(self.settings.send_batch),
+            timers: TimerWheel::new(now, Duration::from_millis(1)),
+            stop: self.stop,
+            cell: self.cell,
+            counters: WorkerCounters {
+                worker: self.index,
+                core: self.core.map(|c| c.id),
+                ..WorkerCounters::default()
+            },
+            settings: self.settings,
+        }
+        .run()
+    }
+}
