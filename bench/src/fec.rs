@@ -9,9 +9,10 @@
 //! the original data before timing.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
+use bench::host::{command_line, BuildInfo, HostInfo, UtcTime};
 use ricochet::fec::{CauchyCodec, Codec, Kernel, RsSimdCodec, SimdLevel};
 use serde::Serialize;
 
@@ -48,12 +49,12 @@ struct Row {
 
 #[derive(Serialize)]
 struct Report<'a> {
-    bench: &'static str,
-    host: String,
-    unix_time: u64,
-    date_utc: String,
+    kind: &'static str,
+    created_unix_s: u64,
+    created_utc: String,
     command: String,
-    cpu: String,
+    host: HostInfo,
+    build: BuildInfo,
     simd_levels: Vec<&'static str>,
     iters: usize,
     results: &'a [Row],
@@ -221,41 +222,6 @@ fn measure(v: &Variant, k: usize, m: usize, size: usize, iters: usize) -> Result
     })
 }
 
-fn host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .map(|h| h.trim().split('.').next().unwrap_or("").to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown".into())
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
-}
-
-/// `yyyy-mm-dd` of a Unix time (UTC), by the civil-from-days algorithm.
-fn date_utc(secs: u64) -> String {
-    let z = (secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
 fn us(ns: f64) -> String {
     format!("{:.3}", ns / 1000.0)
 }
@@ -306,14 +272,14 @@ pub fn run(args: &FecArgs) -> Result<()> {
         }
     }
     if let Some(path) = &args.json {
-        let now = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+        let now = UtcTime::now();
         let report = Report {
-            bench: "fec",
-            host: host(),
-            unix_time: now,
-            date_utc: date_utc(now),
-            command: std::env::args().collect::<Vec<_>>().join(" "),
-            cpu: cpu_model(),
+            kind: "fec-codecs",
+            created_unix_s: now.unix_s,
+            created_utc: now.iso(),
+            command: command_line(),
+            host: HostInfo::collect(),
+            build: BuildInfo::collect(),
             simd_levels: SimdLevel::supported()
                 .into_iter()
                 .map(|l| l.name())
@@ -334,13 +300,6 @@ pub fn run(args: &FecArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn civil_dates() {
-        assert_eq!(date_utc(0), "1970-01-01");
-        assert_eq!(date_utc(951_782_400), "2000-02-29");
-        assert_eq!(date_utc(1_798_675_200), "2026-12-31");
-    }
 
     #[test]
     fn every_variant_measures_and_verifies() {
