@@ -41,14 +41,14 @@ impl CodecId {
     /// The codec the sender uses for a group of `data` + `parity` shards.
     ///
     /// Chosen from `bench fec` (`cargo run --release -p bench -- fec --json
-    /// results/vm-20261130/fec-codecs.json`, AMD EPYC VM, medians, µs per group):
+    /// results/vm-20261130/fec-codecs.json`, 2-core AMD EPYC VM under a load average of ~11, medians, µs per group):
     ///
     /// | group × shard | Cauchy AVX2 encode | Cauchy recover 1 / all | reed-solomon-simd encode | reed-solomon-simd recover |
     /// | --- | ---: | ---: | ---: | ---: |
-    /// | 8+2 × 64 B | 0.17 | 0.21 / 0.33 | 0.29 | 338 |
-    /// | 8+2 × 1,174 B | 0.97 | 0.56 / 1.29 | 1.16 | 308 |
-    /// | 8+4 × 1,174 B | 1.83 | 0.54 / 2.37 | 1.51 | 298 |
-    /// | 16+4 × 1,174 B | 3.97 | 0.91 / 4.30 | 3.06 | 320 |
+    /// | 8+2 × 64 B | 0.10 | 0.14 / 0.42 | 0.28 | 318 |
+    /// | 8+2 × 1,174 B | 0.60 | 0.36 / 0.84 | 0.71 | 295 |
+    /// | 8+4 × 1,174 B | 2.39 | 0.70 / 2.89 | 1.62 | 314 |
+    /// | 16+4 × 1,174 B | 4.73 | 1.29 / 5.09 | 3.18 | 327 |
     ///
     /// `reed-solomon-simd` encodes large groups slightly faster, but every recovery costs it a
     /// fixed ~300 µs here (a GF(2^16) transform), 100–1000× the Cauchy codec, whose cost grows
