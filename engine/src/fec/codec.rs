@@ -41,7 +41,8 @@ impl CodecId {
     /// The codec the sender uses for a group of `data` + `parity` shards.
     ///
     /// Chosen from `bench fec` (`cargo run --release -p bench -- fec --json
-    /// results/vm-20261130/fec-codecs.json`, 2-core AMD EPYC VM under a load average of ~11, medians, µs per group):
+    /// results/vm-20261130/fec-codecs.json`; 2-core AMD EPYC VM under a load average of ~11;
+    /// medians, µs per group):
     ///
     /// | group × shard | Cauchy AVX2 encode | Cauchy recover 1 / all | reed-solomon-simd encode | reed-solomon-simd recover |
     /// | --- | ---: | ---: | ---: | ---: |
