@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::codec::{CauchyCodec, Codec, CodecId, RsSimdCodec};
+use super::codec::{CauchyCodec, Codec, CodecId, RsSimdCodec, MAX_DATA_SHARDS, MAX_PARITY_SHARDS};
 use super::header::{DataHeader, ParityHeader, LEN_PREFIX};
 use super::{FecConfig, FecError};
 
@@ -750,7 +750,7 @@ impl FecReceiver {
         if self.scratch.len() < k + m {
             self.scratch.resize_with(k + m, Vec::new);
         }
-        let mut present = [false; super::codec::MAX_DATA_SHARDS + super::codec::MAX_PARITY_SHARDS];
+        let mut present = [false; MAX_DATA_SHARDS + MAX_PARITY_SHARDS];
         let shards = g.data.iter().chain(std::iter::repeat(&None)).take(k);
         let parity = g.parity.iter().chain(std::iter::repeat(&None)).take(m);
         for (i, src) in shards.chain(parity).enumerate() {
@@ -762,17 +762,19 @@ impl FecReceiver {
             }
             s.resize(len, 0);
         }
-        let mut refs: Vec<&mut [u8]> = self.scratch[..k + m]
-            .iter_mut()
-            .map(|s| s.as_mut_slice())
-            .collect();
+        let mut refs: [&mut [u8]; MAX_DATA_SHARDS + MAX_PARITY_SHARDS] =
+            std::array::from_fn(|_| <&mut [u8]>::default());
+        for (r, s) in refs.iter_mut().zip(&mut self.scratch[..k + m]) {
+            *r = s.as_mut_slice();
+        }
+        let refs = &mut refs[..k + m];
         let result = match codec {
-            CodecId::Cauchy => self.cauchy.reconstruct(k, &mut refs, &present[..k + m]),
-            CodecId::RsSimd => self.rs.get_or_insert_with(RsSimdCodec::new).reconstruct(
-                k,
-                &mut refs,
-                &present[..k + m],
-            ),
+            CodecId::Cauchy => self.cauchy.reconstruct(k, refs, &present[..k + m]),
+            CodecId::RsSimd => {
+                self.rs
+                    .get_or_insert_with(RsSimdCodec::new)
+                    .reconstruct(k, refs, &present[..k + m])
+            }
         };
         if result.is_err() {
             self.stats.recovery_failures += 1;

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::codec::{CauchyCodec, Codec, CodecId, RsSimdCodec};
+use super::codec::{CauchyCodec, Codec, CodecId, RsSimdCodec, MAX_DATA_SHARDS, MAX_PARITY_SHARDS};
 use super::header::{DataHeader, ParityHeader, DATA_HEADER_LEN, LEN_PREFIX, PARITY_HEADER_LEN};
 use super::policy::ParityController;
 use super::{FecConfig, FecError, LossReport};
@@ -294,40 +294,47 @@ impl FecSender {
         for s in &mut self.shards[..k] {
             s.resize(coded_len, 0);
         }
-        let mut bodies: Vec<Vec<u8>> = (0..m)
-            .map(|i| {
-                let mut b = self.spare.pop().unwrap_or_default();
-                b.clear();
-                b.resize(PARITY_HEADER_LEN + coded_len, 0);
-                ParityHeader {
-                    first_seq: g.first_seq,
-                    data: k as u8,
-                    parity: m as u8,
-                    index: i as u8,
-                    codec,
-                }
-                .write(&mut b);
-                b
-            })
-            .collect();
-        let data: Vec<&[u8]> = self.shards[..k].iter().map(|s| s.as_slice()).collect();
-        let mut outs: Vec<&mut [u8]> = bodies
-            .iter_mut()
-            .map(|b| &mut b[PARITY_HEADER_LEN..])
-            .collect();
+        // Parity bodies go straight onto the ready queue (buffers from `spare`) and are
+        // encoded in place; fixed arrays of slices keep the close free of allocation.
+        let queued = self.ready.len();
+        for i in 0..m {
+            let mut b = self.spare.pop().unwrap_or_default();
+            b.clear();
+            b.resize(PARITY_HEADER_LEN + coded_len, 0);
+            ParityHeader {
+                first_seq: g.first_seq,
+                data: k as u8,
+                parity: m as u8,
+                index: i as u8,
+                codec,
+            }
+            .write(&mut b);
+            self.ready.push_back(b);
+        }
+        let mut data: [&[u8]; MAX_DATA_SHARDS] = [&[]; MAX_DATA_SHARDS];
+        for (d, s) in data.iter_mut().zip(&self.shards[..k]) {
+            *d = s;
+        }
+        let mut outs: [&mut [u8]; MAX_PARITY_SHARDS] =
+            std::array::from_fn(|_| <&mut [u8]>::default());
+        for (o, b) in outs.iter_mut().zip(self.ready.range_mut(queued..)) {
+            *o = &mut b[PARITY_HEADER_LEN..];
+        }
+        let (data, outs) = (&data[..k], &mut outs[..m]);
         let result = match codec {
-            CodecId::Cauchy => self.cauchy.encode(&data, &mut outs),
+            CodecId::Cauchy => self.cauchy.encode(data, outs),
             CodecId::RsSimd => self
                 .rs
                 .get_or_insert_with(RsSimdCodec::new)
-                .encode(&data, &mut outs),
+                .encode(data, outs),
         };
-        if result.is_ok() {
-            self.ready.extend(bodies);
-            true
-        } else {
-            self.spare.append(&mut bodies);
-            false
+        if result.is_err() {
+            while self.ready.len() > queued {
+                if let Some(b) = self.ready.pop_back() {
+                    self.spare.push(b);
+                }
+            }
         }
+        result.is_ok()
     }
 }
