@@ -9,6 +9,33 @@
 //!
 //! Everything here is sans-IO: time is an argument, nothing reads a clock or touches a
 //! socket. Byte layouts are in [`header`].
+//!
+//! ```
+//! use std::time::Instant;
+//! use ricochet::fec::{FecConfig, FecPolicy, FecReceiver, FecSender};
+//!
+//! let cfg = FecConfig { policy: FecPolicy::Fixed { parity: 1 }, ..FecConfig::default() };
+//! let (mut tx, mut rx) = (FecSender::new(cfg), FecReceiver::new(cfg));
+//! let now = Instant::now();
+//! let mut buf = vec![0u8; cfg.max_parity_body()];
+//! let mut bodies = Vec::new();
+//! for msg in [[1u8; 20], [2; 20], [3; 20], [4; 20]] {
+//!     let n = tx.protect(now, &msg, &mut buf).unwrap(); // body of a `FecData` packet
+//!     bodies.push(buf[..n].to_vec());
+//! }
+//! // The group's wait runs out and its parity follows (body of a `FecParity` packet).
+//! let deadline = tx.poll_timeout().unwrap();
+//! let n = tx.poll_parity(deadline, &mut buf).unwrap();
+//! let parity = buf[..n].to_vec();
+//! // The second datagram is lost: the receiver rebuilds it from the parity.
+//! let mut got = Vec::new();
+//! for body in [&bodies[0], &bodies[2], &bodies[3]] {
+//!     rx.on_data(now, body, |p| got.push(p.to_vec())).unwrap();
+//! }
+//! rx.on_parity(now, &parity, |p| got.push(p.to_vec())).unwrap();
+//! assert_eq!(got[3], [2u8; 20]);
+//! assert_eq!(rx.stats().data_recovered, 1);
+//! ```
 
 use std::time::Duration;
 
