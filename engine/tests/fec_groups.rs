@@ -450,3 +450,48 @@ fn receiver_ages_out_incomplete_groups() {
     );
     assert_eq!(rx.poll_timeout(), None);
 }
+
+#[test]
+fn sequence_numbers_wrap() {
+    // 70,000 datagrams: the 16-bit data-shard sequence wraps once.
+    let cfg = FecConfig {
+        policy: FecPolicy::Fixed { parity: 2 },
+        ..FecConfig::default()
+    };
+    let mut tx = FecSender::new(cfg);
+    let mut rx = FecReceiver::new(cfg);
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    let mut now = Instant::now();
+    let mut body = vec![0u8; cfg.max_parity_body()];
+    let mut delivered = HashSet::new();
+    let mut through = 0u64;
+    for id in 0..70_000u64 {
+        let msg = [id.to_le_bytes(), (!id).to_le_bytes()].concat();
+        let n = tx.protect(now, &msg, &mut body).unwrap();
+        let mut deliver = |p: &[u8]| {
+            assert_eq!(p.len(), 16);
+            let got = u64::from_le_bytes(p[..8].try_into().unwrap());
+            assert_eq!(u64::from_le_bytes(p[8..].try_into().unwrap()), !got);
+            assert!(delivered.insert(got), "{got} delivered twice");
+        };
+        if !rng.random_bool(0.02) {
+            through += 1;
+            rx.on_data(now, &body[..n], &mut deliver).unwrap();
+        }
+        while let Some(n) = tx.poll_parity(now, &mut body) {
+            if !rng.random_bool(0.02) {
+                rx.on_parity(now, &body[..n], &mut deliver).unwrap();
+            }
+        }
+        now += Duration::from_micros(50);
+    }
+    let s = rx.stats();
+    assert_eq!(delivered.len() as u64, through + s.data_recovered);
+    assert!(s.data_recovered > 1000, "{s:?}");
+    assert_eq!(s.malformed.total(), 0);
+    assert!(
+        (s.realized_loss() - 0.02).abs() < 0.005,
+        "{}",
+        s.realized_loss()
+    );
+}
