@@ -49,7 +49,9 @@ mod receiver;
 mod sender;
 
 pub use codec::{CauchyCodec, Codec, CodecError, CodecId, RsSimdCodec};
-pub use header::{DataHeader, ParityHeader, DATA_HEADER_LEN, PARITY_HEADER_LEN};
+pub use header::{
+    max_protected_payload, DataHeader, ParityHeader, DATA_HEADER_LEN, PARITY_HEADER_LEN,
+};
 pub use kernel::{Kernel, SimdLevel};
 pub use receiver::{
     FecReceiver, LossReport, MalformedCounts, ReceiverStats, RetentionBudget,
