@@ -411,6 +411,22 @@ fn group_closes_on_wait_and_parity_follows() {
     assert_eq!(got[3], vec![2u8; 100], "rebuilt with its true length");
     assert_eq!(rx.stats().data_recovered, 1);
     assert_eq!(rx.stats().retained_bytes, 0, "finished group released");
+    // A caller that never polls parity leaves at most MAX_QUEUED_PARITY queued.
+    let mut idle = FecSender::new(FecConfig {
+        policy: FecPolicy::Fixed { parity: 4 },
+        ..FecConfig::default()
+    });
+    for i in 0..8 * 40 {
+        idle.protect(t0, &[i as u8; 100], &mut body).unwrap();
+    }
+    let mut queued = 0;
+    while idle.poll_parity(t0, &mut body).is_some() {
+        queued += 1;
+    }
+    assert_eq!(queued, ricochet::fec::MAX_QUEUED_PARITY);
+    let st = idle.stats();
+    assert!(st.parity_dropped > 0);
+    assert!(st.parity_dropped + queued as u64 <= st.groups * 4);
     // A full group closes at once, without waiting.
     let t1 = t0 + Duration::from_secs(1);
     for i in 0..8u8 {

@@ -57,7 +57,7 @@ pub use receiver::{
     FecReceiver, LossReport, MalformedCounts, ReceiverStats, RetentionBudget,
     DEFAULT_RETENTION_BUDGET,
 };
-pub use sender::{FecSender, SenderStats};
+pub use sender::{FecSender, SenderStats, MAX_QUEUED_PARITY};
 
 /// How much parity the sender adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

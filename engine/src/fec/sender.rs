@@ -29,6 +29,9 @@ pub struct SenderStats {
     pub policy_changes: u64,
     /// Groups that got fewer parity shards than planned because of the parity-byte cap.
     pub groups_capped: u64,
+    /// Parity bodies dropped unsent because more than [`MAX_QUEUED_PARITY`] were waiting
+    /// (late parity is worth little; ARQ covers those groups).
+    pub parity_dropped: u64,
     /// Highest parity/data byte ratio (per mille) over the cap window (the last
     /// `cap_window_groups` groups) ending at any group that carried parity. Never above
     /// `parity_cap_percent * 10`; parity over the whole history never exceeds the cap either.
@@ -50,6 +53,9 @@ impl SenderStats {
         }
     }
 }
+
+/// Parity bodies waiting for `poll_parity` at most; older ones are dropped first.
+pub const MAX_QUEUED_PARITY: usize = 64;
 
 /// The group being filled.
 struct OpenGroup {
@@ -328,7 +334,16 @@ impl FecSender {
                 .get_or_insert_with(RsSimdCodec::new)
                 .encode(data, outs),
         };
-        if result.is_err() {
+        if result.is_ok() {
+            // A caller that stops polling (e.g. congestion-blocked) must not grow the queue
+            // without bound: drop the stalest parity.
+            while self.ready.len() > MAX_QUEUED_PARITY {
+                if let Some(b) = self.ready.pop_front() {
+                    self.stats.parity_dropped += 1;
+                    self.spare.push(b);
+                }
+            }
+        } else {
             while self.ready.len() > queued {
                 if let Some(b) = self.ready.pop_back() {
                     self.spare.push(b);
