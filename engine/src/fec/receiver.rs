@@ -437,7 +437,12 @@ impl FecReceiver {
                 g.k_hint = Some(g.k_hint.map_or(bound, |h| h.min(bound)));
             }
         }
-        if h.protected && self.reserve(coded, first) {
+        // After a resynchronisation the bitmap no longer knows a shard the group holds.
+        let held = self
+            .groups
+            .iter()
+            .any(|g| g.first == first && g.data.get(index).is_some_and(|d| d.is_some()));
+        if h.protected && !held && self.reserve(coded, first) {
             let mut buf = self.take_buf();
             buf.extend_from_slice(&(payload.len() as u16).to_le_bytes());
             buf.extend_from_slice(payload);
