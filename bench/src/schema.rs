@@ -352,6 +352,8 @@ pub struct ServerInfo {
 pub struct UdpRun {
     /// Short name for tables (`ricochet per-core x2`).
     pub label: String,
+    /// Round (0-based) when the same configurations were run several times, interleaved.
+    pub round: usize,
     /// What was asked.
     pub config: UdpConfig,
     /// No loss, duplicate, content error, late echo, I/O error or failure in any phase.

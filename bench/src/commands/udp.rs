@@ -5,7 +5,7 @@ use clap::Args;
 
 use super::Global;
 use crate::host::UtcTime;
-use crate::output::{result_file, server_notes, udp_table, write_result};
+use crate::output::{median_table, result_file, server_notes, udp_table, write_result};
 use crate::schema::{UdpConfig, UdpRun};
 use crate::udp::client::ClientIo;
 use crate::udp::run::{run_udp, validate};
@@ -62,6 +62,10 @@ pub struct UdpArgs {
     /// Send buffer for every socket, bytes (0: OS default).
     #[arg(long, default_value_t = 0)]
     pub send_buffer: usize,
+    /// Run every configuration this many times, interleaved (A B C A B C …), so slow drift on a
+    /// shared machine hits all of them alike; the summary shows the median of the rounds.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Client datagram I/O (list): mmsg (sendmmsg/recvmmsg batches, Linux) or std (one call each).
     #[arg(long, value_delimiter = ',', default_value = ClientIo::default_name(), value_parser = ["mmsg", "std"])]
     pub client_io: Vec<String>,
@@ -138,7 +142,19 @@ impl UdpArgs {
     }
 }
 
-/// Run each configuration in turn, printing its row as it finishes.
+/// Run each configuration in turn, `rounds` times round-robin.
+pub fn run_rounds(configs: &[UdpConfig], rounds: usize) -> Vec<UdpRun> {
+    let mut runs = Vec::with_capacity(configs.len() * rounds);
+    for round in 0..rounds.max(1) {
+        for mut r in run_configs(configs) {
+            r.round = round;
+            runs.push(r);
+        }
+    }
+    runs
+}
+
+/// Run each configuration in turn.
 pub fn run_configs(configs: &[UdpConfig]) -> Vec<UdpRun> {
     let Some(first) = configs.first() else {
         return Vec::new();
@@ -164,8 +180,12 @@ pub fn run(args: &UdpArgs, global: &Global) -> Result<bool> {
         validate(c)?;
     }
     let started = UtcTime::now();
-    let runs = run_configs(&configs);
+    let runs = run_rounds(&configs, args.rounds);
     print!("{}", udp_table(&runs));
+    if args.rounds > 1 {
+        println!();
+        print!("{}", median_table(&runs));
+    }
     print!("{}", server_notes(&runs));
     let file = result_file("udp", &started, runs);
     let ok = file.ok;
