@@ -104,6 +104,8 @@ pub struct UdpConfig {
     pub backend: String,
     /// Idle strategy: `spin`, `park` or `balanced` (ricochet; `n/a` for tokio).
     pub idle: String,
+    /// Ricochet `per-core` workers pinned to cores (the runtime's default).
+    pub pin_cores: bool,
     /// Busy work per message in the server's handler, ns.
     pub work_ns: u64,
     /// Warm-up duration, s.

@@ -50,6 +50,9 @@ pub struct UdpArgs {
     /// Ricochet idle strategy (list): spin, park or balanced.
     #[arg(long, value_delimiter = ',', default_value = "balanced", value_parser = ["spin", "park", "balanced"])]
     pub idle: Vec<String>,
+    /// Pin Ricochet's per-core workers to cores (list): true, false.
+    #[arg(long, value_delimiter = ',', default_value = "true")]
+    pub pin_cores: Vec<bool>,
     /// Echo server (list): ricochet or tokio.
     #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "tokio"])]
     pub server: Vec<String>,
@@ -83,6 +86,9 @@ pub fn label(cfg: &UdpConfig, with_window: bool, with_client_io: bool) -> String
     if cfg.server != "tokio" && cfg.idle != "balanced" {
         s.push_str(&format!(" {}", cfg.idle));
     }
+    if cfg.server != "tokio" && cfg.io_model == "per-core" && !cfg.pin_cores {
+        s.push_str(" unpinned");
+    }
     if with_window {
         s.push_str(&format!(" w{}", cfg.window));
     }
@@ -101,20 +107,28 @@ impl UdpArgs {
         for client_io in &self.client_io {
             for &window in &self.window {
                 for server in &self.server {
-                    let combos: Vec<(String, String, String)> = if server == "tokio" {
-                        vec![("shared".into(), "tokio".into(), "n/a".into())]
+                    let combos: Vec<(String, String, String, bool)> = if server == "tokio" {
+                        vec![("shared".into(), "tokio".into(), "n/a".into(), false)]
                     } else {
                         let mut v = Vec::new();
                         for m in &self.io_model {
                             for b in &self.backend {
                                 for i in &self.idle {
-                                    v.push((m.clone(), b.clone(), i.clone()));
+                                    // Pinning only applies to per-core workers.
+                                    let pins: &[bool] = if m == "per-core" {
+                                        &self.pin_cores
+                                    } else {
+                                        &[false]
+                                    };
+                                    for &p in pins {
+                                        v.push((m.clone(), b.clone(), i.clone(), p));
+                                    }
                                 }
                             }
                         }
                         v
                     };
-                    for (io_model, backend, idle) in combos {
+                    for (io_model, backend, idle, pin_cores) in combos {
                         out.push(UdpConfig {
                             payload: self.payload,
                             clients: self.clients,
@@ -124,6 +138,7 @@ impl UdpArgs {
                             io_threads: self.io_threads,
                             backend,
                             idle,
+                            pin_cores,
                             work_ns: self.work,
                             warmup_s: self.warmup,
                             seconds: self.seconds,

@@ -89,6 +89,7 @@ impl LimitsArgs {
                         io_threads: self.io_threads,
                         backend: self.backend.clone(),
                         idle: "balanced".into(),
+                        pin_cores: true,
                         work_ns: 0,
                         warmup_s: self.warmup,
                         seconds: self.seconds,
