@@ -84,6 +84,9 @@ pub struct RelayArgs {
     /// Seed of the impairment streams (one per route and direction).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Nice value of the relay thread (Linux; negative needs CAP_SYS_NICE).
+    #[arg(long, allow_negative_numbers = true)]
+    pub nice: Option<i32>,
     /// Run this many seconds, then stop (0: until killed).
     #[arg(long, default_value_t = 0.0)]
     pub seconds: f64,
@@ -97,6 +100,7 @@ pub fn run(args: &RelayArgs) -> anyhow::Result<()> {
     }
     let mut cfg = RelayConfig::new(args.server, imp).with_seed(args.seed);
     cfg.listen = args.listen;
+    cfg.nice = args.nice;
     let relay = Relay::start(cfg)?;
     eprintln!(
         "relay: {} -> {} (profile {}, seed {})",

@@ -69,6 +69,31 @@ pub(super) fn minimize_timer_slack() {
     }
 }
 
+/// Sets the calling thread's nice value (negative values need `CAP_SYS_NICE`). Linux only:
+/// elsewhere `setpriority` would change the whole process, so this reports `Unsupported`.
+pub(super) fn set_thread_nice(nice: i32) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid takes no arguments and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        let who = libc::id_t::try_from(tid).map_err(|_| io::Error::other("negative tid"))?;
+        // SAFETY: setpriority takes plain integers; on Linux PRIO_PROCESS with a thread id
+        // changes only that thread.
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, who, nice) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = nice;
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "per-thread nice values are Linux-only",
+        ))
+    }
+}
+
 /// CPU time the calling thread has used, in nanoseconds (0 if the clock is unavailable).
 pub(super) fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {

@@ -200,6 +200,11 @@ impl Worker {
     /// Runs until stopped, then publishes the final counters (and the error, if one ended it).
     pub(super) fn run(mut self) {
         sys::minimize_timer_slack();
+        if let Some(nice) = self.cfg.nice {
+            if let Err(e) = sys::set_thread_nice(nice) {
+                tracing::warn!("relay: could not set the thread's nice value to {nice}: {e}");
+            }
+        }
         self.started = Instant::now();
         let result = self.serve();
         let counters = self.snapshot();
