@@ -12,14 +12,18 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bench::relay::{DirectionCounters, Relay, RelayConfig, RelayCounters, RelayHandle};
+use bench::relay::{DirectionCounters, Relay, RelayArgs, RelayConfig, RelayCounters, RelayHandle};
 use ricochet::sim::{Direction, ImpairedLink, Impairment, Profile, Verdict};
 
 const HEADER: usize = 13;
 const RATE: f64 = 20_000.0;
 
 fn socket() -> UdpSocket {
-    let mut cfg = ricochet_platform::SocketConfig::new("127.0.0.1:0".parse().unwrap());
+    socket_at("127.0.0.1:0")
+}
+
+fn socket_at(addr: &str) -> UdpSocket {
+    let mut cfg = ricochet_platform::SocketConfig::new(addr.parse().unwrap());
     cfg.recv_buffer = Some(4 << 20);
     cfg.send_buffer = Some(4 << 20);
     let (s, _) = ricochet_platform::bind(&cfg).unwrap().into_parts();
@@ -525,6 +529,91 @@ fn clients_beyond_the_route_limit_are_counted_not_served() {
     let c = relay.shutdown().unwrap();
     assert_eq!(c.routes.len(), 1);
     assert_eq!(c.errors.route_limit, 10);
+}
+
+#[test]
+fn ipv6_loopback_routes_both_ways() {
+    let server = socket_at("[::1]:0");
+    let relay = Relay::start(RelayConfig::new(
+        server.local_addr().unwrap(),
+        Impairment::none().with_delay(Duration::from_millis(1)),
+    ))
+    .unwrap();
+    assert!(relay.addr().is_ipv6());
+    let client = socket_at("[::1]:0");
+    let rx = Rx::start(&server);
+    send_paced(&client, relay.addr(), 1, 100, 1200, RATE);
+    wait_drained(&relay, 100, 0);
+    let got = rx.finish();
+    let upstream = relay.counters().routes[0].upstream;
+    assert!(upstream.is_ipv6());
+    assert_eq!(
+        got.iter().map(|g| g.seq).collect::<Vec<_>>(),
+        (0..100).collect::<Vec<_>>()
+    );
+    let rx = Rx::start(&client);
+    send_paced(&server, upstream, 2, 100, 1200, RATE);
+    wait_drained(&relay, 100, 100);
+    let got = rx.finish();
+    assert_eq!(got.len(), 100);
+    assert!(got.iter().all(|g| g.from == relay.addr()));
+}
+
+#[derive(Debug, clap::Parser)]
+struct Cli {
+    #[command(flatten)]
+    relay: RelayArgs,
+}
+
+#[test]
+fn relay_flags_override_the_profile_and_the_command_runs() {
+    use clap::Parser;
+    let cli = Cli::try_parse_from([
+        "relay",
+        "--server",
+        "127.0.0.1:9",
+        "--profile",
+        "burst",
+        "--loss-percent",
+        "2.5",
+        "--delay-ms",
+        "25",
+        "--nice=-1",
+    ])
+    .unwrap();
+    let imp = cli.relay.impairment.impairment().unwrap();
+    let burst = Profile::Burst.impairment();
+    assert_eq!(imp.loss, 0.025);
+    assert_eq!(imp.delay, Duration::from_millis(25));
+    assert_eq!(imp.burst, burst.burst);
+    assert_eq!(
+        (imp.duplicate, imp.reorder),
+        (burst.duplicate, burst.reorder)
+    );
+    assert_eq!(cli.relay.nice, Some(-1));
+    assert_eq!(cli.relay.seed, 42);
+
+    let none = Cli::try_parse_from(["relay", "--server", "127.0.0.1:9", "--reorder-percent", "5"])
+        .unwrap();
+    let imp = none.relay.impairment.impairment().unwrap();
+    assert_eq!(
+        (imp.reorder, imp.reorder_delay),
+        (0.05, Duration::from_millis(15))
+    );
+    assert!(
+        Cli::try_parse_from(["relay", "--server", "127.0.0.1:9", "--profile", "lossy"]).is_err()
+    );
+    let bad =
+        Cli::try_parse_from(["relay", "--server", "127.0.0.1:9", "--loss-percent", "150"]).unwrap();
+    assert!(bad.relay.impairment.impairment().is_err());
+
+    // The standalone command relays for the given time and returns.
+    let server = socket();
+    let mut args = Cli::try_parse_from(["relay", "--server", "127.0.0.1:9", "--seconds", "0.2"])
+        .unwrap()
+        .relay;
+    args.server = server.local_addr().unwrap();
+    bench::relay::run(&args).unwrap();
 }
 
 /// Relay capacity with no impairment: 4 clients keep 32 datagrams each in flight through the
