@@ -616,6 +616,58 @@ fn relay_flags_override_the_profile_and_the_command_runs() {
     bench::relay::run(&args).unwrap();
 }
 
+/// Relay cost at a fixed offered load: one client sends 100,000 datagrams/s (64 B) for 2 s
+/// through the relay (no impairment) to a sink. Prints what the relay received and sent and the
+/// share of a core its thread used. A measurement: run with
+/// `cargo test --release -p bench --test relay -- --ignored --nocapture relay_cpu_at_100k`.
+#[test]
+#[ignore = "measurement; run explicitly in release"]
+fn relay_cpu_at_100k() {
+    const RATE_100K: f64 = 100_000.0;
+    const N: u32 = 200_000;
+    let sink = socket();
+    let relay = Relay::start(RelayConfig::new(
+        sink.local_addr().unwrap(),
+        Impairment::none(),
+    ))
+    .unwrap();
+    let client = socket();
+    let rx = Rx::start(&sink);
+    let before = relay.counters();
+    let start = Instant::now();
+    send_paced(&client, relay.addr(), 1, N, 64, RATE_100K);
+    let send_secs = start.elapsed().as_secs_f64();
+    // Until the relay has caught up (or the kernel dropped some: no progress for 200 ms).
+    let mut after = relay.counters();
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = relay.counters();
+        if now.up.offered == after.up.offered && now.drained() {
+            break;
+        }
+        after = now;
+    }
+    let got = rx.finish();
+    let wall = after.elapsed_ns.saturating_sub(before.elapsed_ns) as f64 / 1e9;
+    let cpu = after.thread_cpu_ns.saturating_sub(before.thread_cpu_ns) as f64 / 1e9;
+    println!(
+        "offered {N} datagrams at {:.0}/s: relay received {}, sent {}, sink got {}; relay thread \
+         CPU {:.2} s over {:.2} s ({:.0}% of a core over the sending time, {:.0} datagrams per CPU-second); \
+         queue peak {} datagrams; lateness p50 {} us p99 {} us",
+        f64::from(N) / send_secs,
+        after.up.offered,
+        after.up.sent,
+        got.len(),
+        cpu,
+        wall,
+        cpu / send_secs * 100.0,
+        after.up.sent as f64 / cpu,
+        after.up.queue_peak_datagrams,
+        after.lateness.p50_ns / 1000,
+        after.lateness.p99_ns / 1000,
+    );
+}
+
 /// Relay capacity with no impairment: 4 clients keep 32 datagrams each in flight through the
 /// relay to an echo server for 2 s. Prints datagrams relayed per second and the relay thread's
 /// CPU share. A measurement, not a test: run with
