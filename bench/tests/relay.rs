@@ -323,6 +323,10 @@ fn none_delivers_everything_once_in_order_both_ways_one_route_per_client() {
     }
     assert_eq!(c.realized_loss, 0.0);
     assert!(!c.errors.any(), "{:?}", c.errors);
+    assert_eq!(
+        c.errors.socket_drops_available,
+        cfg!(all(target_os = "linux", target_arch = "x86_64")) || c.errors.socket_drops_available
+    );
     assert_eq!(c.lateness.count, 4 * u64::from(N));
     assert_eq!(
         c.route_peaks.datagrams,
@@ -653,7 +657,7 @@ fn relay_cpu_at_100k() {
     println!(
         "offered {N} datagrams at {:.0}/s: relay received {}, sent {}, sink got {}; relay thread \
          CPU {:.2} s over {:.2} s ({:.0}% of a core over the sending time, {:.0} datagrams per CPU-second); \
-         queue peak {} datagrams; lateness p50 {} us p99 {} us",
+         queue peak {} datagrams; kernel drops at the relay {}; lateness p50 {} us p99 {} us",
         f64::from(N) / send_secs,
         after.up.offered,
         after.up.sent,
@@ -663,6 +667,7 @@ fn relay_cpu_at_100k() {
         cpu / send_secs * 100.0,
         after.up.sent as f64 / cpu,
         after.up.queue_peak_datagrams,
+        after.errors.front_socket_drops,
         after.lateness.p50_ns / 1000,
         after.lateness.p99_ns / 1000,
     );
