@@ -629,33 +629,33 @@ fn relay_flags_override_the_profile_and_the_command_runs() {
 fn relay_cpu_at_100k() {
     const RATE_100K: f64 = 100_000.0;
     const N: u32 = 200_000;
-    let sink = socket();
-    let relay = Relay::start(RelayConfig::new(
-        sink.local_addr().unwrap(),
-        Impairment::none(),
-    ))
-    .unwrap();
-    let client = socket();
-    let rx = Rx::start(&sink);
-    let before = relay.counters();
-    let start = Instant::now();
-    send_paced(&client, relay.addr(), 1, N, 64, RATE_100K);
-    let send_secs = start.elapsed().as_secs_f64();
-    // Until the relay has caught up (or the kernel dropped some: no progress for 200 ms).
-    let mut after = relay.counters();
-    loop {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = relay.counters();
-        if now.up.offered == after.up.offered && now.drained() {
-            break;
+    // Default priority, then nice -10 (takes effect only with CAP_SYS_NICE).
+    for nice in [None, Some(-10)] {
+        let sink = socket();
+        let mut cfg = RelayConfig::new(sink.local_addr().unwrap(), Impairment::none());
+        cfg.nice = nice;
+        let relay = Relay::start(cfg).unwrap();
+        let client = socket();
+        let rx = Rx::start(&sink);
+        let before = relay.counters();
+        let start = Instant::now();
+        send_paced(&client, relay.addr(), 1, N, 64, RATE_100K);
+        let send_secs = start.elapsed().as_secs_f64();
+        // Until the relay has caught up (or the kernel dropped some: no progress for 200 ms).
+        let mut after = relay.counters();
+        loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = relay.counters();
+            if now.up.offered == after.up.offered && now.drained() {
+                break;
+            }
+            after = now;
         }
-        after = now;
-    }
-    let got = rx.finish();
-    let wall = after.elapsed_ns.saturating_sub(before.elapsed_ns) as f64 / 1e9;
-    let cpu = after.thread_cpu_ns.saturating_sub(before.thread_cpu_ns) as f64 / 1e9;
-    println!(
-        "offered {N} datagrams at {:.0}/s: relay received {}, sent {}, sink got {}; relay thread \
+        let got = rx.finish();
+        let wall = after.elapsed_ns.saturating_sub(before.elapsed_ns) as f64 / 1e9;
+        let cpu = after.thread_cpu_ns.saturating_sub(before.thread_cpu_ns) as f64 / 1e9;
+        println!(
+        "nice {nice:?}: offered {N} datagrams at {:.0}/s: relay received {}, sent {}, sink got {}; relay thread \
          CPU {:.2} s over {:.2} s ({:.0}% of a core over the sending time, {:.0} datagrams per CPU-second); \
          queue peak {} datagrams; kernel drops at the relay {}; lateness p50 {} us p99 {} us",
         f64::from(N) / send_secs,
@@ -671,6 +671,7 @@ fn relay_cpu_at_100k() {
         after.lateness.p50_ns / 1000,
         after.lateness.p99_ns / 1000,
     );
+    }
 }
 
 /// Relay capacity with no impairment: 4 clients keep 32 datagrams each in flight through the
