@@ -49,6 +49,7 @@ fn main() -> ExitCode {
         None => commands::tour::run(&cli.tour, &cli.global),
         Some(Command::Udp(a)) => commands::udp::run(a, &cli.global),
         Some(Command::UdpLimits(a)) => commands::udp_limits::run(a, &cli.global),
+        Some(Command::Relay(a)) => bench::relay::run(a).map(|()| true),
         Some(Command::Fec(a)) => fec::run(a).map(|()| true),
     };
     match result {
