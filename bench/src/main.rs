@@ -34,6 +34,8 @@ enum Command {
     UdpLimits(LimitsArgs),
     /// FEC codec encode/recover times per codec and SIMD level.
     Fec(fec::FecArgs),
+    /// A standalone impairment relay (the simulator's model on real sockets and a real clock).
+    Relay(bench::relay::RelayArgs),
 }
 
 fn main() -> ExitCode {
