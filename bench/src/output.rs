@@ -159,6 +159,66 @@ pub fn udp_table(runs: &[UdpRun]) -> String {
     out
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Per label, over its rounds: median (min–max) round trips/s and median p99.
+pub fn median_table(runs: &[UdpRun]) -> String {
+    let mut labels: Vec<&str> = Vec::new();
+    for r in runs {
+        if !labels.contains(&r.label.as_str()) {
+            labels.push(&r.label);
+        }
+    }
+    let rows: Vec<Vec<String>> = labels
+        .iter()
+        .map(|l| {
+            let of: Vec<&UdpRun> = runs.iter().filter(|r| r.label == *l).collect();
+            let rates: Vec<f64> = of.iter().map(|r| r.round_trips_per_s).collect();
+            let lo = rates.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = rates.iter().copied().fold(0.0, f64::max);
+            let p99: Vec<f64> = of.iter().filter_map(|r| r.rtt_us.map(|x| x.p99)).collect();
+            vec![
+                l.to_string(),
+                of.len().to_string(),
+                thousands(median(rates).round() as u64),
+                format!(
+                    "{}–{}",
+                    thousands(finite_or_zero(lo).round() as u64),
+                    thousands(hi.round() as u64)
+                ),
+                fmt_us((!p99.is_empty()).then(|| median(p99))),
+                of.iter().filter(|r| r.ok).count().to_string(),
+            ]
+        })
+        .collect();
+    render_table(
+        &[
+            "run",
+            "rounds",
+            "median rt/s",
+            "min–max rt/s",
+            "median p99 µs",
+            "ok",
+        ],
+        &rows,
+    )
+}
+
+fn finite_or_zero(x: f64) -> f64 {
+    if x.is_finite() {
+        x
+    } else {
+        0.0
+    }
+}
+
 /// Server details of each run: backend, why, sockets, drops, worker counters.
 pub fn server_notes(runs: &[UdpRun]) -> String {
     let mut out = String::new();

@@ -103,6 +103,7 @@ fn config(clients: usize, window: usize, messages: u64) -> UdpConfig {
         io_threads: 1,
         backend: "std".into(),
         idle: "balanced".into(),
+        pin_cores: true,
         work_ns: 0,
         warmup_s: 0.0,
         seconds: 20.0,

@@ -17,6 +17,7 @@ fn short_run() -> bench::schema::UdpRun {
         io_threads: 1,
         backend: "tokio".into(),
         idle: "balanced".into(),
+        pin_cores: true,
         work_ns: 1_000,
         warmup_s: 0.0,
         seconds: 20.0,

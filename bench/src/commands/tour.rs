@@ -37,6 +37,7 @@ pub fn configs(args: &TourArgs) -> Vec<UdpConfig> {
         io_threads: 2,
         backend: "auto".into(),
         idle: "balanced".into(),
+        pin_cores: true,
         work_ns: 0,
         warmup_s: args.warmup,
         seconds: args.seconds,
@@ -52,6 +53,7 @@ pub fn configs(args: &TourArgs) -> Vec<UdpConfig> {
         io_model: "shared".into(),
         backend: "tokio".into(),
         idle: "n/a".into(),
+        pin_cores: false,
         ..base.clone()
     };
     vec![base, tokio]

@@ -89,6 +89,7 @@ impl LimitsArgs {
                         io_threads: self.io_threads,
                         backend: self.backend.clone(),
                         idle: "balanced".into(),
+                        pin_cores: true,
                         work_ns: 0,
                         warmup_s: self.warmup,
                         seconds: self.seconds,
@@ -156,6 +157,16 @@ pub fn run(args: &LimitsArgs, global: &Global) -> Result<bool> {
             b.recv_requested, b.recv_granted, b.send_requested, b.send_granted
         );
     }
+    let lost: u64 = runs
+        .iter()
+        .map(|r| r.phases.warmup.lost + r.phases.measured.lost + r.phases.drain.lost)
+        .sum();
+    let drops: u64 = runs
+        .iter()
+        .filter_map(|r| r.server.as_ref())
+        .flat_map(|s| s.sockets.iter().filter_map(|b| b.drops))
+        .sum();
+    println!("lost echoes in all phases: {lost}; server socket receive-buffer drops (SO_RXQ_OVFL): {drops}");
     let rcvbuf: u64 = runs
         .iter()
         .filter_map(|r| r.kernel.map(|k| k.delta.udp_rcvbuf_errors))

@@ -576,19 +576,24 @@ impl Endpoint {
         None
     }
 
-    /// Earliest timer of any connection.
-    pub fn poll_timeout(&mut self) -> Option<Instant> {
+    /// Earliest timer of any connection (may lie in the past: then a transmission or timer is
+    /// due now; call `handle_timeout` and `poll_transmit`).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Drop stale heap entries from the top so `poll_timeout` can just peek.
+    fn clean_timers(&mut self) {
         while let Some(&Reverse((t, idx))) = self.timers.peek() {
             if self
                 .slots
                 .get(idx as usize)
                 .is_some_and(|s| s.timer == Some(t))
             {
-                return Some(t);
+                return;
             }
             self.timers.pop();
         }
-        None
     }
 
     /// Run every connection timer that is due.
@@ -618,6 +623,7 @@ impl Endpoint {
         }
         due.clear();
         self.due = due;
+        self.clean_timers();
     }
 
     /// After any interaction: collect events, schedule transmission and timer, free if drained.
@@ -658,6 +664,7 @@ impl Endpoint {
             }
             self.stats.connections -= 1;
             self.free.push(idx);
+            self.clean_timers();
             return;
         }
         let t = conn.poll_timeout();
@@ -667,6 +674,7 @@ impl Endpoint {
                 self.timers.push(Reverse((t, idx)));
             }
         }
+        self.clean_timers();
     }
 }
 
