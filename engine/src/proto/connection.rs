@@ -976,6 +976,11 @@ impl Connection {
 
     /// Whether data could go out now if window and pacing allowed.
     fn has_sendable_data(&self) -> bool {
+        // The congestion window gates retransmissions too: reporting "sendable" while the
+        // window is full would make `poll_timeout` point at the past forever.
+        if !self.cc.can_send(self.cfg.max_datagram_size) {
+            return false;
+        }
         if !self.retx.is_empty() {
             return true;
         }
@@ -983,7 +988,6 @@ impl Connection {
         self.channels
             .iter()
             .any(|c| !c.queue.is_empty() && (!c.kind.is_reliable() || reliable_ok))
-            && self.cc.can_send(self.cfg.max_datagram_size)
     }
 
     fn reliable_window_open(&self) -> bool {
