@@ -575,13 +575,15 @@ impl Connection {
                 Frame::Fragment {
                     channel,
                     message_id,
+                    index,
                     count,
                     data,
-                    ..
                 } => {
                     ack_eliciting = true;
                     self.receiver.validate(channel, count, data.len())?;
-                    let n = self.receiver.need(channel, message_id, count, data.len());
+                    let n = self
+                        .receiver
+                        .need(channel, message_id, index, count, data.len());
                     need.segments += n.segments;
                     need.bytes += n.bytes;
                 }
@@ -592,7 +594,7 @@ impl Connection {
                 } => {
                     ack_eliciting = true;
                     self.receiver.validate(channel, 1, data.len())?;
-                    let n = self.receiver.need(channel, message_id, 1, data.len());
+                    let n = self.receiver.need(channel, message_id, 0, 1, data.len());
                     need.segments += n.segments;
                     need.bytes += n.bytes;
                 }
@@ -600,9 +602,8 @@ impl Connection {
                 Frame::Padding | Frame::Close(_) | Frame::LossReport { .. } => {}
             }
         }
-        if need.segments > 0
-            && (self.receiver.segments + need.segments > self.cfg.recv_window
-                || !self.receiver.fits(&need, 0))
+        if (need.segments > 0 && self.receiver.segments + need.segments > self.cfg.recv_window)
+            || (need.bytes > 0 && !self.receiver.fits(&need, 0))
         {
             return Err(DropCause::FlowControl);
         }
