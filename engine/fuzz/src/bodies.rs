@@ -13,19 +13,13 @@ use ricochet::wire::{self, Frame, Packet};
 /// Every decoder on arbitrary bytes: packet header, frames, ACK ranges; re-encode what decoded.
 pub fn decode_packet(data: &[u8]) {
     let mut out = [0u8; 4096];
-    match wire::decode_packet(data) {
-        Ok(p) => {
-            if let Packet::Data { payload, .. } = p {
-                walk_frames(payload);
-            }
-            if !matches!(p, Packet::Data { .. }) {
-                // Handshake / FEC packets re-encode to a decodable packet with the same fields.
-                if let Ok(n) = wire::encode_packet(&p, &mut out) {
-                    assert_eq!(wire::decode_packet(&out[..n]), Ok(p));
-                }
-            }
+    if let Ok(p) = wire::decode_packet(data) {
+        if let Packet::Data { payload, .. } = p {
+            walk_frames(payload);
+        } else if let Ok(n) = wire::encode_packet(&p, &mut out) {
+            // Handshake / FEC packets re-encode to a decodable packet with the same fields.
+            assert_eq!(wire::decode_packet(&out[..n]), Ok(p));
         }
-        Err(_) => {}
     }
     walk_frames(data);
 }
