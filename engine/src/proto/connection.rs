@@ -575,13 +575,15 @@ impl Connection {
                 Frame::Fragment {
                     channel,
                     message_id,
+                    index,
                     count,
                     data,
-                    ..
                 } => {
                     ack_eliciting = true;
                     self.receiver.validate(channel, count, data.len())?;
-                    let n = self.receiver.need(channel, message_id, count, data.len());
+                    let n = self
+                        .receiver
+                        .need(channel, message_id, index, count, data.len());
                     need.segments += n.segments;
                     need.bytes += n.bytes;
                 }
@@ -592,7 +594,7 @@ impl Connection {
                 } => {
                     ack_eliciting = true;
                     self.receiver.validate(channel, 1, data.len())?;
-                    let n = self.receiver.need(channel, message_id, 1, data.len());
+                    let n = self.receiver.need(channel, message_id, 0, 1, data.len());
                     need.segments += n.segments;
                     need.bytes += n.bytes;
                 }
@@ -600,9 +602,8 @@ impl Connection {
                 Frame::Padding | Frame::Close(_) | Frame::LossReport { .. } => {}
             }
         }
-        if need.segments > 0
-            && (self.receiver.segments + need.segments > self.cfg.recv_window
-                || !self.receiver.fits(&need, 0))
+        if (need.segments > 0 && self.receiver.segments + need.segments > self.cfg.recv_window)
+            || (need.bytes > 0 && !self.receiver.fits(&need, 0))
         {
             return Err(DropCause::FlowControl);
         }
@@ -976,6 +977,11 @@ impl Connection {
 
     /// Whether data could go out now if window and pacing allowed.
     fn has_sendable_data(&self) -> bool {
+        // The congestion window gates retransmissions too: reporting "sendable" while the
+        // window is full would make `poll_timeout` point at the past forever.
+        if !self.cc.can_send(self.cfg.max_datagram_size) {
+            return false;
+        }
         if !self.retx.is_empty() {
             return true;
         }
@@ -983,7 +989,6 @@ impl Connection {
         self.channels
             .iter()
             .any(|c| !c.queue.is_empty() && (!c.kind.is_reliable() || reliable_ok))
-            && self.cc.can_send(self.cfg.max_datagram_size)
     }
 
     fn reliable_window_open(&self) -> bool {
