@@ -190,6 +190,12 @@ impl FecSender {
         Ok(need)
     }
 
+    /// Length of the parity body `poll_parity` would hand out next, if one is queued (a group
+    /// whose wait ran out is closed by the next `poll_parity`, not by this).
+    pub fn next_parity_len(&self) -> Option<usize> {
+        self.ready.front().map(Vec::len)
+    }
+
     /// The next parity body, if a closed group has one pending. `out` must hold
     /// [`FecConfig::max_parity_body`] bytes; with a smaller buffer the shard stays queued and
     /// `None` is returned.
