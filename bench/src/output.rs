@@ -12,13 +12,9 @@ use crate::schema::{ResultFile, UdpRun, SCHEMA_VERSION};
 /// The default results directory: `results/` at the workspace root when running from the
 /// source tree, else `./results`.
 pub fn default_results_root() -> PathBuf {
-    let in_tree = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("results");
-    if in_tree.is_dir() {
-        in_tree
-    } else {
-        PathBuf::from("results")
+    match Path::new(env!("CARGO_MANIFEST_DIR")).parent() {
+        Some(root) if root.join("results").is_dir() => root.join("results"),
+        _ => PathBuf::from("results"),
     }
 }
 
