@@ -250,6 +250,14 @@ pub fn server_notes(runs: &[UdpRun]) -> String {
                 syscalls as f64 / dgrams.max(1) as f64
             );
         }
+        if s.workers.len() > 1 {
+            let per: Vec<String> = s
+                .workers
+                .iter()
+                .map(|w| thousands(w.datagrams_in))
+                .collect();
+            let _ = write!(out, "; datagrams in per worker: {}", per.join(" / "));
+        }
         let _ = writeln!(out);
         if let Some(first) = bufs.first() {
             let same = bufs.iter().all(|b| b == first);
