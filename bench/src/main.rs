@@ -7,6 +7,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod fec;
+
 use bench::commands::{self, tour::TourArgs, udp::UdpArgs, udp_limits::LimitsArgs, Global};
 
 #[derive(Debug, Parser)]
@@ -30,6 +32,10 @@ enum Command {
     Udp(UdpArgs),
     /// The reference matrix: payloads × windows × repetitions, loss table.
     UdpLimits(LimitsArgs),
+    /// FEC codec encode/recover times per codec and SIMD level.
+    Fec(fec::FecArgs),
+    /// A standalone impairment relay (the simulator's model on real sockets and a real clock).
+    Relay(bench::relay::RelayArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +51,8 @@ fn main() -> ExitCode {
         None => commands::tour::run(&cli.tour, &cli.global),
         Some(Command::Udp(a)) => commands::udp::run(a, &cli.global),
         Some(Command::UdpLimits(a)) => commands::udp_limits::run(a, &cli.global),
+        Some(Command::Relay(a)) => bench::relay::run(a).map(|()| true),
+        Some(Command::Fec(a)) => fec::run(a).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -1,1 +1,282 @@
 //! The sans-IO RUDP connection and endpoint: handshake, ARQ, congestion control, channels.
+//!
+//! Nothing here opens a socket or reads a clock: every entry point takes `now: Instant`, inputs
+//! arrive through `handle_datagram`, outputs leave through `poll_transmit` (one datagram written
+//! into the caller's buffer), timers through `poll_timeout` / `handle_timeout`, and what the
+//! application must know through `poll_event`. The same code runs over io_uring, kqueue, the
+//! simulator and the relay.
+//!
+//! # Loss recovery
+//!
+//! Packet numbers are never reused: lost *data* (a fragment) is put into a new packet. ACK frames
+//! carry up to 32 ranges and the ack delay, so every ACK of a new largest packet is an unambiguous
+//! RTT sample (smoothed RTT, variance and minimum as in RFC 6298 / RFC 9002). A packet is lost
+//! when three later packets were acknowledged (fast retransmit), or when a later packet was
+//! acknowledged and 9/8 of an RTT has passed (time threshold, tolerates reordering). When ACKs
+//! stop, a probe timeout first sends a tail-loss probe (a copy of the oldest unacknowledged
+//! fragment, so a lost last packet is repaired without waiting for the full RTO); if that also
+//! goes unanswered the RTO declares everything in flight lost and backs off (doubling, capped).
+//! The minimum RTO is configurable: 30 ms in [`Config::competitive`].
+//!
+//! # Congestion control
+//!
+//! NewReno on bytes in flight (slow start, additive increase, one multiplicative decrease of
+//! factor 0.7 per round trip of losses, collapse to the minimum window after an RTO), on by
+//! default, off with [`Config::congestion_control`] = `false`; optional pacing spreads a window
+//! over the smoothed RTT. Unreliable datagrams count against the window like reliable ones.
+//!
+//! **Random (non-congestion) loss.** Plain NewReno treats every loss as congestion: at 5 %
+//! random loss with a few dozen packets per RTT it cuts the window almost every round trip and
+//! settles near `1.2/sqrt(p)` packets, far below what the path carries. With
+//! [`Config::loss_tolerant`] (the default) a fast-retransmit loss only reduces the window when
+//! the path also shows queueing: the smoothed RTT exceeds the minimum RTT by more than
+//! `max(min_rtt / 8, 2 ms)`. Congestion loss from a filling queue always comes with that delay,
+//! random loss on an idle path does not, so the window stays open under random loss and still
+//! shrinks when a bottleneck queue builds. An RTO always collapses the window (persistent loss
+//! is treated as congestion). Set `loss_tolerant = false` for textbook NewReno.
+//!
+//! # Channels
+//!
+//! Each channel has its own message ids, queues and reassembly, so a lost fragment on one
+//! channel never delays another (no head-of-line blocking across channels). Kinds:
+//! [`ChannelKind::ReliableOrdered`], [`ChannelKind::ReliableUnordered`],
+//! [`ChannelKind::Unreliable`], [`ChannelKind::UnreliableSequenced`] (older messages dropped once
+//! a newer one was delivered). Messages larger than a datagram are fragmented; reassembly is
+//! bounded per connection ([`Config::reassembly_limit`]) and per endpoint
+//! ([`EndpointConfig::reassembly_budget`]); an unreliable message whose fragments do not all
+//! arrive within [`Config::unreliable_timeout`] is dropped.
+//!
+//! # FEC seam
+//!
+//! Every outgoing ARQ datagram passes through one function (`Connection::seal_outgoing`) and
+//! every incoming ARQ datagram through one function (`Connection::receive_arq`); `FecData` /
+//! `FecParity` packets are routed to `Connection::receive_fec`. That is where the `fec` module
+//! wraps and unwraps; the ARQ datagram budget is [`Config::max_datagram_size`].
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+mod cc;
+mod connection;
+mod endpoint;
+mod recv;
+mod rtt;
+mod stats;
+
+pub use crate::wire::{CloseReason, ConnectionId};
+pub use connection::{Connection, ConnectionState};
+pub use endpoint::{
+    worker_of_cid, ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig,
+};
+pub use stats::{ConnectionStats, DropCause, DropCounters};
+
+/// Delivery guarantees of a channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChannelKind {
+    /// Every message exactly once, in send order.
+    ReliableOrdered,
+    /// Every message exactly once, in arrival order.
+    ReliableUnordered,
+    /// Best effort, any order.
+    Unreliable,
+    /// Best effort; a message older than one already delivered is dropped.
+    UnreliableSequenced,
+}
+
+impl ChannelKind {
+    /// True for the two reliable kinds.
+    pub fn is_reliable(self) -> bool {
+        matches!(self, Self::ReliableOrdered | Self::ReliableUnordered)
+    }
+}
+
+/// Connection configuration. Both peers must use the same channel list.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Largest UDP payload this connection writes (ARQ datagram budget). When FEC wraps ARQ
+    /// datagrams, set this to the UDP payload limit minus the FEC header.
+    pub max_datagram_size: usize,
+    /// Maximum unacknowledged reliable fragments in flight (segments).
+    pub send_window: usize,
+    /// Reliable fragments this side buffers for reassembly / reordering (advertised to the peer).
+    pub recv_window: usize,
+    /// RTT assumed before the first sample.
+    pub initial_rtt: Duration,
+    /// Lower bound of the retransmission timeout.
+    pub min_rto: Duration,
+    /// Upper bound of the (backed-off) retransmission timeout.
+    pub max_rto: Duration,
+    /// Longest this side delays an ACK.
+    pub max_ack_delay: Duration,
+    /// ACK immediately after this many ack-eliciting packets.
+    pub ack_frequency: u32,
+    /// Fast retransmit after this many later packets were acknowledged.
+    pub packet_threshold: u64,
+    /// Congestion control (NewReno) on or off.
+    pub congestion_control: bool,
+    /// Only shrink the window on fast-retransmit loss when the RTT shows queueing (see module docs).
+    pub loss_tolerant: bool,
+    /// Spread each window over the smoothed RTT.
+    pub pacing: bool,
+    /// Initial congestion window in packets.
+    pub initial_window_packets: usize,
+    /// Minimum congestion window in packets.
+    pub min_window_packets: usize,
+    /// Channel kinds, indexed by channel id.
+    pub channels: Vec<ChannelKind>,
+    /// Largest message `send` accepts and the receiver reassembles.
+    pub max_message_size: usize,
+    /// Bytes this connection may hold in incomplete or out-of-order received messages.
+    pub reassembly_limit: usize,
+    /// Bytes of not-yet-sent messages `send` accepts before returning [`SendError::QueueFull`].
+    pub send_queue_limit: usize,
+    /// An incomplete unreliable message is dropped after this long.
+    pub unreliable_timeout: Duration,
+    /// Close when nothing arrives for this long.
+    pub idle_timeout: Duration,
+    /// Send a ping when nothing was sent for this long (keeps the peer's idle timer quiet).
+    pub keepalive_interval: Option<Duration>,
+    /// First handshake retransmission interval (doubles per attempt).
+    pub handshake_retry: Duration,
+    /// Give up a handshake after this long.
+    pub handshake_timeout: Duration,
+    /// How long a graceful close waits for queued reliable data to be acknowledged.
+    pub close_linger: Duration,
+    /// How often a [`crate::wire::Frame::LossReport`] is sent while packets arrive.
+    pub loss_report_interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_datagram_size: 1200,
+            send_window: 128,
+            recv_window: 512,
+            initial_rtt: Duration::from_millis(100),
+            min_rto: Duration::from_millis(100),
+            max_rto: Duration::from_secs(5),
+            max_ack_delay: Duration::from_millis(5),
+            ack_frequency: 2,
+            packet_threshold: 3,
+            congestion_control: true,
+            loss_tolerant: true,
+            pacing: false,
+            initial_window_packets: 32,
+            min_window_packets: 4,
+            channels: vec![
+                ChannelKind::ReliableOrdered,
+                ChannelKind::ReliableUnordered,
+                ChannelKind::Unreliable,
+                ChannelKind::UnreliableSequenced,
+            ],
+            max_message_size: 1 << 20,
+            reassembly_limit: 4 << 20,
+            send_queue_limit: 16 << 20,
+            unreliable_timeout: Duration::from_millis(500),
+            idle_timeout: Duration::from_secs(10),
+            keepalive_interval: Some(Duration::from_secs(1)),
+            handshake_retry: Duration::from_millis(250),
+            handshake_timeout: Duration::from_secs(5),
+            close_linger: Duration::from_secs(2),
+            loss_report_interval: Duration::from_millis(100),
+        }
+    }
+}
+
+impl Config {
+    /// The game profile: 30 ms minimum RTO, 1 ms maximum ACK delay, immediate ACKs.
+    pub fn competitive() -> Self {
+        Self {
+            initial_rtt: Duration::from_millis(50),
+            min_rto: Duration::from_millis(30),
+            max_rto: Duration::from_secs(2),
+            max_ack_delay: Duration::from_millis(1),
+            ack_frequency: 1,
+            ..Self::default()
+        }
+    }
+
+    /// Throughput profile: longer ACK delay, larger windows.
+    pub fn bulk() -> Self {
+        Self {
+            send_window: 512,
+            recv_window: 2048,
+            max_ack_delay: Duration::from_millis(10),
+            reassembly_limit: 16 << 20,
+            pacing: true,
+            ..Self::default()
+        }
+    }
+
+    /// Payload bytes of one fragment: what fits a datagram after the packet header, the largest
+    /// fragment frame header and room reserved for an ACK frame.
+    pub fn fragment_payload(&self) -> usize {
+        self.max_datagram_size
+            .saturating_sub(crate::wire::DATA_HEADER_LEN + FRAGMENT_HEADER_MAX + ACK_RESERVE)
+            .max(1)
+    }
+
+    /// Most fragments a message may have.
+    pub fn max_fragments(&self) -> u64 {
+        self.max_message_size
+            .div_ceil(self.fragment_payload())
+            .max(1) as u64
+    }
+}
+
+/// Worst-case fragment frame header: type, channel, id (8), index (4), count (4), length (4).
+pub(crate) const FRAGMENT_HEADER_MAX: usize = 1 + 1 + 8 + 4 + 4 + 4;
+/// Room kept in every data packet for an ACK frame.
+pub(crate) const ACK_RESERVE: usize = 96;
+
+/// What the application learns from a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The handshake completed.
+    Connected,
+    /// A complete message arrived.
+    Message {
+        /// Channel id.
+        channel: u8,
+        /// The message.
+        data: Bytes,
+    },
+    /// The connection ended; no more events follow.
+    Closed {
+        /// Why.
+        reason: CloseReason,
+        /// True when the peer (or the server, for a refused handshake) decided it.
+        by_peer: bool,
+    },
+}
+
+/// One datagram written by `poll_transmit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to send it.
+    pub destination: SocketAddr,
+    /// Bytes written at the start of the caller's buffer.
+    pub size: usize,
+}
+
+/// Why `send` refused a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// No such channel.
+    #[error("unknown channel {0}")]
+    UnknownChannel(u8),
+    /// Message larger than [`Config::max_message_size`].
+    #[error("message of {0} bytes exceeds the maximum message size")]
+    TooLarge(usize),
+    /// The send queue is full ([`Config::send_queue_limit`]).
+    #[error("send queue full")]
+    QueueFull,
+    /// The connection is closing or closed.
+    #[error("connection closed")]
+    Closed,
+    /// No connection with this handle.
+    #[error("unknown connection")]
+    UnknownConnection,
+}

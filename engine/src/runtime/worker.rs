@@ -430,6 +430,11 @@ impl WorkerSet {
         self.workers.len()
     }
 
+    /// Wakers of every worker, by index.
+    pub(crate) fn wakers(&self) -> Vec<Waker> {
+        self.workers.iter().map(|w| w.waker.clone()).collect()
+    }
+
     /// Live counters of every worker (published every few loop turns).
     pub(crate) fn counters(&self) -> Vec<WorkerCounters> {
         self.workers

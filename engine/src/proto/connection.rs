@@ -1,0 +1,1401 @@
+//! One RUDP connection: client handshake, ARQ, congestion control, channels. Sans-IO.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::cc::Congestion;
+use super::recv::{Budget, Need, Receiver};
+use super::rtt::RttEstimator;
+use super::{
+    ChannelKind, CloseReason, Config, ConnectionId, ConnectionStats, DropCause, Event, SendError,
+    Transmit,
+};
+use crate::wire::{self, Frame, Packet, Writer, MAX_ACK_RANGES};
+
+/// Received packet-number ranges kept for ACKs and duplicate detection; older ones move the floor.
+const MAX_TRACKED_RANGES: usize = 64;
+/// Close frames sent when closing locally.
+const CLOSE_SENDS: u32 = 3;
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionState {
+    /// Client waiting for the server (hello / cookie echo sent).
+    Handshaking,
+    /// Data flows.
+    Established,
+    /// Local close requested: queued reliable data is still being delivered.
+    Closing,
+    /// Close frames sent, waiting for the peer's close or the drain timer.
+    Draining,
+    /// Finished; no more events.
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client,
+    Server,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PacketState {
+    InFlight,
+    Acked,
+    Lost,
+    /// Not ack-eliciting (ACK-only, close): never tracked for loss.
+    Untracked,
+}
+
+#[derive(Debug)]
+struct SentPacket {
+    pn: u64,
+    time: Instant,
+    size: usize,
+    state: PacketState,
+    /// Reliable segment ids carried.
+    segs: Vec<u64>,
+}
+
+#[derive(Debug)]
+struct Segment {
+    channel: u8,
+    message_id: u64,
+    index: u32,
+    count: u32,
+    data: Bytes,
+    /// Packet number of the newest copy: only its loss triggers a retransmission.
+    last_pn: u64,
+    acked: bool,
+    queued: bool,
+}
+
+#[derive(Debug)]
+struct OutFrag {
+    message_id: u64,
+    index: u32,
+    count: u32,
+    data: Bytes,
+}
+
+#[derive(Debug)]
+struct SendChannel {
+    kind: ChannelKind,
+    next_id: u64,
+    queue: VecDeque<OutFrag>,
+}
+
+/// A sans-IO RUDP connection. Usually owned by an [`super::Endpoint`]; can be driven alone.
+#[derive(Debug)]
+pub struct Connection {
+    cfg: Arc<Config>,
+    side: Side,
+    state: ConnectionState,
+    local_cid: ConnectionId,
+    remote_cid: ConnectionId,
+    remote: SocketAddr,
+    // Client handshake.
+    nonce: u64,
+    cookie: Option<(u64, [u8; wire::COOKIE_LEN])>,
+    hs_next: Instant,
+    hs_interval: Duration,
+    hs_deadline: Instant,
+    // Server handshake.
+    accept_pending: bool,
+    // Sending.
+    next_pn: u64,
+    sent: VecDeque<SentPacket>,
+    vec_pool: Vec<Vec<u64>>,
+    segments: VecDeque<Segment>,
+    seg_base: u64,
+    unacked_segments: usize,
+    retx: VecDeque<u64>,
+    channels: Vec<SendChannel>,
+    queued_bytes: usize,
+    rr: usize,
+    peer_window: usize,
+    largest_acked: Option<u64>,
+    loss_time: Option<Instant>,
+    pto_count: u32,
+    probe_pending: bool,
+    last_ack_eliciting_sent: Option<Instant>,
+    last_sent: Instant,
+    cc: Congestion,
+    rtt: RttEstimator,
+    pacing_until: Option<Instant>,
+    // Receiving.
+    recv_ranges: VecDeque<(u64, u64)>,
+    recv_floor: u64,
+    largest_recv: Option<(u64, Instant)>,
+    ack_pending: bool,
+    ack_eliciting_unacked: u32,
+    ack_deadline: Option<Instant>,
+    ack_immediate: bool,
+    last_recv: Instant,
+    receiver: Receiver,
+    lr_received: u64,
+    lr_base: Option<u64>,
+    lr_due: Instant,
+    // Closing.
+    close_reason: Option<(CloseReason, bool)>,
+    linger_deadline: Option<Instant>,
+    close_sends_left: u32,
+    close_next: Option<Instant>,
+    drain_deadline: Option<Instant>,
+    events: VecDeque<Event>,
+    stats: ConnectionStats,
+}
+
+impl Connection {
+    fn new(
+        cfg: Arc<Config>,
+        side: Side,
+        local_cid: ConnectionId,
+        remote: SocketAddr,
+        now: Instant,
+        budget: Budget,
+    ) -> Self {
+        let channels = cfg
+            .channels
+            .iter()
+            .map(|&kind| SendChannel {
+                kind,
+                next_id: 0,
+                queue: VecDeque::new(),
+            })
+            .collect();
+        let stats = ConnectionStats {
+            cwnd: cfg.initial_window_packets * cfg.max_datagram_size,
+            ..ConnectionStats::default()
+        };
+        Self {
+            side,
+            state: ConnectionState::Handshaking,
+            local_cid,
+            remote_cid: ConnectionId(0),
+            remote,
+            nonce: 0,
+            cookie: None,
+            hs_next: now,
+            hs_interval: cfg.handshake_retry,
+            hs_deadline: now + cfg.handshake_timeout,
+            accept_pending: false,
+            next_pn: 0,
+            sent: VecDeque::new(),
+            vec_pool: Vec::new(),
+            segments: VecDeque::new(),
+            seg_base: 0,
+            unacked_segments: 0,
+            retx: VecDeque::new(),
+            channels,
+            queued_bytes: 0,
+            rr: 0,
+            peer_window: cfg.recv_window,
+            largest_acked: None,
+            loss_time: None,
+            pto_count: 0,
+            probe_pending: false,
+            last_ack_eliciting_sent: None,
+            last_sent: now,
+            cc: Congestion::new(&cfg),
+            rtt: RttEstimator::new(cfg.initial_rtt),
+            pacing_until: None,
+            recv_ranges: VecDeque::new(),
+            recv_floor: 0,
+            largest_recv: None,
+            ack_pending: false,
+            ack_eliciting_unacked: 0,
+            ack_deadline: None,
+            ack_immediate: false,
+            last_recv: now,
+            receiver: Receiver::new(&cfg, budget),
+            lr_received: 0,
+            lr_base: None,
+            lr_due: now + cfg.loss_report_interval,
+            close_reason: None,
+            linger_deadline: None,
+            close_sends_left: 0,
+            close_next: None,
+            drain_deadline: None,
+            events: VecDeque::new(),
+            stats,
+            cfg,
+        }
+    }
+
+    /// A client connection that starts the handshake with `server` on the first `poll_transmit`.
+    pub fn client(
+        cfg: Arc<Config>,
+        local_cid: ConnectionId,
+        server: SocketAddr,
+        nonce: u64,
+        now: Instant,
+    ) -> Self {
+        Self::client_with_budget(cfg, local_cid, server, nonce, now, Budget::unlimited())
+    }
+
+    pub(crate) fn client_with_budget(
+        cfg: Arc<Config>,
+        local_cid: ConnectionId,
+        server: SocketAddr,
+        nonce: u64,
+        now: Instant,
+        budget: Budget,
+    ) -> Self {
+        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, budget);
+        c.nonce = nonce;
+        c
+    }
+
+    /// A server connection for a client that proved its address (valid cookie echo). It sends
+    /// the accept on the first `poll_transmit` and reports [`Event::Connected`].
+    pub fn server(
+        cfg: Arc<Config>,
+        local_cid: ConnectionId,
+        client_cid: ConnectionId,
+        client: SocketAddr,
+        now: Instant,
+    ) -> Self {
+        Self::server_with_budget(cfg, local_cid, client_cid, client, now, Budget::unlimited())
+    }
+
+    pub(crate) fn server_with_budget(
+        cfg: Arc<Config>,
+        local_cid: ConnectionId,
+        client_cid: ConnectionId,
+        client: SocketAddr,
+        now: Instant,
+        budget: Budget,
+    ) -> Self {
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, budget);
+        c.remote_cid = client_cid;
+        c.state = ConnectionState::Established;
+        c.accept_pending = true;
+        c.events.push_back(Event::Connected);
+        c
+    }
+
+    /// This side's connection id (the peer writes it in every packet).
+    pub fn local_cid(&self) -> ConnectionId {
+        self.local_cid
+    }
+
+    /// The peer's connection id (0 until the handshake completes on a client).
+    pub fn remote_cid(&self) -> ConnectionId {
+        self.remote_cid
+    }
+
+    /// The peer's current address (follows the peer when its address changes).
+    pub fn remote_addr(&self) -> SocketAddr {
+        self.remote
+    }
+
+    /// Life-cycle state.
+    pub fn state(&self) -> ConnectionState {
+        self.state
+    }
+
+    /// True once closed and nothing is left to send: the owner may drop it.
+    pub fn is_drained(&self) -> bool {
+        self.state == ConnectionState::Closed && self.close_sends_left == 0
+    }
+
+    /// Statistics (derived fields refreshed by every call that changes them).
+    pub fn stats(&self) -> &ConnectionStats {
+        &self.stats
+    }
+
+    /// The client nonce of this connection's handshake.
+    pub fn nonce(&self) -> u64 {
+        self.nonce
+    }
+
+    /// Bytes queued by `send` and not yet sent for the first time.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued_bytes
+    }
+
+    /// Reliable fragments sent and not yet acknowledged.
+    pub fn unacked_segments(&self) -> usize {
+        self.unacked_segments
+    }
+
+    /// Next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Queue a message on `channel`. Fragments are cut now (zero-copy slices of `data`).
+    pub fn send(&mut self, channel: u8, data: Bytes) -> Result<(), SendError> {
+        match self.state {
+            ConnectionState::Handshaking | ConnectionState::Established => {}
+            _ => return Err(SendError::Closed),
+        }
+        let Some(ch) = self.channels.get_mut(usize::from(channel)) else {
+            return Err(SendError::UnknownChannel(channel));
+        };
+        if data.len() > self.cfg.max_message_size {
+            return Err(SendError::TooLarge(data.len()));
+        }
+        if self.queued_bytes + data.len() > self.cfg.send_queue_limit {
+            return Err(SendError::QueueFull);
+        }
+        let frag = self.cfg.fragment_payload();
+        let count = data.len().div_ceil(frag).max(1);
+        let id = ch.next_id;
+        ch.next_id += 1;
+        for i in 0..count {
+            let start = i * frag;
+            let end = (start + frag).min(data.len());
+            ch.queue.push_back(OutFrag {
+                message_id: id,
+                index: i as u32,
+                count: count as u32,
+                data: data.slice(start..end),
+            });
+        }
+        self.queued_bytes += data.len();
+        Ok(())
+    }
+
+    /// Close gracefully: queued reliable data is delivered first (up to [`Config::close_linger`]),
+    /// then the peer is told `reason`. [`Event::Closed`] follows.
+    pub fn close(&mut self, now: Instant, reason: CloseReason) {
+        match self.state {
+            ConnectionState::Handshaking => {
+                self.finish(reason, false);
+            }
+            ConnectionState::Established => {
+                self.state = ConnectionState::Closing;
+                self.close_reason = Some((reason, false));
+                self.linger_deadline = Some(now + self.cfg.close_linger);
+                self.maybe_start_draining(now);
+            }
+            _ => {}
+        }
+    }
+
+    fn maybe_start_draining(&mut self, now: Instant) {
+        if self.state != ConnectionState::Closing {
+            return;
+        }
+        let flushed = self.unacked_segments == 0
+            && self
+                .channels
+                .iter()
+                .all(|c| !c.kind.is_reliable() || c.queue.is_empty());
+        if flushed || self.linger_deadline.is_some_and(|d| now >= d) {
+            self.state = ConnectionState::Draining;
+            self.close_sends_left = CLOSE_SENDS;
+            self.close_next = Some(now);
+            self.drain_deadline = Some(now + self.pto_base() * 3);
+        }
+    }
+
+    fn finish(&mut self, reason: CloseReason, by_peer: bool) {
+        if self.state == ConnectionState::Closed {
+            return;
+        }
+        self.state = ConnectionState::Closed;
+        self.events.push_back(Event::Closed { reason, by_peer });
+        // Free send-side memory at once; a closed connection never sends data again.
+        for c in &mut self.channels {
+            c.queue.clear();
+        }
+        self.segments.clear();
+        self.retx.clear();
+        self.queued_bytes = 0;
+    }
+
+    fn pto_base(&self) -> Duration {
+        self.rtt.rto(self.cfg.min_rto, self.cfg.max_ack_delay)
+    }
+
+    fn current_rto(&self) -> Duration {
+        (self.pto_base() * 2u32.saturating_pow(self.pto_count.min(16))).min(self.cfg.max_rto)
+    }
+
+    /// Entry point for every datagram addressed to this connection.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let res = self.dispatch(now, from, datagram);
+        if let Err(cause) = res {
+            self.stats.drops.add(cause);
+        }
+        self.refresh_stats();
+        res
+    }
+
+    fn dispatch(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        if self.state == ConnectionState::Closed {
+            return Err(DropCause::Closed);
+        }
+        let packet = match wire::decode_packet(datagram) {
+            Ok(p) => p,
+            Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
+            Err(_) => return Err(DropCause::Malformed),
+        };
+        match packet {
+            Packet::Data { .. } => self.receive_arq(now, from, datagram),
+            Packet::FecData { .. } | Packet::FecParity { .. } => {
+                self.receive_fec(now, from, datagram)
+            }
+            Packet::ServerChallenge {
+                client_cid,
+                nonce,
+                timestamp,
+                cookie,
+            } => {
+                if self.side != Side::Client
+                    || self.state != ConnectionState::Handshaking
+                    || client_cid != self.local_cid
+                    || nonce != self.nonce
+                {
+                    return Err(DropCause::UnexpectedHandshake);
+                }
+                if self.cookie.is_none() {
+                    self.cookie = Some((timestamp, cookie));
+                    self.hs_next = now;
+                    self.hs_interval = self.cfg.handshake_retry;
+                }
+                Ok(())
+            }
+            Packet::ServerAccept {
+                client_cid,
+                server_cid,
+            } => {
+                if self.side != Side::Client
+                    || self.state != ConnectionState::Handshaking
+                    || client_cid != self.local_cid
+                    || self.cookie.is_none()
+                {
+                    return Err(DropCause::UnexpectedHandshake);
+                }
+                self.remote_cid = server_cid;
+                self.state = ConnectionState::Established;
+                self.last_recv = now;
+                self.remote = from;
+                self.events.push_back(Event::Connected);
+                Ok(())
+            }
+            Packet::Refuse { client_cid, reason } => {
+                if self.side != Side::Client
+                    || self.state != ConnectionState::Handshaking
+                    || client_cid != self.local_cid
+                {
+                    return Err(DropCause::UnexpectedHandshake);
+                }
+                self.finish(reason, true);
+                Ok(())
+            }
+            Packet::ClientCookieEcho { client_cid, .. } => {
+                // The client did not get our accept: send it again (one reply per echo).
+                if self.side != Side::Server || client_cid != self.remote_cid {
+                    return Err(DropCause::UnexpectedHandshake);
+                }
+                self.accept_pending = true;
+                Ok(())
+            }
+            Packet::ClientHello { .. } => Err(DropCause::UnexpectedHandshake),
+        }
+    }
+
+    /// FEC seam (incoming): FEC packets land here. Without an FEC receiver they are dropped;
+    /// the `fec` module unwraps them and hands recovered ARQ datagrams to [`Self::receive_arq`].
+    fn receive_fec(
+        &mut self,
+        _now: Instant,
+        _from: SocketAddr,
+        _datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        Err(DropCause::FecUnsupported)
+    }
+
+    /// FEC seam (incoming): every ARQ datagram (a `Data` packet) enters the protocol here.
+    fn receive_arq(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let Ok(Packet::Data {
+            dst_cid,
+            packet_number: pn,
+            payload,
+        }) = wire::decode_packet(datagram)
+        else {
+            return Err(DropCause::Malformed);
+        };
+        if dst_cid != self.local_cid {
+            return Err(DropCause::UnknownConnection);
+        }
+        if self.state == ConnectionState::Handshaking {
+            // Data before our accept arrived: the peer retransmits it later.
+            return Err(DropCause::UnexpectedHandshake);
+        }
+        if pn < self.recv_floor {
+            return Err(DropCause::TooOld);
+        }
+        if self
+            .recv_ranges
+            .iter()
+            .rev()
+            .any(|&(lo, hi)| lo <= pn && pn <= hi)
+        {
+            return Err(DropCause::Duplicate);
+        }
+        // Pass 1: validate everything and check buffer space, before any state changes, so a
+        // dropped packet is not acknowledged (the peer retransmits its data).
+        let mut ack_eliciting = false;
+        let mut need = Need {
+            segments: 0,
+            bytes: 0,
+        };
+        for f in wire::frames(payload) {
+            let f = f.map_err(|_| DropCause::Malformed)?;
+            match f {
+                Frame::Ack(a) => {
+                    if a.largest >= self.next_pn {
+                        return Err(DropCause::ProtocolViolation);
+                    }
+                }
+                Frame::Fragment {
+                    channel,
+                    message_id,
+                    count,
+                    data,
+                    ..
+                } => {
+                    ack_eliciting = true;
+                    self.receiver.validate(channel, count, data.len())?;
+                    let n = self.receiver.need(channel, message_id, count, data.len());
+                    need.segments += n.segments;
+                    need.bytes += n.bytes;
+                }
+                Frame::Datagram {
+                    channel,
+                    message_id,
+                    data,
+                } => {
+                    ack_eliciting = true;
+                    self.receiver.validate(channel, 1, data.len())?;
+                    let n = self.receiver.need(channel, message_id, 1, data.len());
+                    need.segments += n.segments;
+                    need.bytes += n.bytes;
+                }
+                Frame::Ping => ack_eliciting = true,
+                Frame::Padding | Frame::Close(_) | Frame::LossReport { .. } => {}
+            }
+        }
+        if need.segments > 0
+            && (self.receiver.segments + need.segments > self.cfg.recv_window
+                || !self.receiver.fits(&need, 0))
+        {
+            return Err(DropCause::FlowControl);
+        }
+        // Accepted: record the packet number.
+        self.record_received(now, pn, ack_eliciting);
+        if self.largest_recv.is_none_or(|(l, _)| pn >= l) {
+            self.largest_recv = Some((pn, now));
+            self.remote = from; // follow a peer whose address changed
+        }
+        self.last_recv = now;
+        self.stats.packets_received += 1;
+        self.stats.bytes_received += datagram.len() as u64;
+        self.lr_received += 1;
+        if self.lr_base.is_none() {
+            self.lr_base = Some(pn);
+        }
+        if self.side == Side::Server {
+            self.accept_pending = false; // the client got our accept
+        }
+        // Pass 2: apply.
+        let mut acked_something = false;
+        let mut delivered = 0;
+        for f in wire::frames(payload).flatten() {
+            match f {
+                Frame::Ack(a) => {
+                    acked_something |= self.on_ack(now, &a);
+                }
+                Frame::Fragment {
+                    channel,
+                    message_id,
+                    index,
+                    count,
+                    data,
+                } => {
+                    if self.state == ConnectionState::Established
+                        || self.state == ConnectionState::Closing
+                    {
+                        if let Err(c) = self.receiver.on_fragment(
+                            now,
+                            channel,
+                            message_id,
+                            index,
+                            count,
+                            data,
+                            &mut self.events,
+                            &mut delivered,
+                        ) {
+                            self.stats.drops.add(c);
+                        }
+                    }
+                }
+                Frame::Datagram {
+                    channel,
+                    message_id,
+                    data,
+                } => {
+                    if self.state == ConnectionState::Established
+                        || self.state == ConnectionState::Closing
+                    {
+                        if let Err(c) = self.receiver.on_fragment(
+                            now,
+                            channel,
+                            message_id,
+                            0,
+                            1,
+                            data,
+                            &mut self.events,
+                            &mut delivered,
+                        ) {
+                            self.stats.drops.add(c);
+                        }
+                    }
+                }
+                Frame::Close(reason) => self.on_close_frame(reason),
+                Frame::LossReport { received, lost } => {
+                    self.stats.peer_loss_report = (received, lost);
+                }
+                Frame::Ping | Frame::Padding => {}
+            }
+        }
+        self.stats.messages_delivered += delivered;
+        if acked_something {
+            self.maybe_start_draining(now);
+        }
+        Ok(())
+    }
+
+    fn on_close_frame(&mut self, reason: CloseReason) {
+        match self.state {
+            ConnectionState::Established | ConnectionState::Closing => {
+                self.finish(reason, true);
+                // Answer once so the closer learns we heard it.
+                self.close_reason = Some((reason, true));
+                self.close_sends_left = 1;
+                self.close_next = None;
+            }
+            ConnectionState::Draining => {
+                // The peer's answer to our close.
+                let (r, _) = self.close_reason.unwrap_or((reason, false));
+                self.close_sends_left = 0;
+                self.finish(r, false);
+            }
+            _ => {}
+        }
+    }
+
+    fn record_received(&mut self, now: Instant, pn: u64, ack_eliciting: bool) {
+        let largest = self.recv_ranges.back().map(|&(_, h)| h);
+        // Insert pn into the ascending, disjoint range list (search from the top: most
+        // packets arrive in order).
+        let mut i = self.recv_ranges.len();
+        while i > 0 && self.recv_ranges[i - 1].0 > pn {
+            i -= 1;
+        }
+        // Now ranges[..i] start at or below pn.
+        let merge_prev = i > 0 && self.recv_ranges[i - 1].1 + 1 == pn;
+        let merge_next = i < self.recv_ranges.len() && self.recv_ranges[i].0 == pn + 1;
+        match (merge_prev, merge_next) {
+            (true, true) => {
+                let hi = self.recv_ranges[i].1;
+                self.recv_ranges[i - 1].1 = hi;
+                self.recv_ranges.remove(i);
+            }
+            (true, false) => self.recv_ranges[i - 1].1 = pn,
+            (false, true) => self.recv_ranges[i].0 = pn,
+            (false, false) => self.recv_ranges.insert(i, (pn, pn)),
+        }
+        while self.recv_ranges.len() > MAX_TRACKED_RANGES {
+            if let Some((_, hi)) = self.recv_ranges.pop_front() {
+                self.recv_floor = hi + 1;
+            }
+        }
+        self.ack_pending = true;
+        if ack_eliciting {
+            self.ack_eliciting_unacked += 1;
+            if largest.is_some_and(|l| pn != l + 1) {
+                self.ack_immediate = true; // gap or reordering: tell the sender at once
+            }
+            let d = now + self.cfg.max_ack_delay;
+            self.ack_deadline = Some(self.ack_deadline.map_or(d, |x| x.min(d)));
+        }
+    }
+
+    /// Process an ACK frame; true when something new was acknowledged.
+    fn on_ack(&mut self, now: Instant, ack: &wire::AckFrame<'_>) -> bool {
+        self.peer_window = usize::try_from(ack.window).unwrap_or(usize::MAX);
+        let Some(front) = self.sent.front().map(|p| p.pn) else {
+            return false;
+        };
+        let mut newly = false;
+        let mut largest_newly: Option<(Instant, bool)> = None;
+        for (lo, hi) in ack.ranges() {
+            let lo = lo.max(front);
+            let hi = hi.min(self.next_pn.saturating_sub(1));
+            if lo > hi {
+                continue;
+            }
+            for pn in lo..=hi {
+                let idx = (pn - front) as usize;
+                let Some(p) = self.sent.get_mut(idx) else {
+                    break;
+                };
+                match p.state {
+                    PacketState::InFlight => {
+                        p.state = PacketState::Acked;
+                        newly = true;
+                        self.cc.on_acked(p.size, p.time);
+                        if pn == ack.largest {
+                            largest_newly = Some((p.time, true));
+                        }
+                        let segs = std::mem::take(&mut p.segs);
+                        for &sid in &segs {
+                            self.ack_segment(sid);
+                        }
+                        self.recycle(segs);
+                    }
+                    PacketState::Lost => {
+                        p.state = PacketState::Acked;
+                        self.stats.packets_spurious_lost += 1;
+                        let segs = std::mem::take(&mut p.segs);
+                        for &sid in &segs {
+                            self.ack_segment(sid);
+                        }
+                        self.recycle(segs);
+                    }
+                    PacketState::Acked | PacketState::Untracked => {}
+                }
+            }
+        }
+        if let Some((sent_time, _)) = largest_newly {
+            let sample = now.saturating_duration_since(sent_time);
+            let delay = Duration::from_micros(ack.ack_delay_us).min(self.cfg.max_ack_delay);
+            self.rtt.update(sample, delay);
+            self.stats
+                .rtt_us
+                .saturating_record((sample.as_micros() as u64).max(1));
+        }
+        if self.largest_acked.is_none_or(|l| ack.largest > l) {
+            self.largest_acked = Some(ack.largest);
+        }
+        if newly {
+            self.pto_count = 0;
+        }
+        self.detect_lost(now);
+        self.pop_sent();
+        newly
+    }
+
+    fn ack_segment(&mut self, sid: u64) {
+        if sid < self.seg_base {
+            return;
+        }
+        if let Some(s) = self.segments.get_mut((sid - self.seg_base) as usize) {
+            if !s.acked {
+                s.acked = true;
+                s.data = Bytes::new();
+                self.unacked_segments -= 1;
+            }
+        }
+        while self.segments.front().is_some_and(|s| s.acked) {
+            self.segments.pop_front();
+            self.seg_base += 1;
+        }
+    }
+
+    fn recycle(&mut self, mut v: Vec<u64>) {
+        if v.capacity() > 0 && self.vec_pool.len() < 256 {
+            v.clear();
+            self.vec_pool.push(v);
+        }
+    }
+
+    fn pop_sent(&mut self) {
+        while self
+            .sent
+            .front()
+            .is_some_and(|p| p.state != PacketState::InFlight)
+        {
+            if let Some(p) = self.sent.pop_front() {
+                self.recycle(p.segs);
+            }
+        }
+    }
+
+    fn queueing(&self) -> bool {
+        let r = &self.rtt;
+        r.has_sample && r.smoothed > r.min + (r.min / 8).max(Duration::from_millis(2))
+    }
+
+    fn detect_lost(&mut self, now: Instant) {
+        self.loss_time = None;
+        let Some(la) = self.largest_acked else { return };
+        let delay = self.rtt.loss_delay();
+        let mut largest_lost_time: Option<Instant> = None;
+        for i in 0..self.sent.len() {
+            let (pn, time, state) = {
+                let p = &self.sent[i];
+                (p.pn, p.time, p.state)
+            };
+            if pn >= la {
+                break;
+            }
+            if state != PacketState::InFlight {
+                continue;
+            }
+            if la - pn >= self.cfg.packet_threshold || time + delay <= now {
+                self.declare_lost(i);
+                largest_lost_time = Some(time);
+            } else {
+                let t = time + delay;
+                self.loss_time = Some(self.loss_time.map_or(t, |x| x.min(t)));
+            }
+        }
+        if let Some(t) = largest_lost_time {
+            let q = self.queueing();
+            self.cc.on_loss(now, t, q);
+        }
+    }
+
+    fn declare_lost(&mut self, i: usize) {
+        let p = &mut self.sent[i];
+        p.state = PacketState::Lost;
+        let pn = p.pn;
+        let size = p.size;
+        let segs = std::mem::take(&mut p.segs);
+        self.cc.on_removed(size);
+        self.stats.packets_lost += 1;
+        for &sid in &segs {
+            if sid < self.seg_base {
+                continue;
+            }
+            if let Some(s) = self.segments.get_mut((sid - self.seg_base) as usize) {
+                if !s.acked && !s.queued && s.last_pn == pn {
+                    s.queued = true;
+                    self.retx.push_back(sid);
+                }
+            }
+        }
+        // Keep the ids: a late ACK of this packet still acknowledges its segments.
+        self.sent[i].segs = segs;
+    }
+
+    /// The earliest time `handle_timeout` (or `poll_transmit`) has work to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut add = |x: Option<Instant>| {
+            if let Some(x) = x {
+                t = Some(t.map_or(x, |y: Instant| y.min(x)));
+            }
+        };
+        match self.state {
+            ConnectionState::Closed => {
+                if self.close_sends_left > 0 {
+                    add(Some(self.last_sent));
+                }
+                return t;
+            }
+            ConnectionState::Handshaking => {
+                add(Some(self.hs_next));
+                add(Some(self.hs_deadline));
+                return t;
+            }
+            _ => {}
+        }
+        add(Some(self.last_recv + self.cfg.idle_timeout));
+        if self.state == ConnectionState::Draining {
+            add(self.drain_deadline);
+            if self.close_sends_left > 0 {
+                add(self.close_next);
+            }
+            return t;
+        }
+        add(self.loss_time);
+        add(self.pto_deadline());
+        if self.ack_pending && self.ack_eliciting_unacked > 0 {
+            if self.ack_immediate || self.ack_eliciting_unacked >= self.cfg.ack_frequency {
+                add(Some(self.last_recv));
+            } else {
+                add(self.ack_deadline);
+            }
+        }
+        if let Some(k) = self.cfg.keepalive_interval {
+            add(Some(self.last_sent + k));
+        }
+        add(self.linger_deadline);
+        add(self.receiver.next_expiry(self.cfg.unreliable_timeout));
+        if self.accept_pending || self.probe_pending {
+            add(Some(self.last_sent));
+        }
+        if self.has_sendable_data() {
+            add(Some(self.pacing_until.unwrap_or(self.last_sent)));
+        }
+        t
+    }
+
+    fn pto_deadline(&self) -> Option<Instant> {
+        let base = self.last_ack_eliciting_sent?;
+        let in_flight = self.sent.iter().any(|p| p.state == PacketState::InFlight);
+        let blocked = self.peer_window == 0 && self.has_queued_reliable();
+        if !in_flight && !blocked {
+            return None;
+        }
+        Some(base + self.current_rto())
+    }
+
+    fn has_queued_reliable(&self) -> bool {
+        self.channels
+            .iter()
+            .any(|c| c.kind.is_reliable() && !c.queue.is_empty())
+    }
+
+    /// Whether data could go out now if window and pacing allowed.
+    fn has_sendable_data(&self) -> bool {
+        if !self.retx.is_empty() {
+            return true;
+        }
+        let reliable_ok = self.reliable_window_open();
+        self.channels
+            .iter()
+            .any(|c| !c.queue.is_empty() && (!c.kind.is_reliable() || reliable_ok))
+            && self.cc.can_send(self.cfg.max_datagram_size)
+    }
+
+    fn reliable_window_open(&self) -> bool {
+        let window = self.cfg.send_window.min(self.peer_window);
+        self.unacked_segments < window && self.segments.len() < 4 * self.cfg.send_window
+    }
+
+    /// Run expired timers: idle timeout, handshake retries, loss detection, probe timeout / RTO.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.on_timeout(now);
+        self.refresh_stats();
+    }
+
+    fn on_timeout(&mut self, now: Instant) {
+        match self.state {
+            ConnectionState::Closed => return,
+            ConnectionState::Handshaking => {
+                if now >= self.hs_deadline {
+                    self.finish(CloseReason::HandshakeTimeout, false);
+                }
+                return;
+            }
+            _ => {}
+        }
+        if now >= self.last_recv + self.cfg.idle_timeout {
+            self.finish(CloseReason::IdleTimeout, false);
+            self.close_reason = Some((CloseReason::IdleTimeout, false));
+            self.close_sends_left = 1;
+            return;
+        }
+        if self.state == ConnectionState::Draining {
+            if self.drain_deadline.is_some_and(|d| now >= d) {
+                let (r, _) = self
+                    .close_reason
+                    .unwrap_or((CloseReason::Application, false));
+                self.close_sends_left = 0;
+                self.finish(r, false);
+            }
+            return;
+        }
+        self.maybe_start_draining(now);
+        self.receiver.expire(now, self.cfg.unreliable_timeout);
+        self.stats.unreliable_dropped = self.receiver.unreliable_dropped;
+        if self.loss_time.is_some_and(|t| now >= t) {
+            self.detect_lost(now);
+            self.pop_sent();
+        }
+        if self.pto_deadline().is_some_and(|t| now >= t) {
+            self.pto_count += 1;
+            if self.pto_count == 1 {
+                // Tail-loss probe: elicit an ACK (and repair a lost tail) before the RTO.
+                self.stats.tail_loss_probes += 1;
+            } else {
+                self.stats.rto_count += 1;
+                for i in 0..self.sent.len() {
+                    if self.sent[i].state == PacketState::InFlight {
+                        self.declare_lost(i);
+                    }
+                }
+                self.pop_sent();
+                self.cc.on_rto(now);
+            }
+            self.probe_pending = true;
+            // Re-arm from now so the next stage waits a full (backed-off) period.
+            self.last_ack_eliciting_sent = Some(now);
+        }
+    }
+
+    fn refresh_stats(&mut self) {
+        self.stats.cwnd = self.cc.window;
+        self.stats.bytes_in_flight = self.cc.in_flight;
+        self.stats.rto = self.current_rto();
+        self.stats.srtt = self.rtt.smoothed;
+        self.stats.min_rtt = self.rtt.min;
+        self.stats.reassembly_bytes = self.receiver.bytes;
+        self.stats.reassembly_peak = self.receiver.peak;
+        self.stats.unreliable_dropped = self.receiver.unreliable_dropped;
+    }
+
+    /// Write the next datagram into `buf` (at most [`Config::max_datagram_size`] bytes), or
+    /// return `None` when there is nothing to send now. Call until `None` after every input.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let t = self.transmit(now, buf);
+        if let Some(t) = t {
+            self.stats.packets_sent += 1;
+            self.stats.bytes_sent += t.size as u64;
+            self.last_sent = now;
+        }
+        self.refresh_stats();
+        t
+    }
+
+    fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let max = buf.len().min(self.cfg.max_datagram_size);
+        let buf = &mut buf[..max];
+        match self.state {
+            ConnectionState::Handshaking => return self.transmit_handshake(now, buf),
+            ConnectionState::Closed => {
+                if self.close_sends_left == 0 {
+                    return None;
+                }
+                self.close_sends_left -= 1;
+                let (reason, _) = self
+                    .close_reason
+                    .unwrap_or((CloseReason::Application, false));
+                return self.transmit_close(buf, reason);
+            }
+            ConnectionState::Draining => {
+                if self.close_sends_left == 0 || self.close_next.is_some_and(|t| now < t) {
+                    return None;
+                }
+                self.close_sends_left -= 1;
+                self.close_next = Some(now + self.pto_base());
+                let (reason, _) = self
+                    .close_reason
+                    .unwrap_or((CloseReason::Application, false));
+                return self.transmit_close(buf, reason);
+            }
+            _ => {}
+        }
+        if self.accept_pending && self.side == Side::Server {
+            self.accept_pending = false;
+            let p = Packet::ServerAccept {
+                client_cid: self.remote_cid,
+                server_cid: self.local_cid,
+            };
+            let size = wire::encode_packet(&p, buf).ok()?;
+            return Some(Transmit {
+                destination: self.remote,
+                size,
+            });
+        }
+        let ack_due = self.ack_pending
+            && (self.ack_immediate
+                || self.ack_eliciting_unacked >= self.cfg.ack_frequency
+                || self.ack_deadline.is_some_and(|d| now >= d));
+        let keepalive_due = self
+            .cfg
+            .keepalive_interval
+            .is_some_and(|k| now >= self.last_sent + k);
+        let mut data_ok = self.has_sendable_data();
+        if data_ok && self.cfg.pacing {
+            match self.cc.pacing_delay(now, self.rtt.smoothed, max) {
+                Some(d) => {
+                    self.pacing_until = Some(now + d);
+                    data_ok = false;
+                }
+                None => self.pacing_until = None,
+            }
+        }
+        if !(ack_due || keepalive_due || data_ok || self.probe_pending) {
+            return None;
+        }
+        // Build a data packet.
+        let pn = self.next_pn;
+        let Ok(hdr) = wire::encode_data_header(self.remote_cid, pn, buf) else {
+            return None;
+        };
+        let (_, body) = buf.split_at_mut(hdr);
+        let mut w = Writer::new(body);
+        let mut segs = self.vec_pool.pop().unwrap_or_default();
+        let mut ack_eliciting = false;
+        if self.ack_pending {
+            self.write_ack(now, &mut w);
+        }
+        if now >= self.lr_due && self.lr_received > 0 {
+            let largest = self.largest_recv.map_or(0, |(l, _)| l);
+            let expected = largest.saturating_sub(self.lr_base.unwrap_or(largest)) + 1;
+            let lost = expected.saturating_sub(self.lr_received);
+            let f = Frame::LossReport {
+                received: self.lr_received,
+                lost,
+            };
+            if wire::encode_frame(&f, &mut w).is_ok() {
+                self.lr_received = 0;
+                self.lr_base = None;
+                self.lr_due = now + self.cfg.loss_report_interval;
+            }
+        }
+        let probe = std::mem::take(&mut self.probe_pending);
+        let cc_ok = self.cc.can_send(max) && data_ok;
+        // Retransmissions first (a probe may send them past the congestion window).
+        if cc_ok || probe {
+            while let Some(&sid) = self.retx.front() {
+                if sid < self.seg_base {
+                    self.retx.pop_front();
+                    continue;
+                }
+                let idx = (sid - self.seg_base) as usize;
+                let Some(s) = self.segments.get(idx) else {
+                    self.retx.pop_front();
+                    continue;
+                };
+                if s.acked {
+                    self.retx.pop_front();
+                    continue;
+                }
+                if !write_segment(&mut w, s) {
+                    break;
+                }
+                self.retx.pop_front();
+                let s = &mut self.segments[idx];
+                s.queued = false;
+                s.last_pn = pn;
+                segs.push(sid);
+                ack_eliciting = true;
+                self.stats.segments_retransmitted += 1;
+            }
+        }
+        if cc_ok {
+            self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);
+        }
+        if probe && !ack_eliciting {
+            // Tail-loss probe / RTO: resend the oldest unacknowledged fragment, else new data,
+            // else a ping.
+            let oldest = self.segments.iter().position(|s| !s.acked);
+            if let Some(idx) = oldest {
+                if write_segment(&mut w, &self.segments[idx]) {
+                    let sid = self.seg_base + idx as u64;
+                    self.segments[idx].last_pn = pn;
+                    segs.push(sid);
+                    ack_eliciting = true;
+                    self.stats.segments_retransmitted += 1;
+                }
+            }
+            if !ack_eliciting {
+                self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);
+            }
+        }
+        if (probe || keepalive_due)
+            && !ack_eliciting
+            && wire::encode_frame(&Frame::Ping, &mut w).is_ok()
+        {
+            ack_eliciting = true;
+        }
+        if w.is_empty() {
+            self.recycle(segs);
+            return None;
+        }
+        let len = hdr + w.len();
+        self.next_pn += 1;
+        let state = if ack_eliciting {
+            self.cc.on_sent(len);
+            self.last_ack_eliciting_sent = Some(now);
+            PacketState::InFlight
+        } else {
+            PacketState::Untracked
+        };
+        self.sent.push_back(SentPacket {
+            pn,
+            time: now,
+            size: len,
+            state,
+            segs,
+        });
+        self.rr = (self.rr + 1) % self.channels.len().max(1);
+        let size = self.seal_outgoing(now, buf, len);
+        Some(Transmit {
+            destination: self.remote,
+            size,
+        })
+    }
+
+    /// FEC seam (outgoing): every ARQ datagram leaves through here. Without FEC it is sent as is;
+    /// the `fec` module wraps it (and queues parity) at this point.
+    fn seal_outgoing(&mut self, _now: Instant, _buf: &mut [u8], len: usize) -> usize {
+        len
+    }
+
+    fn fill_new_data(
+        &mut self,
+        w: &mut Writer<'_>,
+        pn: u64,
+        segs: &mut Vec<u64>,
+        ack_eliciting: &mut bool,
+    ) {
+        let n = self.channels.len();
+        loop {
+            let mut progress = false;
+            for k in 0..n {
+                let ci = (self.rr + k) % n;
+                let reliable = self.channels[ci].kind.is_reliable();
+                if reliable && !self.reliable_window_open() {
+                    continue;
+                }
+                let Some(f) = self.channels[ci].queue.front() else {
+                    continue;
+                };
+                let frame = frame_for(ci as u8, f.message_id, f.index, f.count, &f.data);
+                if wire::encode_frame(&frame, w).is_err() {
+                    continue;
+                }
+                let Some(f) = self.channels[ci].queue.pop_front() else {
+                    continue;
+                };
+                self.queued_bytes -= f.data.len();
+                progress = true;
+                *ack_eliciting = true;
+                if reliable {
+                    let sid = self.seg_base + self.segments.len() as u64;
+                    self.segments.push_back(Segment {
+                        channel: ci as u8,
+                        message_id: f.message_id,
+                        index: f.index,
+                        count: f.count,
+                        data: f.data,
+                        last_pn: pn,
+                        acked: false,
+                        queued: false,
+                    });
+                    self.unacked_segments += 1;
+                    self.stats.segments_sent += 1;
+                    segs.push(sid);
+                }
+            }
+            if !progress {
+                return;
+            }
+        }
+    }
+
+    fn write_ack(&mut self, now: Instant, w: &mut Writer<'_>) {
+        let mut ranges = [(0u64, 0u64); MAX_ACK_RANGES];
+        let mut n = 0;
+        for &(lo, hi) in self.recv_ranges.iter().rev().take(MAX_ACK_RANGES) {
+            ranges[n] = (lo, hi);
+            n += 1;
+        }
+        if n == 0 {
+            return;
+        }
+        let delay = self.largest_recv.map_or(0, |(_, t)| {
+            now.saturating_duration_since(t).as_micros() as u64
+        });
+        let window = self.cfg.recv_window.saturating_sub(self.receiver.segments) as u64;
+        // Shrink the range list until it fits the space left.
+        while n > 0 && wire::ack_len(delay, window, &ranges[..n]) > w.remaining() {
+            n -= 1;
+        }
+        if n > 0 && wire::encode_ack(delay, window, &ranges[..n], w).is_ok() {
+            self.ack_pending = false;
+            self.ack_eliciting_unacked = 0;
+            self.ack_deadline = None;
+            self.ack_immediate = false;
+        }
+    }
+
+    fn transmit_handshake(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.side != Side::Client || now < self.hs_next {
+            return None;
+        }
+        let p = match self.cookie {
+            None => Packet::ClientHello {
+                client_cid: self.local_cid,
+                nonce: self.nonce,
+            },
+            Some((timestamp, cookie)) => Packet::ClientCookieEcho {
+                client_cid: self.local_cid,
+                nonce: self.nonce,
+                timestamp,
+                cookie,
+            },
+        };
+        let size = wire::encode_packet(&p, buf).ok()?;
+        self.hs_next = now + self.hs_interval;
+        self.hs_interval = (self.hs_interval * 2).min(Duration::from_secs(2));
+        Some(Transmit {
+            destination: self.remote,
+            size,
+        })
+    }
+
+    fn transmit_close(&mut self, buf: &mut [u8], reason: CloseReason) -> Option<Transmit> {
+        let pn = self.next_pn;
+        let hdr = wire::encode_data_header(self.remote_cid, pn, buf).ok()?;
+        let mut w = Writer::new(&mut buf[hdr..]);
+        wire::encode_frame(&Frame::Close(reason), &mut w).ok()?;
+        let len = hdr + w.len();
+        self.next_pn += 1;
+        let size = self.seal_outgoing(self.last_sent, buf, len);
+        Some(Transmit {
+            destination: self.remote,
+            size,
+        })
+    }
+}
+
+fn frame_for<'a>(
+    channel: u8,
+    message_id: u64,
+    index: u32,
+    count: u32,
+    data: &'a [u8],
+) -> Frame<'a> {
+    if count == 1 {
+        Frame::Datagram {
+            channel,
+            message_id,
+            data,
+        }
+    } else {
+        Frame::Fragment {
+            channel,
+            message_id,
+            index: u64::from(index),
+            count: u64::from(count),
+            data,
+        }
+    }
+}
+
+fn write_segment(w: &mut Writer<'_>, s: &Segment) -> bool {
+    let f = frame_for(s.channel, s.message_id, s.index, s.count, &s.data);
+    wire::encode_frame(&f, w).is_ok()
+}

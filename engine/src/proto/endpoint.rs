@@ -1,0 +1,689 @@
+//! The endpoint: demultiplexes datagrams by connection id, runs the stateless-cookie handshake,
+//! owns the connections and schedules their timers and transmissions. Sans-IO.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::recv::Budget;
+use super::{
+    CloseReason, Config, Connection, ConnectionId, DropCause, DropCounters, Event, SendError,
+    Transmit,
+};
+use crate::wire::{self, Packet, COOKIE_LEN};
+
+/// Identifies a connection of an endpoint (its local connection id: slab index in the low 32
+/// bits, random generation bits above, so a stale handle never reaches a newer connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionHandle(pub u64);
+
+/// Listening-side settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Sessions at most; more are refused with [`CloseReason::ServerFull`].
+    pub max_sessions: usize,
+    /// Sessions per source IP; more are refused with [`CloseReason::TooManyFromAddress`].
+    pub max_sessions_per_address: usize,
+    /// Handshake packets accepted per source IP per second (a fixed-size table of counters, no
+    /// per-peer state); the rest are dropped silently.
+    pub max_handshakes_per_address: u32,
+    /// How long a cookie stays valid.
+    pub cookie_lifetime: Duration,
+    /// Cookie key rotation period; the previous key stays valid for one more period.
+    pub key_rotation: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            max_sessions: 4096,
+            max_sessions_per_address: 256,
+            max_handshakes_per_address: 64,
+            cookie_lifetime: Duration::from_secs(10),
+            key_rotation: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Endpoint settings.
+#[derive(Debug, Clone)]
+pub struct EndpointConfig {
+    /// Settings of every connection.
+    pub connection: Arc<Config>,
+    /// `Some` to accept incoming handshakes.
+    pub server: Option<ServerConfig>,
+    /// Bytes all connections together may hold in reassembly.
+    pub reassembly_budget: usize,
+    /// Stateless replies (challenges, refusals) queued at most; more are dropped.
+    pub max_stateless_queue: usize,
+}
+
+impl Default for EndpointConfig {
+    fn default() -> Self {
+        Self {
+            connection: Arc::new(Config::default()),
+            server: None,
+            reassembly_budget: 64 << 20,
+            max_stateless_queue: 1024,
+        }
+    }
+}
+
+/// Endpoint-level counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Datagrams dropped, by cause (connection-level drops included).
+    pub drops: DropCounters,
+    /// Challenges sent.
+    pub challenges_sent: u64,
+    /// Refusals sent.
+    pub refusals_sent: u64,
+    /// Stateless replies dropped because the reply queue was full.
+    pub stateless_queue_full: u64,
+    /// Handshakes accepted (connections created by a valid cookie echo).
+    pub accepted: u64,
+    /// Connections currently alive.
+    pub connections: usize,
+    /// Largest stateless reply sent.
+    pub max_stateless_reply: usize,
+}
+
+const RATE_SLOTS: usize = 4096;
+
+#[derive(Debug)]
+struct Slot {
+    conn: Option<Connection>,
+    dirty: bool,
+    timer: Option<Instant>,
+    /// Server side: the (client address, client cid) this connection was accepted for.
+    accepted_for: Option<(SocketAddr, ConnectionId)>,
+}
+
+/// A sans-IO endpoint (client, server or both).
+#[derive(Debug)]
+pub struct Endpoint {
+    cfg: EndpointConfig,
+    base: Instant,
+    rng: ChaCha8Rng,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    by_client: HashMap<(SocketAddr, ConnectionId), ConnectionHandle>,
+    per_ip: HashMap<IpAddr, usize>,
+    sessions: usize,
+    rate: Box<[(u64, u32)]>,
+    rate_salt: u64,
+    keys: [[u8; 32]; 2],
+    key_epoch: u64,
+    stateless: VecDeque<(SocketAddr, [u8; 48], usize)>,
+    dirty: VecDeque<u32>,
+    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    due: Vec<(Instant, u32)>,
+    events: VecDeque<(ConnectionHandle, Event)>,
+    budget: Budget,
+    stats: EndpointStats,
+    /// Worker index stamped into every connection id this endpoint allocates.
+    worker_tag: Option<u8>,
+}
+
+impl Endpoint {
+    /// A new endpoint. `now` is the base of its cookie clock; `seed` drives connection ids,
+    /// nonces and cookie keys (use OS randomness in production, a constant in tests).
+    pub fn new(cfg: EndpointConfig, now: Instant, seed: u64) -> Self {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let keys = [rng.random(), rng.random()];
+        let rate_salt = rng.random();
+        let budget = Budget {
+            used: Arc::new(AtomicUsize::new(0)),
+            limit: cfg.reassembly_budget,
+        };
+        Self {
+            cfg,
+            base: now,
+            rng,
+            slots: Vec::new(),
+            free: Vec::new(),
+            by_client: HashMap::new(),
+            per_ip: HashMap::new(),
+            sessions: 0,
+            rate: vec![(0, 0); RATE_SLOTS].into_boxed_slice(),
+            rate_salt,
+            keys,
+            key_epoch: 0,
+            stateless: VecDeque::new(),
+            dirty: VecDeque::new(),
+            timers: BinaryHeap::new(),
+            due: Vec::new(),
+            events: VecDeque::new(),
+            budget,
+            stats: EndpointStats::default(),
+            worker_tag: None,
+        }
+    }
+
+    /// Stamp `worker` (below 256) into every connection id allocated from now on, so a
+    /// datagram that reaches another worker of the same server can be forwarded to its owner
+    /// ([`worker_of_cid`]).
+    pub fn set_worker_tag(&mut self, worker: u8) {
+        self.worker_tag = Some(worker);
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    /// Bytes all connections hold in reassembly now.
+    pub fn reassembly_bytes(&self) -> usize {
+        self.budget.used.load(Ordering::Relaxed)
+    }
+
+    /// Number of live connections (any state).
+    pub fn connection_count(&self) -> usize {
+        self.stats.connections
+    }
+
+    /// Stateless replies waiting to be sent.
+    pub fn pending_stateless(&self) -> usize {
+        self.stateless.len()
+    }
+
+    /// A connection, for its state and statistics.
+    pub fn connection(&self, h: ConnectionHandle) -> Option<&Connection> {
+        let idx = (h.0 & 0xffff_ffff) as usize;
+        self.slots
+            .get(idx)?
+            .conn
+            .as_ref()
+            .filter(|c| c.local_cid().0 == h.0)
+    }
+
+    fn index_of(&self, h: ConnectionHandle) -> Option<u32> {
+        self.connection(h).map(|_| (h.0 & 0xffff_ffff) as u32)
+    }
+
+    fn alloc(&mut self) -> (u32, ConnectionId) {
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    conn: None,
+                    dirty: false,
+                    timer: None,
+                    accepted_for: None,
+                });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let mut generation: u32 = self.rng.random::<u32>() | 1;
+        if let Some(tag) = self.worker_tag {
+            // The owner's index in the low byte (see `worker_of_cid`); bit 8 keeps it non-zero.
+            generation = (generation & !0x1ff) | 0x100 | u32::from(tag);
+        }
+        (
+            idx,
+            ConnectionId((u64::from(generation) << 32) | u64::from(idx)),
+        )
+    }
+
+    /// Start a client connection to `server`. The handshake runs through `poll_transmit`;
+    /// [`Event::Connected`] or [`Event::Closed`] reports its outcome. Messages may be queued
+    /// with [`Self::send`] right away.
+    pub fn connect(&mut self, now: Instant, server: SocketAddr) -> ConnectionHandle {
+        let (idx, cid) = self.alloc();
+        let nonce = self.rng.random();
+        let conn = Connection::client_with_budget(
+            self.cfg.connection.clone(),
+            cid,
+            server,
+            nonce,
+            now,
+            self.budget.clone(),
+        );
+        self.slots[idx as usize].conn = Some(conn);
+        self.stats.connections += 1;
+        self.touch(idx);
+        ConnectionHandle(cid.0)
+    }
+
+    /// Queue a message.
+    pub fn send(&mut self, h: ConnectionHandle, channel: u8, data: Bytes) -> Result<(), SendError> {
+        let idx = self.index_of(h).ok_or(SendError::UnknownConnection)?;
+        let r = match self.slots[idx as usize].conn.as_mut() {
+            Some(c) => c.send(channel, data),
+            None => Err(SendError::UnknownConnection),
+        };
+        self.touch(idx);
+        r
+    }
+
+    /// Close a connection gracefully with `reason`.
+    pub fn close(&mut self, now: Instant, h: ConnectionHandle, reason: CloseReason) {
+        if let Some(idx) = self.index_of(h) {
+            if let Some(c) = self.slots[idx as usize].conn.as_mut() {
+                c.close(now, reason);
+            }
+            self.touch(idx);
+        }
+    }
+
+    /// Next event, with the connection it concerns.
+    pub fn poll_event(&mut self) -> Option<(ConnectionHandle, Event)> {
+        self.events.pop_front()
+    }
+
+    /// Handle one received datagram.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let r = self.dispatch(now, from, datagram);
+        if let Err(c) = r {
+            self.stats.drops.add(c);
+        }
+        r
+    }
+
+    fn dispatch(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let Some(&ty) = datagram.first() else {
+            return Err(DropCause::Malformed);
+        };
+        let hello = ty == wire::PacketType::ClientHello as u8
+            || ty == wire::PacketType::ClientCookieEcho as u8;
+        if hello {
+            return self.handle_hello(now, from, datagram);
+        }
+        if datagram.len() < 2 {
+            return Err(DropCause::Malformed);
+        }
+        let Some(cid) = wire::peek_cid(datagram) else {
+            return Err(DropCause::Malformed);
+        };
+        let idx = (cid.0 & 0xffff_ffff) as u32;
+        let ok = self
+            .slots
+            .get(idx as usize)
+            .and_then(|s| s.conn.as_ref())
+            .is_some_and(|c| c.local_cid() == cid);
+        if !ok {
+            // Undecodable garbage is malformed; a well-formed packet for nobody is unknown.
+            return match wire::decode_packet(datagram) {
+                Ok(_) => Err(DropCause::UnknownConnection),
+                Err(wire::WireError::VersionMismatch(_)) => Err(DropCause::VersionMismatch),
+                Err(_) => Err(DropCause::Malformed),
+            };
+        }
+        let r = match self.slots[idx as usize].conn.as_mut() {
+            Some(c) => c.handle_datagram(now, from, datagram),
+            None => Err(DropCause::UnknownConnection),
+        };
+        self.touch(idx);
+        r
+    }
+
+    fn handle_hello(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let Some(server) = self.cfg.server.clone() else {
+            return Err(DropCause::NotListening);
+        };
+        if datagram.len() < wire::MIN_CLIENT_HELLO_LEN {
+            return Err(DropCause::Malformed);
+        }
+        if !self.rate_ok(now, from.ip(), server.max_handshakes_per_address) {
+            return Err(DropCause::RateLimited);
+        }
+        let packet = match wire::decode_packet(datagram) {
+            Ok(p) => p,
+            Err(wire::WireError::VersionMismatch(_)) => {
+                // The client cid sits at the same offset in every version: tell it why.
+                if let Some(cid) = wire::peek_cid(datagram) {
+                    self.refuse(from, cid, CloseReason::VersionMismatch);
+                }
+                return Err(DropCause::VersionMismatch);
+            }
+            Err(_) => return Err(DropCause::Malformed),
+        };
+        self.rotate_keys(now, &server);
+        let now_ms = self.now_ms(now);
+        match packet {
+            Packet::ClientHello { client_cid, nonce } => {
+                let cookie = self.cookie(
+                    self.key_for(now_ms, &server),
+                    from,
+                    now_ms,
+                    nonce,
+                    client_cid,
+                );
+                let reply = Packet::ServerChallenge {
+                    client_cid,
+                    nonce,
+                    timestamp: now_ms,
+                    cookie,
+                };
+                if self.queue_stateless(from, &reply) {
+                    self.stats.challenges_sent += 1;
+                }
+                Ok(())
+            }
+            Packet::ClientCookieEcho {
+                client_cid,
+                nonce,
+                timestamp,
+                cookie,
+            } => {
+                let fresh = timestamp <= now_ms
+                    && now_ms - timestamp <= server.cookie_lifetime.as_millis() as u64;
+                let valid = fresh
+                    && self.key_for(timestamp, &server).is_some_and(|k| {
+                        let expect = self.cookie(Some(k), from, timestamp, nonce, client_cid);
+                        constant_time_eq(&expect, &cookie)
+                    });
+                if !valid {
+                    return Err(DropCause::BadCookie);
+                }
+                if let Some(&h) = self.by_client.get(&(from, client_cid)) {
+                    // A retransmitted echo: the existing connection re-sends its accept.
+                    if let Some(idx) = self.index_of(h) {
+                        let r = match self.slots[idx as usize].conn.as_mut() {
+                            Some(c) => c.handle_datagram(now, from, datagram),
+                            None => Ok(()),
+                        };
+                        self.touch(idx);
+                        return r;
+                    }
+                }
+                if self.sessions >= server.max_sessions {
+                    self.refuse(from, client_cid, CloseReason::ServerFull);
+                    return Ok(());
+                }
+                if self.per_ip.get(&from.ip()).copied().unwrap_or(0)
+                    >= server.max_sessions_per_address
+                {
+                    self.refuse(from, client_cid, CloseReason::TooManyFromAddress);
+                    return Ok(());
+                }
+                let (idx, cid) = self.alloc();
+                let conn = Connection::server_with_budget(
+                    self.cfg.connection.clone(),
+                    cid,
+                    client_cid,
+                    from,
+                    now,
+                    self.budget.clone(),
+                );
+                let slot = &mut self.slots[idx as usize];
+                slot.conn = Some(conn);
+                slot.accepted_for = Some((from, client_cid));
+                self.by_client
+                    .insert((from, client_cid), ConnectionHandle(cid.0));
+                *self.per_ip.entry(from.ip()).or_insert(0) += 1;
+                self.sessions += 1;
+                self.stats.connections += 1;
+                self.stats.accepted += 1;
+                self.touch(idx);
+                Ok(())
+            }
+            _ => Err(DropCause::Malformed),
+        }
+    }
+
+    fn refuse(&mut self, to: SocketAddr, client_cid: ConnectionId, reason: CloseReason) {
+        if self.queue_stateless(to, &Packet::Refuse { client_cid, reason }) {
+            self.stats.refusals_sent += 1;
+        }
+    }
+
+    fn queue_stateless(&mut self, to: SocketAddr, p: &Packet<'_>) -> bool {
+        if self.stateless.len() >= self.cfg.max_stateless_queue {
+            self.stats.stateless_queue_full += 1;
+            return false;
+        }
+        let mut b = [0u8; 48];
+        match wire::encode_packet(p, &mut b) {
+            Ok(n) => {
+                self.stateless.push_back((to, b, n));
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn now_ms(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.base).as_millis() as u64
+    }
+
+    fn rotate_keys(&mut self, now: Instant, server: &ServerConfig) {
+        let period = server.key_rotation.as_millis().max(1) as u64;
+        let epoch = self.now_ms(now) / period;
+        if epoch > self.key_epoch {
+            self.keys[1] = if epoch == self.key_epoch + 1 {
+                self.keys[0]
+            } else {
+                self.rng.random()
+            };
+            self.keys[0] = self.rng.random();
+            self.key_epoch = epoch;
+        }
+    }
+
+    /// The key that signed cookies stamped `ts` (current or previous epoch), if still held.
+    fn key_for(&self, ts: u64, server: &ServerConfig) -> Option<[u8; 32]> {
+        let period = server.key_rotation.as_millis().max(1) as u64;
+        let e = ts / period;
+        if e == self.key_epoch {
+            Some(self.keys[0])
+        } else if e + 1 == self.key_epoch {
+            Some(self.keys[1])
+        } else {
+            None
+        }
+    }
+
+    fn cookie(
+        &self,
+        key: Option<[u8; 32]>,
+        addr: SocketAddr,
+        ts: u64,
+        nonce: u64,
+        cid: ConnectionId,
+    ) -> [u8; COOKIE_LEN] {
+        let key = key.unwrap_or(self.keys[0]);
+        let mut msg = [0u8; 16 + 2 + 8 + 8 + 8];
+        let ip = match addr.ip() {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        };
+        msg[..16].copy_from_slice(&ip);
+        msg[16..18].copy_from_slice(&addr.port().to_be_bytes());
+        msg[18..26].copy_from_slice(&ts.to_be_bytes());
+        msg[26..34].copy_from_slice(&nonce.to_be_bytes());
+        msg[34..42].copy_from_slice(&cid.0.to_be_bytes());
+        let h = blake3::keyed_hash(&key, &msg);
+        let mut out = [0u8; COOKIE_LEN];
+        out.copy_from_slice(&h.as_bytes()[..COOKIE_LEN]);
+        out
+    }
+
+    fn rate_ok(&mut self, now: Instant, ip: IpAddr, limit: u32) -> bool {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.rate_salt.hash(&mut h);
+        ip.hash(&mut h);
+        let i = (h.finish() as usize) % RATE_SLOTS;
+        let second = self.now_ms(now) / 1000;
+        let e = &mut self.rate[i];
+        if e.0 != second {
+            *e = (second, 0);
+        }
+        e.1 = e.1.saturating_add(1);
+        e.1 <= limit
+    }
+
+    /// Write the next datagram (stateless replies first, then connections round-robin).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some((to, b, n)) = self.stateless.pop_front() {
+            if buf.len() >= n {
+                buf[..n].copy_from_slice(&b[..n]);
+                self.stats.max_stateless_reply = self.stats.max_stateless_reply.max(n);
+                return Some(Transmit {
+                    destination: to,
+                    size: n,
+                });
+            }
+        }
+        while let Some(idx) = self.dirty.pop_front() {
+            let t = match self
+                .slots
+                .get_mut(idx as usize)
+                .and_then(|s| s.conn.as_mut())
+            {
+                Some(c) => c.poll_transmit(now, buf),
+                None => None,
+            };
+            if let Some(slot) = self.slots.get_mut(idx as usize) {
+                slot.dirty = false;
+            }
+            match t {
+                Some(t) => {
+                    // Back of the queue: one datagram per connection per turn (fairness).
+                    if let Some(slot) = self.slots.get_mut(idx as usize) {
+                        slot.dirty = true;
+                        self.dirty.push_back(idx);
+                    }
+                    self.after(idx);
+                    return Some(t);
+                }
+                None => self.after(idx),
+            }
+        }
+        None
+    }
+
+    /// Earliest timer of any connection (may lie in the past: then a transmission or timer is
+    /// due now; call `handle_timeout` and `poll_transmit`).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Drop stale heap entries from the top so `poll_timeout` can just peek.
+    fn clean_timers(&mut self) {
+        while let Some(&Reverse((t, idx))) = self.timers.peek() {
+            if self
+                .slots
+                .get(idx as usize)
+                .is_some_and(|s| s.timer == Some(t))
+            {
+                return;
+            }
+            self.timers.pop();
+        }
+    }
+
+    /// Run every connection timer that is due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        // Take the due entries first: a connection whose next deadline is "transmit now" is
+        // rescheduled at or before `now`, and must not be run again in this call.
+        let mut due = std::mem::take(&mut self.due);
+        while let Some(&Reverse((t, idx))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            due.push((t, idx));
+        }
+        for &(t, idx) in &due {
+            let Some(slot) = self.slots.get_mut(idx as usize) else {
+                continue;
+            };
+            if slot.timer != Some(t) {
+                continue;
+            }
+            slot.timer = None;
+            if let Some(c) = slot.conn.as_mut() {
+                c.handle_timeout(now);
+            }
+            self.touch(idx);
+        }
+        due.clear();
+        self.due = due;
+        self.clean_timers();
+    }
+
+    /// After any interaction: collect events, schedule transmission and timer, free if drained.
+    fn touch(&mut self, idx: u32) {
+        if let Some(slot) = self.slots.get_mut(idx as usize) {
+            if slot.conn.is_some() && !slot.dirty {
+                slot.dirty = true;
+                self.dirty.push_back(idx);
+            }
+        }
+        self.after(idx);
+    }
+
+    fn after(&mut self, idx: u32) {
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            return;
+        };
+        let Some(conn) = slot.conn.as_mut() else {
+            return;
+        };
+        let h = ConnectionHandle(conn.local_cid().0);
+        while let Some(e) = conn.poll_event() {
+            self.events.push_back((h, e));
+        }
+        if conn.is_drained() {
+            slot.conn = None;
+            slot.timer = None;
+            slot.dirty = false;
+            if let Some(key) = slot.accepted_for.take() {
+                self.by_client.remove(&key);
+                if let Some(n) = self.per_ip.get_mut(&key.0.ip()) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.per_ip.remove(&key.0.ip());
+                    }
+                }
+                self.sessions -= 1;
+            }
+            self.stats.connections -= 1;
+            self.free.push(idx);
+            self.clean_timers();
+            return;
+        }
+        let t = conn.poll_timeout();
+        if t != slot.timer {
+            slot.timer = t;
+            if let Some(t) = t {
+                self.timers.push(Reverse((t, idx)));
+            }
+        }
+        self.clean_timers();
+    }
+}
+
+fn constant_time_eq(a: &[u8; COOKIE_LEN], b: &[u8; COOKIE_LEN]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The worker index stamped into `cid` by an endpoint with a worker tag
+/// ([`Endpoint::set_worker_tag`]).
+pub fn worker_of_cid(cid: ConnectionId) -> u8 {
+    ((cid.0 >> 32) & 0xff) as u8
+}

@@ -1,0 +1,473 @@
+//! Receive side of the channels: duplicate suppression, ordering, reassembly, memory accounting.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+
+use super::{ChannelKind, DropCause, Event};
+
+/// A reliable message id further than this beyond the next expected one is a protocol violation
+/// (a compliant sender's window keeps ids far closer), which bounds the per-channel state.
+const ID_SPAN: u64 = 1 << 14;
+/// Accounting cost of one fragment slot besides its bytes.
+const SLOT_COST: usize = std::mem::size_of::<Option<Bytes>>();
+
+/// A message being reassembled (or complete and waiting for its turn).
+#[derive(Debug)]
+struct Partial {
+    count: u32,
+    received: u32,
+    frags: Vec<Option<Bytes>>,
+    /// Bytes charged to the budgets for this message.
+    cost: usize,
+    first_seen: Instant,
+}
+
+impl Partial {
+    fn complete(&self) -> bool {
+        self.received == self.count
+    }
+
+    fn assemble(&mut self) -> Bytes {
+        if self.frags.len() == 1 {
+            return self.frags[0].take().unwrap_or_default();
+        }
+        let len = self.frags.iter().flatten().map(Bytes::len).sum();
+        let mut out = BytesMut::with_capacity(len);
+        for f in self.frags.iter_mut().flatten() {
+            out.extend_from_slice(f);
+        }
+        out.freeze()
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    Ordered {
+        next: u64,
+    },
+    Unordered {
+        /// Every id below is delivered.
+        floor: u64,
+        /// Delivered ids at or above `floor`.
+        done: BTreeSet<u64>,
+    },
+    Unreliable,
+    Sequenced {
+        /// Ids below are stale.
+        next_min: u64,
+    },
+}
+
+#[derive(Debug)]
+struct Channel {
+    kind: ChannelKind,
+    state: State,
+    pending: BTreeMap<u64, Partial>,
+}
+
+/// Shared per-endpoint reassembly budget (bytes in use, limit).
+#[derive(Debug, Clone)]
+pub(crate) struct Budget {
+    pub(crate) used: Arc<AtomicUsize>,
+    pub(crate) limit: usize,
+}
+
+impl Budget {
+    pub(crate) fn unlimited() -> Self {
+        Self {
+            used: Arc::new(AtomicUsize::new(0)),
+            limit: usize::MAX,
+        }
+    }
+}
+
+/// All receive channels of a connection.
+#[derive(Debug)]
+pub(crate) struct Receiver {
+    channels: Vec<Channel>,
+    /// Bytes charged for held fragments.
+    pub(crate) bytes: usize,
+    pub(crate) peak: usize,
+    /// Reliable messages held, complete or not (advertised window = recv_window − this). A
+    /// message counts once however many fragments it has: counting fragments would let one
+    /// message larger than the window fill it and never complete. Bytes stay bounded by the
+    /// per-connection and per-endpoint reassembly budgets.
+    pub(crate) segments: usize,
+    limit: usize,
+    budget: Budget,
+    max_fragments: u64,
+    max_message: usize,
+    pub(crate) unreliable_dropped: u64,
+}
+
+/// Outcome of checking whether a reliable fragment needs new buffer space.
+pub(crate) struct Need {
+    pub(crate) segments: usize,
+    pub(crate) bytes: usize,
+}
+
+impl Receiver {
+    pub(crate) fn new(cfg: &super::Config, budget: Budget) -> Self {
+        let channels = cfg
+            .channels
+            .iter()
+            .map(|&kind| Channel {
+                kind,
+                state: match kind {
+                    ChannelKind::ReliableOrdered => State::Ordered { next: 0 },
+                    ChannelKind::ReliableUnordered => State::Unordered {
+                        floor: 0,
+                        done: BTreeSet::new(),
+                    },
+                    ChannelKind::Unreliable => State::Unreliable,
+                    ChannelKind::UnreliableSequenced => State::Sequenced { next_min: 0 },
+                },
+                pending: BTreeMap::new(),
+            })
+            .collect();
+        Self {
+            channels,
+            bytes: 0,
+            peak: 0,
+            segments: 0,
+            limit: cfg.reassembly_limit,
+            budget,
+            max_fragments: cfg.max_fragments(),
+            max_message: cfg.max_message_size,
+            unreliable_dropped: 0,
+        }
+    }
+
+    /// Structural checks that do not depend on state: known channel, sane fragment count.
+    pub(crate) fn validate(&self, channel: u8, count: u64, len: usize) -> Result<(), DropCause> {
+        if usize::from(channel) >= self.channels.len()
+            || count > self.max_fragments
+            || len > self.max_message
+        {
+            return Err(DropCause::ProtocolViolation);
+        }
+        Ok(())
+    }
+
+    /// Buffer space a fragment would newly take if accepted. Fragments that make progress
+    /// (the next in-order message, a message already partly held, duplicates) need none, so a
+    /// full window can never block the fragment that would drain it.
+    pub(crate) fn need(&self, channel: u8, message_id: u64, count: u64, len: usize) -> Need {
+        let none = Need {
+            segments: 0,
+            bytes: 0,
+        };
+        let Some(ch) = self.channels.get(usize::from(channel)) else {
+            return none;
+        };
+        if ch.pending.contains_key(&message_id) {
+            return none;
+        }
+        let fresh = Need {
+            segments: usize::from(ch.kind.is_reliable()),
+            bytes: len + SLOT_COST * count as usize,
+        };
+        match &ch.state {
+            State::Ordered { next } if message_id <= *next => none,
+            State::Unordered { floor, done }
+                if message_id < *floor || done.contains(&message_id) =>
+            {
+                none
+            }
+            State::Unordered { .. } if count == 1 => none,
+            State::Sequenced { next_min } if message_id < *next_min => none,
+            State::Unreliable | State::Sequenced { .. } if count == 1 => none,
+            _ => fresh,
+        }
+    }
+
+    /// Whether `need` fits the connection and endpoint budgets.
+    pub(crate) fn fits(&self, need: &Need, extra_bytes: usize) -> bool {
+        let n = need.bytes + extra_bytes;
+        self.bytes + n <= self.limit
+            && self.budget.used.load(Ordering::Relaxed).saturating_add(n) <= self.budget.limit
+    }
+
+    fn charge(&mut self, n: usize) -> bool {
+        if self.bytes + n > self.limit {
+            return false;
+        }
+        let prev = self.budget.used.fetch_add(n, Ordering::Relaxed);
+        if prev.saturating_add(n) > self.budget.limit {
+            self.budget.used.fetch_sub(n, Ordering::Relaxed);
+            return false;
+        }
+        self.bytes += n;
+        self.peak = self.peak.max(self.bytes);
+        true
+    }
+
+    fn release(&mut self, n: usize) {
+        self.bytes -= n;
+        self.budget.used.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// Accept one fragment (count 1 = whole message). Complete messages become events.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_fragment(
+        &mut self,
+        now: Instant,
+        channel: u8,
+        message_id: u64,
+        index: u64,
+        count: u64,
+        data: &[u8],
+        events: &mut VecDeque<Event>,
+        delivered: &mut u64,
+    ) -> Result<(), DropCause> {
+        self.validate(channel, count, data.len())?;
+        let ci = usize::from(channel);
+        let kind = self.channels[ci].kind;
+        // Duplicate / stale / fast-path checks per channel state.
+        match &mut self.channels[ci].state {
+            State::Ordered { next } => {
+                if message_id < *next {
+                    return Ok(()); // duplicate of a delivered message
+                }
+                if message_id >= *next + ID_SPAN {
+                    return Err(DropCause::ProtocolViolation);
+                }
+                if message_id == *next && count == 1 {
+                    *next += 1;
+                    events.push_back(Event::Message {
+                        channel,
+                        data: Bytes::copy_from_slice(data),
+                    });
+                    *delivered += 1;
+                    self.drain_ordered(ci, events, delivered);
+                    return Ok(());
+                }
+            }
+            State::Unordered { floor, done } => {
+                if message_id < *floor || done.contains(&message_id) {
+                    return Ok(());
+                }
+                if message_id >= *floor + ID_SPAN {
+                    return Err(DropCause::ProtocolViolation);
+                }
+                if count == 1 {
+                    Self::mark_done(floor, done, message_id);
+                    events.push_back(Event::Message {
+                        channel,
+                        data: Bytes::copy_from_slice(data),
+                    });
+                    *delivered += 1;
+                    return Ok(());
+                }
+            }
+            State::Sequenced { next_min } => {
+                if message_id < *next_min {
+                    self.unreliable_dropped += 1;
+                    return Ok(());
+                }
+                if count == 1 {
+                    *next_min = message_id + 1;
+                    events.push_back(Event::Message {
+                        channel,
+                        data: Bytes::copy_from_slice(data),
+                    });
+                    *delivered += 1;
+                    self.drop_stale_sequenced(ci);
+                    return Ok(());
+                }
+            }
+            State::Unreliable => {
+                if count == 1 {
+                    events.push_back(Event::Message {
+                        channel,
+                        data: Bytes::copy_from_slice(data),
+                    });
+                    *delivered += 1;
+                    return Ok(());
+                }
+            }
+        }
+        // Slow path: buffer the fragment.
+        let count32 = u32::try_from(count).map_err(|_| DropCause::ProtocolViolation)?;
+        let idx = index as usize;
+        let exists = self.channels[ci].pending.contains_key(&message_id);
+        if !exists {
+            let cost = SLOT_COST * count as usize;
+            if !self.charge(cost) {
+                if !kind.is_reliable() {
+                    self.unreliable_dropped += 1;
+                }
+                return Err(DropCause::FlowControl);
+            }
+            if kind.is_reliable() {
+                self.segments += 1;
+            }
+            self.channels[ci].pending.insert(
+                message_id,
+                Partial {
+                    count: count32,
+                    received: 0,
+                    frags: vec![None; count as usize],
+                    cost,
+                    first_seen: now,
+                },
+            );
+        }
+        let (have, p_count, held) = match self.channels[ci].pending.get(&message_id) {
+            Some(p) => (
+                p.frags.get(idx).is_some_and(Option::is_some),
+                p.count,
+                p.frags.iter().flatten().map(Bytes::len).sum::<usize>(),
+            ),
+            None => return Err(DropCause::ProtocolViolation),
+        };
+        if p_count != count32 {
+            return Err(DropCause::ProtocolViolation);
+        }
+        if have {
+            return Ok(()); // duplicate fragment
+        }
+        if held + data.len() > self.max_message {
+            return Err(DropCause::ProtocolViolation);
+        }
+        if !self.charge(data.len()) {
+            if !kind.is_reliable() {
+                self.unreliable_dropped += 1;
+            }
+            return Err(DropCause::FlowControl);
+        }
+        let Some(p) = self.channels[ci].pending.get_mut(&message_id) else {
+            return Err(DropCause::ProtocolViolation);
+        };
+        p.frags[idx] = Some(Bytes::copy_from_slice(data));
+        p.cost += data.len();
+        p.received += 1;
+        if !p.complete() {
+            return Ok(());
+        }
+        match &mut self.channels[ci].state {
+            State::Ordered { .. } => self.drain_ordered(ci, events, delivered),
+            State::Unordered { floor, done } => {
+                Self::mark_done(floor, done, message_id);
+                self.deliver_pending(ci, message_id, events, delivered);
+            }
+            State::Unreliable => self.deliver_pending(ci, message_id, events, delivered),
+            State::Sequenced { next_min } => {
+                *next_min = message_id + 1;
+                self.deliver_pending(ci, message_id, events, delivered);
+                self.drop_stale_sequenced(ci);
+            }
+        }
+        Ok(())
+    }
+
+    fn mark_done(floor: &mut u64, done: &mut BTreeSet<u64>, id: u64) {
+        if id == *floor {
+            *floor += 1;
+            while done.remove(floor) {
+                *floor += 1;
+            }
+        } else {
+            done.insert(id);
+        }
+    }
+
+    fn deliver_pending(
+        &mut self,
+        ci: usize,
+        id: u64,
+        events: &mut VecDeque<Event>,
+        delivered: &mut u64,
+    ) {
+        if let Some(mut p) = self.channels[ci].pending.remove(&id) {
+            let data = p.assemble();
+            self.forget(ci, &p);
+            events.push_back(Event::Message {
+                channel: ci as u8,
+                data,
+            });
+            *delivered += 1;
+        }
+    }
+
+    fn forget(&mut self, ci: usize, p: &Partial) {
+        self.release(p.cost);
+        if self.channels[ci].kind.is_reliable() {
+            self.segments -= 1;
+        }
+    }
+
+    fn drain_ordered(&mut self, ci: usize, events: &mut VecDeque<Event>, delivered: &mut u64) {
+        loop {
+            let State::Ordered { next } = self.channels[ci].state else {
+                return;
+            };
+            let ready = self.channels[ci]
+                .pending
+                .get(&next)
+                .is_some_and(Partial::complete);
+            if !ready {
+                return;
+            }
+            self.deliver_pending(ci, next, events, delivered);
+            if let State::Ordered { next } = &mut self.channels[ci].state {
+                *next += 1;
+            }
+        }
+    }
+
+    fn drop_stale_sequenced(&mut self, ci: usize) {
+        let State::Sequenced { next_min } = self.channels[ci].state else {
+            return;
+        };
+        while let Some((&id, _)) = self.channels[ci].pending.first_key_value() {
+            if id >= next_min {
+                break;
+            }
+            if let Some(p) = self.channels[ci].pending.remove(&id) {
+                self.forget(ci, &p);
+                self.unreliable_dropped += 1;
+            }
+        }
+    }
+
+    /// Drop unreliable partial messages older than `timeout`.
+    pub(crate) fn expire(&mut self, now: Instant, timeout: Duration) {
+        for ci in 0..self.channels.len() {
+            if self.channels[ci].kind.is_reliable() {
+                continue;
+            }
+            loop {
+                let stale = self.channels[ci]
+                    .pending
+                    .iter()
+                    .find(|(_, p)| p.first_seen + timeout <= now)
+                    .map(|(&id, _)| id);
+                let Some(id) = stale else { break };
+                if let Some(p) = self.channels[ci].pending.remove(&id) {
+                    self.forget(ci, &p);
+                    self.unreliable_dropped += 1;
+                }
+            }
+        }
+    }
+
+    /// When the oldest unreliable partial message expires.
+    pub(crate) fn next_expiry(&self, timeout: Duration) -> Option<Instant> {
+        self.channels
+            .iter()
+            .filter(|c| !c.kind.is_reliable())
+            .flat_map(|c| c.pending.values().map(|p| p.first_seen + timeout))
+            .min()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,212 @@
+use super::*;
+use proptest::prelude::*;
+
+fn roundtrip_packet(p: Packet<'_>) {
+    let mut buf = [0u8; 2048];
+    let n = encode_packet(&p, &mut buf).unwrap();
+    assert_eq!(decode_packet(&buf[..n]).unwrap(), p);
+}
+
+#[test]
+fn varint_boundaries() {
+    for v in [0, 63, 64, 16383, 16384, (1 << 30) - 1, 1 << 30, MAX_VARINT] {
+        let mut b = [0u8; 8];
+        let n = varint::encode(v, &mut b).unwrap();
+        assert_eq!(n, varint_len(v));
+        assert_eq!(varint::decode(&b[..n]).unwrap(), (v, n));
+        assert_eq!(varint::decode(&b[..n - 1]), Err(WireError::Truncated));
+    }
+    let mut b = [0u8; 8];
+    assert_eq!(
+        varint::encode(MAX_VARINT + 1, &mut b),
+        Err(WireError::ValueOutOfRange)
+    );
+}
+
+#[test]
+fn handshake_sizes_prevent_amplification() {
+    let mut buf = [0u8; 2048];
+    let hello = encode_packet(
+        &Packet::ClientHello {
+            client_cid: ConnectionId(1),
+            nonce: 2,
+        },
+        &mut buf,
+    )
+    .unwrap();
+    assert_eq!(hello, MIN_CLIENT_HELLO_LEN);
+    let echo = encode_packet(
+        &Packet::ClientCookieEcho {
+            client_cid: ConnectionId(1),
+            nonce: 2,
+            timestamp: 3,
+            cookie: [4; COOKIE_LEN],
+        },
+        &mut buf,
+    )
+    .unwrap();
+    assert_eq!(echo, MIN_CLIENT_HELLO_LEN);
+    for reply in [CHALLENGE_LEN, ACCEPT_LEN, REFUSE_LEN] {
+        assert!(reply < MIN_CLIENT_HELLO_LEN);
+    }
+    // A hello cut short of its padding is rejected.
+    assert_eq!(
+        decode_packet(&buf[..MIN_CLIENT_HELLO_LEN - 1]),
+        Err(WireError::Unpadded)
+    );
+}
+
+#[test]
+fn malformed_inputs_are_typed_errors() {
+    assert_eq!(decode_packet(&[]), Err(WireError::Truncated));
+    assert_eq!(decode_packet(&[0x10]), Err(WireError::Truncated));
+    assert_eq!(
+        decode_packet(&[0x7f, VERSION]),
+        Err(WireError::UnknownPacketType(0x7f))
+    );
+    assert_eq!(
+        decode_packet(&[0x10, 9, 0, 0, 0, 0, 0, 0, 0, 0]),
+        Err(WireError::VersionMismatch(9))
+    );
+    assert_eq!(
+        decode_packet(&[0x10, VERSION, 0, 0, 0, 0, 0, 0, 0, 0, 1]),
+        Err(WireError::Truncated)
+    );
+    // fragment index >= count
+    let f = [frame_type::FRAGMENT, 0, 1, 3, 3, 0];
+    assert_eq!(
+        frames(&f).next(),
+        Some(Err(WireError::BadFragment { index: 3, count: 3 }))
+    );
+    let f = [frame_type::FRAGMENT, 0, 1, 0, 0, 0];
+    assert_eq!(
+        frames(&f).next(),
+        Some(Err(WireError::BadFragment { index: 0, count: 0 }))
+    );
+    // length past the end
+    let f = [frame_type::DATAGRAM, 0, 1, 5, 1, 2];
+    assert_eq!(frames(&f).next(), Some(Err(WireError::BadLength)));
+    // unknown frame
+    assert_eq!(
+        frames(&[0x3e]).next(),
+        Some(Err(WireError::UnknownFrameType(0x3e)))
+    );
+    // ack ranges below zero and too many ranges
+    let f = [frame_type::ACK, 2, 0, 0, 0, 5];
+    assert_eq!(frames(&f).next(), Some(Err(WireError::BadAck)));
+    let f = [frame_type::ACK, 2, 0, 0, 40, 0];
+    assert_eq!(frames(&f).next(), Some(Err(WireError::BadAck)));
+    // The iterator stops after an error.
+    let f = [0x3e, frame_type::PING];
+    assert_eq!(frames(&f).count(), 1);
+}
+
+fn arb_reason() -> impl Strategy<Value = CloseReason> {
+    any::<u8>().prop_map(CloseReason::from_u8)
+}
+
+proptest! {
+    #[test]
+    fn varint_roundtrip(v in 0..=MAX_VARINT) {
+        let mut b = [0u8; 8];
+        let n = varint::encode(v, &mut b).unwrap();
+        prop_assert_eq!(varint::decode(&b).unwrap(), (v, n));
+    }
+
+    #[test]
+    fn handshake_roundtrip(cid in any::<u64>(), scid in any::<u64>(), nonce in any::<u64>(), ts in any::<u64>(),
+                           cookie in any::<[u8; 16]>(), reason in arb_reason(), which in 0..5u8) {
+        let c = ConnectionId(cid);
+        roundtrip_packet(match which {
+            0 => Packet::ClientHello { client_cid: c, nonce },
+            1 => Packet::ServerChallenge { client_cid: c, nonce, timestamp: ts, cookie },
+            2 => Packet::ClientCookieEcho { client_cid: c, nonce, timestamp: ts, cookie },
+            3 => Packet::ServerAccept { client_cid: c, server_cid: ConnectionId(scid) },
+            _ => Packet::Refuse { client_cid: c, reason },
+        });
+    }
+
+    #[test]
+    fn connection_packet_roundtrip(cid in any::<u64>(), pn in any::<u64>(), body in proptest::collection::vec(any::<u8>(), 0..1200), which in 0..3u8) {
+        let dst_cid = ConnectionId(cid);
+        roundtrip_packet(match which {
+            0 => Packet::Data { dst_cid, packet_number: pn, payload: &body },
+            1 => Packet::FecData { dst_cid, body: &body },
+            _ => Packet::FecParity { dst_cid, body: &body },
+        });
+    }
+
+    #[test]
+    fn frames_roundtrip(
+        ch in any::<u8>(), mid in 0..=MAX_VARINT, count in 1..100_000u64, idx_frac in 0.0..1.0f64,
+        data in proptest::collection::vec(any::<u8>(), 0..1100), recv in 0..=MAX_VARINT, lost in 0..=MAX_VARINT,
+        reason in arb_reason(),
+    ) {
+        let index = ((count as f64 * idx_frac) as u64).min(count - 1);
+        let list = [
+            Frame::Padding,
+            Frame::Ping,
+            Frame::Fragment { channel: ch, message_id: mid, index, count, data: &data },
+            Frame::Datagram { channel: ch, message_id: mid, data: &data },
+            Frame::Close(reason),
+            Frame::LossReport { received: recv, lost },
+        ];
+        let mut buf = vec![0u8; 4096];
+        let mut w = Writer::new(&mut buf);
+        for f in &list {
+            encode_frame(f, &mut w).unwrap();
+        }
+        let n = w.len();
+        let back: Vec<_> = frames(&buf[..n]).collect::<Result<_, _>>().unwrap();
+        prop_assert_eq!(&back[..], &list[..]);
+        prop_assert_eq!(fragment_overhead(mid, index, count, data.len()) + data.len() + datagram_overhead(mid, data.len()) + data.len() + 2,
+            { let mut b = vec![0u8; 4096]; let mut w = Writer::new(&mut b); encode_frame(&list[0], &mut w).unwrap(); encode_frame(&list[2], &mut w).unwrap(); encode_frame(&list[3], &mut w).unwrap(); w.len() + 1 });
+    }
+
+    #[test]
+    fn ack_roundtrip(largest in 0..1u64 << 40, delay in 0..=MAX_VARINT, window in 0..=MAX_VARINT,
+                     spans in proptest::collection::vec((0..50u64, 0..50u64), 0..40)) {
+        // Build valid descending ranges from (gap, len) pairs.
+        let mut ranges = Vec::new();
+        let mut high = largest;
+        for (i, (gap, len)) in spans.iter().enumerate() {
+            if i > 0 {
+                let prev_low: u64 = ranges.last().map(|&(l, _)| l).unwrap();
+                match prev_low.checked_sub(gap + 2) { Some(h) => high = h, None => break }
+            }
+            let low = high.saturating_sub(*len);
+            ranges.push((low, high));
+        }
+        if ranges.is_empty() { ranges.push((largest, largest)); }
+        let mut buf = [0u8; 2048];
+        let mut w = Writer::new(&mut buf);
+        encode_ack(delay, window, &ranges, &mut w).unwrap();
+        let n = w.len();
+        prop_assert_eq!(n, ack_len(delay, window, &ranges));
+        let mut it = frames(&buf[..n]);
+        let Some(Ok(Frame::Ack(a))) = it.next() else { panic!("not an ack") };
+        prop_assert!(it.next().is_none());
+        prop_assert_eq!(a.largest, largest);
+        prop_assert_eq!(a.ack_delay_us, delay);
+        prop_assert_eq!(a.window, window);
+        let back: Vec<_> = a.ranges().collect();
+        let take = ranges.len().min(MAX_ACK_RANGES);
+        prop_assert_eq!(&back[..], &ranges[..take]);
+        // Re-encoding the decoded frame gives identical bytes.
+        let mut buf2 = [0u8; 2048];
+        let mut w2 = Writer::new(&mut buf2);
+        encode_frame(&Frame::Ack(a), &mut w2).unwrap();
+        let m = w2.len();
+        prop_assert_eq!(&buf2[..m], &buf[..n]);
+    }
+
+    #[test]
+    fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..1500)) {
+        if let Ok(Packet::Data { payload, .. }) = decode_packet(&bytes) {
+            for f in frames(payload) { let _ = f; }
+        }
+        for f in frames(&bytes) {
+            if let Ok(Frame::Ack(a)) = f { for r in a.ranges() { let _ = r; } }
+        }
+    }
+}
