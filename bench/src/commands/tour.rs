@@ -4,8 +4,8 @@ use anyhow::Result;
 use clap::Args;
 
 use super::Global;
-use crate::host::UtcTime;
-use crate::output::{result_file, server_notes, udp_table, write_result};
+use crate::host::{HostInfo, UtcTime};
+use crate::output::{host_line, result_file, server_notes, udp_table, write_result};
 use crate::schema::UdpConfig;
 use crate::udp::client::ClientIo;
 
@@ -63,6 +63,7 @@ pub fn configs(args: &TourArgs) -> Vec<UdpConfig> {
 pub fn run(args: &TourArgs, global: &Global) -> Result<bool> {
     let configs = configs(args);
     let started = UtcTime::now();
+    let host = HostInfo::collect();
     println!(
         "Ricochet tour: UDP echo, 16 clients × window 16 × 1,024 B, {} s warm-up + {} s measured per server",
         args.warmup, args.seconds
@@ -81,7 +82,8 @@ pub fn run(args: &TourArgs, global: &Global) -> Result<bool> {
             );
         }
     }
-    let file = result_file("tour", &started, runs);
+    println!("{}", host_line(&host));
+    let file = result_file("tour", &started, host, runs);
     let ok = file.ok;
     write_result(
         &file,
