@@ -12,6 +12,6 @@ pub mod host;
 pub mod kernel;
 pub mod output;
 pub mod relay;
-
+pub mod rudp;
 pub mod schema;
 pub mod udp;

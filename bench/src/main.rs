@@ -7,7 +7,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use bench::commands::{self, tour::TourArgs, udp::UdpArgs, udp_limits::LimitsArgs, Global};
+use bench::commands::{
+    self, matrix::MatrixArgs, rudp::RudpArgs, tour::TourArgs, udp::UdpArgs,
+    udp_limits::LimitsArgs, Global,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -30,6 +33,10 @@ enum Command {
     Udp(UdpArgs),
     /// The reference matrix: payloads × windows × repetitions, loss table.
     UdpLimits(LimitsArgs),
+    /// RUDP complete-message echo through the impairment relay (or --direct).
+    Rudp(RudpArgs),
+    /// Reference matrices (`bench matrix rudp`).
+    Matrix(MatrixArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +52,8 @@ fn main() -> ExitCode {
         None => commands::tour::run(&cli.tour, &cli.global),
         Some(Command::Udp(a)) => commands::udp::run(a, &cli.global),
         Some(Command::UdpLimits(a)) => commands::udp_limits::run(a, &cli.global),
+        Some(Command::Rudp(a)) => commands::rudp::run(a, &cli.global),
+        Some(Command::Matrix(a)) => commands::matrix::run(a, &cli.global),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -43,6 +43,7 @@ pub fn result_file(kind: &str, at: &UtcTime, runs: Vec<UdpRun>) -> ResultFile {
         build: BuildInfo::collect(),
         ok: runs.iter().all(|r| r.ok),
         udp_runs: runs,
+        rudp_cases: Vec::new(),
     }
 }
 
