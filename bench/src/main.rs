@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use bench::commands::{
-    self, matrix::MatrixArgs, rudp::RudpArgs, tour::TourArgs, udp::UdpArgs,
-    udp_limits::LimitsArgs, Global,
+    self, matrix::MatrixArgs, rudp::RudpArgs, tour::TourArgs, udp::UdpArgs, udp_limits::LimitsArgs,
+    Global,
 };
 
 #[derive(Debug, Parser)]

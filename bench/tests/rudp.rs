@@ -59,7 +59,10 @@ fn short_relayed_random_round_passes_every_check() {
     assert_ok(&r);
     let relay = r.relay.expect("relay counters");
     assert_eq!(relay.routes, 2);
-    assert!(relay.up.dropped_random + relay.down.dropped_random > 0, "{relay:?}");
+    assert!(
+        relay.up.dropped_random + relay.down.dropped_random > 0,
+        "{relay:?}"
+    );
     assert!(r.retransmitted_per_1000.is_some_and(|x| x > 0.0));
 }
 
@@ -88,7 +91,11 @@ const SIZES: [usize; 10] = [0, 1, 31, 1000, 1200, 1201, 4096, 65_536, 200_000, 1
 
 fn pattern(channel: u8, len: usize) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(len as u32 * 7 + channel as u32) as u8)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(31)
+                .wrapping_add(len as u32 * 7 + channel as u32) as u8
+        })
         .collect()
 }
 
@@ -109,10 +116,9 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
         7,
     )
     .unwrap();
-    let relay = Relay::start(
-        RelayConfig::new(server.local_addr(), profile.impairment()).with_seed(7),
-    )
-    .unwrap();
+    let relay =
+        Relay::start(RelayConfig::new(server.local_addr(), profile.impairment()).with_seed(7))
+            .unwrap();
     let mut cc = ClientConfig {
         endpoint,
         seed: Some(11),
@@ -143,7 +149,11 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
         while let Some(ev) = client.poll_event() {
             match ev {
                 ClientEvent::Message { channel, data } => {
-                    assert!(SIZES.contains(&data.len()), "unexpected size {}", data.len());
+                    assert!(
+                        SIZES.contains(&data.len()),
+                        "unexpected size {}",
+                        data.len()
+                    );
                     assert!(
                         data[..] == pattern(channel, data.len())[..],
                         "corrupted {} B message on channel {channel}",

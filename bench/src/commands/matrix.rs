@@ -152,8 +152,18 @@ pub fn plan(args: &RudpMatrixArgs) -> Result<Vec<Planned>> {
                 for m in &models {
                     for b in &bks {
                         let direct = config_for(
-                            Profile::None, 1024, 4, 16, m, 2, b, FecPolicy::Off, true, warmup,
-                            seconds, args.seed,
+                            Profile::None,
+                            1024,
+                            4,
+                            16,
+                            m,
+                            2,
+                            b,
+                            FecPolicy::Off,
+                            true,
+                            warmup,
+                            seconds,
+                            args.seed,
                         );
                         push("main", direct, rounds(3));
                         for &p in profiles {
@@ -288,7 +298,10 @@ fn run_rudp(args: &RudpMatrixArgs, global: &Global) -> Result<bool> {
     }
     let failed = cases.iter().filter(|c| !c.ok).count();
     if failed > 0 {
-        println!("\n{failed} of {} case(s) not ok (see above and the JSON)", cases.len());
+        println!(
+            "\n{failed} of {} case(s) not ok (see above and the JSON)",
+            cases.len()
+        );
     }
     let mut file = result_file("rudp-matrix", &started, Vec::new());
     file.ok = failed == 0;

@@ -97,7 +97,9 @@ impl RudpArgs {
 fn cell(s: Option<Spread>, f: impl Fn(f64) -> String, range: bool) -> String {
     match s {
         None => "-".into(),
-        Some(s) if range && s.min != s.max => format!("{} [{}–{}]", f(s.median), f(s.min), f(s.max)),
+        Some(s) if range && s.min != s.max => {
+            format!("{} [{}–{}]", f(s.median), f(s.min), f(s.max))
+        }
         Some(s) => f(s.median),
     }
 }
@@ -136,7 +138,9 @@ pub fn rudp_table(cases: &[RudpCase]) -> String {
             let cfg = c.rounds.first().map(|r| &r.config);
             vec![
                 c.label.clone(),
-                cfg.map_or("-".into(), |c| format!("{} × {}", thousands(c.payload as u64), c.window)),
+                cfg.map_or("-".into(), |c| {
+                    format!("{} × {}", thousands(c.payload as u64), c.window)
+                }),
                 c.rounds.len().to_string(),
                 cell(s.round_trips_per_s, |v| thousands(v.round() as u64), true),
                 cell(s.p50_us, ms, false),
@@ -157,7 +161,13 @@ pub fn rudp_table(cases: &[RudpCase]) -> String {
     for c in cases.iter().filter(|c| !c.ok) {
         for (i, r) in c.rounds.iter().enumerate() {
             for e in &r.errors {
-                let _ = writeln!(out, "  {} (round {}, seed {}): {e}", c.label, i + 1, r.config.seed);
+                let _ = writeln!(
+                    out,
+                    "  {} (round {}, seed {}): {e}",
+                    c.label,
+                    i + 1,
+                    r.config.seed
+                );
             }
         }
     }

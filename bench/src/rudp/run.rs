@@ -153,7 +153,8 @@ pub fn impairment(cfg: &RudpConfig) -> Result<Impairment> {
     imp.duplicate = cfg.duplicate_percent / 100.0;
     imp.reorder = cfg.reorder_percent / 100.0;
     imp.reorder_delay = ms(cfg.reorder_delay_ms, "reorder delay")?;
-    imp.validate().map_err(|e| anyhow!("network condition: {e}"))?;
+    imp.validate()
+        .map_err(|e| anyhow!("network condition: {e}"))?;
     Ok(imp)
 }
 
@@ -361,8 +362,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         std::thread::sleep(measured_start.saturating_duration_since(Instant::now()));
         let cpu0 = CpuTimes::now();
         let t0 = Instant::now();
-        let limit =
-            Duration::from_secs_f64(cfg.seconds + cfg.drain_s) + Duration::from_secs(10);
+        let limit = Duration::from_secs_f64(cfg.seconds + cfg.drain_s) + Duration::from_secs(10);
         for _ in 0..handles.len() {
             match done_rx.recv_timeout(limit.saturating_sub(t0.elapsed())) {
                 Ok(o) => outcomes.push(o),
@@ -497,8 +497,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         round_trips_per_s: rt_per_s,
         rtt_us: Latency::from_ns(&hist),
         cpu,
-        cpu_us_per_round_trip: (round_trips > 0)
-            .then(|| finite(used_s * 1e6 / round_trips as f64)),
+        cpu_us_per_round_trip: (round_trips > 0).then(|| finite(used_s * 1e6 / round_trips as f64)),
         peak_rss_kib: peak_rss_kib(),
         client_wire,
         server_wire,
@@ -512,7 +511,8 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
 /// Summarize a case's rounds: median and min–max of each metric over the rounds that ran.
 pub fn summarize(rounds: &[RudpRun]) -> RudpSummary {
     let ran: Vec<&RudpRun> = rounds.iter().filter(|r| r.round_trips > 0).collect();
-    let lat = |f: fn(&Latency) -> f64| Spread::of(ran.iter().filter_map(|r| r.rtt_us.map(|l| f(&l))));
+    let lat =
+        |f: fn(&Latency) -> f64| Spread::of(ran.iter().filter_map(|r| r.rtt_us.map(|l| f(&l))));
     RudpSummary {
         round_trips_per_s: Spread::of(ran.iter().map(|r| r.round_trips_per_s)),
         p50_us: lat(|l| l.p50),
@@ -556,7 +556,10 @@ pub fn run_case(
         };
         let r = run_round(&cfg);
         on_round(&r);
-        let invalid = r.errors.iter().any(|e| e.starts_with("invalid configuration"));
+        let invalid = r
+            .errors
+            .iter()
+            .any(|e| e.starts_with("invalid configuration"));
         runs.push(r);
         if invalid {
             // Every further round would fail the same way.

@@ -11,9 +11,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use bytes::Bytes;
 use ricochet::proto::{EndpointConfig, ServerConfig};
-use ricochet::runtime::{
-    Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId,
-};
+use ricochet::runtime::{Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId};
 use ricochet_platform::BackendKind;
 
 use crate::schema::{RudpWire, ServerInfo};
@@ -71,7 +69,9 @@ impl Handler for Echo {
         _: ricochet::CloseReason,
         _: bool,
     ) {
-        self.shared.early_disconnects.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .early_disconnects
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
