@@ -2,6 +2,7 @@
 //!
 //! - [`udp`]: the closed-loop UDP echo (message format, accounting, clients, servers, runs).
 //! - [`relay`]: the impairment relay (the simulator's impairment model on real sockets).
+//! - [`rudp`]: the RUDP complete-message echo over the relay (or direct).
 //! - [`schema`]: the versioned JSON result schema; [`host`]: host/build metadata and process
 //!   usage; [`kernel`]: kernel counters; [`output`]: result paths and text tables.
 //! - [`commands`]: one module per subcommand.
@@ -11,5 +12,6 @@ pub mod host;
 pub mod kernel;
 pub mod output;
 pub mod relay;
+pub mod rudp;
 pub mod schema;
 pub mod udp;

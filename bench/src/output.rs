@@ -40,6 +40,7 @@ pub fn result_file(kind: &str, at: &UtcTime, host: HostInfo, runs: Vec<UdpRun>) 
         build: BuildInfo::collect(),
         ok: runs.iter().all(|r| r.ok),
         udp_runs: runs,
+        rudp_cases: Vec::new(),
     }
 }
 

@@ -1,4 +1,5 @@
-//! The default tour (no subcommand): a short UDP echo, Ricochet beside tokio, in under a minute.
+//! The default tour (no subcommand): a short UDP echo, Ricochet beside tokio, then a short RUDP
+//! echo through the impairment relay (no loss, random loss), in under a minute.
 
 use anyhow::Result;
 use clap::Args;
@@ -10,6 +11,53 @@ use crate::schema::UdpConfig;
 use crate::udp::client::ClientIo;
 
 use super::udp::{label, run_configs};
+use crate::rudp::run::config_for;
+use crate::rudp::{run_case, FecPolicy};
+use crate::schema::RudpCase;
+use ricochet::sim::Profile;
+
+/// The tour's RUDP rows: 4 clients × 16 × 1,024 B through the relay, no loss and `random`,
+/// with adaptive FEC where this build has it, else ARQ only (and the table says so).
+fn rudp_rows(args: &TourArgs) -> Vec<RudpCase> {
+    let policy = if FecPolicy::Adaptive.available().is_ok() {
+        FecPolicy::Adaptive
+    } else {
+        FecPolicy::Off
+    };
+    println!(
+        "\nRUDP echo through the impairment relay, 4 clients × 16 × 1,024 B, {}{}",
+        policy.label(),
+        if policy == FecPolicy::Off {
+            " (FEC is not wired into the protocol in this build)"
+        } else {
+            ""
+        }
+    );
+    let cases: Vec<RudpCase> = [Profile::None, Profile::Random]
+        .into_iter()
+        .map(|p| {
+            let cfg = config_for(
+                p,
+                1024,
+                4,
+                16,
+                &args.io_model,
+                2,
+                "auto",
+                policy,
+                false,
+                args.warmup,
+                args.seconds.min(2.0),
+                42,
+            );
+            let l = crate::rudp::label(&cfg);
+            eprintln!("running {l} ...");
+            run_case(&l, None, &cfg, 1, |_| {})
+        })
+        .collect();
+    print!("{}", super::rudp::rudp_table(&cases));
+    cases
+}
 
 /// Flags of the default tour.
 #[derive(Debug, Clone, Args)]
@@ -83,7 +131,10 @@ pub fn run(args: &TourArgs, global: &Global) -> Result<bool> {
         }
     }
     println!("{}", host_line(&host));
-    let file = result_file("tour", &started, host, runs);
+    let cases = rudp_rows(args);
+    let mut file = result_file("tour", &started, host, runs);
+    file.ok = file.ok && cases.iter().all(|c| c.ok);
+    file.rudp_cases = cases;
     let ok = file.ok;
     write_result(
         &file,
