@@ -3,11 +3,14 @@
 //! - [`udp`]: the closed-loop UDP echo (message format, accounting, clients, servers, runs).
 //! - [`schema`]: the versioned JSON result schema; [`host`]: host/build metadata and process
 //!   usage; [`kernel`]: kernel counters; [`output`]: result paths and text tables.
+//! - [`gate`]: the CI regression gate; [`report`]: `PERFORMANCE.md` from `results/`.
 //! - [`commands`]: one module per subcommand.
 
 pub mod commands;
+pub mod gate;
 pub mod host;
 pub mod kernel;
 pub mod output;
+pub mod report;
 pub mod schema;
 pub mod udp;

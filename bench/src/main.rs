@@ -7,7 +7,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use bench::commands::{self, tour::TourArgs, udp::UdpArgs, udp_limits::LimitsArgs, Global};
+use bench::commands::{
+    self, gate::GateArgs, report::ReportArgs, tour::TourArgs, udp::UdpArgs, udp_limits::LimitsArgs,
+    Global,
+};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -30,6 +33,10 @@ enum Command {
     Udp(UdpArgs),
     /// The reference matrix: payloads × windows × repetitions, loss table.
     UdpLimits(LimitsArgs),
+    /// CI regression gate: exact simulator metrics and same-run wall-clock ratios vs a baseline.
+    Gate(GateArgs),
+    /// Regenerate PERFORMANCE.md's generated sections and charts from results/.
+    Report(ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +52,8 @@ fn main() -> ExitCode {
         None => commands::tour::run(&cli.tour, &cli.global),
         Some(Command::Udp(a)) => commands::udp::run(a, &cli.global),
         Some(Command::UdpLimits(a)) => commands::udp_limits::run(a, &cli.global),
+        Some(Command::Gate(a)) => commands::gate::run(a, &cli.global),
+        Some(Command::Report(a)) => commands::report::run(a, &cli.global),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
