@@ -10,8 +10,8 @@ use clap::{Parser, Subcommand};
 mod fec;
 
 use bench::commands::{
-    self, matrix::MatrixArgs, rudp::RudpArgs, tour::TourArgs, udp::UdpArgs, udp_limits::LimitsArgs,
-    Global,
+    self, gate::GateArgs, matrix::MatrixArgs, report::ReportArgs, rudp::RudpArgs, tour::TourArgs,
+    udp::UdpArgs, udp_limits::LimitsArgs, Global,
 };
 
 #[derive(Debug, Parser)]
@@ -43,6 +43,10 @@ enum Command {
     Rudp(RudpArgs),
     /// Reference matrices (`bench matrix rudp`).
     Matrix(MatrixArgs),
+    /// CI regression gate: exact simulator metrics and same-run wall-clock ratios vs a baseline.
+    Gate(GateArgs),
+    /// Regenerate PERFORMANCE.md's generated sections and charts from results/.
+    Report(ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +66,8 @@ fn main() -> ExitCode {
         Some(Command::Fec(a)) => fec::run(a).map(|()| true),
         Some(Command::Rudp(a)) => commands::rudp::run(a, &cli.global),
         Some(Command::Matrix(a)) => commands::matrix::run(a, &cli.global),
+        Some(Command::Gate(a)) => commands::gate::run(a, &cli.global),
+        Some(Command::Report(a)) => commands::report::run(a, &cli.global),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
