@@ -292,44 +292,6 @@ fn enable_drop_counting(socket: &Socket) -> Result<bool> {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn binds_v4_and_v6_and_reports_granted_buffers() {
-        let mut cfg = SocketConfig::new("127.0.0.1:0".parse().unwrap());
-        cfg.recv_buffer = Some(1 << 20);
-        cfg.send_buffer = Some(256 << 10);
-        cfg.pmtu = PmtuDiscovery::Do;
-        let s = bind(&cfg).unwrap();
-        assert_ne!(s.local_addr().port(), 0);
-        assert_eq!(s.info().recv_buffer_requested, Some(1 << 20));
-        assert!(s.info().recv_buffer_granted > 0);
-        assert!(s.info().send_buffer_granted > 0);
-        assert_eq!(s.info().drop_counting, cfg!(target_os = "linux"));
-
-        let mut cfg6 = SocketConfig::new("[::1]:0".parse().unwrap());
-        cfg6.pmtu = PmtuDiscovery::Dont;
-        let s6 = bind(&cfg6).unwrap();
-        assert!(s6.local_addr().is_ipv6());
-        assert!(s6.socket().only_v6().unwrap());
-        let dup = s6.try_clone().unwrap();
-        assert_eq!(dup.local_addr(), s6.local_addr());
-    }
-
-    #[test]
-    fn reuse_port_lets_two_sockets_share_an_address() {
-        let mut cfg = SocketConfig::new("127.0.0.1:0".parse().unwrap());
-        cfg.reuse_port = true;
-        let a = bind(&cfg).unwrap();
-        cfg.addr = a.local_addr();
-        let b = bind(&cfg).unwrap();
-        assert_eq!(a.local_addr(), b.local_addr());
-        assert!(b.info().reuse_port);
-    }
-}
-
 /// Spread the datagrams of a `SO_REUSEPORT` group over its `group_size` sockets by UDP source
 /// port (`port % group_size`, sockets numbered in the order they joined the group), instead of
 /// the kernel's 4-tuple hash.
@@ -411,4 +373,42 @@ fn steer_impl(_socket: &BoundSocket, _n: u32) -> Result<()> {
         backend: "reuseport steering",
         reason: "a reuseport BPF program needs Linux".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binds_v4_and_v6_and_reports_granted_buffers() {
+        let mut cfg = SocketConfig::new("127.0.0.1:0".parse().unwrap());
+        cfg.recv_buffer = Some(1 << 20);
+        cfg.send_buffer = Some(256 << 10);
+        cfg.pmtu = PmtuDiscovery::Do;
+        let s = bind(&cfg).unwrap();
+        assert_ne!(s.local_addr().port(), 0);
+        assert_eq!(s.info().recv_buffer_requested, Some(1 << 20));
+        assert!(s.info().recv_buffer_granted > 0);
+        assert!(s.info().send_buffer_granted > 0);
+        assert_eq!(s.info().drop_counting, cfg!(target_os = "linux"));
+
+        let mut cfg6 = SocketConfig::new("[::1]:0".parse().unwrap());
+        cfg6.pmtu = PmtuDiscovery::Dont;
+        let s6 = bind(&cfg6).unwrap();
+        assert!(s6.local_addr().is_ipv6());
+        assert!(s6.socket().only_v6().unwrap());
+        let dup = s6.try_clone().unwrap();
+        assert_eq!(dup.local_addr(), s6.local_addr());
+    }
+
+    #[test]
+    fn reuse_port_lets_two_sockets_share_an_address() {
+        let mut cfg = SocketConfig::new("127.0.0.1:0".parse().unwrap());
+        cfg.reuse_port = true;
+        let a = bind(&cfg).unwrap();
+        cfg.addr = a.local_addr();
+        let b = bind(&cfg).unwrap();
+        assert_eq!(a.local_addr(), b.local_addr());
+        assert!(b.info().reuse_port);
+    }
 }
