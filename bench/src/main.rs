@@ -1,2 +1,83 @@
 //! `bench`: Ricochet's benchmark binary.
-fn main() {}
+//!
+//! `bench` alone runs the tour (a short UDP echo, Ricochet beside tokio); subcommands run the
+//! individual benchmarks. Every invocation writes one JSON result file (see `bench/README.md`).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod fec;
+
+use bench::commands::{
+    self, gate::GateArgs, matrix::MatrixArgs, report::ReportArgs, rudp::RudpArgs, tour::TourArgs,
+    udp::UdpArgs, udp_limits::LimitsArgs, Global,
+};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench",
+    version,
+    about = "Ricochet's benchmark: UDP echo, limits matrix, JSON results"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    tour: TourArgs,
+    #[command(flatten)]
+    global: Global,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Closed-loop UDP echo against Ricochet or tokio.
+    Udp(UdpArgs),
+    /// The reference matrix: payloads × windows × repetitions, loss table.
+    UdpLimits(LimitsArgs),
+    /// FEC codec encode/recover times per codec and SIMD level.
+    Fec(fec::FecArgs),
+    /// A standalone impairment relay (the simulator's model on real sockets and a real clock).
+    Relay(bench::relay::RelayArgs),
+    /// RUDP complete-message echo through the impairment relay (or --direct).
+    Rudp(RudpArgs),
+    /// Reference matrices (`bench matrix rudp`).
+    Matrix(MatrixArgs),
+    /// CI regression gate: exact simulator metrics and same-run wall-clock ratios vs a baseline.
+    Gate(GateArgs),
+    /// Regenerate PERFORMANCE.md's generated sections and charts from results/.
+    Report(ReportArgs),
+}
+
+fn main() -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        None => commands::tour::run(&cli.tour, &cli.global),
+        Some(Command::Udp(a)) => commands::udp::run(a, &cli.global),
+        Some(Command::UdpLimits(a)) => commands::udp_limits::run(a, &cli.global),
+        Some(Command::Relay(a)) => bench::relay::run(a).map(|()| true),
+        Some(Command::Fec(a)) => fec::run(a).map(|()| true),
+        Some(Command::Rudp(a)) => commands::rudp::run(a, &cli.global),
+        Some(Command::Matrix(a)) => commands::matrix::run(a, &cli.global),
+        Some(Command::Gate(a)) => commands::gate::run(a, &cli.global),
+        Some(Command::Report(a)) => commands::report::run(a, &cli.global),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("bench: some measurements were not ok (see the table and the JSON)");
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

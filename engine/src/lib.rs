@@ -8,9 +8,12 @@
 //!   channels, fragmentation). No sockets, no clock reads: time is an argument.
 //! - [`sim`]: a deterministic network (virtual clock, seeded impairments) for tests and the
 //!   benchmark relay's impairment model.
-//! - [`runtime`]: the thread-per-core engine: workers, timer wheel, IO models, handlers.
+//! - [`runtime`]: the thread-per-core engine: workers, timer wheel, IO models, handlers, the
+//!   raw-UDP and RUDP servers.
+//! - [`client`]: the game client, driven from a game loop.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod client;
 pub mod fec;
 pub mod proto;
 pub mod runtime;
@@ -18,3 +21,9 @@ pub mod sim;
 pub mod wire;
 
 pub use ricochet_platform as platform;
+
+pub use client::{Client, ClientConfig, ClientError, ClientEvent};
+pub use proto::{ChannelKind, CloseReason, Config};
+pub use runtime::{
+    Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId, UdpServerConfig,
+};

@@ -82,6 +82,11 @@ impl Capabilities {
 
 /// Probe the kernel's capabilities (once per process; later calls return the cached result).
 pub fn probe() -> &'static Capabilities {
+    probe_cached()
+}
+
+/// The cached probe result.
+pub(crate) fn probe_cached() -> &'static Capabilities {
     static CAPS: OnceLock<Capabilities> = OnceLock::new();
     CAPS.get_or_init(probe_now)
 }
@@ -238,10 +243,14 @@ mod imp {
                         Error::Io { source, .. } => source.raw_os_error(),
                         _ => None,
                     };
-                    let reason = format!(
-                        "{how}: io_uring unavailable ({e}); falling back to epoll+mmsg. To use io_uring: {}",
-                        uring_fix_hint(errno)
-                    );
+                    // The probe's reason already names the fix; an errno from setup gets its hint.
+                    let reason = match errno {
+                        Some(_) => format!(
+                            "{how}: io_uring unavailable ({e}); falling back to epoll+mmsg. To use io_uring: {}",
+                            uring_fix_hint(errno)
+                        ),
+                        None => format!("{how}: io_uring unavailable ({e}); falling back to epoll+mmsg"),
+                    };
                     warn_fallback(&reason);
                     Ok(Box::new(MmsgBackend::new(socket, cfg, reason)?))
                 }
@@ -270,7 +279,7 @@ mod imp {
             }
             Ok(None) => {}
         }
-        let caps = probe();
+        let caps = probe_cached();
         if !caps.uring_usable() {
             let why = [&caps.io_uring, &caps.multishot_recvmsg, &caps.buffer_rings]
                 .into_iter()

@@ -418,6 +418,55 @@ fn gso_and_gro_round_trip() {
     }
 }
 
+/// `flush` sends mid-dispatch without disturbing what the last poll received; datagrams that
+/// arrive meanwhile come with the next poll.
+#[test]
+fn flush_keeps_received_datagrams_readable() {
+    for kind in kinds() {
+        let mut rx = backend(kind, V4);
+        let dst = rx.socket_info().local_addr;
+        let peer = UdpSocket::bind(V4).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let peer_addr = peer.local_addr().unwrap();
+        for i in 0..3u64 {
+            peer.send_to(&pattern(i, 100), dst).unwrap();
+        }
+        let first = recv_n(rx.as_mut(), 3, Duration::from_secs(5));
+        assert_eq!(first.len(), 3, "{kind}");
+        // Re-read the last poll's datagrams after the flush and compare.
+        let before: Vec<Vec<u8>> = rx.received().iter().map(|d| d.data.to_vec()).collect();
+        assert!(!before.is_empty(), "{kind}");
+        // These arrive while the caller is still dispatching the last batch.
+        for i in 10..13u64 {
+            peer.send_to(&pattern(i, 100), dst).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let mut replies = SendBatch::new(8);
+        for i in 0..5u64 {
+            replies.push(peer_addr, &pattern(100 + i, 50)).unwrap();
+        }
+        let sent = rx.flush(&mut replies).unwrap();
+        assert_eq!(sent, 5, "{kind}");
+        assert!(replies.is_empty(), "{kind}");
+        let after: Vec<Vec<u8>> = rx.received().iter().map(|d| d.data.to_vec()).collect();
+        assert_eq!(before, after, "{kind}: flush changed the received batch");
+        let mut buf = [0u8; 128];
+        for i in 0..5u64 {
+            let (n, from) = peer.recv_from(&mut buf).unwrap();
+            assert_eq!(from, dst, "{kind}");
+            assert_eq!(&buf[..n], &pattern(100 + i, 50)[..], "{kind}");
+        }
+        let later = recv_n(rx.as_mut(), 3, Duration::from_secs(5));
+        let later: HashSet<Vec<u8>> = later.into_iter().map(|g| g.data).collect();
+        for i in 10..13u64 {
+            assert!(
+                later.contains(&pattern(i, 100)),
+                "{kind}: datagram {i} lost across flush"
+            );
+        }
+    }
+}
+
 #[test]
 fn selection_reason_and_socket_info_are_reported() {
     for kind in kinds() {

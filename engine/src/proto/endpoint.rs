@@ -64,6 +64,8 @@ pub struct EndpointConfig {
     pub reassembly_budget: usize,
     /// Stateless replies (challenges, refusals) queued at most; more are dropped.
     pub max_stateless_queue: usize,
+    /// Bytes all connections together may retain for incomplete FEC groups (1 MiB).
+    pub fec_retention_budget: usize,
 }
 
 impl Default for EndpointConfig {
@@ -73,6 +75,7 @@ impl Default for EndpointConfig {
             server: None,
             reassembly_budget: 64 << 20,
             max_stateless_queue: 1024,
+            fec_retention_budget: crate::fec::DEFAULT_RETENTION_BUDGET,
         }
     }
 }
@@ -128,7 +131,10 @@ pub struct Endpoint {
     due: Vec<(Instant, u32)>,
     events: VecDeque<(ConnectionHandle, Event)>,
     budget: Budget,
+    fec_budget: crate::fec::RetentionBudget,
     stats: EndpointStats,
+    /// Worker index stamped into every connection id this endpoint allocates.
+    worker_tag: Option<u8>,
 }
 
 impl Endpoint {
@@ -143,6 +149,7 @@ impl Endpoint {
             limit: cfg.reassembly_budget,
         };
         Self {
+            fec_budget: crate::fec::RetentionBudget::new(cfg.fec_retention_budget),
             cfg,
             base: now,
             rng,
@@ -162,12 +169,25 @@ impl Endpoint {
             events: VecDeque::new(),
             budget,
             stats: EndpointStats::default(),
+            worker_tag: None,
         }
+    }
+
+    /// Stamp `worker` (below 256) into every connection id allocated from now on, so a
+    /// datagram that reaches another worker of the same server can be forwarded to its owner
+    /// ([`worker_of_cid`]).
+    pub fn set_worker_tag(&mut self, worker: u8) {
+        self.worker_tag = Some(worker);
     }
 
     /// Counters.
     pub fn stats(&self) -> &EndpointStats {
         &self.stats
+    }
+
+    /// The FEC retention budget all connections share (current and peak bytes retained).
+    pub fn fec_budget(&self) -> &crate::fec::RetentionBudget {
+        &self.fec_budget
     }
 
     /// Bytes all connections hold in reassembly now.
@@ -212,7 +232,11 @@ impl Endpoint {
                 (self.slots.len() - 1) as u32
             }
         };
-        let generation: u32 = self.rng.random::<u32>() | 1;
+        let mut generation: u32 = self.rng.random::<u32>() | 1;
+        if let Some(tag) = self.worker_tag {
+            // The owner's index in the low byte (see `worker_of_cid`); bit 8 keeps it non-zero.
+            generation = (generation & !0x1ff) | 0x100 | u32::from(tag);
+        }
         (
             idx,
             ConnectionId((u64::from(generation) << 32) | u64::from(idx)),
@@ -225,7 +249,7 @@ impl Endpoint {
     pub fn connect(&mut self, now: Instant, server: SocketAddr) -> ConnectionHandle {
         let (idx, cid) = self.alloc();
         let nonce = self.rng.random();
-        let conn = Connection::client_with_budget(
+        let mut conn = Connection::client_with_budget(
             self.cfg.connection.clone(),
             cid,
             server,
@@ -233,6 +257,7 @@ impl Endpoint {
             now,
             self.budget.clone(),
         );
+        conn.set_fec_budget(self.fec_budget.clone());
         self.slots[idx as usize].conn = Some(conn);
         self.stats.connections += 1;
         self.touch(idx);
@@ -407,7 +432,7 @@ impl Endpoint {
                     return Ok(());
                 }
                 let (idx, cid) = self.alloc();
-                let conn = Connection::server_with_budget(
+                let mut conn = Connection::server_with_budget(
                     self.cfg.connection.clone(),
                     cid,
                     client_cid,
@@ -415,6 +440,7 @@ impl Endpoint {
                     now,
                     self.budget.clone(),
                 );
+                conn.set_fec_budget(self.fec_budget.clone());
                 let slot = &mut self.slots[idx as usize];
                 slot.conn = Some(conn);
                 slot.accepted_for = Some((from, client_cid));
@@ -666,4 +692,10 @@ impl Endpoint {
 
 fn constant_time_eq(a: &[u8; COOKIE_LEN], b: &[u8; COOKIE_LEN]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The worker index stamped into `cid` by an endpoint with a worker tag
+/// ([`Endpoint::set_worker_tag`]).
+pub fn worker_of_cid(cid: ConnectionId) -> u8 {
+    ((cid.0 >> 32) & 0xff) as u8
 }

@@ -92,7 +92,10 @@ pub(crate) struct Receiver {
     /// Bytes charged for held fragments.
     pub(crate) bytes: usize,
     pub(crate) peak: usize,
-    /// Reliable fragments held (advertised window = recv_window − this).
+    /// Reliable messages held, complete or not (advertised window = recv_window − this). A
+    /// message counts once however many fragments it has: counting fragments would let one
+    /// message larger than the window fill it and never complete. Bytes stay bounded by the
+    /// per-connection and per-endpoint reassembly budgets.
     pub(crate) segments: usize,
     limit: usize,
     budget: Budget,
@@ -326,6 +329,9 @@ impl Receiver {
                 }
                 return Err(DropCause::FlowControl);
             }
+            if kind.is_reliable() {
+                self.segments += 1;
+            }
             self.channels[ci].pending.insert(
                 message_id,
                 Partial {
@@ -359,9 +365,6 @@ impl Receiver {
                 self.unreliable_dropped += 1;
             }
             return Err(DropCause::FlowControl);
-        }
-        if kind.is_reliable() {
-            self.segments += 1;
         }
         let Some(p) = self.channels[ci].pending.get_mut(&message_id) else {
             return Err(DropCause::ProtocolViolation);
@@ -420,7 +423,7 @@ impl Receiver {
     fn forget(&mut self, ci: usize, p: &Partial) {
         self.release(p.cost);
         if self.channels[ci].kind.is_reliable() {
-            self.segments -= p.received as usize;
+            self.segments -= 1;
         }
     }
 

@@ -12,6 +12,7 @@
 mod config;
 mod counters;
 mod error;
+mod rudp;
 pub mod timer;
 mod udp;
 mod worker;
@@ -19,5 +20,6 @@ mod worker;
 pub use config::{IdleStrategy, IoModel, UdpServerConfig};
 pub use counters::WorkerCounters;
 pub use error::RuntimeError;
+pub use rudp::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
 pub use timer::{TimerId, TimerWheel};
 pub use udp::{DatagramHandler, UdpContext, UdpServer};

@@ -341,6 +341,11 @@ fn bind_sockets(cfg: &UdpServerConfig, n: usize) -> Result<Vec<BoundSocket>, Run
         sockets.push(s);
     }
     sockets.insert(0, first);
+    if cfg.io_model == IoModel::PerCore && n > 1 && cfg.steer_by_source_port {
+        if let Err(e) = platform::steer_reuseport_by_source_port(&sockets[0], n) {
+            tracing::warn!(error = %e, "per-core sockets keep the kernel's 4-tuple hash");
+        }
+    }
     Ok(sockets)
 }
 
@@ -428,6 +433,11 @@ impl WorkerSet {
     /// Number of workers.
     pub(crate) fn len(&self) -> usize {
         self.workers.len()
+    }
+
+    /// Wakers of every worker, by index.
+    pub(crate) fn wakers(&self) -> Vec<Waker> {
+        self.workers.iter().map(|w| w.waker.clone()).collect()
     }
 
     /// Live counters of every worker (published every few loop turns).

@@ -34,6 +34,8 @@ pub struct MmsgBackend {
     gro: bool,
     /// EPOLLOUT is registered (a send is waiting for room).
     want_out: bool,
+    /// The last `recvmmsg` filled every slot, so more may be waiting.
+    last_full: bool,
     /// `epoll_pwait2` is missing (ENOSYS): use `epoll_wait` with milliseconds.
     no_pwait2: bool,
     region: Vec<u8>,
@@ -92,7 +94,7 @@ impl MmsgBackend {
     pub fn new(sock: BoundSocket, cfg: &BackendConfig, reason: String) -> Result<Self> {
         validate(cfg)?;
         let fd = sock.as_raw_fd();
-        let caps = crate::select::probe();
+        let caps = crate::select::probe_cached();
         let gso = caps.gso.available;
         let gro = if cfg.gro && caps.gro.available {
             if cfg.max_datagram < GRO_MIN_BUFFER {
@@ -144,6 +146,7 @@ impl MmsgBackend {
             gso,
             gro,
             want_out: false,
+            last_full: false,
             no_pwait2: false,
             region: vec![0u8; n * cfg.max_datagram],
             rx_names: vec![sys::zeroed_storage(); n],
@@ -224,7 +227,8 @@ impl MmsgBackend {
                 if err.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                if sys::would_block(&err) {
+                // ENOBUFS: a device queue is full; like a full socket buffer, try again later.
+                if sys::would_block(&err) || err.raw_os_error() == Some(libc::ENOBUFS) {
                     self.stats.send_would_block += 1;
                     break;
                 }
@@ -241,7 +245,6 @@ impl MmsgBackend {
                 linux::log_send_error("mmsg", self.stats.send_errors, &err, &first.dst);
                 if ends {
                     batch.consume(1);
-                    sent_entries += 0;
                 } else {
                     batch.consume_segments(1);
                 }
@@ -502,16 +505,28 @@ impl Backend for MmsgBackend {
             Some(t) if !t.is_zero() => Instant::now().checked_add(t),
             _ => None,
         };
+        // If the last receive left the socket drained (a short batch), wait first: level-
+        // triggered epoll returns at once if data came meanwhile, and an idle wake-up then
+        // costs epoll_wait + recvmmsg instead of recvmmsg + epoll_wait + recvmmsg.
+        let mut try_recv = self.last_full || timeout == Some(Duration::ZERO);
+        self.metas.clear();
         loop {
-            out.received = self.recv()?;
-            if out.received > 0 || out.woken || timeout == Some(Duration::ZERO) {
-                break;
+            if try_recv {
+                out.received = self.recv()?;
+                self.last_full = out.received == self.rx_hdrs.len();
+                if out.received > 0 || out.woken || timeout == Some(Duration::ZERO) {
+                    break;
+                }
             }
             let remaining = match (timeout, deadline) {
                 (None, _) => None,
                 (Some(_), Some(d)) => {
                     let r = d.saturating_duration_since(Instant::now());
                     if r.is_zero() {
+                        if !try_recv {
+                            // Out of time before the first look: look once anyway.
+                            out.received = self.recv()?;
+                        }
                         break;
                     }
                     Some(r)
@@ -519,17 +534,12 @@ impl Backend for MmsgBackend {
                 // A timeout too large for Instant: treat as no limit.
                 (Some(_), None) => None,
             };
+            try_recv = true;
             self.set_want_out(!send.is_empty())?;
             let (readable, writable, woken) = self.wait(remaining)?;
             out.woken |= woken;
             if writable && !send.is_empty() {
                 out.sent += self.send(send);
-            }
-            if !readable && !writable && !woken && remaining.is_some() {
-                // epoll timed out; one last look happens at the top of the loop only if time is left.
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    break;
-                }
             }
             if woken && !readable {
                 break;
@@ -539,6 +549,7 @@ impl Backend for MmsgBackend {
     }
 
     fn flush(&mut self, send: &mut SendBatch) -> Result<usize> {
+        // Sending never touches the receive region, so the last poll's datagrams stay valid.
         Ok(self.send(send))
     }
 

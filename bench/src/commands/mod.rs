@@ -1,0 +1,35 @@
+//! One module per subcommand; each has its clap arguments and a `run` returning whether every
+//! measurement was ok.
+
+pub mod gate;
+pub mod matrix;
+pub mod report;
+pub mod rudp;
+pub mod tour;
+pub mod udp;
+pub mod udp_limits;
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// Options every subcommand understands.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Global {
+    /// Write the JSON result here instead of `results/<host>-<yyyymmdd>/<kind>-<hhmmss>.json`.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Root directory for result files (default: `results/` of the source tree).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub results_dir: Option<PathBuf>,
+}
+
+impl Global {
+    /// Where a result file of `stem` goes.
+    pub fn path_for(&self, stem: &str, at: &crate::host::UtcTime) -> PathBuf {
+        match &self.json {
+            Some(p) => p.clone(),
+            None => crate::output::result_path(self.results_dir.as_deref(), stem, at),
+        }
+    }
+}

@@ -1,0 +1,425 @@
+//! One closed-loop echo client: its own thread and socket, a window of messages in flight.
+//!
+//! Each phase starts with a burst of `window` messages (as the reference does, so receive-buffer
+//! overflow under bursts shows up as loss); every settled echo releases one new message. A lost
+//! message is not replaced: it shrinks that client's window until the phase ends, and counts as
+//! lost once the drain time runs out.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use hdrhistogram::Histogram;
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::message::{write_message, Phase};
+use super::tracker::{Echo, Tracker};
+use crate::schema::{PhaseCounts, Phases, SocketBuffers};
+
+/// How long one blocking receive waits before the loop checks its deadlines again.
+const RECV_SLICE: Duration = Duration::from_millis(5);
+
+/// What one client does.
+#[derive(Debug, Clone)]
+pub struct ClientPlan {
+    /// Client id (carried in every message).
+    pub client: u32,
+    /// Server address.
+    pub server: SocketAddr,
+    /// Datagram size, bytes.
+    pub payload: usize,
+    /// Messages in flight.
+    pub window: usize,
+    /// Warm-up duration (zero: no warm-up phase).
+    pub warmup: Duration,
+    /// Measured duration (an upper bound when `messages` is set).
+    pub measured: Duration,
+    /// Longest wait for in-flight messages after a phase.
+    pub drain: Duration,
+    /// Messages per phase, when bounded by count; the drain then sends no load-keeping messages,
+    /// so the counts are exact.
+    pub messages: Option<u64>,
+    /// Receive buffer to request, bytes.
+    pub recv_buffer: Option<usize>,
+    /// Send buffer to request, bytes.
+    pub send_buffer: Option<usize>,
+    /// Instant that `send_ns` in the header counts from.
+    pub epoch: Instant,
+    /// How datagrams are sent and received.
+    pub io: ClientIo,
+}
+
+/// What one client measured.
+#[derive(Debug)]
+pub struct ClientOutcome {
+    /// Counts per phase.
+    pub phases: Phases,
+    /// Measured-phase RTTs, ns.
+    pub rtt_ns: Histogram<u64>,
+    /// Intact measured-phase echoes received before the measured deadline.
+    pub round_trips: u64,
+    /// This client's socket.
+    pub socket: Option<SocketBuffers>,
+    /// Setup failure, if the client could not run.
+    pub error: Option<String>,
+}
+
+/// Synchronization points shared by the clients and the coordinator.
+#[derive(Debug, Clone)]
+pub struct Sync {
+    /// Everyone ready: warm-up starts.
+    pub start_warmup: Arc<Barrier>,
+    /// Warm-up drained everywhere: the measured phase starts.
+    pub start_measured: Arc<Barrier>,
+    /// Measured deadline passed (or count reached) everywhere: drains start.
+    pub end_measured: Arc<Barrier>,
+    /// Everything drained.
+    pub done: Arc<Barrier>,
+}
+
+impl Sync {
+    /// Barriers for `clients` client threads plus one coordinator.
+    pub fn new(clients: usize) -> Sync {
+        let b = || Arc::new(Barrier::new(clients + 1));
+        Sync {
+            start_warmup: b(),
+            start_measured: b(),
+            end_measured: b(),
+            done: b(),
+        }
+    }
+}
+
+/// Open a client socket: bound to the loopback (or wildcard) of the server's family,
+/// connected to the server, buffers as requested. Returns the socket and its buffers.
+pub fn open_client_socket(
+    server: SocketAddr,
+    recv_buffer: Option<usize>,
+    send_buffer: Option<usize>,
+) -> Result<(UdpSocket, SocketBuffers)> {
+    let domain = Domain::for_address(server);
+    let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).context("client socket")?;
+    if let Some(n) = recv_buffer {
+        socket.set_recv_buffer_size(n).context("client SO_RCVBUF")?;
+    }
+    if let Some(n) = send_buffer {
+        socket.set_send_buffer_size(n).context("client SO_SNDBUF")?;
+    }
+    let local: SocketAddr = match server {
+        SocketAddr::V4(a) if a.ip().is_loopback() => "127.0.0.1:0".parse()?,
+        SocketAddr::V4(_) => "0.0.0.0:0".parse()?,
+        SocketAddr::V6(a) if a.ip().is_loopback() => "[::1]:0".parse()?,
+        SocketAddr::V6(_) => "[::]:0".parse()?,
+    };
+    socket.bind(&local.into()).context("client bind")?;
+    socket.connect(&server.into()).context("client connect")?;
+    let info = SocketBuffers {
+        local_addr: socket
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map(|a| a.to_string())
+            .unwrap_or_default(),
+        recv_requested: recv_buffer,
+        recv_granted: socket.recv_buffer_size().unwrap_or(0),
+        send_requested: send_buffer,
+        send_granted: socket.send_buffer_size().unwrap_or(0),
+        drops: None,
+    };
+    let socket: UdpSocket = socket.into();
+    socket
+        .set_read_timeout(Some(RECV_SLICE))
+        .context("client read timeout")?;
+    Ok((socket, info))
+}
+
+/// How a client moves its datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientIo {
+    /// `send` / `recv`, one system call per datagram.
+    Std,
+    /// `sendmmsg` / `recvmmsg`: refills and queued echoes in one call each (Linux).
+    Mmsg,
+}
+
+impl ClientIo {
+    /// Parse `std` or `mmsg`.
+    pub fn parse(s: &str) -> Option<ClientIo> {
+        match s {
+            "std" => Some(ClientIo::Std),
+            "mmsg" if cfg!(target_os = "linux") => Some(ClientIo::Mmsg),
+            _ => None,
+        }
+    }
+
+    /// The best the OS offers.
+    pub fn default_name() -> &'static str {
+        if cfg!(target_os = "linux") {
+            "mmsg"
+        } else {
+            "std"
+        }
+    }
+}
+
+enum Io {
+    Std {
+        out: Vec<u8>,
+        inbuf: Vec<u8>,
+    },
+    #[cfg(target_os = "linux")]
+    Mmsg {
+        tx: super::mmsg::Batch,
+        rx: super::mmsg::Batch,
+        seqs: Vec<u64>,
+    },
+}
+
+/// Most bytes of batch slots per direction per client (keeps 16 clients × 64 KiB payloads sane).
+const BATCH_BYTES: usize = 2 << 20;
+
+struct Client {
+    plan: ClientPlan,
+    socket: UdpSocket,
+    tracker: Tracker,
+    io: Io,
+    round_trips: u64,
+    /// Measured-phase echoes count as round trips until this instant.
+    measured_deadline: Option<Instant>,
+}
+
+/// Classify one datagram; returns true when it settled an outstanding message (a slot is free).
+fn settle(
+    tracker: &mut Tracker,
+    round_trips: &mut u64,
+    measured_deadline: Option<Instant>,
+    epoch: Instant,
+    data: &[u8],
+    current: Phase,
+) -> bool {
+    let now = u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    match tracker.on_echo(data, now, current) {
+        Echo::Fresh { phase, .. } => {
+            if phase == Phase::Measured && measured_deadline.is_some_and(|d| Instant::now() < d) {
+                *round_trips += 1;
+            }
+            true
+        }
+        Echo::ContentError { settled } => settled,
+        Echo::Duplicate | Echo::Late => false,
+    }
+}
+
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+impl Client {
+    fn new(plan: ClientPlan, socket: UdpSocket, io: ClientIo) -> Client {
+        let io = match io {
+            #[cfg(target_os = "linux")]
+            ClientIo::Mmsg => {
+                // One more byte than the payload, so an over-long echo shows as a length error.
+                let slot = plan.payload + 1;
+                let slots = (BATCH_BYTES / slot).clamp(1, plan.window.clamp(1, 64));
+                Io::Mmsg {
+                    tx: super::mmsg::Batch::new(slots, slot),
+                    rx: super::mmsg::Batch::new(slots, slot),
+                    seqs: Vec::with_capacity(slots),
+                }
+            }
+            _ => Io::Std {
+                out: vec![0u8; plan.payload],
+                inbuf: vec![0u8; 65_536],
+            },
+        };
+        Client {
+            tracker: Tracker::new(plan.client, plan.payload),
+            socket,
+            io,
+            round_trips: 0,
+            measured_deadline: None,
+            plan,
+        }
+    }
+
+    /// Send `n` new messages tagged `phase`.
+    fn send_n(&mut self, phase: Phase, n: u64) {
+        let client = self.plan.client;
+        let payload = self.plan.payload;
+        let epoch = self.plan.epoch;
+        let now_ns = move || u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        match &mut self.io {
+            Io::Std { out, .. } => {
+                for _ in 0..n {
+                    let now = now_ns();
+                    let seq = self.tracker.on_send(phase, now);
+                    write_message(out, client, seq, now, phase);
+                    match self.socket.send(out) {
+                        Ok(k) if k == out.len() => {}
+                        _ => self.tracker.on_send_failed(seq),
+                    }
+                }
+            }
+            #[cfg(target_os = "linux")]
+            Io::Mmsg { tx, seqs, .. } => {
+                let mut left = n;
+                while left > 0 {
+                    let k = left.min(tx.slots() as u64) as usize;
+                    seqs.clear();
+                    for i in 0..k {
+                        let now = now_ns();
+                        let seq = self.tracker.on_send(phase, now);
+                        write_message(tx.slot_mut(i, payload), client, seq, now, phase);
+                        seqs.push(seq);
+                    }
+                    let sent = tx.send(&self.socket, k).unwrap_or(0);
+                    for &seq in &seqs[sent.min(k)..] {
+                        self.tracker.on_send_failed(seq);
+                    }
+                    left -= k as u64;
+                }
+            }
+        }
+    }
+
+    /// Receive what has arrived (waiting up to one receive slice); returns how many
+    /// outstanding messages were settled.
+    fn recv_some(&mut self, current: Phase) -> u64 {
+        let (epoch, deadline) = (self.plan.epoch, self.measured_deadline);
+        let result = match &mut self.io {
+            Io::Std { inbuf, .. } => self.socket.recv(inbuf).map(|n| {
+                u64::from(settle(
+                    &mut self.tracker,
+                    &mut self.round_trips,
+                    deadline,
+                    epoch,
+                    &inbuf[..n],
+                    current,
+                ))
+            }),
+            #[cfg(target_os = "linux")]
+            Io::Mmsg { rx, .. } => rx.recv(&self.socket).map(|n| {
+                (0..n)
+                    .filter(|&i| {
+                        settle(
+                            &mut self.tracker,
+                            &mut self.round_trips,
+                            deadline,
+                            epoch,
+                            rx.datagram(i),
+                            current,
+                        )
+                    })
+                    .count() as u64
+            }),
+        };
+        match result {
+            Ok(released) => released,
+            Err(e) if transient(&e) => 0,
+            Err(_) => {
+                self.tracker.on_recv_error(current);
+                // An ICMP error (e.g. port unreachable) is reported once; don't spin on it.
+                std::thread::sleep(Duration::from_millis(1));
+                0
+            }
+        }
+    }
+
+    /// Run one phase until its deadline or its message count.
+    fn run_phase(&mut self, phase: Phase, length: Duration) {
+        let deadline = Instant::now() + length;
+        if phase == Phase::Measured {
+            self.measured_deadline = Some(deadline);
+        }
+        let budget = self.plan.messages.unwrap_or(u64::MAX);
+        let first = budget.min(self.plan.window as u64);
+        self.send_n(phase, first);
+        let mut sent = first;
+        while sent < budget && Instant::now() < deadline {
+            let released = self.recv_some(phase);
+            if released > 0 && Instant::now() < deadline {
+                let k = released.min(budget - sent);
+                self.send_n(phase, k);
+                sent += k;
+            }
+        }
+    }
+
+    /// Wait for outstanding messages until `until` (or none are left). With `refill`, every
+    /// settled echo is replaced by a drain-phase message while measured messages are still out,
+    /// so the last measured messages see the same load as the others.
+    fn drain(&mut self, until: Instant, refill: bool) {
+        while self.tracker.outstanding() > 0 && Instant::now() < until {
+            if refill && self.tracker.outstanding_in(Phase::Measured) == 0 {
+                return;
+            }
+            let released = self.recv_some(Phase::Drain);
+            if refill && released > 0 && self.tracker.outstanding_in(Phase::Measured) > 0 {
+                self.send_n(Phase::Drain, released);
+            }
+        }
+    }
+}
+
+/// Run one client through every phase, meeting the coordinator at each barrier. Never returns
+/// early: a client that failed to set up still waits at every barrier so no one deadlocks.
+pub fn run_client(plan: ClientPlan, sync: Sync) -> ClientOutcome {
+    let opened = open_client_socket(plan.server, plan.recv_buffer, plan.send_buffer);
+    let (socket, info) = match opened {
+        Ok(x) => x,
+        Err(e) => {
+            for b in [
+                &sync.start_warmup,
+                &sync.start_measured,
+                &sync.end_measured,
+                &sync.done,
+            ] {
+                b.wait();
+            }
+            return ClientOutcome {
+                phases: Phases::default(),
+                rtt_ns: super::tracker::new_rtt_histogram(),
+                round_trips: 0,
+                socket: None,
+                error: Some(format!("client {}: {e:#}", plan.client)),
+            };
+        }
+    };
+    let io = plan.io;
+    let mut c = Client::new(plan, socket, io);
+    let drain = c.plan.drain;
+    sync.start_warmup.wait();
+    if !c.plan.warmup.is_zero() {
+        c.run_phase(Phase::Warmup, c.plan.warmup);
+        c.drain(Instant::now() + drain, false);
+        c.tracker.expire_outstanding();
+    }
+    sync.start_measured.wait();
+    c.run_phase(Phase::Measured, c.plan.measured);
+    sync.end_measured.wait();
+    let refill = c.plan.messages.is_none();
+    if refill {
+        c.drain(Instant::now() + drain, true);
+    }
+    c.drain(Instant::now() + drain, false);
+    c.tracker.expire_outstanding();
+    sync.done.wait();
+    let counts = |p: Phase| -> PhaseCounts { *c.tracker.counts(p) };
+    ClientOutcome {
+        phases: Phases {
+            warmup: counts(Phase::Warmup),
+            measured: counts(Phase::Measured),
+            drain: counts(Phase::Drain),
+        },
+        round_trips: c.round_trips,
+        socket: Some(info),
+        error: None,
+        rtt_ns: c.tracker.rtt_ns,
+    }
+}

@@ -1,0 +1,330 @@
+//! The game client: one RUDP connection driven from a game loop, no async runtime.
+//!
+//! ```no_run
+//! use ricochet::client::{Client, ClientConfig, ClientEvent};
+//! use std::time::Duration;
+//!
+//! # fn main() -> Result<(), ricochet::client::ClientError> {
+//! let server = "127.0.0.1:7777".parse().unwrap();
+//! let mut client = Client::connect_blocking(server, ClientConfig::default(), Duration::from_secs(5))?;
+//! client.send(0, &b"hello"[..])?;
+//! loop {
+//!     client.update()?; // once per frame: receive, run timers, send
+//!     while let Some(event) = client.poll_event() {
+//!         if let ClientEvent::Message { channel, data } = event {
+//!             println!("{channel}: {data:?}");
+//!             return Ok(());
+//!         }
+//!     }
+//!     std::thread::sleep(Duration::from_millis(16));
+//! }
+//! # }
+//! ```
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ricochet_platform::{self as platform, Backend, BackendConfig, SendBatch, SocketConfig};
+
+use crate::proto::{
+    CloseReason, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, SendError,
+};
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// Protocol settings; must match the server's channel list.
+    pub endpoint: EndpointConfig,
+    /// Datagram I/O backend (`auto` by default; `RICOCHET_BACKEND` overrides).
+    pub backend: BackendConfig,
+    /// Local address to bind; `None` binds an ephemeral port on the server's address family.
+    pub bind: Option<SocketAddr>,
+    /// Requested socket buffers (bytes).
+    pub socket_buffer: Option<usize>,
+    /// Seed for connection ids and nonces; `None` draws one from the OS.
+    pub seed: Option<u64>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            endpoint: EndpointConfig::default(),
+            backend: BackendConfig {
+                // A client moves few datagrams per turn and wants small memory.
+                batch_size: 32,
+                max_datagram: 2048,
+                recv_buffers: 32,
+                ..BackendConfig::default()
+            },
+            bind: None,
+            socket_buffer: Some(1 << 20),
+            seed: None,
+        }
+    }
+}
+
+/// Why a client operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The server refused the connection (server full, too many from this address, ...).
+    #[error("the server refused the connection: {0:?}")]
+    Refused(CloseReason),
+    /// The server speaks another protocol version.
+    #[error("the server speaks another protocol version")]
+    VersionMismatch,
+    /// No answer within the handshake timeout.
+    #[error("connecting timed out after {0:?}")]
+    TimedOut(Duration),
+    /// The connection is closed; nothing more can be sent.
+    #[error("the connection is closed ({reason:?}, by peer: {by_peer})")]
+    Closed {
+        /// Why.
+        reason: CloseReason,
+        /// True when the server decided it.
+        by_peer: bool,
+    },
+    /// The message was refused (unknown channel, too large, send queue full).
+    #[error("send refused: {0}")]
+    Send(#[from] SendError),
+    /// Socket setup or I/O failed.
+    #[error(transparent)]
+    Platform(#[from] platform::Error),
+}
+
+/// What happened on the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientEvent {
+    /// The handshake completed.
+    Connected,
+    /// A complete message arrived.
+    Message {
+        /// Channel id.
+        channel: u8,
+        /// The message.
+        data: Bytes,
+    },
+    /// The connection ended.
+    Disconnected {
+        /// Why.
+        reason: CloseReason,
+        /// True when the server decided it.
+        by_peer: bool,
+    },
+}
+
+/// One RUDP connection to a server.
+pub struct Client {
+    backend: Box<dyn Backend>,
+    endpoint: Endpoint,
+    handle: ConnectionHandle,
+    server: SocketAddr,
+    config: ClientConfig,
+    send_batch: SendBatch,
+    scratch: Vec<u8>,
+    events: VecDeque<ClientEvent>,
+    connected: bool,
+    closed: Option<(CloseReason, bool)>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("server", &self.server)
+            .field("local", &self.local_addr())
+            .field("connected", &self.connected)
+            .field("closed", &self.closed)
+            .finish()
+    }
+}
+
+fn open_backend(
+    server: SocketAddr,
+    config: &ClientConfig,
+) -> Result<Box<dyn Backend>, platform::Error> {
+    let bind = config.bind.unwrap_or(match server {
+        SocketAddr::V4(_) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        SocketAddr::V6(_) => SocketAddr::from(([0u16; 8], 0)),
+    });
+    let mut sc = SocketConfig::new(bind);
+    sc.recv_buffer = config.socket_buffer;
+    sc.send_buffer = config.socket_buffer;
+    platform::open(platform::bind(&sc)?, &config.backend)
+}
+
+impl Client {
+    /// Start connecting to `server` and return at once; [`ClientEvent::Connected`] (or
+    /// `Disconnected`) reports the outcome as [`Client::update`] runs. Messages may be queued
+    /// right away.
+    pub fn connect(server: SocketAddr, config: ClientConfig) -> Result<Client, ClientError> {
+        let backend = open_backend(server, &config)?;
+        let now = Instant::now();
+        let seed = config.seed.unwrap_or_else(|| {
+            use rand::RngCore;
+            rand::rng().next_u64()
+        });
+        let mut endpoint = Endpoint::new(config.endpoint.clone(), now, seed);
+        let handle = endpoint.connect(now, server);
+        let mut client = Client {
+            backend,
+            endpoint,
+            handle,
+            server,
+            send_batch: SendBatch::new(config.backend.batch_size.max(8)),
+            scratch: vec![0; 65_536],
+            config,
+            events: VecDeque::new(),
+            connected: false,
+            closed: None,
+        };
+        client.drive(Some(Duration::ZERO))?;
+        Ok(client)
+    }
+
+    /// Connect and wait until the handshake completes, fails, or `timeout` passes. The
+    /// [`ClientEvent::Connected`] event is not queued: returning `Ok` says it.
+    pub fn connect_blocking(
+        server: SocketAddr,
+        config: ClientConfig,
+        timeout: Duration,
+    ) -> Result<Client, ClientError> {
+        let mut client = Client::connect(server, config)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if client.connected {
+                // Returning is the news: don't report it twice.
+                client.events.retain(|e| *e != ClientEvent::Connected);
+                return Ok(client);
+            }
+            if let Some((reason, _)) = client.closed {
+                return Err(match reason {
+                    CloseReason::VersionMismatch => ClientError::VersionMismatch,
+                    CloseReason::HandshakeTimeout => ClientError::TimedOut(timeout),
+                    other => ClientError::Refused(other),
+                });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ClientError::TimedOut(timeout));
+            }
+            client.wait(deadline - now)?;
+        }
+    }
+
+    /// Queue a message on `channel`.
+    pub fn send(&mut self, channel: u8, data: impl Into<Bytes>) -> Result<(), ClientError> {
+        if let Some((reason, by_peer)) = self.closed {
+            return Err(ClientError::Closed { reason, by_peer });
+        }
+        self.endpoint.send(self.handle, channel, data.into())?;
+        Ok(())
+    }
+
+    /// Do all pending work without blocking: receive what arrived, run due timers, send what
+    /// is queued. Call once per frame.
+    pub fn update(&mut self) -> Result<(), ClientError> {
+        self.drive(Some(Duration::ZERO))
+    }
+
+    /// Like [`Client::update`], but first wait up to `timeout` for a datagram or the next
+    /// protocol timer (for a client on its own thread).
+    pub fn wait(&mut self, timeout: Duration) -> Result<(), ClientError> {
+        self.drive(Some(timeout))
+    }
+
+    fn drive(&mut self, timeout: Option<Duration>) -> Result<(), ClientError> {
+        let now = Instant::now();
+        self.transmit(now);
+        let timeout = match (timeout, self.endpoint.poll_timeout()) {
+            (Some(t), Some(d)) => Some(t.min(d.saturating_duration_since(now))),
+            (t, _) => t,
+        };
+        self.backend.poll(&mut self.send_batch, timeout)?;
+        let now = Instant::now();
+        let batch = self.backend.received();
+        for d in batch.iter() {
+            for segment in d.segments() {
+                // Malformed or foreign datagrams are counted by the endpoint and dropped.
+                let _ = self.endpoint.handle_datagram(now, d.src, segment);
+            }
+        }
+        if self.endpoint.poll_timeout().is_some_and(|t| t <= now) {
+            self.endpoint.handle_timeout(now);
+        }
+        while let Some((_, event)) = self.endpoint.poll_event() {
+            self.events.push_back(match event {
+                Event::Connected => {
+                    self.connected = true;
+                    ClientEvent::Connected
+                }
+                Event::Message { channel, data } => ClientEvent::Message { channel, data },
+                Event::Closed { reason, by_peer } => {
+                    self.connected = false;
+                    self.closed = Some((reason, by_peer));
+                    ClientEvent::Disconnected { reason, by_peer }
+                }
+            });
+        }
+        self.transmit(now);
+        self.backend.flush(&mut self.send_batch)?;
+        Ok(())
+    }
+
+    fn transmit(&mut self, now: Instant) {
+        while let Some(t) = self.endpoint.poll_transmit(now, &mut self.scratch) {
+            if self.send_batch.is_full() && self.backend.flush(&mut self.send_batch).is_err() {
+                break;
+            }
+            // A datagram the batch refuses is lost like one the network dropped: ARQ repairs it.
+            let _ = self.send_batch.push(t.destination, &self.scratch[..t.size]);
+        }
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.events.pop_front()
+    }
+
+    /// True once the handshake completed and until the connection closes.
+    pub fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    /// The connection's statistics (RTT histogram, loss, retransmissions, cwnd, RTO).
+    pub fn stats(&self) -> Option<&ConnectionStats> {
+        self.endpoint.connection(self.handle).map(|c| c.stats())
+    }
+
+    /// Bytes queued but not yet sent.
+    pub fn queued_bytes(&self) -> usize {
+        self.endpoint
+            .connection(self.handle)
+            .map_or(0, |c| c.queued_bytes())
+    }
+
+    /// The server's address.
+    pub fn server_addr(&self) -> SocketAddr {
+        self.server
+    }
+
+    /// The local socket address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.backend.socket_info().local_addr
+    }
+
+    /// Move to a new local socket (as when a NAT rebinding or a network change gives the client
+    /// a new address); the session continues, identified by its connection id.
+    pub fn rebind(&mut self) -> Result<(), ClientError> {
+        self.backend.flush(&mut self.send_batch)?;
+        self.backend = open_backend(self.server, &self.config)?;
+        Ok(())
+    }
+
+    /// Close the connection gracefully; the server learns `CloseReason::Application`.
+    /// Keep calling [`Client::update`] briefly so the close goes out.
+    pub fn close(&mut self) {
+        self.endpoint
+            .close(Instant::now(), self.handle, CloseReason::Application);
+    }
+}

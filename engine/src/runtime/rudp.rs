@@ -1,0 +1,600 @@
+//! The RUDP server: the sans-IO [`Endpoint`] on the thread-per-core runtime.
+//!
+//! Per-core: each worker owns an endpoint (its sessions, their timers and buffers) and a handler;
+//! a session lives on the worker whose socket received its handshake. A handler reaches a
+//! session on another worker through that worker's command queue, and a datagram that lands on
+//! the wrong worker (the client's address changed, so `SO_REUSEPORT` hashed it elsewhere) is
+//! forwarded to the owner, found from the connection id.
+//!
+//! Shared: one endpoint behind a lock, served by every thread (the baseline).
+//!
+//! ```no_run
+//! use bytes::Bytes;
+//! use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+//!
+//! struct Echo;
+//! impl Handler for Echo {
+//!     fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
+//!         let _ = ctx.send(s, channel, data);
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = RudpServer::start(RudpServerConfig::new("0.0.0.0:7777".parse()?), |_| Echo)?;
+//! println!("serving on {}", server.local_addr());
+//! # server.shutdown()?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use bytes::Bytes;
+use ricochet_platform::{BackendKind, SocketInfo, Waker};
+
+use crate::proto::{
+    CloseReason, ConnectionHandle, ConnectionStats, DropCause, Endpoint, EndpointConfig,
+    EndpointStats, Event, SendError, ServerConfig,
+};
+
+use super::config::{IoModel, UdpServerConfig};
+use super::counters::WorkerCounters;
+use super::error::RuntimeError;
+use super::worker::{Service, UdpContext, WorkerSet};
+
+/// A session: the worker (endpoint) that owns it and its connection handle there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId {
+    /// The owning worker (always 0 in the shared IO model: one endpoint).
+    pub worker: u32,
+    /// The connection on that worker's endpoint.
+    pub handle: ConnectionHandle,
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{:016x}", self.worker, self.handle.0)
+    }
+}
+
+/// Configuration of an RUDP server.
+#[derive(Debug, Clone)]
+pub struct RudpServerConfig {
+    /// Sockets, IO model, workers, backend, idle strategy, tick.
+    pub udp: UdpServerConfig,
+    /// Protocol settings (connection config, session limits, handshake limits, budgets).
+    /// `endpoint.server` is filled with defaults when `None`.
+    pub endpoint: EndpointConfig,
+    /// Seed for connection ids and cookie keys; `None` draws one from the OS per worker.
+    pub seed: Option<u64>,
+}
+
+impl RudpServerConfig {
+    /// Defaults for a server on `bind`: per-core, one worker per core, default protocol config.
+    pub fn new(bind: SocketAddr) -> Self {
+        RudpServerConfig {
+            udp: UdpServerConfig::new(bind),
+            endpoint: EndpointConfig {
+                server: Some(ServerConfig::default()),
+                ..EndpointConfig::default()
+            },
+            seed: None,
+        }
+    }
+}
+
+/// Game-server code: one instance per worker, called on that worker's thread.
+pub trait Handler: Send + 'static {
+    /// A client completed the handshake.
+    fn on_connect(&mut self, ctx: &mut ServerContext<'_>, session: SessionId) {
+        let _ = (ctx, session);
+    }
+
+    /// A complete message arrived on `channel`.
+    fn on_message(
+        &mut self,
+        ctx: &mut ServerContext<'_>,
+        session: SessionId,
+        channel: u8,
+        data: Bytes,
+    );
+
+    /// A session ended; `by_peer` is true when the client decided it.
+    fn on_disconnect(
+        &mut self,
+        ctx: &mut ServerContext<'_>,
+        session: SessionId,
+        reason: CloseReason,
+        by_peer: bool,
+    ) {
+        let _ = (ctx, session, reason, by_peer);
+    }
+
+    /// Called every [`UdpServerConfig::tick`].
+    fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
+        let _ = ctx;
+    }
+}
+
+/// A request for another worker, carried by its queue.
+enum Command {
+    Send {
+        handle: ConnectionHandle,
+        channel: u8,
+        data: Bytes,
+    },
+    Close {
+        handle: ConnectionHandle,
+        reason: CloseReason,
+    },
+    /// A datagram that arrived on another worker's socket for one of this worker's sessions.
+    Datagram { from: SocketAddr, bytes: Vec<u8> },
+}
+
+/// One worker's queue, as seen by the others.
+#[derive(Clone)]
+struct Mailbox {
+    tx: Sender<Command>,
+    waker: Waker,
+}
+
+/// Where the workers' mailboxes are published once every worker is up.
+type Directory = Arc<std::sync::OnceLock<Vec<Mailbox>>>;
+
+/// What handlers may do: send to and close sessions (on any worker), read session stats.
+pub struct ServerContext<'a> {
+    worker: u32,
+    now: Instant,
+    endpoint: &'a mut Endpoint,
+    directory: &'a Directory,
+    sessions: &'a HashSet<ConnectionHandle>,
+}
+
+impl ServerContext<'_> {
+    /// Queue a message to `session` on `channel`. A session on another worker is reached
+    /// through that worker's queue (the result then only says the request was queued).
+    pub fn send(
+        &mut self,
+        session: SessionId,
+        channel: u8,
+        data: impl Into<Bytes>,
+    ) -> Result<(), SendError> {
+        let data = data.into();
+        if session.worker == self.worker {
+            return self.endpoint.send(session.handle, channel, data);
+        }
+        self.post(
+            session.worker,
+            Command::Send {
+                handle: session.handle,
+                channel,
+                data,
+            },
+        )
+    }
+
+    /// Close `session` gracefully; both sides learn `CloseReason::Application`.
+    pub fn close(&mut self, session: SessionId) {
+        if session.worker == self.worker {
+            self.endpoint
+                .close(self.now, session.handle, CloseReason::Application);
+        } else {
+            let _ = self.post(
+                session.worker,
+                Command::Close {
+                    handle: session.handle,
+                    reason: CloseReason::Application,
+                },
+            );
+        }
+    }
+
+    fn post(&self, worker: u32, cmd: Command) -> Result<(), SendError> {
+        let mailbox = self
+            .directory
+            .get()
+            .and_then(|d| d.get(worker as usize))
+            .ok_or(SendError::UnknownConnection)?;
+        mailbox
+            .tx
+            .send(cmd)
+            .map_err(|_| SendError::UnknownConnection)?;
+        let _ = mailbox.waker.wake();
+        Ok(())
+    }
+
+    /// Statistics of a session on this worker (RTT histogram, loss, retransmissions, cwnd,
+    /// queue depth); `None` for an unknown session or one owned by another worker.
+    pub fn session_stats(&self, session: SessionId) -> Option<&ConnectionStats> {
+        if session.worker != self.worker {
+            return None;
+        }
+        self.endpoint.connection(session.handle).map(|c| c.stats())
+    }
+
+    /// Bytes queued but not yet sent to `session` (its send-queue depth), if it is local.
+    pub fn queued_bytes(&self, session: SessionId) -> Option<usize> {
+        if session.worker != self.worker {
+            return None;
+        }
+        self.endpoint
+            .connection(session.handle)
+            .map(|c| c.queued_bytes())
+    }
+
+    /// The connected sessions this worker owns (for broadcasts).
+    pub fn sessions(&self) -> impl Iterator<Item = SessionId> + '_ {
+        let worker = self.worker;
+        self.sessions
+            .iter()
+            .map(move |&handle| SessionId { worker, handle })
+    }
+
+    /// This worker's endpoint counters (drops by cause, handshakes, connections).
+    pub fn endpoint_stats(&self) -> &EndpointStats {
+        self.endpoint.stats()
+    }
+
+    /// The worker this handler runs on.
+    pub fn worker(&self) -> u32 {
+        self.worker
+    }
+
+    /// The time the current loop turn started.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+}
+
+/// An endpoint and the connected sessions it holds (for broadcasts and the stop sequence).
+struct Core {
+    endpoint: Endpoint,
+    sessions: HashSet<ConnectionHandle>,
+}
+
+/// The endpoint a worker drives: its own (per-core) or the one every thread shares.
+enum EndpointSlot {
+    Owned(Box<Core>),
+    Shared(Arc<Mutex<Core>>),
+}
+
+enum EndpointGuard<'a> {
+    Owned(&'a mut Core),
+    Shared(MutexGuard<'a, Core>),
+}
+
+impl std::ops::Deref for EndpointGuard<'_> {
+    type Target = Core;
+    fn deref(&self) -> &Core {
+        match self {
+            EndpointGuard::Owned(e) => e,
+            EndpointGuard::Shared(g) => g,
+        }
+    }
+}
+
+impl std::ops::DerefMut for EndpointGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Core {
+        match self {
+            EndpointGuard::Owned(e) => e,
+            EndpointGuard::Shared(g) => g,
+        }
+    }
+}
+
+impl EndpointSlot {
+    fn lock(&mut self) -> EndpointGuard<'_> {
+        match self {
+            EndpointSlot::Owned(e) => EndpointGuard::Owned(e),
+            // A handler that panicked while holding the lock poisons it; the endpoint's own
+            // state is still consistent (no partial updates span a callback), so carry on.
+            EndpointSlot::Shared(m) => {
+                EndpointGuard::Shared(m.lock().unwrap_or_else(|p| p.into_inner()))
+            }
+        }
+    }
+}
+
+/// Scratch space for one outgoing datagram (the largest UDP payload).
+const TRANSMIT_BUF: usize = 65_536;
+
+struct RudpService<H> {
+    worker: u32,
+    workers: u32,
+    endpoint: EndpointSlot,
+    handler: H,
+    inbox: Receiver<Command>,
+    directory: Directory,
+    scratch: Vec<u8>,
+    stopping: bool,
+    forwarded: u64,
+}
+
+impl<H: Handler> RudpService<H> {
+    /// Apply queued commands, run due timers, deliver events, then write every datagram the
+    /// endpoint wants to send into the worker's batch.
+    fn pump(&mut self, ctx: &mut UdpContext<'_>) {
+        let now = ctx.now();
+        let mut guard = self.endpoint.lock();
+        let core = &mut *guard;
+        let ep = &mut core.endpoint;
+        while let Ok(cmd) = self.inbox.try_recv() {
+            match cmd {
+                Command::Send {
+                    handle,
+                    channel,
+                    data,
+                } => {
+                    // The sender was told the message was queued; a refusal here (session gone,
+                    // queue full) is what a local send would have returned.
+                    let _ = ep.send(handle, channel, data);
+                }
+                Command::Close { handle, reason } => ep.close(now, handle, reason),
+                Command::Datagram { from, bytes } => {
+                    let _ = ep.handle_datagram(now, from, &bytes);
+                }
+            }
+        }
+        if ep.poll_timeout().is_some_and(|t| t <= now) {
+            ep.handle_timeout(now);
+        }
+        // Handlers send from their callbacks; new events only come from I/O and timers, so one
+        // pass over the events then one over the transmits is enough.
+        while let Some((handle, event)) = ep.poll_event() {
+            let session = SessionId {
+                worker: self.worker,
+                handle,
+            };
+            match &event {
+                Event::Connected => {
+                    core.sessions.insert(handle);
+                }
+                Event::Closed { .. } => {
+                    core.sessions.remove(&handle);
+                }
+                Event::Message { .. } => {}
+            }
+            let mut sctx = ServerContext {
+                worker: self.worker,
+                now,
+                endpoint: ep,
+                directory: &self.directory,
+                sessions: &core.sessions,
+            };
+            match event {
+                Event::Connected => self.handler.on_connect(&mut sctx, session),
+                Event::Message { channel, data } => {
+                    self.handler.on_message(&mut sctx, session, channel, data)
+                }
+                Event::Closed { reason, by_peer } => self
+                    .handler
+                    .on_disconnect(&mut sctx, session, reason, by_peer),
+            }
+        }
+        while let Some(t) = ep.poll_transmit(now, &mut self.scratch) {
+            // A refused datagram (batch full mid-dispatch, oversize) is counted by the context;
+            // ARQ repairs what it carried.
+            let _ = ctx.send(t.destination, &self.scratch[..t.size]);
+        }
+    }
+
+    /// The worker that owns connection id `cid` (its tag bits), if it is another one.
+    fn owner_of(&self, datagram: &[u8]) -> Option<u32> {
+        if self.workers <= 1 {
+            return None;
+        }
+        let cid = crate::wire::peek_cid(datagram)?;
+        let owner = u32::from(crate::proto::worker_of_cid(cid));
+        (owner != self.worker && owner < self.workers).then_some(owner)
+    }
+}
+
+impl<H: Handler> Service for RudpService<H> {
+    fn on_datagram(&mut self, ctx: &mut UdpContext<'_>, from: SocketAddr, data: &[u8]) {
+        let now = ctx.now();
+        if let Some(owner) = self.owner_of(data) {
+            // Not ours: the client's address changed and the kernel hashed it here.
+            if let Some(mailbox) = self.directory.get().and_then(|d| d.get(owner as usize)) {
+                let bytes = data.to_vec();
+                if mailbox.tx.send(Command::Datagram { from, bytes }).is_ok() {
+                    let _ = mailbox.waker.wake();
+                    self.forwarded += 1;
+                }
+            }
+            return;
+        }
+        let result = self
+            .endpoint
+            .lock()
+            .endpoint
+            .handle_datagram(now, from, data);
+        if let Err(DropCause::UnknownConnection) = result {
+            tracing::trace!(%from, "datagram for an unknown connection dropped");
+        }
+    }
+
+    fn on_tick(&mut self, ctx: &mut UdpContext<'_>) {
+        let now = ctx.now();
+        let mut guard = self.endpoint.lock();
+        let core = &mut *guard;
+        let mut sctx = ServerContext {
+            worker: self.worker,
+            now,
+            endpoint: &mut core.endpoint,
+            directory: &self.directory,
+            sessions: &core.sessions,
+        };
+        self.handler.on_tick(&mut sctx);
+    }
+
+    fn on_turn_end(&mut self, ctx: &mut UdpContext<'_>) {
+        self.pump(ctx);
+    }
+
+    fn next_deadline(&mut self) -> Option<Instant> {
+        self.endpoint.lock().endpoint.poll_timeout()
+    }
+
+    fn on_stop(&mut self, ctx: &mut UdpContext<'_>) -> bool {
+        if !self.stopping {
+            self.stopping = true;
+            let now = ctx.now();
+            let mut guard = self.endpoint.lock();
+            let core = &mut *guard;
+            for &handle in &core.sessions {
+                core.endpoint.close(now, handle, CloseReason::Shutdown);
+            }
+            drop(guard);
+            self.pump(ctx);
+        }
+        // Done once every session's close went out and its state was released.
+        self.endpoint.lock().endpoint.connection_count() == 0
+    }
+}
+
+/// A running RUDP server. Dropping it stops the workers; [`RudpServer::shutdown`] closes every
+/// session with [`CloseReason::Shutdown`] (clients learn why), then joins the workers.
+pub struct RudpServer {
+    workers: WorkerSet,
+}
+
+impl fmt::Debug for RudpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RudpServer")
+            .field("local_addr", &self.workers.local_addr)
+            .field("io_model", &self.workers.io_model)
+            .field("backend", &self.workers.backend_kind)
+            .field("workers", &self.workers.len())
+            .finish()
+    }
+}
+
+fn os_seed() -> u64 {
+    use rand::RngCore;
+    rand::rng().next_u64()
+}
+
+impl RudpServer {
+    /// Bind, start the workers (each with its endpoint and `make_handler(i)`), return once
+    /// every worker is up.
+    pub fn start<H, F>(config: RudpServerConfig, mut make_handler: F) -> Result<Self, RuntimeError>
+    where
+        H: Handler,
+        F: FnMut(usize) -> H,
+    {
+        let mut endpoint_cfg = config.endpoint.clone();
+        if endpoint_cfg.server.is_none() {
+            endpoint_cfg.server = Some(ServerConfig::default());
+        }
+        let n = config.udp.resolved_threads();
+        if config.udp.io_model == IoModel::PerCore && n > 256 {
+            return Err(RuntimeError::Config(format!(
+                "an RUDP server runs at most 256 per-core workers, not {n}"
+            )));
+        }
+        let now = Instant::now();
+        let shared = (config.udp.io_model == IoModel::Shared).then(|| {
+            let seed = config.seed.unwrap_or_else(os_seed);
+            Arc::new(Mutex::new(Core {
+                endpoint: Endpoint::new(endpoint_cfg.clone(), now, seed),
+                sessions: HashSet::new(),
+            }))
+        });
+        let per_core_workers = if shared.is_some() { 1 } else { n as u32 };
+        let directory: Directory = Arc::new(std::sync::OnceLock::new());
+        let mut senders = Vec::with_capacity(n);
+        let workers = WorkerSet::start(&config.udp, |i| {
+            let (tx, rx) = mpsc::channel();
+            senders.push(tx);
+            let endpoint = match &shared {
+                Some(e) => EndpointSlot::Shared(e.clone()),
+                None => {
+                    let seed = config
+                        .seed
+                        .map(|s| s.wrapping_add(i as u64))
+                        .unwrap_or_else(os_seed);
+                    let mut endpoint = Endpoint::new(endpoint_cfg.clone(), now, seed);
+                    // Validated below 256 workers in `start`.
+                    endpoint.set_worker_tag(i as u8);
+                    EndpointSlot::Owned(Box::new(Core {
+                        endpoint,
+                        sessions: HashSet::new(),
+                    }))
+                }
+            };
+            RudpService {
+                // In the shared model every thread serves the one endpoint: sessions are "worker 0".
+                worker: if shared.is_some() { 0 } else { i as u32 },
+                workers: per_core_workers,
+                endpoint,
+                handler: make_handler(i),
+                inbox: rx,
+                directory: directory.clone(),
+                scratch: vec![0; TRANSMIT_BUF],
+                stopping: false,
+                forwarded: 0,
+            }
+        })?;
+        let mailboxes = senders
+            .into_iter()
+            .zip(workers.wakers())
+            .map(|(tx, waker)| Mailbox { tx, waker })
+            .collect();
+        // Only fails if already set, which cannot happen: this is the one place that sets it.
+        let _ = directory.set(mailboxes);
+        tracing::info!(
+            addr = %workers.local_addr,
+            io_model = %workers.io_model,
+            workers = workers.len(),
+            backend = %workers.backend_kind,
+            "ricochet RUDP server started"
+        );
+        Ok(RudpServer { workers })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.workers.local_addr
+    }
+
+    /// The IO model in use.
+    pub fn io_model(&self) -> IoModel {
+        self.workers.io_model
+    }
+
+    /// The backend the workers use.
+    pub fn backend_kind(&self) -> BackendKind {
+        self.workers.backend_kind
+    }
+
+    /// Why that backend was chosen.
+    pub fn selection_reason(&self) -> &str {
+        &self.workers.selection_reason
+    }
+
+    /// Each socket's buffer sizes, requested and granted.
+    pub fn socket_info(&self) -> &[SocketInfo] {
+        &self.workers.socket_info
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Live runtime counters of every worker.
+    pub fn counters(&self) -> Vec<WorkerCounters> {
+        self.workers.counters()
+    }
+
+    /// Close every session with [`CloseReason::Shutdown`], wait (bounded) for the closes to go
+    /// out, then join the workers and return their counters.
+    pub fn shutdown(mut self) -> Result<Vec<WorkerCounters>, RuntimeError> {
+        self.workers.stop_and_join()
+    }
+}

@@ -1,0 +1,225 @@
+//! The RUDP server and client over real loopback sockets: both IO models, every local backend.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ricochet::platform::BackendKind;
+use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::{Client, ClientConfig, ClientEvent, CloseReason, IoModel};
+
+struct Echo;
+impl Handler for Echo {
+    fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
+        ctx.send(s, channel, data).expect("echo queued");
+    }
+}
+
+fn server(model: IoModel, workers: usize, backend: BackendKind) -> RudpServer {
+    let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.udp.io_model = model;
+    cfg.udp.io_threads = workers;
+    cfg.udp.backend.kind = backend;
+    cfg.seed = Some(7);
+    RudpServer::start(cfg, |_| Echo).unwrap()
+}
+
+fn client(addr: SocketAddr) -> Client {
+    let cfg = ClientConfig {
+        seed: Some(rand_seed(addr)),
+        ..ClientConfig::default()
+    };
+    Client::connect_blocking(addr, cfg, Duration::from_secs(10)).expect("connects")
+}
+
+fn rand_seed(addr: SocketAddr) -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    N.fetch_add(1, Ordering::Relaxed) ^ u64::from(addr.port())
+}
+
+fn backends() -> Vec<BackendKind> {
+    ricochet::platform::probe().backends()
+}
+
+/// Send `msgs` on `channel` and wait for every echo; reliable channels must echo all of them
+/// intact (in order on channel 0).
+fn echo_all(c: &mut Client, channel: u8, msgs: &[Vec<u8>]) {
+    for m in msgs {
+        c.send(channel, Bytes::from(m.clone())).unwrap();
+    }
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < msgs.len() {
+        assert!(
+            Instant::now() < deadline,
+            "echo timed out: {}/{}",
+            got.len(),
+            msgs.len()
+        );
+        c.wait(Duration::from_millis(5)).unwrap();
+        while let Some(e) = c.poll_event() {
+            match e {
+                ClientEvent::Message { channel: ch, data } => {
+                    assert_eq!(ch, channel);
+                    got.push(data.to_vec());
+                }
+                other => panic!("unexpected event {other:?}"),
+            }
+        }
+    }
+    if channel == 0 {
+        assert_eq!(got, msgs, "ordered channel echoes in order");
+    } else {
+        let mut a = got.clone();
+        let mut b = msgs.to_vec();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "every message exactly once, intact");
+    }
+}
+
+fn message(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i * 131 + j * 7) as u8).collect()
+}
+
+#[test]
+fn echo_on_reliable_channels_both_models_every_backend() {
+    for backend in backends() {
+        for model in [IoModel::PerCore, IoModel::Shared] {
+            let srv = server(model, 2, backend);
+            let mut c = client(srv.local_addr());
+            // Sizes from empty to multi-fragment (1 MiB is the default message limit).
+            let sizes = [0, 1, 1_000, 1_200, 5_000, 64 * 1024, 1 << 20];
+            let msgs: Vec<Vec<u8>> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| message(i, n))
+                .collect();
+            echo_all(&mut c, 0, &msgs);
+            echo_all(&mut c, 1, &msgs[..6]);
+            c.close();
+            for _ in 0..10 {
+                c.update().unwrap();
+            }
+            srv.shutdown().unwrap();
+        }
+    }
+}
+
+#[test]
+fn two_workers_serve_64_clients() {
+    let srv = server(IoModel::PerCore, 2, BackendKind::Auto);
+    let addr = srv.local_addr();
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut clients: Vec<Client> = (0..16).map(|_| client(addr)).collect();
+                for (i, c) in clients.iter_mut().enumerate() {
+                    let msgs: Vec<Vec<u8>> =
+                        (0..4).map(|k| message(t * 100 + i * 4 + k, 200)).collect();
+                    echo_all(c, 0, &msgs);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("client thread");
+    }
+    let counters = srv.shutdown().unwrap();
+    assert_eq!(counters.len(), 2);
+    // With 64 distinct source ports both workers got sessions (SO_REUSEPORT spreads them).
+    assert!(counters.iter().all(|c| c.datagrams_in > 0), "{counters:?}");
+}
+
+#[test]
+fn client_keeps_its_session_when_its_address_changes() {
+    let srv = server(IoModel::PerCore, 2, BackendKind::Auto);
+    let mut c = client(srv.local_addr());
+    echo_all(&mut c, 0, &[message(1, 100)]);
+    let before = c.local_addr();
+    // Several rebinds: with two workers some new ports hash to the other worker's socket, so the
+    // datagram must be forwarded to the session's owner.
+    for i in 0..6 {
+        c.rebind().unwrap();
+        assert_ne!(c.local_addr(), before);
+        echo_all(&mut c, 0, &[message(10 + i, 3_000)]);
+    }
+    assert!(c.is_connected());
+    srv.shutdown().unwrap();
+}
+
+/// Records every disconnect it sees.
+struct Recorder(Arc<Mutex<HashMap<SessionId, (CloseReason, bool)>>>);
+impl Handler for Recorder {
+    fn on_message(&mut self, _: &mut ServerContext<'_>, _: SessionId, _: u8, _: Bytes) {}
+    fn on_disconnect(
+        &mut self,
+        _: &mut ServerContext<'_>,
+        s: SessionId,
+        r: CloseReason,
+        by_peer: bool,
+    ) {
+        self.0.lock().unwrap().insert(s, (r, by_peer));
+    }
+}
+
+#[test]
+fn shutdown_closes_open_sessions_with_a_reason_on_both_sides() {
+    for model in [IoModel::PerCore, IoModel::Shared] {
+        let seen = Arc::new(Mutex::new(HashMap::new()));
+        let s2 = seen.clone();
+        let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+        cfg.udp.io_model = model;
+        cfg.udp.io_threads = 2;
+        let srv = RudpServer::start(cfg, move |_| Recorder(s2.clone())).unwrap();
+        let mut clients: Vec<Client> = (0..4).map(|_| client(srv.local_addr())).collect();
+        // Keep the clients answering while the server shuts down on another thread.
+        let stopper = std::thread::spawn(move || srv.shutdown());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut closed = vec![None; clients.len()];
+        while closed.iter().any(Option::is_none) {
+            assert!(
+                Instant::now() < deadline,
+                "clients did not learn of the shutdown"
+            );
+            for (i, c) in clients.iter_mut().enumerate() {
+                c.wait(Duration::from_millis(1)).unwrap();
+                while let Some(e) = c.poll_event() {
+                    if let ClientEvent::Disconnected { reason, by_peer } = e {
+                        closed[i] = Some((reason, by_peer));
+                    }
+                }
+            }
+        }
+        stopper.join().unwrap().unwrap();
+        for c in &closed {
+            assert_eq!(*c, Some((CloseReason::Shutdown, true)), "{model}");
+        }
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            seen.len(),
+            4,
+            "{model}: the server's handlers saw every close"
+        );
+        assert!(seen
+            .values()
+            .all(|&(r, by_peer)| r == CloseReason::Shutdown && !by_peer));
+    }
+}
+
+#[test]
+fn connecting_to_nothing_times_out_clearly() {
+    // A bound socket that never answers.
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut cfg = ClientConfig::default();
+    cfg.endpoint.connection = Arc::new(ricochet::Config {
+        handshake_timeout: Duration::from_millis(300),
+        ..ricochet::Config::default()
+    });
+    let err = Client::connect_blocking(silent.local_addr().unwrap(), cfg, Duration::from_secs(5))
+        .unwrap_err();
+    assert!(matches!(err, ricochet::ClientError::TimedOut(_)), "{err}");
+}
