@@ -497,3 +497,99 @@ impl Drop for Receiver {
         self.budget.used.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::Config;
+
+    fn rx(limit: usize) -> Receiver {
+        let cfg = Config {
+            reassembly_limit: limit,
+            ..Config::default()
+        };
+        Receiver::new(&cfg, Budget::unlimited())
+    }
+
+    #[test]
+    fn ordered_reassembly_waits_for_the_gap_and_releases_memory() {
+        let mut r = rx(1 << 20);
+        let (mut ev, mut n) = (VecDeque::new(), 0);
+        let t = Instant::now();
+        // Message 1 (two fragments) before message 0.
+        r.on_fragment(t, 0, 1, 1, 2, b"d", &mut ev, &mut n).unwrap();
+        r.on_fragment(t, 0, 1, 0, 2, b"c", &mut ev, &mut n).unwrap();
+        assert!(ev.is_empty());
+        assert_eq!(r.segments, 2);
+        r.on_fragment(t, 0, 0, 0, 1, b"ab", &mut ev, &mut n)
+            .unwrap();
+        let got: Vec<_> = ev.drain(..).collect();
+        assert_eq!(
+            got,
+            vec![
+                Event::Message {
+                    channel: 0,
+                    data: Bytes::from_static(b"ab")
+                },
+                Event::Message {
+                    channel: 0,
+                    data: Bytes::from_static(b"cd")
+                },
+            ]
+        );
+        assert_eq!((r.bytes, r.segments), (0, 0));
+        // Duplicates of delivered messages are ignored.
+        r.on_fragment(t, 0, 0, 0, 1, b"ab", &mut ev, &mut n)
+            .unwrap();
+        assert!(ev.is_empty());
+        // Inconsistent fragment count is a violation.
+        r.on_fragment(t, 0, 5, 0, 3, b"x", &mut ev, &mut n).unwrap();
+        assert_eq!(
+            r.on_fragment(t, 0, 5, 1, 4, b"y", &mut ev, &mut n),
+            Err(DropCause::ProtocolViolation)
+        );
+    }
+
+    #[test]
+    fn unreliable_partials_expire_and_sequenced_drops_stale() {
+        let mut r = rx(1 << 20);
+        let (mut ev, mut n) = (VecDeque::new(), 0);
+        let t = Instant::now();
+        r.on_fragment(t, 2, 0, 0, 2, b"half", &mut ev, &mut n)
+            .unwrap();
+        assert!(r.bytes > 0);
+        let d = Duration::from_millis(500);
+        assert_eq!(r.next_expiry(d), Some(t + d));
+        r.expire(t + d, d);
+        assert_eq!(r.bytes, 0);
+        assert_eq!(r.unreliable_dropped, 1);
+        // Sequenced: 3 delivered, then 2 is stale; a partial 1 is dropped when 3 completes.
+        r.on_fragment(t, 3, 1, 0, 2, b"p", &mut ev, &mut n).unwrap();
+        r.on_fragment(t, 3, 3, 0, 1, b"new", &mut ev, &mut n)
+            .unwrap();
+        r.on_fragment(t, 3, 2, 0, 1, b"old", &mut ev, &mut n)
+            .unwrap();
+        let got: Vec<_> = ev.drain(..).collect();
+        assert_eq!(
+            got,
+            vec![Event::Message {
+                channel: 3,
+                data: Bytes::from_static(b"new")
+            }]
+        );
+        assert_eq!(r.bytes, 0);
+    }
+
+    #[test]
+    fn caps_refuse_without_losing_accounting() {
+        let mut r = rx(100);
+        let (mut ev, mut n) = (VecDeque::new(), 0);
+        let t = Instant::now();
+        assert_eq!(
+            r.on_fragment(t, 2, 0, 0, 2, &[0u8; 200], &mut ev, &mut n),
+            Err(DropCause::FlowControl)
+        );
+        assert!(r.bytes <= 100);
+        assert!(!r.fits(&r.need(0, 7, 0, 2, 200), 0));
+    }
+}
