@@ -901,6 +901,9 @@ impl Connection {
         self.loss_time = None;
         let Some(la) = self.largest_acked else { return };
         let delay = self.rtt.loss_delay();
+        // While groups carry parity, the peer may rebuild a lost packet once its group's
+        // parity arrives: later packets acknowledged meanwhile are no proof of loss.
+        let threshold = self.cfg.packet_threshold + self.fec.reorder_allowance();
         let mut largest_lost_time: Option<Instant> = None;
         for i in 0..self.sent.len() {
             let (pn, time, state) = {
@@ -913,7 +916,7 @@ impl Connection {
             if state != PacketState::InFlight {
                 continue;
             }
-            if la - pn >= self.cfg.packet_threshold || time + delay <= now {
+            if la - pn >= threshold || time + delay <= now {
                 self.declare_lost(i);
                 largest_lost_time = Some(time);
             } else {
@@ -1025,8 +1028,10 @@ impl Connection {
 
     /// Whether data could go out now if window and pacing allowed.
     fn has_sendable_data(&self) -> bool {
+        // Retransmissions need window room too (`transmit` sends them only then): claiming
+        // otherwise makes `poll_timeout` say "now" while nothing can go out.
         if !self.retx.is_empty() {
-            return true;
+            return self.cc.can_send(self.cfg.max_datagram_size);
         }
         let reliable_ok = self.reliable_window_open();
         self.channels
