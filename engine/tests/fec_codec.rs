@@ -169,7 +169,12 @@ fn recipe_cache_is_bounded_and_reused() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    // A fixed seed keeps the test deterministic; change it to explore new inputs.
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0xFEC0),
+        ..ProptestConfig::default()
+    })]
 
     /// Both codecs rebuild the same data for the same random erasures, at game-sized shards.
     #[test]

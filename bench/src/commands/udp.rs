@@ -4,8 +4,8 @@ use anyhow::Result;
 use clap::Args;
 
 use super::Global;
-use crate::host::UtcTime;
-use crate::output::{median_table, result_file, server_notes, udp_table, write_result};
+use crate::host::{HostInfo, UtcTime};
+use crate::output::{host_line, median_table, result_file, server_notes, udp_table, write_result};
 use crate::schema::{UdpConfig, UdpRun};
 use crate::udp::client::ClientIo;
 use crate::udp::run::{run_udp, validate};
@@ -195,6 +195,7 @@ pub fn run(args: &UdpArgs, global: &Global) -> Result<bool> {
         validate(c)?;
     }
     let started = UtcTime::now();
+    let host = HostInfo::collect();
     let runs = run_rounds(&configs, args.rounds);
     print!("{}", udp_table(&runs));
     if args.rounds > 1 {
@@ -202,7 +203,8 @@ pub fn run(args: &UdpArgs, global: &Global) -> Result<bool> {
         print!("{}", median_table(&runs));
     }
     print!("{}", server_notes(&runs));
-    let file = result_file("udp", &started, runs);
+    println!("{}", host_line(&host));
+    let file = result_file("udp", &started, host, runs);
     let ok = file.ok;
     write_result(&file, &global.path_for("udp", &started))?;
     Ok(ok)

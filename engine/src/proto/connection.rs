@@ -614,13 +614,15 @@ impl Connection {
                 Frame::Fragment {
                     channel,
                     message_id,
+                    index,
                     count,
                     data,
-                    ..
                 } => {
                     ack_eliciting = true;
                     self.receiver.validate(channel, count, data.len())?;
-                    let n = self.receiver.need(channel, message_id, count, data.len());
+                    let n = self
+                        .receiver
+                        .need(channel, message_id, index, count, data.len());
                     need.segments += n.segments;
                     need.bytes += n.bytes;
                 }
@@ -631,7 +633,7 @@ impl Connection {
                 } => {
                     ack_eliciting = true;
                     self.receiver.validate(channel, 1, data.len())?;
-                    let n = self.receiver.need(channel, message_id, 1, data.len());
+                    let n = self.receiver.need(channel, message_id, 0, 1, data.len());
                     need.segments += n.segments;
                     need.bytes += n.bytes;
                 }
@@ -639,9 +641,8 @@ impl Connection {
                 Frame::Padding | Frame::Close(_) | Frame::LossReport { .. } => {}
             }
         }
-        if need.segments > 0
-            && (self.receiver.segments + need.segments > self.cfg.recv_window
-                || !self.receiver.fits(&need, 0))
+        if (need.segments > 0 && self.receiver.segments + need.segments > self.cfg.recv_window)
+            || (need.bytes > 0 && !self.receiver.fits(&need, 0))
         {
             return Err(DropCause::FlowControl);
         }
@@ -1028,16 +1029,18 @@ impl Connection {
 
     /// Whether data could go out now if window and pacing allowed.
     fn has_sendable_data(&self) -> bool {
-        // Retransmissions need window room too (`transmit` sends them only then): claiming
-        // otherwise makes `poll_timeout` say "now" while nothing can go out.
+        // The congestion window gates retransmissions too: reporting "sendable" while the
+        // window is full would make `poll_timeout` point at the past forever.
+        if !self.cc.can_send(self.cfg.max_datagram_size) {
+            return false;
+        }
         if !self.retx.is_empty() {
-            return self.cc.can_send(self.cfg.max_datagram_size);
+            return true;
         }
         let reliable_ok = self.reliable_window_open();
         self.channels
             .iter()
             .any(|c| !c.queue.is_empty() && (!c.kind.is_reliable() || reliable_ok))
-            && self.cc.can_send(self.cfg.max_datagram_size)
     }
 
     fn reliable_window_open(&self) -> bool {

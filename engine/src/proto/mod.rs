@@ -137,6 +137,9 @@ pub struct Config {
     /// Largest message `send` accepts and the receiver reassembles.
     pub max_message_size: usize,
     /// Bytes this connection may hold in incomplete or out-of-order received messages.
+    /// A packet whose reliable fragments would not fit is dropped unacknowledged (the peer
+    /// retransmits), so reliable data is never lost to the cap; keep it above
+    /// `send_window x max_datagram_size` or a full buffer can stall the connection.
     pub reassembly_limit: usize,
     /// Bytes of not-yet-sent messages `send` accepts before returning [`SendError::QueueFull`].
     pub send_queue_limit: usize,
