@@ -269,7 +269,9 @@ fn malformed_table_dropped_counted_connection_survives() {
             DropCause::UnexpectedHandshake,
         ),
         (
-            "fec packet without fec",
+            // Connections accept FEC from their peer whatever their own policy; a truncated
+            // parity body is malformed.
+            "truncated fec parity",
             {
                 let mut b = vec![0u8; 64];
                 let n = wire::encode_packet(
@@ -283,7 +285,7 @@ fn malformed_table_dropped_counted_connection_survives() {
                 b.truncate(n);
                 b
             },
-            DropCause::FecUnsupported,
+            DropCause::Malformed,
         ),
     ];
     for (name, bytes, cause) in rows {

@@ -902,6 +902,9 @@ impl Connection {
         self.loss_time = None;
         let Some(la) = self.largest_acked else { return };
         let delay = self.rtt.loss_delay();
+        // While groups carry parity, the peer may rebuild a lost packet once its group's
+        // parity arrives: later packets acknowledged meanwhile are no proof of loss.
+        let threshold = self.cfg.packet_threshold + self.fec.reorder_allowance();
         let mut largest_lost_time: Option<Instant> = None;
         for i in 0..self.sent.len() {
             let (pn, time, state) = {
@@ -914,7 +917,7 @@ impl Connection {
             if state != PacketState::InFlight {
                 continue;
             }
-            if la - pn >= self.cfg.packet_threshold || time + delay <= now {
+            if la - pn >= threshold || time + delay <= now {
                 self.declare_lost(i);
                 largest_lost_time = Some(time);
             } else {

@@ -62,6 +62,8 @@ pub struct FecStats {
     pub retention_limit: usize,
     /// Loss of data shards this side observed on the wire, before recovery (fraction).
     pub realized_loss: f64,
+    /// Parity shards dropped because the caller's send buffer could not hold them.
+    pub parity_unsendable: u64,
     /// Malformed FEC bodies dropped, by cause.
     pub malformed: MalformedCounts,
     /// All sender counters.
@@ -86,6 +88,8 @@ pub(crate) struct FecLink {
     out_lens: Vec<usize>,
     /// (sent at, bytes) of parity counted in flight.
     parity_flight: VecDeque<(Instant, usize)>,
+    /// Parity body bytes dropped unsent (see `FecStats::parity_unsendable`).
+    unsendable_bytes: u64,
     stats: FecStats,
 }
 
@@ -116,6 +120,7 @@ impl FecLink {
             out: Vec::new(),
             out_lens: Vec::new(),
             parity_flight: VecDeque::new(),
+            unsendable_bytes: 0,
             stats: FecStats::default(),
         }
     }
@@ -133,6 +138,18 @@ impl FecLink {
     /// Whether the peer sends FEC (its shard loss then drives our loss reports).
     pub(crate) fn receiving(&self) -> bool {
         self.rx.is_some()
+    }
+
+    /// Extra packets ARQ's fast retransmit tolerates while groups carry parity: a lost packet
+    /// is rebuilt at the receiver only when its group's parity arrives, up to a group plus its
+    /// parity later.
+    pub(crate) fn reorder_allowance(&self) -> u64 {
+        match self.tx.as_ref() {
+            Some(tx) if tx.parity_level() > 0 => {
+                (self.cfg.max_data_shards + tx.parity_level()) as u64
+            }
+            _ => 0,
+        }
     }
 
     /// The ARQ datagram budget for a UDP payload limit of `udp` bytes.
@@ -207,7 +224,17 @@ impl FecLink {
     ) -> Option<usize> {
         self.close_expired(now);
         let size = self.next_parity()?;
-        if size > buf.len() || !cc.can_send(size) {
+        if size > buf.len() {
+            // The caller's buffer is below the configured datagram size: this parity can never
+            // go out, drop it rather than wait for it (ARQ covers its group).
+            let tx = self.tx.as_mut()?;
+            if let Some(n) = tx.poll_parity(now, &mut self.body) {
+                self.stats.parity_unsendable += 1;
+                self.unsendable_bytes += n as u64;
+            }
+            return None;
+        }
+        if !cc.can_send(size) {
             return None;
         }
         let p = Packet::FecParity {
@@ -326,8 +353,10 @@ impl FecLink {
         let mut s = self.stats;
         if let Some(tx) = self.tx.as_ref() {
             let t = tx.stats();
-            s.parity_sent = t.parity_shards_sent;
-            s.parity_bytes = t.parity_bytes_sent + t.parity_shards_sent * FEC_HEADER_LEN as u64;
+            // The sender counts parity handed out; some may have been dropped unsendable.
+            s.parity_sent = t.parity_shards_sent - s.parity_unsendable;
+            s.parity_bytes =
+                t.parity_bytes_sent - self.unsendable_bytes + s.parity_sent * FEC_HEADER_LEN as u64;
             s.current_parity = t.current_parity;
             s.max_parity = t.max_parity;
             s.policy_changes = t.policy_changes;

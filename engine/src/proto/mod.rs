@@ -158,7 +158,9 @@ pub struct Config {
     /// How often a [`crate::wire::Frame::LossReport`] is sent while packets arrive.
     pub loss_report_interval: Duration,
     /// Forward error correction of outgoing datagrams (policy `Off` by default; adaptive in
-    /// [`Config::competitive`]). `max_payload` is derived from `max_datagram_size`.
+    /// [`Config::competitive`]). With `Off` this side sends plain `Data` packets (no FEC
+    /// header); either way it accepts FEC packets from its peer. `max_payload` is derived from
+    /// `max_datagram_size`.
     pub fec: crate::fec::FecConfig,
 }
 

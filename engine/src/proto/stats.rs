@@ -29,7 +29,8 @@ pub enum DropCause {
     ProtocolViolation,
     /// A client hello reached an endpoint that is not listening.
     NotListening,
-    /// FEC packet while no FEC receiver is attached.
+    /// FEC packet while no FEC receiver is attached. Not produced since FEC is wired in
+    /// (every connection accepts its peer's FEC); kept so counter indices stay stable.
     FecUnsupported,
     /// The connection is closed.
     Closed,
