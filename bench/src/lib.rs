@@ -1,6 +1,8 @@
 //! `bench`: Ricochet's benchmark, as a library the binary and the tests share.
 //!
 //! - [`udp`]: the closed-loop UDP echo (message format, accounting, clients, servers, runs).
+//! - [`relay`]: the impairment relay (the simulator's impairment model on real sockets).
+//! - [`rudp`]: the RUDP complete-message echo over the relay (or direct).
 //! - [`schema`]: the versioned JSON result schema; [`host`]: host/build metadata and process
 //!   usage; [`kernel`]: kernel counters; [`output`]: result paths and text tables.
 //! - [`gate`]: the CI regression gate; [`report`]: `PERFORMANCE.md` from `results/`.
@@ -11,6 +13,8 @@ pub mod gate;
 pub mod host;
 pub mod kernel;
 pub mod output;
+pub mod relay;
 pub mod report;
+pub mod rudp;
 pub mod schema;
 pub mod udp;

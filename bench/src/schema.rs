@@ -11,8 +11,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::host::{BuildInfo, HostInfo};
 
-/// Version of the result schema written by this build.
-pub const SCHEMA_VERSION: u32 = 1;
+/// Version of the result schema written by this build. Version 2 added `rudp_cases` (absent
+/// from version 1 files, which still read: see [`MIN_SCHEMA_VERSION`]).
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// Oldest schema version this build reads (every later change so far only added fields).
+pub const MIN_SCHEMA_VERSION: u32 = 1;
 
 /// Replace a non-finite float by 0 (JSON has no NaN or infinity).
 pub fn finite(x: f64) -> f64 {
@@ -45,6 +49,9 @@ pub struct ResultFile {
     pub ok: bool,
     /// UDP echo runs, in the order they ran.
     pub udp_runs: Vec<UdpRun>,
+    /// RUDP echo cases (schema 2), in the order they ran; absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rudp_cases: Vec<RudpCase>,
 }
 
 impl ResultFile {
@@ -64,8 +71,11 @@ impl ResultFile {
     pub fn from_json(text: &str) -> Result<ResultFile> {
         let v: serde_json::Value = serde_json::from_str(text).context("not JSON")?;
         let version = v.get("schema_version").and_then(|x| x.as_u64());
-        if version != Some(u64::from(SCHEMA_VERSION)) {
-            bail!("schema_version {version:?}, this build reads {SCHEMA_VERSION}");
+        let readable = u64::from(MIN_SCHEMA_VERSION)..=u64::from(SCHEMA_VERSION);
+        if !version.is_some_and(|v| readable.contains(&v)) {
+            bail!(
+                "schema_version {version:?}, this build reads {MIN_SCHEMA_VERSION} to {SCHEMA_VERSION}"
+            );
         }
         serde_json::from_value(v).context("result file does not match the schema")
     }
@@ -104,6 +114,8 @@ pub struct UdpConfig {
     pub backend: String,
     /// Idle strategy: `spin`, `park` or `balanced` (ricochet; `n/a` for tokio).
     pub idle: String,
+    /// Ricochet `per-core` workers pinned to cores (the runtime's default).
+    pub pin_cores: bool,
     /// Busy work per message in the server's handler, ns.
     pub work_ns: u64,
     /// Warm-up duration, s.
@@ -352,6 +364,8 @@ pub struct ServerInfo {
 pub struct UdpRun {
     /// Short name for tables (`ricochet per-core x2`).
     pub label: String,
+    /// Round (0-based) when the same configurations were run several times, interleaved.
+    pub round: usize,
     /// What was asked.
     pub config: UdpConfig,
     /// No loss, duplicate, content error, late echo, I/O error or failure in any phase.
@@ -380,4 +394,302 @@ pub struct UdpRun {
     pub peak_rss_kib: Option<u64>,
     /// Kernel counters around the run, where available.
     pub kernel: Option<KernelCounters>,
+}
+
+/// What an RUDP echo round was asked to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RudpConfig {
+    /// Message size in bytes (a complete message; fragmented to the protocol MTU).
+    pub payload: usize,
+    /// Clients, each with its own `Client` on its own thread.
+    pub clients: usize,
+    /// Messages each client keeps in flight.
+    pub window: usize,
+    /// `per-core` or `shared`.
+    pub io_model: String,
+    /// Server workers.
+    pub io_threads: usize,
+    /// Backend requested for the server and the clients: `auto`, `uring` or `mmsg`.
+    pub backend: String,
+    /// FEC policy: `off`, `fixed` or `adaptive`.
+    pub fec: String,
+    /// Protocol profile (`competitive`: 30 ms min RTO, 1 ms max ACK delay).
+    pub protocol: String,
+    /// Network condition name: `none`, `random`, `burst` or `sustained` (flags may override it).
+    pub profile: String,
+    /// Random loss per datagram and direction, percent.
+    pub loss_percent: f64,
+    /// Burst loss: datagrams dropped in a row per window, and the window (datagrams).
+    pub burst: Option<(u32, u32)>,
+    /// One-way delay, ms.
+    pub delay_ms: f64,
+    /// Duplicated datagrams, percent.
+    pub duplicate_percent: f64,
+    /// Datagrams given the extra reordering delay, percent.
+    pub reorder_percent: f64,
+    /// The reordering delay, ms.
+    pub reorder_delay_ms: f64,
+    /// True: clients talk to the server directly (no relay, no impairment).
+    pub direct: bool,
+    /// Warm-up, s.
+    pub warmup_s: f64,
+    /// Measured phase, s (the drain follows it).
+    pub seconds: f64,
+    /// Longest wait for in-flight messages after the measured phase, s.
+    pub drain_s: f64,
+    /// Seed of this round (relay streams, connection ids).
+    pub seed: u64,
+}
+
+/// Message checks of one phase, summed over clients.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RudpCounts {
+    /// Messages queued with `send`.
+    pub sent: u64,
+    /// Intact echoes, in order.
+    pub echoed: u64,
+    /// Messages whose echo never came back by the end of the drain.
+    pub lost: u64,
+    /// Echoes with any wrong byte (header, length or pattern).
+    pub content_errors: u64,
+    /// Echoes that were not the next one expected (reliable ordered channel).
+    pub order_errors: u64,
+    /// `send` calls the connection refused.
+    pub send_errors: u64,
+}
+
+impl RudpCounts {
+    /// Add another client's counts.
+    pub fn add(&mut self, o: &RudpCounts) {
+        self.sent += o.sent;
+        self.echoed += o.echoed;
+        self.lost += o.lost;
+        self.content_errors += o.content_errors;
+        self.order_errors += o.order_errors;
+        self.send_errors += o.send_errors;
+    }
+
+    /// Anything that makes a round not ok.
+    pub fn errors(&self) -> u64 {
+        self.lost + self.content_errors + self.order_errors + self.send_errors
+    }
+}
+
+/// Protocol counters of one side (all clients, or all server sessions), whole round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RudpWire {
+    /// UDP payload bytes sent (`ConnectionStats::bytes_sent`).
+    pub bytes_sent: u64,
+    /// Datagrams sent.
+    pub packets_sent: u64,
+    /// Reliable fragments sent for the first time.
+    pub segments_sent: u64,
+    /// Reliable fragments sent again (retransmissions and tail-loss probes).
+    pub segments_retransmitted: u64,
+    /// Packets declared lost.
+    pub packets_lost: u64,
+    /// Retransmission timeouts.
+    pub rto_count: u64,
+    /// Application bytes handed to `send` (the echo payloads this side sent).
+    pub app_bytes_sent: u64,
+}
+
+impl RudpWire {
+    /// Add another connection's counters.
+    pub fn add(&mut self, o: &RudpWire) {
+        self.bytes_sent += o.bytes_sent;
+        self.packets_sent += o.packets_sent;
+        self.segments_sent += o.segments_sent;
+        self.segments_retransmitted += o.segments_retransmitted;
+        self.packets_lost += o.packets_lost;
+        self.rto_count += o.rto_count;
+        self.app_bytes_sent += o.app_bytes_sent;
+    }
+}
+
+/// One relay direction, summed over routes, whole round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RudpRelayDirection {
+    /// Datagrams the relay received.
+    pub offered: u64,
+    /// Copies scheduled (duplicates included).
+    pub forwarded: u64,
+    /// Dropped by random loss.
+    pub dropped_random: u64,
+    /// Dropped by burst loss.
+    pub dropped_burst: u64,
+    /// Dropped because a route queue was full.
+    pub dropped_overflow: u64,
+    /// Duplicates scheduled.
+    pub duplicated: u64,
+    /// Copies given the reordering delay.
+    pub delayed: u64,
+}
+
+/// The relay's counters for a round.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RudpRelay {
+    /// Routes (one per client address).
+    pub routes: usize,
+    /// Client to server.
+    pub up: RudpRelayDirection,
+    /// Server to client.
+    pub down: RudpRelayDirection,
+    /// Sum of every route direction's queue peak, bytes (peaks may be at different times).
+    pub route_peaks_bytes: u64,
+    /// Sum of every route direction's queue peak, datagrams.
+    pub route_peaks_datagrams: u64,
+    /// Dropped / offered, both directions.
+    pub realized_loss: f64,
+    /// Relay socket errors, route-limit and bind errors (any makes the round not ok).
+    pub errors: u64,
+    /// p99 of how late copies left the relay, µs.
+    pub lateness_p99_us: f64,
+    /// Relay thread CPU / its lifetime, percent of one core.
+    pub thread_cpu_percent: f64,
+}
+
+/// FEC metrics of a round (`null` in the JSON while the FEC policy is `off`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RudpFec {
+    /// Data shards FEC restored, per 1,000 round trips.
+    pub recovered_per_1000: f64,
+    /// Highest sum of endpoint FEC retention sampled every 100 ms, KiB.
+    pub retention_peak_kib: f64,
+    /// Largest parity count observed on a group.
+    pub max_parity: u64,
+}
+
+/// One RUDP echo round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RudpRun {
+    /// What was asked.
+    pub config: RudpConfig,
+    /// Every check passed (content, order, send completion, drain, relay errors).
+    pub ok: bool,
+    /// Why not ok, one line each.
+    pub errors: Vec<String>,
+    /// Load average (1/5/15 min) when the round started; `null` if unknown.
+    pub load_average: Option<[f64; 3]>,
+    /// The server that ran; `null` if it failed to start.
+    pub server: Option<ServerInfo>,
+    /// Warm-up message checks.
+    pub warmup: RudpCounts,
+    /// Measured-phase message checks (their echoes may arrive during the drain).
+    pub measured: RudpCounts,
+    /// From the start of the measured phase to the last measured echo (drain included), s.
+    pub measured_s: f64,
+    /// Measured-phase round trips completed (intact, in order).
+    pub round_trips: u64,
+    /// `round_trips / measured_s`.
+    pub round_trips_per_s: f64,
+    /// RTT of measured-phase messages, send call to complete echo.
+    pub rtt_us: Option<Latency>,
+    /// Process CPU from the measured start to the end of the drain (clients, server, relay).
+    pub cpu: CpuUsage,
+    /// Process CPU per measured round trip, µs.
+    pub cpu_us_per_round_trip: Option<f64>,
+    /// Peak RSS of the process (`VmHWM`, since the process started) after the round, KiB.
+    pub peak_rss_kib: Option<u64>,
+    /// Client-side protocol counters (all clients, whole round).
+    pub client_wire: RudpWire,
+    /// Server-side protocol counters (all sessions, sampled on the worker tick after the drain).
+    pub server_wire: RudpWire,
+    /// (UDP payload bytes sent by both endpoints / bidirectional application bytes − 1) × 100.
+    pub wire_overhead_percent: Option<f64>,
+    /// Reliable fragments retransmitted by both endpoints per 1,000 round trips (whole round).
+    pub retransmitted_per_1000: Option<f64>,
+    /// FEC metrics; `null` with FEC off.
+    pub fec: Option<RudpFec>,
+    /// Relay counters; `null` when direct.
+    pub relay: Option<RudpRelay>,
+}
+
+/// Median and range of one metric over a case's rounds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spread {
+    /// Median (mean of the two middle values for an even count).
+    pub median: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+}
+
+impl Spread {
+    /// The spread of `values` (non-finite ones ignored); `None` when there are none.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
+        let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Spread {
+            median,
+            min: v[0],
+            max: v[n - 1],
+        })
+    }
+}
+
+/// The summary of a case over its rounds (`null` fields: no round measured that metric).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RudpSummary {
+    /// Round trips/s.
+    pub round_trips_per_s: Option<Spread>,
+    /// RTT p50, µs.
+    pub p50_us: Option<Spread>,
+    /// RTT p99, µs.
+    pub p99_us: Option<Spread>,
+    /// RTT p99.9, µs.
+    pub p999_us: Option<Spread>,
+    /// RTT max, µs.
+    pub max_us: Option<Spread>,
+    /// Process CPU, percent of one core.
+    pub cpu_percent: Option<Spread>,
+    /// CPU per round trip, µs.
+    pub cpu_us_per_round_trip: Option<Spread>,
+    /// Wire overhead, percent.
+    pub wire_overhead_percent: Option<Spread>,
+    /// Retransmitted segments per 1,000 round trips.
+    pub retransmitted_per_1000: Option<Spread>,
+    /// Recovered shards per 1,000 round trips.
+    pub recovered_per_1000: Option<Spread>,
+    /// Realized loss, percent.
+    pub realized_loss_percent: Option<Spread>,
+    /// Summed relay route peaks, KiB.
+    pub relay_peaks_kib: Option<Spread>,
+    /// Peak RSS, KiB.
+    pub peak_rss_kib: Option<Spread>,
+}
+
+/// One RUDP case: a configuration run for one or more rounds (seeds seed, seed+1, ...).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RudpCase {
+    /// Short name for tables.
+    pub label: String,
+    /// Matrix set (`main`, `dims`, `sustained`), or `null` outside a matrix.
+    pub set: Option<String>,
+    /// Every round ok.
+    pub ok: bool,
+    /// The rounds, in order.
+    pub rounds: Vec<RudpRun>,
+    /// Median and min–max over the rounds.
+    pub summary: RudpSummary,
 }

@@ -2,7 +2,9 @@
 //! measurement was ok.
 
 pub mod gate;
+pub mod matrix;
 pub mod report;
+pub mod rudp;
 pub mod tour;
 pub mod udp;
 pub mod udp_limits;

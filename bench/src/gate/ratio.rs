@@ -107,6 +107,7 @@ impl RatioSuite {
             io_threads: self.io_threads,
             backend: "auto".into(),
             idle: "balanced".into(),
+            pin_cores: true,
             work_ns: 0,
             warmup_s: self.warmup_s,
             seconds: self.seconds,

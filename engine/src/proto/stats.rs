@@ -126,6 +126,8 @@ pub struct ConnectionStats {
     pub reassembly_peak: usize,
     /// Loss the peer last reported: (received, lost).
     pub peer_loss_report: (u64, u64),
+    /// Forward error correction counters.
+    pub fec: super::FecStats,
 }
 
 impl Default for ConnectionStats {
@@ -155,6 +157,7 @@ impl Default for ConnectionStats {
             reassembly_bytes: 0,
             reassembly_peak: 0,
             peer_loss_report: (0, 0),
+            fec: super::FecStats::default(),
         }
     }
 }

@@ -1,0 +1,209 @@
+//! `bench rudp`: the RUDP complete-message echo, through the impairment relay or direct.
+
+use std::fmt::Write as _;
+use std::str::FromStr;
+
+use anyhow::Result;
+use clap::Args;
+
+use super::Global;
+use crate::host::UtcTime;
+use crate::output::{render_table, result_file, thousands, write_result};
+use crate::relay::ImpairmentArgs;
+use crate::rudp::run::{default_drain, set_impairment, validate};
+use crate::rudp::{label, run_case, FecPolicy};
+use crate::schema::{RudpCase, RudpConfig, Spread};
+
+/// Flags of `bench rudp` (the reference benchmark's flags).
+#[derive(Debug, Clone, Args)]
+pub struct RudpArgs {
+    /// Message size in bytes (at least the 32-byte header; up to 1 MiB).
+    #[arg(long, default_value_t = 1024)]
+    pub payload: usize,
+    /// Clients, each with its own connection and thread.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Messages in flight per client.
+    #[arg(long, default_value_t = 16)]
+    pub window: usize,
+    /// Server IO model: per-core or shared.
+    #[arg(long, default_value = "per-core", value_parser = ["per-core", "shared"])]
+    pub io_model: String,
+    /// Server workers.
+    #[arg(long, default_value_t = 2)]
+    pub io_threads: usize,
+    /// Datagram backend of server and clients: auto, uring or mmsg.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "uring", "mmsg"])]
+    pub backend: String,
+    /// FEC policy: off (ARQ only), fixed or adaptive.
+    #[arg(long, default_value = "off", value_parser = ["off", "fixed", "adaptive"])]
+    pub fec: String,
+    /// Protocol profile: competitive, default or bulk.
+    #[arg(long, default_value = "competitive", value_parser = ["competitive", "default", "bulk"])]
+    pub protocol: String,
+    /// Network condition (profile and overrides), applied to both directions of every route.
+    #[command(flatten)]
+    pub impairment: ImpairmentArgs,
+    /// No relay: clients talk to the server directly (no impairment).
+    #[arg(long)]
+    pub direct: bool,
+    /// Measured seconds per round (the drain follows).
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Warm-up seconds per round.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Longest drain after the measured phase, seconds (default: 2 × seconds, 5..30).
+    #[arg(long)]
+    pub drain: Option<f64>,
+    /// Rounds, with seeds seed, seed+1, ...; the table shows the median and min–max.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    /// Seed of the first round (relay streams, connection ids).
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+impl RudpArgs {
+    /// The round configuration these flags describe (seed of the first round).
+    pub fn config(&self) -> Result<RudpConfig> {
+        let mut cfg = RudpConfig {
+            payload: self.payload,
+            clients: self.clients,
+            window: self.window,
+            io_model: self.io_model.clone(),
+            io_threads: self.io_threads,
+            backend: self.backend.clone(),
+            fec: self.fec.clone(),
+            protocol: self.protocol.clone(),
+            profile: self.impairment.profile.name().into(),
+            loss_percent: 0.0,
+            burst: None,
+            delay_ms: 0.0,
+            duplicate_percent: 0.0,
+            reorder_percent: 0.0,
+            reorder_delay_ms: 0.0,
+            direct: self.direct,
+            warmup_s: self.warmup,
+            seconds: self.seconds,
+            drain_s: self.drain.unwrap_or_else(|| default_drain(self.seconds)),
+            seed: self.seed,
+        };
+        set_impairment(&mut cfg, &self.impairment.impairment()?);
+        Ok(cfg)
+    }
+}
+
+fn cell(s: Option<Spread>, f: impl Fn(f64) -> String, range: bool) -> String {
+    match s {
+        None => "-".into(),
+        Some(s) if range && s.min != s.max => {
+            format!("{} [{}–{}]", f(s.median), f(s.min), f(s.max))
+        }
+        Some(s) => f(s.median),
+    }
+}
+
+fn ms(us: f64) -> String {
+    if us >= 10_000.0 {
+        format!("{:.1}", us / 1000.0)
+    } else {
+        format!("{:.2}", us / 1000.0)
+    }
+}
+
+/// The RUDP table: one row per case, medians with [min–max] where rounds differ.
+pub fn rudp_table(cases: &[RudpCase]) -> String {
+    let header = [
+        "case",
+        "B × window",
+        "rounds",
+        "rt/s",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "max ms",
+        "CPU %",
+        "CPU µs/rt",
+        "wire %",
+        "retx/1k",
+        "loss %",
+        "relay KiB",
+        "ok",
+    ];
+    let rows: Vec<Vec<String>> = cases
+        .iter()
+        .map(|c| {
+            let s = &c.summary;
+            let cfg = c.rounds.first().map(|r| &r.config);
+            vec![
+                c.label.clone(),
+                cfg.map_or("-".into(), |c| {
+                    format!("{} × {}", thousands(c.payload as u64), c.window)
+                }),
+                c.rounds.len().to_string(),
+                cell(s.round_trips_per_s, |v| thousands(v.round() as u64), true),
+                cell(s.p50_us, ms, false),
+                cell(s.p99_us, ms, true),
+                cell(s.p999_us, ms, false),
+                cell(s.max_us, ms, false),
+                cell(s.cpu_percent, |v| format!("{v:.0}"), false),
+                cell(s.cpu_us_per_round_trip, |v| format!("{v:.1}"), false),
+                cell(s.wire_overhead_percent, |v| format!("{v:.1}"), false),
+                cell(s.retransmitted_per_1000, |v| format!("{v:.1}"), false),
+                cell(s.realized_loss_percent, |v| format!("{v:.2}"), false),
+                cell(s.relay_peaks_kib, |v| format!("{v:.1}"), false),
+                if c.ok { "yes".into() } else { "NO".into() },
+            ]
+        })
+        .collect();
+    let mut out = render_table(&header, &rows);
+    for c in cases.iter().filter(|c| !c.ok) {
+        for (i, r) in c.rounds.iter().enumerate() {
+            for e in &r.errors {
+                let _ = writeln!(
+                    out,
+                    "  {} (round {}, seed {}): {e}",
+                    c.label,
+                    i + 1,
+                    r.config.seed
+                );
+            }
+        }
+    }
+    out
+}
+
+/// `bench rudp`.
+pub fn run(args: &RudpArgs, global: &Global) -> Result<bool> {
+    FecPolicy::from_str(&args.fec)?.available()?;
+    let cfg = args.config()?;
+    validate(&cfg)?;
+    let started = UtcTime::now();
+    let l = label(&cfg);
+    eprintln!(
+        "running {l}: {} B, {} clients × window {}, {} round(s) of {} s + {} s warm-up ...",
+        cfg.payload, cfg.clients, cfg.window, args.rounds, cfg.seconds, cfg.warmup_s
+    );
+    let case = run_case(&l, None, &cfg, args.rounds, |r| {
+        eprintln!(
+            "  seed {}: {} rt/s{}",
+            r.config.seed,
+            thousands(r.round_trips_per_s.round() as u64),
+            if r.ok { "" } else { " (NOT ok)" }
+        )
+    });
+    let cases = vec![case];
+    print!("{}", rudp_table(&cases));
+    let mut file = result_file(
+        "rudp",
+        &started,
+        crate::host::HostInfo::collect(),
+        Vec::new(),
+    );
+    file.ok = cases.iter().all(|c| c.ok);
+    file.rudp_cases = cases;
+    let ok = file.ok;
+    write_result(&file, &global.path_for("rudp", &started))?;
+    Ok(ok)
+}

@@ -1,0 +1,320 @@
+//! The impairment relay: a UDP relay on its own thread between clients and a server that applies
+//! the simulator's impairment model ([`ricochet::sim`]) on a real clock.
+//!
+//! ```text
+//!  client A ──┐                 ┌─ upstream socket A ──┐
+//!  client B ──┼─► front socket ─┼─ upstream socket B ──┼─► server
+//!  client C ──┘   (relay addr)  └─ upstream socket C ──┘
+//! ```
+//!
+//! # Routes
+//!
+//! Clients send to one front-door address ([`RelayHandle::addr`]). The first datagram from a new
+//! client address creates a *route*: the relay binds an upstream socket for it (or takes one of
+//! [`RelayConfig::clients`] pre-bound at start), connected to the server. The server therefore
+//! sees one distinct source address per client, and its replies to that address come back
+//! through the same route to the client. One front socket (rather than one front-door address
+//! per client) keeps the clients' configuration the same as without a relay (one server
+//! address), creates routes lazily for any number of clients up to [`RelayConfig::max_routes`],
+//! and keeps client address changes visible to the server: a client that rebinds gets a new
+//! route, so the server sees a new source address, as it would after a NAT rebinding.
+//!
+//! # Impairment
+//!
+//! Each route direction (up = client to server, down = server to client) is an
+//! [`ImpairedQueue`](ricochet::sim::ImpairedQueue) whose decisions come from a ChaCha stream
+//! keyed by (seed, route id, direction) ([`ricochet::sim::link_rng_key`]), exactly as in the
+//! simulator. A datagram is offered when it is received (`Instant::now()` after the receive) and
+//! each copy is sent when due. The decision stream depends only on the order of the datagrams a
+//! route direction receives, not on timing: two runs with the same seed and the same datagram
+//! order drop, duplicate and delay the same datagrams. Route ids follow the order of the clients'
+//! first datagrams.
+//!
+//! Queue capacity ([`Impairment::queue_bytes`] / [`Impairment::queue_datagrams`], 8 MiB / 8,192
+//! datagrams by default, as the reference relay) applies to each route direction.
+//!
+//! # Timing
+//!
+//! The thread sleeps in `ppoll` (Linux; `poll` elsewhere) until the next due time or a socket
+//! becomes ready, with the thread's timer slack set to the minimum, and wakes
+//! [`RelayConfig::spin`] early to poll without blocking until the due time. Copies are never sent
+//! early; how late they are is measured ([`Lateness`]).
+//!
+//! # Counters
+//!
+//! [`RelayHandle::counters`] asks the relay thread for a consistent [`RelayCounters`] snapshot
+//! (serializable for the bench JSON): per route and direction the simulator's link counters
+//! (offered, forwarded, dropped by cause, duplicated, delayed, overflows, queue peaks) plus
+//! sends, relay errors, send lateness and the relay thread's CPU time. Datagrams the kernel
+//! dropped at the relay's own sockets (the thread did not read them in time: loss outside the
+//! model) are read with `SO_MEMINFO` on Linux and reported as relay errors
+//! ([`RelayErrors::front_socket_drops`], [`RelayErrors::upstream_socket_drops`]).
+//!
+//! # Load
+//!
+//! The thread costs about one `recv` and one `send` system call per datagram; the loopback send
+//! (which delivers into the receiver's socket and wakes it) dominates its CPU time. On a machine
+//! whose cores are all busy the thread may wait for a core, which shows as lateness and, at high
+//! rates, as socket drops; [`RelayConfig::nice`] lets it win that wait.
+
+mod cli;
+mod counters;
+mod sys;
+mod worker;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use ricochet::sim::Impairment;
+
+pub use cli::{run, ImpairmentArgs, RelayArgs};
+pub use counters::{
+    DirectionCounters, Lateness, RelayCounters, RelayErrors, RouteCounters, RoutePeaks,
+};
+
+/// Socket buffer size the relay asks for (like the reference's endpoints: 4 MiB).
+pub const DEFAULT_SOCKET_BUFFER: usize = 4 << 20;
+
+/// How a relay is set up. [`RelayConfig::new`] gives the reference's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayConfig {
+    /// Where the real server listens.
+    pub server: SocketAddr,
+    /// The relay's front-door address (port 0: any free port). Its IP is also the local IP of
+    /// the upstream sockets when it is of the server's address family (else they bind the
+    /// unspecified address of the server's family).
+    pub listen: SocketAddr,
+    /// Impairment of the client-to-server direction of every route.
+    pub up: Impairment,
+    /// Impairment of the server-to-client direction of every route.
+    pub down: Impairment,
+    /// Seed of the impairment RNG streams (one per route and direction).
+    pub seed: u64,
+    /// Upstream sockets to bind at start; routes beyond them bind theirs on the client's first
+    /// datagram.
+    pub clients: usize,
+    /// Most routes (client addresses); datagrams from further new clients are dropped and
+    /// counted ([`RelayErrors::route_limit`]).
+    pub max_routes: usize,
+    /// Receive and send buffer size to ask for on every relay socket.
+    pub socket_buffer: usize,
+    /// How long before a due time the thread stops sleeping and polls without blocking, to
+    /// absorb wake-up latency (zero: sleep right up to the due time).
+    pub spin: Duration,
+    /// Nice value for the relay thread (Linux; negative values need `CAP_SYS_NICE`), so that on
+    /// a busy machine the network model is not the thread that waits for a core. `None` leaves
+    /// the thread's priority alone.
+    pub nice: Option<i32>,
+}
+
+impl RelayConfig {
+    /// A relay to `server` applying `impairment` in both directions: front door on the loopback
+    /// address of the server's family, seed 42, routes created lazily (at most 1,024), 4 MiB
+    /// socket buffers, 50 µs spin, default priority.
+    pub fn new(server: SocketAddr, impairment: Impairment) -> Self {
+        let loopback = match server {
+            SocketAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            SocketAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        };
+        Self {
+            server,
+            listen: SocketAddr::new(loopback, 0),
+            up: impairment.clone(),
+            down: impairment,
+            seed: 42,
+            clients: 0,
+            max_routes: 1024,
+            socket_buffer: DEFAULT_SOCKET_BUFFER,
+            spin: Duration::from_micros(50),
+            nice: None,
+        }
+    }
+
+    /// Sets the seed.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets the number of routes whose upstream sockets are bound at start.
+    pub fn with_clients(mut self, clients: usize) -> Self {
+        self.clients = clients;
+        self
+    }
+
+    /// Sets different impairments per direction (up: client to server, down: server to client).
+    pub fn with_directions(mut self, up: Impairment, down: Impairment) -> Self {
+        self.up = up;
+        self.down = down;
+        self
+    }
+}
+
+/// The relay; see the [module docs](self).
+#[derive(Debug)]
+pub struct Relay;
+
+impl Relay {
+    /// Binds the front socket and the pre-created upstream sockets, then starts the relay
+    /// thread.
+    pub fn start(cfg: RelayConfig) -> anyhow::Result<RelayHandle> {
+        cfg.up.validate().context("up impairment")?;
+        cfg.down.validate().context("down impairment")?;
+        if cfg.max_routes == 0 || cfg.clients > cfg.max_routes {
+            return Err(anyhow!(
+                "relay needs 0 < max_routes ({}) and clients ({}) <= max_routes",
+                cfg.max_routes,
+                cfg.clients
+            ));
+        }
+        let front =
+            worker::bind_udp(cfg.listen, cfg.socket_buffer).context("relay front socket")?;
+        let addr = front.local_addr()?;
+        // The wake-up pair: the handle's socket pokes the thread's control socket; each is
+        // connected to the other so nothing else can reach the control socket.
+        let loopback = SocketAddr::new(
+            match addr.ip() {
+                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            },
+            0,
+        );
+        let control = UdpSocket::bind(loopback).context("relay control socket")?;
+        let wake = UdpSocket::bind(loopback).context("relay wake socket")?;
+        control.connect(wake.local_addr()?)?;
+        wake.connect(control.local_addr()?)?;
+        control.set_nonblocking(true)?;
+        wake.set_nonblocking(true)?;
+
+        let shared = Arc::new(Shared::default());
+        let w = worker::Worker::new(cfg, front, control, Arc::clone(&shared))?;
+        let thread = std::thread::Builder::new()
+            .name("relay".into())
+            .spawn(move || w.run())
+            .context("spawn relay thread")?;
+        Ok(RelayHandle {
+            addr,
+            shared,
+            wake,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// State shared by the handle and the relay thread.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Set by the handle: the thread exits at its next turn.
+    stop: AtomicBool,
+    /// Snapshot requests so far; the thread publishes when it sees a new one.
+    requested: AtomicU64,
+    published: Mutex<Published>,
+    cond: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Published {
+    /// The request number the snapshot answers.
+    generation: u64,
+    counters: RelayCounters,
+    /// The thread has exited (the snapshot is final).
+    finished: bool,
+    /// Why the thread stopped early, if it did.
+    error: Option<String>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Published> {
+        // A panic while holding the lock cannot leave the counters inconsistent: they are
+        // replaced whole.
+        self.published.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn publish(&self, generation: u64, counters: RelayCounters, finished: bool) {
+        let mut p = self.lock();
+        p.generation = p.generation.max(generation);
+        p.counters = counters;
+        p.finished |= finished;
+        drop(p);
+        self.cond.notify_all();
+    }
+}
+
+/// How long [`RelayHandle::counters`] waits for the thread before returning the last snapshot.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(2);
+
+/// A running relay. Dropping it stops the thread (use [`shutdown`](Self::shutdown) to get the
+/// final counters and any error).
+#[derive(Debug)]
+pub struct RelayHandle {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    wake: UdpSocket,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl RelayHandle {
+    /// The front-door address clients send to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn poke(&self) {
+        // Best effort: the thread also checks the flags at least every IDLE_WAIT.
+        let _ = self.wake.send(&[0]);
+    }
+
+    /// A consistent snapshot of every counter, taken by the relay thread now (or the final one
+    /// if the thread has stopped).
+    pub fn counters(&self) -> RelayCounters {
+        let want = self.shared.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        self.poke();
+        let guard = self.shared.lock();
+        let (guard, _) = self
+            .shared
+            .cond
+            .wait_timeout_while(guard, SNAPSHOT_WAIT, |p| p.generation < want && !p.finished)
+            .unwrap_or_else(|e| e.into_inner());
+        guard.counters.clone()
+    }
+
+    /// The summed route queue peaks (bytes and datagrams, both directions of every route).
+    pub fn route_peaks(&self) -> RoutePeaks {
+        self.counters().route_peaks
+    }
+
+    /// Dropped / offered over both directions of every route so far.
+    pub fn realized_loss(&self) -> f64 {
+        self.counters().realized_loss
+    }
+
+    /// Stops the thread, joins it and returns the final counters (copies still queued are
+    /// discarded and show as `queue_datagrams`), or the error that stopped the thread early.
+    pub fn shutdown(mut self) -> anyhow::Result<RelayCounters> {
+        self.stop_and_join()?;
+        let p = self.shared.lock();
+        match &p.error {
+            Some(e) => Err(anyhow!("relay thread failed: {e}")),
+            None => Ok(p.counters.clone()),
+        }
+    }
+
+    fn stop_and_join(&mut self) -> anyhow::Result<()> {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.poke();
+        if let Some(t) = self.thread.take() {
+            t.join().map_err(|_| anyhow!("relay thread panicked"))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RelayHandle {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}

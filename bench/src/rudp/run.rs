@@ -1,0 +1,590 @@
+//! One RUDP echo round (server, optional relay, clients, checks, metrics) and a case of rounds.
+
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Result};
+use ricochet::proto::{Config, EndpointConfig};
+use ricochet::sim::{BurstLoss, Impairment, Profile};
+use ricochet_platform::BackendKind;
+
+use super::client::{run_client, ClientOutcome, ClientPlan};
+use super::message::HEADER_LEN;
+use super::server::EchoServer;
+use crate::host::{peak_rss_kib, CpuTimes};
+use crate::relay::{Relay, RelayConfig, RelayCounters};
+use crate::schema::{
+    finite, CpuUsage, Latency, RudpCase, RudpConfig, RudpCounts, RudpRelay, RudpRelayDirection,
+    RudpRun, RudpSummary, RudpWire, Spread,
+};
+use crate::udp::tracker::new_rtt_histogram;
+
+/// The FEC policy a round asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FecPolicy {
+    /// ARQ only.
+    Off,
+    /// Fixed parity.
+    Fixed,
+    /// Adaptive parity.
+    Adaptive,
+}
+
+impl FecPolicy {
+    /// Every policy, in the reference's order.
+    pub const ALL: [FecPolicy; 3] = [FecPolicy::Off, FecPolicy::Fixed, FecPolicy::Adaptive];
+
+    /// `off`, `fixed` or `adaptive`.
+    pub fn name(self) -> &'static str {
+        match self {
+            FecPolicy::Off => "off",
+            FecPolicy::Fixed => "fixed",
+            FecPolicy::Adaptive => "adaptive",
+        }
+    }
+
+    /// The table label: `ARQ only`, `fixed FEC`, `adaptive FEC`.
+    pub fn label(self) -> &'static str {
+        match self {
+            FecPolicy::Off => "ARQ only",
+            FecPolicy::Fixed => "fixed FEC",
+            FecPolicy::Adaptive => "adaptive FEC",
+        }
+    }
+
+    /// Whether this build can run the policy, and why not.
+    pub fn available(self) -> Result<()> {
+        match self {
+            FecPolicy::Off => Ok(()),
+            // The protocol config has no FEC policy field yet: refuse rather than silently run
+            // ARQ only under a FEC label.
+            FecPolicy::Fixed | FecPolicy::Adaptive => bail!(
+                "--fec {}: FEC is not wired into the protocol in this build (ricochet::proto::Config has no FEC policy yet); only --fec off runs",
+                self.name()
+            ),
+        }
+    }
+}
+
+impl FromStr for FecPolicy {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "off" => Ok(FecPolicy::Off),
+            "fixed" => Ok(FecPolicy::Fixed),
+            "adaptive" => Ok(FecPolicy::Adaptive),
+            other => bail!("FEC policy {other:?}: expected off, fixed or adaptive"),
+        }
+    }
+}
+
+/// The configuration of a round for a named profile, with the profile's parameters filled in.
+#[allow(clippy::too_many_arguments)]
+pub fn config_for(
+    profile: Profile,
+    payload: usize,
+    clients: usize,
+    window: usize,
+    io_model: &str,
+    io_threads: usize,
+    backend: &str,
+    fec: FecPolicy,
+    direct: bool,
+    warmup_s: f64,
+    seconds: f64,
+    seed: u64,
+) -> RudpConfig {
+    let mut cfg = RudpConfig {
+        payload,
+        clients,
+        window,
+        io_model: io_model.into(),
+        io_threads,
+        backend: backend.into(),
+        fec: fec.name().into(),
+        protocol: "competitive".into(),
+        profile: profile.name().into(),
+        loss_percent: 0.0,
+        burst: None,
+        delay_ms: 0.0,
+        duplicate_percent: 0.0,
+        reorder_percent: 0.0,
+        reorder_delay_ms: 0.0,
+        direct,
+        warmup_s,
+        seconds,
+        drain_s: default_drain(seconds),
+        seed,
+    };
+    set_impairment(&mut cfg, &profile.impairment());
+    cfg
+}
+
+/// The drain limit for a measured phase of `seconds`: long enough for RTO backoffs under loss.
+pub fn default_drain(seconds: f64) -> f64 {
+    (seconds * 2.0).clamp(5.0, 30.0)
+}
+
+/// Copy an impairment's parameters into `cfg`.
+pub fn set_impairment(cfg: &mut RudpConfig, imp: &Impairment) {
+    cfg.loss_percent = imp.loss * 100.0;
+    cfg.burst = imp.burst.map(|b| (b.len, b.period));
+    cfg.delay_ms = imp.delay.as_secs_f64() * 1000.0;
+    cfg.duplicate_percent = imp.duplicate * 100.0;
+    cfg.reorder_percent = imp.reorder * 100.0;
+    cfg.reorder_delay_ms = imp.reorder_delay.as_secs_f64() * 1000.0;
+}
+
+/// The impairment `cfg` describes (profile defaults for queues, then its parameters).
+pub fn impairment(cfg: &RudpConfig) -> Result<Impairment> {
+    let profile = Profile::from_str(&cfg.profile).map_err(|e| anyhow!("{e}"))?;
+    let ms = |v: f64, name: &str| {
+        Duration::try_from_secs_f64(v / 1000.0)
+            .map_err(|_| anyhow!("{name} must be a non-negative number of milliseconds"))
+    };
+    let mut imp = profile.impairment();
+    imp.loss = cfg.loss_percent / 100.0;
+    imp.burst = cfg.burst.map(|(len, period)| BurstLoss { len, period });
+    imp.delay = ms(cfg.delay_ms, "delay")?;
+    imp.duplicate = cfg.duplicate_percent / 100.0;
+    imp.reorder = cfg.reorder_percent / 100.0;
+    imp.reorder_delay = ms(cfg.reorder_delay_ms, "reorder delay")?;
+    imp.validate()
+        .map_err(|e| anyhow!("network condition: {e}"))?;
+    Ok(imp)
+}
+
+/// The protocol settings of a round.
+pub fn protocol(cfg: &RudpConfig) -> Result<EndpointConfig> {
+    let connection = match cfg.protocol.as_str() {
+        "competitive" => Config::competitive(),
+        "default" => Config::default(),
+        "bulk" => Config::bulk(),
+        other => bail!("protocol profile {other:?}: expected competitive, default or bulk"),
+    };
+    Ok(EndpointConfig {
+        connection: Arc::new(connection),
+        ..EndpointConfig::default()
+    })
+}
+
+/// Check a configuration before running it.
+pub fn validate(cfg: &RudpConfig) -> Result<()> {
+    FecPolicy::from_str(&cfg.fec)?.available()?;
+    if cfg.payload < HEADER_LEN || cfg.payload > 1 << 20 {
+        bail!(
+            "payload must be {HEADER_LEN} B (the message header) to 1 MiB, got {}",
+            cfg.payload
+        );
+    }
+    if cfg.clients == 0 || cfg.clients > 1024 {
+        bail!("clients must be 1..=1024, got {}", cfg.clients);
+    }
+    if cfg.window == 0 || cfg.window > 4096 {
+        bail!("window must be 1..=4096, got {}", cfg.window);
+    }
+    if !["per-core", "shared"].contains(&cfg.io_model.as_str()) {
+        bail!("IO model {:?}: expected per-core or shared", cfg.io_model);
+    }
+    BackendKind::from_str(&cfg.backend).map_err(|e| anyhow!("{e}"))?;
+    for (name, v) in [
+        ("warmup", cfg.warmup_s),
+        ("seconds", cfg.seconds),
+        ("drain", cfg.drain_s),
+    ] {
+        if !v.is_finite() || !(0.0..=86_400.0).contains(&v) {
+            bail!("{name} must be between 0 and 86400 s, got {v}");
+        }
+    }
+    if cfg.seconds <= 0.0 {
+        bail!("seconds must be positive");
+    }
+    protocol(cfg)?;
+    if !cfg.direct {
+        impairment(cfg)?;
+    } else if cfg.profile != "none" {
+        bail!(
+            "--direct runs without the relay, so without impairment: profile {:?} needs the relay",
+            cfg.profile
+        );
+    }
+    Ok(())
+}
+
+/// The 1/5/15-minute load average (Linux `/proc/loadavg`).
+pub fn load_average() -> Option<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut it = text.split_whitespace().map(|x| x.parse::<f64>().ok());
+    Some([it.next()??, it.next()??, it.next()??])
+}
+
+fn failed_run(cfg: &RudpConfig, error: String) -> RudpRun {
+    RudpRun {
+        config: cfg.clone(),
+        ok: false,
+        errors: vec![error],
+        load_average: load_average(),
+        server: None,
+        warmup: RudpCounts::default(),
+        measured: RudpCounts::default(),
+        measured_s: 0.0,
+        round_trips: 0,
+        round_trips_per_s: 0.0,
+        rtt_us: None,
+        cpu: CpuUsage::default(),
+        cpu_us_per_round_trip: None,
+        peak_rss_kib: peak_rss_kib(),
+        client_wire: RudpWire::default(),
+        server_wire: RudpWire::default(),
+        wire_overhead_percent: None,
+        retransmitted_per_1000: None,
+        fec: None,
+        relay: None,
+    }
+}
+
+fn relay_summary(c: &RelayCounters) -> RudpRelay {
+    let dir = |d: &crate::relay::DirectionCounters| RudpRelayDirection {
+        offered: d.offered,
+        forwarded: d.forwarded,
+        dropped_random: d.dropped_random,
+        dropped_burst: d.dropped_burst,
+        dropped_overflow: d.dropped_overflow,
+        duplicated: d.duplicated,
+        delayed: d.delayed,
+    };
+    let e = &c.errors;
+    RudpRelay {
+        routes: c.routes.len(),
+        up: dir(&c.up),
+        down: dir(&c.down),
+        route_peaks_bytes: c.route_peaks.bytes,
+        route_peaks_datagrams: c.route_peaks.datagrams,
+        realized_loss: finite(c.realized_loss),
+        errors: e.recv_errors + e.send_errors + e.route_limit + e.bind_errors,
+        lateness_p99_us: c.lateness.p99_ns as f64 / 1000.0,
+        thread_cpu_percent: finite(c.thread_utilization() * 100.0),
+    }
+}
+
+/// Run one round. Never fails: a round that could not happen comes back with `ok = false` and
+/// the reason, so matrices report it instead of dropping it.
+pub fn run_round(cfg: &RudpConfig) -> RudpRun {
+    if let Err(e) = validate(cfg) {
+        return failed_run(cfg, format!("invalid configuration: {e:#}"));
+    }
+    match run_round_inner(cfg) {
+        Ok(r) => r,
+        Err(e) => failed_run(cfg, format!("{e:#}")),
+    }
+}
+
+fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
+    let load = load_average();
+    let endpoint = protocol(cfg)?;
+    let backend = BackendKind::from_str(&cfg.backend).map_err(|e| anyhow!("{e}"))?;
+    let server = EchoServer::start(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        &cfg.io_model,
+        cfg.io_threads,
+        &cfg.backend,
+        endpoint.clone(),
+        cfg.seed,
+    )?;
+    let relay = if cfg.direct {
+        None
+    } else {
+        let imp = impairment(cfg)?;
+        let rc = RelayConfig::new(server.local_addr(), imp)
+            .with_seed(cfg.seed)
+            .with_clients(cfg.clients);
+        Some(Relay::start(rc)?)
+    };
+    let target = relay.as_ref().map_or(server.local_addr(), |r| r.addr());
+
+    let close = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut starts = Vec::new();
+    let mut handles = Vec::new();
+    let mut errors = Vec::new();
+    for i in 0..cfg.clients {
+        let plan = ClientPlan {
+            id: i as u32,
+            server: target,
+            payload: cfg.payload,
+            window: cfg.window,
+            warmup: Duration::from_secs_f64(cfg.warmup_s),
+            measured: Duration::from_secs_f64(cfg.seconds),
+            drain: Duration::from_secs_f64(cfg.drain_s),
+            endpoint: endpoint.clone(),
+            backend,
+            seed: cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1),
+        };
+        let (start_tx, start_rx) = mpsc::channel();
+        let (ready, done, close) = (ready_tx.clone(), done_tx.clone(), close.clone());
+        match std::thread::Builder::new()
+            .name(format!("rudp-client-{i}"))
+            .spawn(move || run_client(plan, ready, start_rx, done, close))
+        {
+            Ok(h) => {
+                handles.push(h);
+                starts.push(start_tx);
+            }
+            Err(e) => {
+                errors.push(format!("spawning client {i}: {e}"));
+                break;
+            }
+        }
+    }
+    drop((ready_tx, done_tx));
+    for _ in 0..handles.len() {
+        match ready_rx.recv_timeout(Duration::from_secs(15)) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => errors.push(e),
+            Err(_) => errors.push("a client neither connected nor failed within 15 s".into()),
+        }
+    }
+    let go = errors.is_empty();
+    let epoch = Instant::now();
+    for s in &starts {
+        let _ = s.send(go.then_some(epoch));
+    }
+    let mut outcomes: Vec<ClientOutcome> = Vec::new();
+    let mut cpu = CpuUsage::default();
+    let mut measured_start = epoch;
+    if go {
+        measured_start = epoch + Duration::from_secs_f64(cfg.warmup_s);
+        std::thread::sleep(measured_start.saturating_duration_since(Instant::now()));
+        let cpu0 = CpuTimes::now();
+        let t0 = Instant::now();
+        let limit = Duration::from_secs_f64(cfg.seconds + cfg.drain_s) + Duration::from_secs(10);
+        for _ in 0..handles.len() {
+            match done_rx.recv_timeout(limit.saturating_sub(t0.elapsed())) {
+                Ok(o) => outcomes.push(o),
+                Err(_) => {
+                    errors.push("a client did not finish its drain in time".into());
+                    break;
+                }
+            }
+        }
+        let cpu1 = CpuTimes::now();
+        let wall = t0.elapsed().as_secs_f64();
+        let used = (cpu1.user_s - cpu0.user_s) + (cpu1.sys_s - cpu0.sys_s);
+        cpu = CpuUsage {
+            user_s: finite(cpu1.user_s - cpu0.user_s),
+            sys_s: finite(cpu1.sys_s - cpu0.sys_s),
+            percent: if wall > 0.0 {
+                finite(used / wall * 100.0)
+            } else {
+                0.0
+            },
+        };
+    }
+    // Every client is done (or gone): read the server's counters while sessions are open.
+    server.fresh_sample();
+    let server_wire = server.shared.wire();
+    let early = server.shared.early_disconnects.load(Ordering::Relaxed);
+    let server_send_errors = server.shared.send_errors.load(Ordering::Relaxed);
+    close.store(true, Ordering::Release);
+    for (i, h) in handles.into_iter().enumerate() {
+        if h.join().is_err() {
+            errors.push(format!("client {i} panicked"));
+        }
+    }
+    let relay_counters = match relay.map(|r| r.shutdown()) {
+        None => None,
+        Some(Ok(c)) => Some(c),
+        Some(Err(e)) => {
+            errors.push(format!("relay: {e:#}"));
+            None
+        }
+    };
+    let server_info = match server.shutdown() {
+        Ok(i) => Some(i),
+        Err(e) => {
+            errors.push(format!("{e:#}"));
+            None
+        }
+    };
+
+    let mut warmup = RudpCounts::default();
+    let mut measured = RudpCounts::default();
+    let mut client_wire = RudpWire::default();
+    let mut hist = new_rtt_histogram();
+    let mut last_echo = Duration::ZERO;
+    for o in &outcomes {
+        warmup.add(&o.warmup);
+        measured.add(&o.measured);
+        client_wire.add(&o.wire);
+        if hist.add(&o.rtt_ns).is_err() {
+            errors.push("merging RTT histograms failed".into());
+        }
+        if let Some(t) = o.last_measured_echo {
+            last_echo = last_echo.max(t);
+        }
+        if let Some(e) = &o.error {
+            errors.push(e.clone());
+        }
+    }
+    for (name, c) in [("warm-up", &warmup), ("measured", &measured)] {
+        if c.errors() > 0 {
+            errors.push(format!(
+                "{name}: {} lost, {} content errors, {} order errors, {} send errors (of {} sent)",
+                c.lost, c.content_errors, c.order_errors, c.send_errors, c.sent
+            ));
+        }
+    }
+    if go && measured.echoed == 0 {
+        errors.push("no measured round trip completed".into());
+    }
+    if early > 0 {
+        errors.push(format!(
+            "the server saw {early} session(s) end before the bench closed them"
+        ));
+    }
+    if server_send_errors > 0 {
+        errors.push(format!(
+            "the server's echo send was refused {server_send_errors} time(s)"
+        ));
+    }
+    let relay_sum = relay_counters.as_ref().map(relay_summary);
+    if let Some(r) = &relay_sum {
+        if r.errors > 0 {
+            errors.push(format!("relay errors: {}", r.errors));
+        }
+        let overflow = r.up.dropped_overflow + r.down.dropped_overflow;
+        if overflow > 0 {
+            errors.push(format!("relay queue overflows: {overflow} datagrams"));
+        }
+    }
+    // Throughput includes the drain: from the measured start to the last measured echo.
+    let epoch_to_measured = measured_start.saturating_duration_since(epoch);
+    let measured_s = finite(last_echo.saturating_sub(epoch_to_measured).as_secs_f64());
+    let round_trips = measured.echoed;
+    let rt_per_s = if measured_s > 0.0 {
+        finite(round_trips as f64 / measured_s)
+    } else {
+        0.0
+    };
+    let all_round_trips = warmup.echoed + measured.echoed;
+    let app_bytes = client_wire.app_bytes_sent + server_wire.app_bytes_sent;
+    let wire_bytes = client_wire.bytes_sent + server_wire.bytes_sent;
+    let wire_overhead_percent =
+        (app_bytes > 0).then(|| finite((wire_bytes as f64 / app_bytes as f64 - 1.0) * 100.0));
+    let retransmitted_per_1000 = (all_round_trips > 0).then(|| {
+        finite(
+            (client_wire.segments_retransmitted + server_wire.segments_retransmitted) as f64
+                * 1000.0
+                / all_round_trips as f64,
+        )
+    });
+    let used_s = cpu.user_s + cpu.sys_s;
+    Ok(RudpRun {
+        config: cfg.clone(),
+        ok: errors.is_empty(),
+        errors,
+        load_average: load,
+        server: server_info,
+        warmup,
+        measured,
+        measured_s,
+        round_trips,
+        round_trips_per_s: rt_per_s,
+        rtt_us: Latency::from_ns(&hist),
+        cpu,
+        cpu_us_per_round_trip: (round_trips > 0).then(|| finite(used_s * 1e6 / round_trips as f64)),
+        peak_rss_kib: peak_rss_kib(),
+        client_wire,
+        server_wire,
+        wire_overhead_percent,
+        retransmitted_per_1000,
+        fec: None,
+        relay: relay_sum,
+    })
+}
+
+/// Summarize a case's rounds: median and min–max of each metric over the rounds that ran.
+pub fn summarize(rounds: &[RudpRun]) -> RudpSummary {
+    let ran: Vec<&RudpRun> = rounds.iter().filter(|r| r.round_trips > 0).collect();
+    let lat =
+        |f: fn(&Latency) -> f64| Spread::of(ran.iter().filter_map(|r| r.rtt_us.map(|l| f(&l))));
+    RudpSummary {
+        round_trips_per_s: Spread::of(ran.iter().map(|r| r.round_trips_per_s)),
+        p50_us: lat(|l| l.p50),
+        p99_us: lat(|l| l.p99),
+        p999_us: lat(|l| l.p999),
+        max_us: lat(|l| l.max),
+        cpu_percent: Spread::of(ran.iter().map(|r| r.cpu.percent)),
+        cpu_us_per_round_trip: Spread::of(ran.iter().filter_map(|r| r.cpu_us_per_round_trip)),
+        wire_overhead_percent: Spread::of(ran.iter().filter_map(|r| r.wire_overhead_percent)),
+        retransmitted_per_1000: Spread::of(ran.iter().filter_map(|r| r.retransmitted_per_1000)),
+        recovered_per_1000: Spread::of(
+            ran.iter()
+                .filter_map(|r| r.fec.map(|f| f.recovered_per_1000)),
+        ),
+        realized_loss_percent: Spread::of(
+            ran.iter()
+                .filter_map(|r| r.relay.map(|x| x.realized_loss * 100.0)),
+        ),
+        relay_peaks_kib: Spread::of(
+            ran.iter()
+                .filter_map(|r| r.relay.map(|x| x.route_peaks_bytes as f64 / 1024.0)),
+        ),
+        peak_rss_kib: Spread::of(ran.iter().filter_map(|r| r.peak_rss_kib.map(|k| k as f64))),
+    }
+}
+
+/// Run `rounds` rounds of `base` with seeds `base.seed`, `base.seed + 1`, ...; `on_round` is
+/// called after each (for progress).
+pub fn run_case(
+    label: &str,
+    set: Option<&str>,
+    base: &RudpConfig,
+    rounds: usize,
+    mut on_round: impl FnMut(&RudpRun),
+) -> RudpCase {
+    let mut runs = Vec::with_capacity(rounds);
+    for i in 0..rounds.max(1) {
+        let cfg = RudpConfig {
+            seed: base.seed.wrapping_add(i as u64),
+            ..base.clone()
+        };
+        let r = run_round(&cfg);
+        on_round(&r);
+        let invalid = r
+            .errors
+            .iter()
+            .any(|e| e.starts_with("invalid configuration"));
+        runs.push(r);
+        if invalid {
+            // Every further round would fail the same way.
+            break;
+        }
+    }
+    RudpCase {
+        label: label.to_string(),
+        set: set.map(str::to_string),
+        ok: runs.iter().all(|r| r.ok),
+        summary: summarize(&runs),
+        rounds: runs,
+    }
+}
+
+/// A short label: `ARQ only · random · per-core×2 uring` (or `direct`).
+pub fn label(cfg: &RudpConfig) -> String {
+    let fec = FecPolicy::from_str(&cfg.fec).map_or(cfg.fec.clone(), |p| p.label().to_string());
+    let net = if cfg.direct {
+        "direct".to_string()
+    } else {
+        cfg.profile.clone()
+    };
+    format!(
+        "{fec} · {net} · {}×{} {}",
+        cfg.io_model, cfg.io_threads, cfg.backend
+    )
+}

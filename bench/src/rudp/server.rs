@@ -1,0 +1,207 @@
+//! The RUDP echo server: Ricochet's `RudpServer`, echoing every complete message on the channel
+//! it came on, and publishing its sessions' protocol counters from the worker tick.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{anyhow, Result};
+use bytes::Bytes;
+use ricochet::proto::{EndpointConfig, ServerConfig};
+use ricochet::runtime::{Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet_platform::BackendKind;
+
+use crate::schema::{RudpWire, ServerInfo};
+use crate::udp::ricochet_server::socket_buffers;
+
+/// How often each worker publishes its sessions' counters.
+pub const STATS_TICK: Duration = Duration::from_millis(10);
+
+/// What the server's handlers share with the bench.
+#[derive(Debug, Default)]
+pub struct ServerShared {
+    /// Latest counters of every session seen, by session.
+    pub sessions: Mutex<BTreeMap<SessionId, RudpWire>>,
+    /// Echo sends the connection refused.
+    pub send_errors: AtomicU64,
+    /// Sessions that ended before the bench closed them.
+    pub early_disconnects: AtomicU64,
+    /// Worker ticks so far (to wait for a fresh sample).
+    pub ticks: AtomicU64,
+}
+
+impl ServerShared {
+    /// The sum over every session's latest sample.
+    pub fn wire(&self) -> RudpWire {
+        let map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let mut total = RudpWire::default();
+        for w in map.values() {
+            total.add(w);
+        }
+        total
+    }
+}
+
+struct Echo {
+    shared: Arc<ServerShared>,
+    /// Application bytes echoed, by session (kept here, published with the stats).
+    app_sent: BTreeMap<SessionId, u64>,
+}
+
+impl Handler for Echo {
+    fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
+        let len = data.len() as u64;
+        match ctx.send(s, channel, data) {
+            Ok(()) => *self.app_sent.entry(s).or_default() += len,
+            Err(_) => {
+                self.shared.send_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn on_disconnect(
+        &mut self,
+        _: &mut ServerContext<'_>,
+        _: SessionId,
+        _: ricochet::CloseReason,
+        _: bool,
+    ) {
+        self.shared
+            .early_disconnects
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
+        let samples: Vec<(SessionId, RudpWire)> = ctx
+            .sessions()
+            .filter_map(|s| {
+                let st = ctx.session_stats(s)?;
+                Some((
+                    s,
+                    RudpWire {
+                        bytes_sent: st.bytes_sent,
+                        packets_sent: st.packets_sent,
+                        segments_sent: st.segments_sent,
+                        segments_retransmitted: st.segments_retransmitted,
+                        packets_lost: st.packets_lost,
+                        rto_count: st.rto_count,
+                        app_bytes_sent: self.app_sent.get(&s).copied().unwrap_or(0),
+                    },
+                ))
+            })
+            .collect();
+        if !samples.is_empty() {
+            let mut map = self
+                .shared
+                .sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            map.extend(samples);
+        }
+        self.shared.ticks.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// A running echo server and what its handlers publish.
+pub struct EchoServer {
+    server: RudpServer,
+    io_model: IoModel,
+    /// Counters the handlers publish.
+    pub shared: Arc<ServerShared>,
+}
+
+impl EchoServer {
+    /// Start on `addr` with `io_model` × `threads` workers on `backend`, protocol `endpoint`.
+    pub fn start(
+        addr: SocketAddr,
+        io_model: &str,
+        threads: usize,
+        backend: &str,
+        endpoint: EndpointConfig,
+        seed: u64,
+    ) -> Result<EchoServer> {
+        let mut cfg = RudpServerConfig::new(addr);
+        cfg.udp.io_model = IoModel::from_str(io_model).map_err(|e| anyhow!("{e}"))?;
+        cfg.udp.io_threads = threads;
+        cfg.udp.backend.kind = BackendKind::from_str(backend).map_err(|e| anyhow!("{e}"))?;
+        cfg.udp.tick = Some(STATS_TICK);
+        cfg.endpoint = EndpointConfig {
+            server: Some(ServerConfig::default()),
+            ..endpoint
+        };
+        cfg.seed = Some(seed);
+        let shared = Arc::new(ServerShared::default());
+        let s = shared.clone();
+        let server = RudpServer::start(cfg.clone(), move |_| Echo {
+            shared: s.clone(),
+            app_sent: BTreeMap::new(),
+        })
+        .map_err(|e| anyhow!("ricochet RUDP server: {e}"))?;
+        Ok(EchoServer {
+            server,
+            io_model: cfg.udp.io_model,
+            shared,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// Wait (bounded) until every worker ticked at least twice more, so the published counters
+    /// include everything up to now.
+    pub fn fresh_sample(&self) {
+        let want = self.shared.ticks.load(Ordering::Acquire) + 2 * self.server.workers() as u64;
+        let deadline = std::time::Instant::now() + Duration::from_secs(1);
+        while self.shared.ticks.load(Ordering::Acquire) < want
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Close every session, stop the workers, describe what ran.
+    pub fn shutdown(self) -> Result<ServerInfo> {
+        let backend = self.server.backend_kind().to_string();
+        let reason = self.server.selection_reason().to_string();
+        let sockets = self
+            .server
+            .socket_info()
+            .iter()
+            .map(|s| socket_buffers(s, None))
+            .collect();
+        let counters = self
+            .server
+            .shutdown()
+            .map_err(|e| anyhow!("ricochet RUDP shutdown: {e}"))?;
+        Ok(ServerInfo {
+            kind: "ricochet-rudp".into(),
+            io_model: self.io_model.to_string(),
+            threads: counters.len(),
+            backend,
+            selection_reason: reason,
+            sockets,
+            workers: counters
+                .iter()
+                .map(|c| crate::schema::WorkerStats {
+                    worker: c.worker,
+                    core: c.core,
+                    loop_turns: c.loop_turns,
+                    datagrams_in: c.datagrams_in,
+                    datagrams_out: c.datagrams_out,
+                    batches_in: c.batches_in,
+                    batches_out: c.batches_out,
+                    syscalls: c.syscalls,
+                    max_turn_ns: c.max_turn_ns,
+                    send_errors: c.send_errors,
+                    truncated: c.truncated,
+                    socket_drops: c.socket_drops,
+                })
+                .collect(),
+        })
+    }
+}

@@ -1,0 +1,98 @@
+//! An RUDP echo server and client.
+//!
+//! ```sh
+//! cargo run --release --example echo                          # both, in one process, 3 s
+//! cargo run --release --example echo -- --serve 0.0.0.0:7777  # only the server
+//! cargo run --release --example echo -- --connect 127.0.0.1:7777 --seconds 10
+//! ```
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::{Client, ClientConfig, ClientEvent};
+
+/// The whole server: send every message back on the channel it came on.
+struct Echo;
+
+impl Handler for Echo {
+    fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
+        let _ = ctx.send(s, channel, data);
+    }
+}
+
+/// Send numbered messages on the reliable ordered channel (0) for `seconds`, 16 in flight,
+/// checking that each echo is the next one expected.
+fn run_client(server: SocketAddr, seconds: f64) -> Result<(), Box<dyn std::error::Error>> {
+    let mut client =
+        Client::connect_blocking(server, ClientConfig::default(), Duration::from_secs(5))?;
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    let (mut next_send, mut next_echo) = (0u64, 0u64);
+    let mut rtt_total = Duration::ZERO;
+    let mut sent_at = std::collections::VecDeque::new();
+    while Instant::now() < end || next_echo < next_send {
+        while Instant::now() < end && next_send - next_echo < 16 {
+            client.send(0, next_send.to_le_bytes().to_vec())?;
+            sent_at.push_back(Instant::now());
+            next_send += 1;
+        }
+        client.wait(Duration::from_millis(10))?;
+        while let Some(event) = client.poll_event() {
+            match event {
+                ClientEvent::Message { data, .. } => {
+                    let n = u64::from_le_bytes(data[..].try_into()?);
+                    assert_eq!(n, next_echo, "reliable ordered: echoes come back in order");
+                    rtt_total += sent_at.pop_front().map_or(Duration::ZERO, |t| t.elapsed());
+                    next_echo += 1;
+                }
+                ClientEvent::Disconnected { reason, .. } => {
+                    return Err(format!("{reason:?}").into())
+                }
+                ClientEvent::Connected => {}
+            }
+        }
+    }
+    let s = client
+        .stats()
+        .map(|s| (s.packets_sent, s.segments_retransmitted));
+    println!(
+        "{next_echo} round trips in {seconds} s, mean RTT {:?}; (packets sent, retransmitted) = {s:?}",
+        rtt_total / next_echo.max(1) as u32
+    );
+    client.close();
+    for _ in 0..20 {
+        client.update()?; // let the close go out
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let seconds: f64 = flag("--seconds").map_or(Ok(3.0), |s| s.parse())?;
+    if let Some(addr) = flag("--connect") {
+        return run_client(addr.parse()?, seconds);
+    }
+    let bind = flag("--serve").unwrap_or_else(|| "127.0.0.1:0".into());
+    let server = RudpServer::start(RudpServerConfig::new(bind.parse()?), |_| Echo)?;
+    println!(
+        "echo server on {} ({} workers, {})",
+        server.local_addr(),
+        server.workers(),
+        server.backend_kind()
+    );
+    if flag("--serve").is_some() {
+        std::thread::sleep(Duration::from_secs_f64(seconds));
+    } else {
+        run_client(server.local_addr(), seconds)?;
+    }
+    server.shutdown()?;
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! A tick-based game server: 20 times a second it broadcasts the world state to every player on
+//! an unreliable-sequenced channel (a late snapshot is useless, a newer one replaces it), while
+//! chat travels on a reliable ordered channel beside it. The players run in the same process,
+//! all driven from one game loop with `Client::update`, as a game client would.
+//!
+//! ```sh
+//! cargo run --release --example game_server -- --clients 8 --seconds 5
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ricochet::proto::EndpointConfig;
+use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::{ChannelKind, Client, ClientConfig, ClientEvent, Config};
+
+/// Channel ids; both sides use [`channels`].
+const CHAT: u8 = 0;
+const STATE: u8 = 1;
+
+fn channels() -> EndpointConfig {
+    EndpointConfig {
+        connection: Arc::new(Config {
+            channels: vec![
+                ChannelKind::ReliableOrdered,
+                ChannelKind::UnreliableSequenced,
+            ],
+            ..Config::competitive()
+        }),
+        ..EndpointConfig::default()
+    }
+}
+
+/// The world: a tick counter and each player's chat line count. One worker owns it.
+#[derive(Default)]
+struct World {
+    tick: u32,
+    players: BTreeMap<SessionId, u32>,
+}
+
+impl Handler for World {
+    fn on_connect(&mut self, _: &mut ServerContext<'_>, s: SessionId) {
+        self.players.insert(s, 0);
+    }
+
+    fn on_message(
+        &mut self,
+        ctx: &mut ServerContext<'_>,
+        from: SessionId,
+        channel: u8,
+        data: Bytes,
+    ) {
+        if channel != CHAT {
+            return;
+        }
+        *self.players.entry(from).or_default() += 1;
+        // Relay the line to everyone, reliably and in order.
+        for &p in self.players.keys() {
+            let _ = ctx.send(p, CHAT, data.clone());
+        }
+    }
+
+    fn on_disconnect(
+        &mut self,
+        _: &mut ServerContext<'_>,
+        s: SessionId,
+        _: ricochet::CloseReason,
+        _: bool,
+    ) {
+        self.players.remove(&s);
+    }
+
+    fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
+        self.tick += 1;
+        // Snapshot: tick, then every player's chat count.
+        let mut snapshot = self.tick.to_le_bytes().to_vec();
+        snapshot.extend(self.players.values().flat_map(|n| n.to_le_bytes()));
+        let snapshot = Bytes::from(snapshot);
+        for &p in self.players.keys() {
+            let _ = ctx.send(p, STATE, snapshot.clone());
+        }
+    }
+}
+
+/// What one player saw.
+#[derive(Default)]
+struct Seen {
+    snapshots: u32,
+    last_tick: u32,
+    stale: u32,
+    chat: u32,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+    };
+    let seconds: f64 = flag("--seconds").map_or(Ok(3.0), |s| s.parse())?;
+    let n: usize = flag("--clients").map_or(Ok(4), |s| s.parse())?;
+
+    let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse()?);
+    cfg.udp.io_threads = 1; // one world, one worker
+    cfg.udp.tick = Some(Duration::from_millis(50));
+    cfg.endpoint = EndpointConfig {
+        server: cfg.endpoint.server.clone(),
+        ..channels()
+    };
+    let server = RudpServer::start(cfg, |_| World::default())?;
+
+    let client_cfg = ClientConfig {
+        endpoint: channels(),
+        ..ClientConfig::default()
+    };
+    let mut players = (0..n)
+        .map(|_| {
+            Client::connect_blocking(
+                server.local_addr(),
+                client_cfg.clone(),
+                Duration::from_secs(5),
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut seen: Vec<Seen> = (0..n).map(|_| Seen::default()).collect();
+
+    // The game loop: 60 frames a second; every second each player says something.
+    let start = Instant::now();
+    let mut frame = 0u64;
+    while start.elapsed().as_secs_f64() < seconds {
+        for (i, (c, s)) in players.iter_mut().zip(&mut seen).enumerate() {
+            if frame % 60 == (i as u64 * 7) % 60 {
+                c.send(CHAT, format!("player {i}: frame {frame}").into_bytes())?;
+            }
+            c.update()?;
+            while let Some(event) = c.poll_event() {
+                match event {
+                    ClientEvent::Message {
+                        channel: STATE,
+                        data,
+                    } => {
+                        let tick = u32::from_le_bytes(data[..4].try_into()?);
+                        // Sequenced: never older than what we have.
+                        if tick <= s.last_tick {
+                            s.stale += 1;
+                        }
+                        s.last_tick = tick;
+                        s.snapshots += 1;
+                    }
+                    ClientEvent::Message { .. } => s.chat += 1,
+                    ClientEvent::Disconnected { reason, .. } => {
+                        return Err(format!("{reason:?}").into())
+                    }
+                    ClientEvent::Connected => {}
+                }
+            }
+        }
+        frame += 1;
+        std::thread::sleep(Duration::from_millis(16));
+    }
+
+    for (i, (c, s)) in players.iter().zip(&seen).enumerate() {
+        let rtt = c.stats().map_or(Duration::ZERO, |st| st.srtt);
+        println!(
+            "player {i}: {} snapshots (last tick {}, {} stale), {} chat lines, RTT {rtt:?}",
+            s.snapshots, s.last_tick, s.stale, s.chat
+        );
+    }
+    for c in &mut players {
+        c.close();
+    }
+    for _ in 0..10 {
+        players.iter_mut().try_for_each(|c| c.update())?;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    server.shutdown()?;
+    Ok(())
+}
