@@ -74,5 +74,5 @@ pub fn run(args: &ReportArgs, global: &Global) -> Result<bool> {
     if changed.is_empty() {
         println!("report: {} files up to date", files.len());
     }
-    Ok(!(args.check && !changed.is_empty()))
+    Ok(!args.check || changed.is_empty())
 }

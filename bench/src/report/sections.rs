@@ -333,6 +333,9 @@ fn udp_echo(cx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+/// Window → lost echoes per repetition (`None`: that repetition did not run).
+type LossByWindow = BTreeMap<usize, Vec<Option<u64>>>;
+
 fn udp_limits(cx: &mut Ctx) -> Result<()> {
     let files: Vec<(String, ResultFile)> = cx
         .bench_files(&["udp-limits"])
@@ -348,8 +351,7 @@ fn udp_limits(cx: &mut Ctx) -> Result<()> {
         windows.sort_unstable();
         windows.dedup();
         // (family, payload) → window → lost per repetition (None: the run did not happen).
-        let mut cells: BTreeMap<(String, usize), BTreeMap<usize, Vec<Option<u64>>>> =
-            BTreeMap::new();
+        let mut cells: BTreeMap<(String, usize), LossByWindow> = BTreeMap::new();
         for r in &f.udp_runs {
             let ran = r.server.is_some() && r.phases.measured.sent > 0;
             if !ran {
@@ -393,7 +395,7 @@ fn udp_limits(cx: &mut Ctx) -> Result<()> {
                     "-".to_string()
                 } else {
                     reps.iter()
-                        .map(|x| x.map_or("FAIL".into(), |v| thousands(v)))
+                        .map(|x| x.map_or("FAIL".into(), thousands))
                         .collect::<Vec<_>>()
                         .join(" / ")
                 };
