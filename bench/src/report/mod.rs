@@ -9,8 +9,8 @@
 //! section missing from the file is appended at the end with its markers.
 //!
 //! Inputs it understands (by their own kind field): `tour` / `udp` / `udp-limits` (the bench
-//! result schema), `platform-blast` (the platform crate's blast example), `fec` (`bench fec`),
-//! and the gate baseline (`results/baseline/gate-*.json`: the simulated echo). A measurement
+//! result schema), `platform-blast` (the platform crate's blast example), `fec-codecs` (`bench fec`), and the
+//! gate baseline (`results/baseline/gate-*.json`: the simulated echo). A measurement
 //! that failed or is incomplete is refused: left out of every table and chart and listed, with
 //! the reason, in the `refused` section. Files of an unknown kind are listed there too.
 
@@ -90,7 +90,9 @@ pub fn classify(text: &str) -> Result<Input, String> {
             Err("platform-blast without rows".into())
         };
     }
-    if v.get("bench").and_then(Value::as_str) == Some("fec") {
+    if v.get("bench").and_then(Value::as_str) == Some("fec")
+        || v.get("kind").and_then(Value::as_str) == Some("fec-codecs")
+    {
         return if v.get("results").and_then(Value::as_array).is_some() {
             Ok(Input::Fec(v))
         } else {

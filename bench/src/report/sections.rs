@@ -78,6 +78,19 @@ pub fn render_all(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
         out: Rendered::default(),
         refused: inputs.refused.clone(),
     };
+    for (path, input) in &inputs.files {
+        if let Input::Bench(f) = input {
+            if !["tour", "udp", "udp-limits"].contains(&f.kind.as_str()) {
+                cx.refused.push((
+                    path.clone(),
+                    format!(
+                        "kind {:?}: this version of `bench report` has no renderer for it",
+                        f.kind
+                    ),
+                ));
+            }
+        }
+    }
     environment(&mut cx);
     sim_echo(&mut cx)?;
     udp_echo(&mut cx)?;
@@ -132,15 +145,52 @@ fn environment(cx: &mut Ctx) {
                 num(v, "loadavg_1m_before").map_or("-".into(), |l| format!("{l:.2}")),
                 "-".into(),
             ],
-            Input::Fec(v) => vec![
-                format!("`{path}`"),
-                text(v, "date_utc").into(),
-                text(v, "host").into(),
-                "-".into(),
-                text(v, "cpu").into(),
-                "-".into(),
-                "-".into(),
-            ],
+            Input::Fec(v) => {
+                // Older files carry flat `host`/`cpu`/`date_utc`; newer ones the bench envelope.
+                let host = v.get("host");
+                let h = |k: &str| host.map_or("", |h| text(h, k)).to_string();
+                let created = match text(v, "created_utc") {
+                    "" => text(v, "date_utc"),
+                    c => c,
+                };
+                vec![
+                    format!("`{path}`"),
+                    created.to_string(),
+                    if host.is_some_and(Value::is_object) {
+                        h("hostname")
+                    } else {
+                        text(v, "host").into()
+                    },
+                    if host.is_some_and(Value::is_object) {
+                        format!("{} {} ({})", h("os"), h("kernel"), h("arch"))
+                    } else {
+                        "-".into()
+                    },
+                    if host.is_some_and(Value::is_object) {
+                        format!(
+                            "{} × {}",
+                            host.and_then(|h| h.get("cores"))
+                                .and_then(Value::as_u64)
+                                .unwrap_or(0),
+                            h("cpu_model")
+                        )
+                    } else {
+                        text(v, "cpu").into()
+                    },
+                    host.and_then(|h| h.get("load_average"))
+                        .and_then(|l| l.get(0))
+                        .and_then(Value::as_f64)
+                        .map_or("-".into(), |l| format!("{l:.2}")),
+                    v.get("build").map_or("-".into(), |b| {
+                        format!(
+                            "{} {}, {}",
+                            text(b, "profile"),
+                            text(b, "rustc"),
+                            short(text(b, "git_commit"))
+                        )
+                    }),
+                ]
+            }
             Input::Gate(b) => vec![
                 format!("`{path}`"),
                 "-".into(),
