@@ -269,7 +269,7 @@ fn malformed_table_dropped_counted_connection_survives() {
             DropCause::UnexpectedHandshake,
         ),
         (
-            "fec packet without fec",
+            "truncated fec parity body",
             {
                 let mut b = vec![0u8; 64];
                 let n = wire::encode_packet(
@@ -283,7 +283,7 @@ fn malformed_table_dropped_counted_connection_survives() {
                 b.truncate(n);
                 b
             },
-            DropCause::FecUnsupported,
+            DropCause::Malformed,
         ),
     ];
     for (name, bytes, cause) in rows {
