@@ -287,7 +287,8 @@ fn echo_under_each_profile_60s() {
     let secs = 60;
     for (cname, cfg) in [
         ("default", Config::default()),
-        ("competitive", Config::competitive()),
+        ("competitive-arq", competitive_arq()),
+        ("competitive+fec", Config::competitive()),
     ] {
         for p in Profile::ALL {
             let o = run(profile_impairment(p), cfg.clone(), 42, secs);
