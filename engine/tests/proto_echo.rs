@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use proto_util::{App, EpNode};
+use ricochet::fec::{FecConfig, FecPolicy};
 use ricochet::proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
 use ricochet::sim::{Impairment, Profile, Simulation};
 
@@ -257,6 +258,17 @@ fn report(name: &str, secs: u64, o: &Outcome) {
     );
 }
 
+/// The game profile with FEC off: ARQ alone.
+fn competitive_arq() -> Config {
+    Config {
+        fec: FecConfig {
+            policy: FecPolicy::Off,
+            ..FecConfig::default()
+        },
+        ..Config::competitive()
+    }
+}
+
 /// `none` has zero delay in the profile table; a zero-delay echo never lets simulated time move,
 /// so this test gives the clean path 1 ms one way (and 60 s of it stays cheap to simulate).
 fn profile_impairment(p: Profile) -> Impairment {
@@ -275,7 +287,8 @@ fn echo_under_each_profile_60s() {
     let secs = 60;
     for (cname, cfg) in [
         ("default", Config::default()),
-        ("competitive", Config::competitive()),
+        ("competitive-arq", competitive_arq()),
+        ("competitive+fec", Config::competitive()),
     ] {
         for p in Profile::ALL {
             let o = run(profile_impairment(p), cfg.clone(), 42, secs);
@@ -336,7 +349,8 @@ fn echo_smoke_config_variants() {
                 ..Config::default()
             },
         ),
-        ("competitive", Config::competitive()),
+        ("competitive-arq", competitive_arq()),
+        ("competitive+fec", Config::competitive()),
     ];
     for (name, cfg) in variants {
         let o = run(Profile::Random.impairment(), cfg, 5, 3);

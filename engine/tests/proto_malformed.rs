@@ -271,7 +271,7 @@ fn malformed_table_dropped_counted_connection_survives() {
         (
             // Connections accept FEC from their peer whatever their own policy; a truncated
             // parity body is malformed.
-            "truncated fec parity",
+            "truncated fec parity body",
             {
                 let mut b = vec![0u8; 64];
                 let n = wire::encode_packet(

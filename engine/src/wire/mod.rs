@@ -598,8 +598,9 @@ pub mod frame_type {
 }
 
 /// A decoded ACK frame. Ranges were validated at decode time; [`AckFrame::ranges`] re-reads them
-/// from the packet without allocating.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// from the packet without allocating. Equality is semantic (same fields and ranges), so a
+/// non-canonical varint encoding equals its canonical re-encoding.
+#[derive(Debug, Clone, Copy)]
 pub struct AckFrame<'a> {
     /// Largest packet number acknowledged.
     pub largest: u64,
@@ -611,6 +612,18 @@ pub struct AckFrame<'a> {
     pub range_count: usize,
     raw: &'a [u8],
 }
+
+impl PartialEq for AckFrame<'_> {
+    fn eq(&self, o: &Self) -> bool {
+        self.largest == o.largest
+            && self.ack_delay_us == o.ack_delay_us
+            && self.window == o.window
+            && self.range_count == o.range_count
+            && self.ranges().eq(o.ranges())
+    }
+}
+
+impl Eq for AckFrame<'_> {}
 
 impl<'a> AckFrame<'a> {
     /// Acknowledged packet-number ranges, highest first, as inclusive `(low, high)`.

@@ -210,3 +210,19 @@ proptest! {
         }
     }
 }
+
+/// Fuzz finding (decode_packet): a non-canonical varint (0 as two bytes) in an ACK. Decoding is
+/// fine; re-encoding is canonical and must compare equal to the decoded frame.
+#[test]
+fn noncanonical_varint_ack_reencodes_equal() {
+    let input = [0x02, 0x00, 0x00, 0x00, 0x00, 0x40, 0x00];
+    let Some(Ok(f)) = frames(&input).next() else {
+        panic!("should decode")
+    };
+    let mut out = [0u8; 64];
+    let mut w = Writer::new(&mut out);
+    encode_frame(&f, &mut w).unwrap();
+    let n = w.len();
+    assert!(n < input.len());
+    assert_eq!(frames(&out[..n]).next(), Some(Ok(f)));
+}
