@@ -5,6 +5,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use ricochet::fec::FecPolicy;
 use ricochet::sim::echo::{EchoReport, EchoScenario};
 use ricochet::sim::Profile;
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,9 @@ pub struct SimSuite {
     pub none_delay_ms: f64,
     /// Profiles, by name.
     pub profiles: Vec<String>,
+    /// Profiles also run with adaptive FEC (reported as `<profile>+fec`).
+    #[serde(default)]
+    pub fec_profiles: Vec<String>,
     /// Allowed relative difference from the baseline (0: exact).
     pub relative_tolerance: f64,
 }
@@ -44,6 +48,7 @@ impl Default for SimSuite {
             seconds: 10.0,
             none_delay_ms: 1.0,
             profiles: vec!["none".into(), "random".into(), "burst".into()],
+            fec_profiles: vec!["none".into(), "random".into(), "burst".into()],
             relative_tolerance: 0.0,
         }
     }
@@ -52,7 +57,7 @@ impl Default for SimSuite {
 impl SimSuite {
     /// Checks the ranges.
     pub fn validate(&self) -> Result<()> {
-        for p in &self.profiles {
+        for p in self.profiles.iter().chain(&self.fec_profiles) {
             Profile::from_str(p)?;
         }
         for (name, v) in [
@@ -83,17 +88,28 @@ impl SimSuite {
         }
     }
 
-    /// Runs every profile, in order.
+    /// Runs every profile, in order: ARQ only, then the FEC profiles with adaptive FEC.
     pub fn run(&self, mut progress: impl FnMut(&SimResult)) -> Result<Vec<SimResult>> {
         let mut out = Vec::new();
-        for name in &self.profiles {
+        let cases = self
+            .profiles
+            .iter()
+            .map(|p| (p, false))
+            .chain(self.fec_profiles.iter().map(|p| (p, true)));
+        for (name, fec) in cases {
             let profile = Profile::from_str(name)?;
+            let mut scenario = self.scenario(profile);
+            if fec {
+                scenario.config.fec.policy = FecPolicy::Adaptive { max_parity: 4 };
+            }
             let t0 = Instant::now();
-            let report = self
-                .scenario(profile)
+            let report = scenario
                 .run()
-                .with_context(|| format!("sim echo under {name}"))?;
-            let r = SimResult::from_report(&report, t0.elapsed().as_secs_f64());
+                .with_context(|| format!("sim echo under {name} (fec: {fec})"))?;
+            let mut r = SimResult::from_report(&report, t0.elapsed().as_secs_f64());
+            if fec {
+                r.profile.push_str("+fec");
+            }
             progress(&r);
             out.push(r);
         }

@@ -180,6 +180,8 @@ impl EchoScenario {
         let secs = self.seconds.as_secs_f64();
         let app_bytes = (client_received + server_received) * self.payload as u64;
         let retransmitted = after.retransmitted - before.retransmitted;
+        let recovered = after.recovered - before.recovered;
+        let fec_on = self.config.fec.policy != crate::fec::FecPolicy::Off;
         let per_1000 = |x: u64| {
             if round_trips == 0 {
                 0.0
@@ -221,10 +223,9 @@ impl EchoScenario {
             retransmitted_per_1000: per_1000(retransmitted),
             packets_lost: after.lost - before.lost,
             realized_loss: wire.realized_loss,
-            // The protocol core on this branch has no FEC stage yet: there is nothing to read.
-            fec_recovered: None,
-            fec_recovered_per_1000: None,
-            fec_peak_retained_bytes: None,
+            fec_recovered: fec_on.then_some(recovered),
+            fec_recovered_per_1000: fec_on.then(|| per_1000(recovered)),
+            fec_peak_retained_bytes: fec_on.then_some(after.fec_peak_retained),
             checks,
             trace_hash: sim.network().trace_hash().map(hex).unwrap_or_default(),
         })
@@ -568,8 +569,9 @@ impl Node {
         }
     }
 
-    /// Sums of the connections' counters: (retransmitted segments, packets lost).
-    fn connection_counters(&self) -> (u64, u64) {
+    /// Sums of the connections' counters: (retransmitted segments, packets lost, data shards
+    /// FEC recovered).
+    fn connection_counters(&self) -> (u64, u64, u64) {
         let handles: &[ConnectionHandle] = match &self.role {
             Role::Server(s) => &s.handles,
             Role::Client(c) => std::slice::from_ref(&c.handle),
@@ -577,9 +579,13 @@ impl Node {
         handles
             .iter()
             .filter_map(|&h| self.ep.connection(h))
-            .fold((0, 0), |(r, l), c| {
+            .fold((0, 0, 0), |(r, l, f), c| {
                 let s = c.stats();
-                (r + s.segments_retransmitted, l + s.packets_lost)
+                (
+                    r + s.segments_retransmitted,
+                    l + s.packets_lost,
+                    f + s.fec.data_recovered,
+                )
             })
     }
 }
@@ -621,6 +627,9 @@ struct Snapshot {
     wire: Wire,
     retransmitted: u64,
     lost: u64,
+    recovered: u64,
+    /// The largest FEC retention peak of any endpoint.
+    fec_peak_retained: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -659,14 +668,23 @@ impl Wire {
 
 impl Snapshot {
     fn take(sim: &Simulation<Node>) -> Self {
-        let (retransmitted, lost) = sim
+        let (retransmitted, lost, recovered) = sim
             .nodes()
             .map(|(_, n)| n.connection_counters())
-            .fold((0, 0), |(r, l), (r2, l2)| (r + r2, l + l2));
+            .fold((0, 0, 0), |(r, l, f), (r2, l2, f2)| {
+                (r + r2, l + l2, f + f2)
+            });
+        let fec_peak_retained = sim
+            .nodes()
+            .map(|(_, n)| n.ep.fec_budget().peak() as u64)
+            .max()
+            .unwrap_or(0);
         Snapshot {
             wire: Wire::of(&sim.network().total_counters()),
             retransmitted,
             lost,
+            recovered,
+            fec_peak_retained,
         }
     }
 }
