@@ -5,13 +5,16 @@
 //! - [`rudp`]: the RUDP complete-message echo over the relay (or direct).
 //! - [`schema`]: the versioned JSON result schema; [`host`]: host/build metadata and process
 //!   usage; [`kernel`]: kernel counters; [`output`]: result paths and text tables.
+//! - [`gate`]: the CI regression gate; [`report`]: `PERFORMANCE.md` from `results/`.
 //! - [`commands`]: one module per subcommand.
 
 pub mod commands;
+pub mod gate;
 pub mod host;
 pub mod kernel;
 pub mod output;
 pub mod relay;
+pub mod report;
 pub mod rudp;
 pub mod schema;
 pub mod udp;

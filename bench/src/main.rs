@@ -7,9 +7,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod fec;
+
 use bench::commands::{
-    self, matrix::MatrixArgs, rudp::RudpArgs, tour::TourArgs, udp::UdpArgs, udp_limits::LimitsArgs,
-    Global,
+    self, gate::GateArgs, matrix::MatrixArgs, report::ReportArgs, rudp::RudpArgs, tour::TourArgs,
+    udp::UdpArgs, udp_limits::LimitsArgs, Global,
 };
 
 #[derive(Debug, Parser)]
@@ -33,10 +35,18 @@ enum Command {
     Udp(UdpArgs),
     /// The reference matrix: payloads × windows × repetitions, loss table.
     UdpLimits(LimitsArgs),
+    /// FEC codec encode/recover times per codec and SIMD level.
+    Fec(fec::FecArgs),
+    /// A standalone impairment relay (the simulator's model on real sockets and a real clock).
+    Relay(bench::relay::RelayArgs),
     /// RUDP complete-message echo through the impairment relay (or --direct).
     Rudp(RudpArgs),
     /// Reference matrices (`bench matrix rudp`).
     Matrix(MatrixArgs),
+    /// CI regression gate: exact simulator metrics and same-run wall-clock ratios vs a baseline.
+    Gate(GateArgs),
+    /// Regenerate PERFORMANCE.md's generated sections and charts from results/.
+    Report(ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,8 +62,12 @@ fn main() -> ExitCode {
         None => commands::tour::run(&cli.tour, &cli.global),
         Some(Command::Udp(a)) => commands::udp::run(a, &cli.global),
         Some(Command::UdpLimits(a)) => commands::udp_limits::run(a, &cli.global),
+        Some(Command::Relay(a)) => bench::relay::run(a).map(|()| true),
+        Some(Command::Fec(a)) => fec::run(a).map(|()| true),
         Some(Command::Rudp(a)) => commands::rudp::run(a, &cli.global),
         Some(Command::Matrix(a)) => commands::matrix::run(a, &cli.global),
+        Some(Command::Gate(a)) => commands::gate::run(a, &cli.global),
+        Some(Command::Report(a)) => commands::report::run(a, &cli.global),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -12,13 +12,9 @@ use crate::schema::{ResultFile, UdpRun, SCHEMA_VERSION};
 /// The default results directory: `results/` at the workspace root when running from the
 /// source tree, else `./results`.
 pub fn default_results_root() -> PathBuf {
-    let in_tree = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("results");
-    if in_tree.is_dir() {
-        in_tree
-    } else {
-        PathBuf::from("results")
+    match Path::new(env!("CARGO_MANIFEST_DIR")).parent() {
+        Some(root) if root.join("results").is_dir() => root.join("results"),
+        _ => PathBuf::from("results"),
     }
 }
 
@@ -31,20 +27,32 @@ pub fn result_path(root: Option<&Path>, stem: &str, at: &UtcTime) -> PathBuf {
         .join(format!("{stem}-{}.json", at.time_compact()))
 }
 
-/// A result file for `runs`, stamped now with this host, build and command line.
-pub fn result_file(kind: &str, at: &UtcTime, runs: Vec<UdpRun>) -> ResultFile {
+/// A result file for `runs` started at `at` on `host` (described before the runs, so the load
+/// average is the machine's, not the benchmark's), with this build and command line.
+pub fn result_file(kind: &str, at: &UtcTime, host: HostInfo, runs: Vec<UdpRun>) -> ResultFile {
     ResultFile {
         schema_version: SCHEMA_VERSION,
         kind: kind.to_string(),
         created_unix_s: at.unix_s,
         created_utc: at.iso(),
         command_line: command_line(),
-        host: HostInfo::collect(),
+        host,
         build: BuildInfo::collect(),
         ok: runs.iter().all(|r| r.ok),
         udp_runs: runs,
         rudp_cases: Vec::new(),
     }
+}
+
+/// One line about the host: name, cores, CPU, load average at the start.
+pub fn host_line(h: &HostInfo) -> String {
+    let load = h.load_average.map_or("unknown".into(), |l| {
+        format!("{:.1} / {:.1} / {:.1}", l[0], l[1], l[2])
+    });
+    format!(
+        "host {}: {} cores ({}), kernel {}, load average at start {load} (1/5/15 min)",
+        h.hostname, h.cores, h.cpu_model, h.kernel
+    )
 }
 
 /// Write `file` to `path` and say where.
@@ -160,6 +168,66 @@ pub fn udp_table(runs: &[UdpRun]) -> String {
     out
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Per label, over its rounds: median (min–max) round trips/s and median p99.
+pub fn median_table(runs: &[UdpRun]) -> String {
+    let mut labels: Vec<&str> = Vec::new();
+    for r in runs {
+        if !labels.contains(&r.label.as_str()) {
+            labels.push(&r.label);
+        }
+    }
+    let rows: Vec<Vec<String>> = labels
+        .iter()
+        .map(|l| {
+            let of: Vec<&UdpRun> = runs.iter().filter(|r| r.label == *l).collect();
+            let rates: Vec<f64> = of.iter().map(|r| r.round_trips_per_s).collect();
+            let lo = rates.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = rates.iter().copied().fold(0.0, f64::max);
+            let p99: Vec<f64> = of.iter().filter_map(|r| r.rtt_us.map(|x| x.p99)).collect();
+            vec![
+                l.to_string(),
+                of.len().to_string(),
+                thousands(median(rates).round() as u64),
+                format!(
+                    "{}–{}",
+                    thousands(finite_or_zero(lo).round() as u64),
+                    thousands(hi.round() as u64)
+                ),
+                fmt_us((!p99.is_empty()).then(|| median(p99))),
+                of.iter().filter(|r| r.ok).count().to_string(),
+            ]
+        })
+        .collect();
+    render_table(
+        &[
+            "run",
+            "rounds",
+            "median rt/s",
+            "min–max rt/s",
+            "median p99 µs",
+            "ok",
+        ],
+        &rows,
+    )
+}
+
+fn finite_or_zero(x: f64) -> f64 {
+    if x.is_finite() {
+        x
+    } else {
+        0.0
+    }
+}
+
 /// Server details of each run: backend, why, sockets, drops, worker counters.
 pub fn server_notes(runs: &[UdpRun]) -> String {
     let mut out = String::new();
@@ -194,6 +262,14 @@ pub fn server_notes(runs: &[UdpRun]) -> String {
                 dgrams as f64 / turns as f64,
                 syscalls as f64 / dgrams.max(1) as f64
             );
+        }
+        if s.workers.len() > 1 {
+            let per: Vec<String> = s
+                .workers
+                .iter()
+                .map(|w| thousands(w.datagrams_in))
+                .collect();
+            let _ = write!(out, "; datagrams in per worker: {}", per.join(" / "));
         }
         let _ = writeln!(out);
         if let Some(first) = bufs.first() {

@@ -114,6 +114,8 @@ pub struct UdpConfig {
     pub backend: String,
     /// Idle strategy: `spin`, `park` or `balanced` (ricochet; `n/a` for tokio).
     pub idle: String,
+    /// Ricochet `per-core` workers pinned to cores (the runtime's default).
+    pub pin_cores: bool,
     /// Busy work per message in the server's handler, ns.
     pub work_ns: u64,
     /// Warm-up duration, s.
@@ -362,6 +364,8 @@ pub struct ServerInfo {
 pub struct UdpRun {
     /// Short name for tables (`ricochet per-core x2`).
     pub label: String,
+    /// Round (0-based) when the same configurations were run several times, interleaved.
+    pub round: usize,
     /// What was asked.
     pub config: UdpConfig,
     /// No loss, duplicate, content error, late echo, I/O error or failure in any phase.

@@ -93,7 +93,7 @@ impl EchoServer for Misbehaving {
     }
 }
 
-fn config(clients: usize, window: usize, messages: u64) -> UdpConfig {
+fn config(clients: usize, window: usize, messages: u64, drain_s: f64) -> UdpConfig {
     UdpConfig {
         payload: 200,
         clients,
@@ -103,10 +103,11 @@ fn config(clients: usize, window: usize, messages: u64) -> UdpConfig {
         io_threads: 1,
         backend: "std".into(),
         idle: "balanced".into(),
+        pin_cores: true,
         work_ns: 0,
         warmup_s: 0.0,
         seconds: 20.0,
-        drain_s: 0.3,
+        drain_s,
         messages: Some(messages),
         address_family: "ipv4".into(),
         recv_buffer: None,
@@ -118,7 +119,9 @@ fn config(clients: usize, window: usize, messages: u64) -> UdpConfig {
 #[test]
 fn drops_duplicates_reorders_and_corruption_are_counted_exactly() {
     let clients = 3u64;
-    let cfg = config(clients as usize, 8, 200);
+    // The drain must outlast any scheduling delay on a loaded machine: the dropped messages
+    // keep it waiting the whole time, and a slow legitimate echo must not count as lost.
+    let cfg = config(clients as usize, 8, 200, 2.0);
     let run = run_udp_against(&cfg, "misbehaving", Box::new(Misbehaving::start()));
     let m = run.phases.measured;
     // Per client, seqs 0..200 hold 4 of each misbehaviour.
@@ -145,7 +148,7 @@ fn drops_duplicates_reorders_and_corruption_are_counted_exactly() {
 #[test]
 fn a_well_behaved_server_is_ok() {
     // Sequence numbers below 3 see no misbehaviour.
-    let cfg = config(2, 2, 3);
+    let cfg = config(2, 2, 3, 10.0);
     let run = run_udp_against(&cfg, "clean", Box::new(Misbehaving::start()));
     let m = run.phases.measured;
     assert_eq!(

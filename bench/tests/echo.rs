@@ -14,6 +14,7 @@ fn config(server: &str, io_model: &str, threads: usize) -> UdpConfig {
         io_threads: threads,
         backend: "auto".into(),
         idle: "balanced".into(),
+        pin_cores: true,
         work_ns: 0,
         warmup_s: 0.05,
         seconds: 20.0,

@@ -2,7 +2,7 @@
 
 use std::process::Command;
 
-use bench::host::UtcTime;
+use bench::host::{HostInfo, UtcTime};
 use bench::output::result_file;
 use bench::schema::{ResultFile, UdpConfig, SCHEMA_VERSION};
 use bench::udp::run::run_udp;
@@ -17,6 +17,7 @@ fn short_run() -> bench::schema::UdpRun {
         io_threads: 1,
         backend: "tokio".into(),
         idle: "balanced".into(),
+        pin_cores: true,
         work_ns: 1_000,
         warmup_s: 0.0,
         seconds: 20.0,
@@ -32,7 +33,12 @@ fn short_run() -> bench::schema::UdpRun {
 
 #[test]
 fn round_trip_and_version_check() {
-    let file = result_file("udp", &UtcTime::now(), vec![short_run()]);
+    let file = result_file(
+        "udp",
+        &UtcTime::now(),
+        HostInfo::collect(),
+        vec![short_run()],
+    );
     assert!(file.ok);
     let text = file.to_json().unwrap();
     let back = ResultFile::from_json(&text).unwrap();
@@ -52,7 +58,12 @@ fn round_trip_and_version_check() {
 
 #[test]
 fn non_finite_numbers_are_refused() {
-    let mut file = result_file("udp", &UtcTime::now(), vec![short_run()]);
+    let mut file = result_file(
+        "udp",
+        &UtcTime::now(),
+        HostInfo::collect(),
+        vec![short_run()],
+    );
     file.udp_runs[0].round_trips_per_s = f64::NAN;
     assert!(file.to_json().is_err());
 }

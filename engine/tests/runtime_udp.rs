@@ -231,3 +231,33 @@ fn oversize_reply_is_refused_and_the_next_one_works() {
     let counters = server.shutdown().unwrap();
     assert_eq!(counters[0].send_errors, 1);
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn per_core_spreads_clients_by_source_port() {
+    // Eight clients on consecutive ports: with source-port steering each of the two workers
+    // serves exactly four of them, so both see the same number of datagrams.
+    let mut cfg = config(IoModel::PerCore, 2, BackendKind::Auto);
+    cfg.steer_by_source_port = true; // without it the kernel's hash split these 60:20 or 50:30
+    let server = UdpServer::start(cfg, |_| Echo).unwrap();
+    let mut socks = Vec::new();
+    while socks.len() < 8 {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = s.local_addr().unwrap().port();
+        // Keep an even split: take ports alternating in parity.
+        if usize::from(port % 2) == socks.len() % 2 {
+            socks.push(s);
+        }
+    }
+    for s in &socks {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        for i in 0..10u8 {
+            s.send_to(&[i], server.local_addr()).unwrap();
+            let mut b = [0u8; 4];
+            s.recv_from(&mut b).unwrap();
+        }
+    }
+    let counters = server.shutdown().unwrap();
+    let ins: Vec<u64> = counters.iter().map(|c| c.datagrams_in).collect();
+    assert_eq!(ins, vec![40, 40], "datagrams per worker");
+}

@@ -40,4 +40,6 @@ pub use batch::{
 pub use counters::KernelCounters;
 pub use error::{Error, Result};
 pub use select::{open, probe, Capabilities, Capability};
-pub use socket::{bind, BoundSocket, PmtuDiscovery, SocketConfig, SocketInfo};
+pub use socket::{
+    bind, steer_reuseport_by_source_port, BoundSocket, PmtuDiscovery, SocketConfig, SocketInfo,
+};

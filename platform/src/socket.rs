@@ -292,6 +292,89 @@ fn enable_drop_counting(socket: &Socket) -> Result<bool> {
     }
 }
 
+/// Spread the datagrams of a `SO_REUSEPORT` group over its `group_size` sockets by UDP source
+/// port (`port % group_size`, sockets numbered in the order they joined the group), instead of
+/// the kernel's 4-tuple hash.
+///
+/// With a handful of flows the hash often lands unevenly (1:3 on two sockets was seen here),
+/// leaving one per-core worker idle while the other saturates; ephemeral client ports are
+/// allocated close together, so the modulo spreads them evenly. Attach it to any one socket
+/// of the group after every socket has joined. Linux only (a classic BPF program,
+/// `SO_ATTACH_REUSEPORT_CBPF`); elsewhere it returns [`Error::BackendUnavailable`].
+pub fn steer_reuseport_by_source_port(socket: &BoundSocket, group_size: usize) -> Result<()> {
+    if group_size == 0 || group_size > u32::MAX as usize {
+        return Err(Error::InvalidConfig(format!(
+            "reuseport group size {group_size} out of range"
+        )));
+    }
+    steer_impl(socket, group_size as u32)
+}
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+fn steer_impl(socket: &BoundSocket, n: u32) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    // asm-generic/socket.h (x86-64 and aarch64 use the generic numbers).
+    const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+    let net = libc::SKF_NET_OFF as u32;
+    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let prog = [
+        // A = IP version (high nibble of the first byte of the network header).
+        op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, net),
+        op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 0, 0, 4),
+        op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 3, 0, 6),
+        // IPv4: X = header length, A = UDP source port right after it.
+        op(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, 0, 0, net),
+        op(libc::BPF_LD | libc::BPF_H | libc::BPF_IND, 0, 0, net),
+        op(libc::BPF_JMP | libc::BPF_JA, 0, 0, 1),
+        // IPv6: the UDP header follows the 40-byte fixed header.
+        op(libc::BPF_LD | libc::BPF_H | libc::BPF_ABS, 0, 0, net + 40),
+        op(libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K, 0, 0, n),
+        op(libc::BPF_RET | libc::BPF_A, 0, 0, 0),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `fprog` points at `prog`, both alive across the call; the kernel copies the
+    // program and validates it.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.socket().as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ATTACH_REUSEPORT_CBPF,
+            (&fprog as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::io(
+            "setsockopt(SO_ATTACH_REUSEPORT_CBPF)",
+            std::io::Error::last_os_error(),
+        ))
+    }
+}
+
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+fn steer_impl(_socket: &BoundSocket, _n: u32) -> Result<()> {
+    Err(Error::BackendUnavailable {
+        backend: "reuseport steering",
+        reason: "a reuseport BPF program needs Linux".into(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -303,7 +303,12 @@ fn run_rudp(args: &RudpMatrixArgs, global: &Global) -> Result<bool> {
             cases.len()
         );
     }
-    let mut file = result_file("rudp-matrix", &started, Vec::new());
+    let mut file = result_file(
+        "rudp-matrix",
+        &started,
+        crate::host::HostInfo::collect(),
+        Vec::new(),
+    );
     file.ok = failed == 0;
     file.rudp_cases = cases;
     let stem = format!(

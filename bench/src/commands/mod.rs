@@ -1,7 +1,9 @@
 //! One module per subcommand; each has its clap arguments and a `run` returning whether every
 //! measurement was ok.
 
+pub mod gate;
 pub mod matrix;
+pub mod report;
 pub mod rudp;
 pub mod tour;
 pub mod udp;

@@ -195,7 +195,12 @@ pub fn run(args: &RudpArgs, global: &Global) -> Result<bool> {
     });
     let cases = vec![case];
     print!("{}", rudp_table(&cases));
-    let mut file = result_file("rudp", &started, Vec::new());
+    let mut file = result_file(
+        "rudp",
+        &started,
+        crate::host::HostInfo::collect(),
+        Vec::new(),
+    );
     file.ok = cases.iter().all(|c| c.ok);
     file.rudp_cases = cases;
     let ok = file.ok;

@@ -5,8 +5,8 @@ use anyhow::Result;
 use clap::Args;
 
 use super::Global;
-use crate::host::UtcTime;
-use crate::output::{result_file, server_notes, udp_table, write_result};
+use crate::host::{HostInfo, UtcTime};
+use crate::output::{host_line, result_file, server_notes, udp_table, write_result};
 use crate::schema::UdpConfig;
 use crate::udp::client::ClientIo;
 
@@ -85,6 +85,7 @@ pub fn configs(args: &TourArgs) -> Vec<UdpConfig> {
         io_threads: 2,
         backend: "auto".into(),
         idle: "balanced".into(),
+        pin_cores: true,
         work_ns: 0,
         warmup_s: args.warmup,
         seconds: args.seconds,
@@ -100,6 +101,7 @@ pub fn configs(args: &TourArgs) -> Vec<UdpConfig> {
         io_model: "shared".into(),
         backend: "tokio".into(),
         idle: "n/a".into(),
+        pin_cores: false,
         ..base.clone()
     };
     vec![base, tokio]
@@ -109,6 +111,7 @@ pub fn configs(args: &TourArgs) -> Vec<UdpConfig> {
 pub fn run(args: &TourArgs, global: &Global) -> Result<bool> {
     let configs = configs(args);
     let started = UtcTime::now();
+    let host = HostInfo::collect();
     println!(
         "Ricochet tour: UDP echo, 16 clients × window 16 × 1,024 B, {} s warm-up + {} s measured per server",
         args.warmup, args.seconds
@@ -127,8 +130,9 @@ pub fn run(args: &TourArgs, global: &Global) -> Result<bool> {
             );
         }
     }
+    println!("{}", host_line(&host));
     let cases = rudp_rows(args);
-    let mut file = result_file("tour", &started, runs);
+    let mut file = result_file("tour", &started, host, runs);
     file.ok = file.ok && cases.iter().all(|c| c.ok);
     file.rudp_cases = cases;
     let ok = file.ok;

@@ -4,8 +4,8 @@ use anyhow::Result;
 use clap::Args;
 
 use super::Global;
-use crate::host::UtcTime;
-use crate::output::{result_file, server_notes, udp_table, write_result};
+use crate::host::{HostInfo, UtcTime};
+use crate::output::{host_line, median_table, result_file, server_notes, udp_table, write_result};
 use crate::schema::{UdpConfig, UdpRun};
 use crate::udp::client::ClientIo;
 use crate::udp::run::{run_udp, validate};
@@ -50,6 +50,9 @@ pub struct UdpArgs {
     /// Ricochet idle strategy (list): spin, park or balanced.
     #[arg(long, value_delimiter = ',', default_value = "balanced", value_parser = ["spin", "park", "balanced"])]
     pub idle: Vec<String>,
+    /// Pin Ricochet's per-core workers to cores (list): true, false.
+    #[arg(long, value_delimiter = ',', default_value = "true")]
+    pub pin_cores: Vec<bool>,
     /// Echo server (list): ricochet or tokio.
     #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "tokio"])]
     pub server: Vec<String>,
@@ -62,6 +65,10 @@ pub struct UdpArgs {
     /// Send buffer for every socket, bytes (0: OS default).
     #[arg(long, default_value_t = 0)]
     pub send_buffer: usize,
+    /// Run every configuration this many times, interleaved (A B C A B C …), so slow drift on a
+    /// shared machine hits all of them alike; the summary shows the median of the rounds.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Client datagram I/O (list): mmsg (sendmmsg/recvmmsg batches, Linux) or std (one call each).
     #[arg(long, value_delimiter = ',', default_value = ClientIo::default_name(), value_parser = ["mmsg", "std"])]
     pub client_io: Vec<String>,
@@ -78,6 +85,9 @@ pub fn label(cfg: &UdpConfig, with_window: bool, with_client_io: bool) -> String
     };
     if cfg.server != "tokio" && cfg.idle != "balanced" {
         s.push_str(&format!(" {}", cfg.idle));
+    }
+    if cfg.server != "tokio" && cfg.io_model == "per-core" && !cfg.pin_cores {
+        s.push_str(" unpinned");
     }
     if with_window {
         s.push_str(&format!(" w{}", cfg.window));
@@ -97,20 +107,28 @@ impl UdpArgs {
         for client_io in &self.client_io {
             for &window in &self.window {
                 for server in &self.server {
-                    let combos: Vec<(String, String, String)> = if server == "tokio" {
-                        vec![("shared".into(), "tokio".into(), "n/a".into())]
+                    let combos: Vec<(String, String, String, bool)> = if server == "tokio" {
+                        vec![("shared".into(), "tokio".into(), "n/a".into(), false)]
                     } else {
                         let mut v = Vec::new();
                         for m in &self.io_model {
                             for b in &self.backend {
                                 for i in &self.idle {
-                                    v.push((m.clone(), b.clone(), i.clone()));
+                                    // Pinning only applies to per-core workers.
+                                    let pins: &[bool] = if m == "per-core" {
+                                        &self.pin_cores
+                                    } else {
+                                        &[false]
+                                    };
+                                    for &p in pins {
+                                        v.push((m.clone(), b.clone(), i.clone(), p));
+                                    }
                                 }
                             }
                         }
                         v
                     };
-                    for (io_model, backend, idle) in combos {
+                    for (io_model, backend, idle, pin_cores) in combos {
                         out.push(UdpConfig {
                             payload: self.payload,
                             clients: self.clients,
@@ -120,6 +138,7 @@ impl UdpArgs {
                             io_threads: self.io_threads,
                             backend,
                             idle,
+                            pin_cores,
                             work_ns: self.work,
                             warmup_s: self.warmup,
                             seconds: self.seconds,
@@ -138,7 +157,19 @@ impl UdpArgs {
     }
 }
 
-/// Run each configuration in turn, printing its row as it finishes.
+/// Run each configuration in turn, `rounds` times round-robin.
+pub fn run_rounds(configs: &[UdpConfig], rounds: usize) -> Vec<UdpRun> {
+    let mut runs = Vec::with_capacity(configs.len() * rounds);
+    for round in 0..rounds.max(1) {
+        for mut r in run_configs(configs) {
+            r.round = round;
+            runs.push(r);
+        }
+    }
+    runs
+}
+
+/// Run each configuration in turn.
 pub fn run_configs(configs: &[UdpConfig]) -> Vec<UdpRun> {
     let Some(first) = configs.first() else {
         return Vec::new();
@@ -164,10 +195,16 @@ pub fn run(args: &UdpArgs, global: &Global) -> Result<bool> {
         validate(c)?;
     }
     let started = UtcTime::now();
-    let runs = run_configs(&configs);
+    let host = HostInfo::collect();
+    let runs = run_rounds(&configs, args.rounds);
     print!("{}", udp_table(&runs));
+    if args.rounds > 1 {
+        println!();
+        print!("{}", median_table(&runs));
+    }
     print!("{}", server_notes(&runs));
-    let file = result_file("udp", &started, runs);
+    println!("{}", host_line(&host));
+    let file = result_file("udp", &started, host, runs);
     let ok = file.ok;
     write_result(&file, &global.path_for("udp", &started))?;
     Ok(ok)

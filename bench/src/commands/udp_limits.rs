@@ -5,8 +5,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Global;
-use crate::host::UtcTime;
-use crate::output::{loss_table, result_file, write_result};
+use crate::host::{HostInfo, UtcTime};
+use crate::output::{host_line, loss_table, result_file, write_result};
 use crate::schema::UdpConfig;
 use crate::udp::client::ClientIo;
 use crate::udp::run::run_udp;
@@ -89,6 +89,7 @@ impl LimitsArgs {
                         io_threads: self.io_threads,
                         backend: self.backend.clone(),
                         idle: "balanced".into(),
+                        pin_cores: true,
                         work_ns: 0,
                         warmup_s: self.warmup,
                         seconds: self.seconds,
@@ -110,6 +111,7 @@ impl LimitsArgs {
 pub fn run(args: &LimitsArgs, global: &Global) -> Result<bool> {
     let configs = args.configs();
     let started = UtcTime::now();
+    let host = HostInfo::collect();
     let bar = ProgressBar::new(configs.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {elapsed_precise} eta {eta} {msg}")
@@ -156,6 +158,16 @@ pub fn run(args: &LimitsArgs, global: &Global) -> Result<bool> {
             b.recv_requested, b.recv_granted, b.send_requested, b.send_granted
         );
     }
+    let lost: u64 = runs
+        .iter()
+        .map(|r| r.phases.warmup.lost + r.phases.measured.lost + r.phases.drain.lost)
+        .sum();
+    let drops: u64 = runs
+        .iter()
+        .filter_map(|r| r.server.as_ref())
+        .flat_map(|s| s.sockets.iter().filter_map(|b| b.drops))
+        .sum();
+    println!("lost echoes in all phases: {lost}; server socket receive-buffer drops (SO_RXQ_OVFL): {drops}");
     let rcvbuf: u64 = runs
         .iter()
         .filter_map(|r| r.kernel.map(|k| k.delta.udp_rcvbuf_errors))
@@ -165,7 +177,8 @@ pub fn run(args: &LimitsArgs, global: &Global) -> Result<bool> {
         .filter_map(|r| r.kernel.map(|k| k.delta.ip_reasm_reqds))
         .sum();
     println!("kernel (system-wide, summed over runs): UDP receive-buffer errors +{rcvbuf}, IPv4 reassembly requests +{reasm}");
-    let file = result_file("udp-limits", &started, runs);
+    println!("{}", host_line(&host));
+    let file = result_file("udp-limits", &started, host, runs);
     write_result(&file, &global.path_for("udp-limits", &started))?;
     Ok(true)
 }

@@ -120,7 +120,7 @@ pub fn run(args: &RelayArgs) -> anyhow::Result<()> {
         std::thread::sleep(left.map_or(Duration::from_secs(1), |l| l.min(Duration::from_secs(1))));
         let c = relay.counters();
         eprintln!(
-            "{:>7.1}s routes {} up {}/{} down {}/{} (forwarded/offered) loss {:.2}% late p99 {} us errors {}",
+            "{:>7.1}s routes {} up {}/{} down {}/{} (forwarded/offered) loss {:.2}% late p99 {} us errors {} kernel drops {}",
             start.elapsed().as_secs_f64(),
             c.routes.len(),
             c.up.forwarded,
@@ -130,6 +130,7 @@ pub fn run(args: &RelayArgs) -> anyhow::Result<()> {
             c.realized_loss * 100.0,
             c.lateness.p99_ns / 1000,
             c.errors.recv_errors + c.errors.send_errors + c.errors.route_limit + c.errors.bind_errors,
+            c.errors.front_socket_drops + c.errors.upstream_socket_drops,
         );
     }
     let c = relay.shutdown()?;

@@ -166,12 +166,25 @@ pub struct RelayErrors {
     pub route_limit: u64,
     /// Upstream sockets that could not be bound for a new client (its datagram was dropped).
     pub bind_errors: u64,
+    /// Datagrams the kernel dropped at the front socket (client to server) because the relay
+    /// did not read them in time: loss outside the impairment model, invisible in `offered`.
+    pub front_socket_drops: u64,
+    /// Datagrams the kernel dropped at the upstream sockets (server to client), likewise.
+    pub upstream_socket_drops: u64,
+    /// The socket drop counts above were read (Linux); elsewhere they stay 0.
+    pub socket_drops_available: bool,
 }
 
 impl RelayErrors {
     /// Whether anything went wrong (would-block stalls are not errors: nothing was lost).
     pub fn any(&self) -> bool {
-        self.recv_errors + self.send_errors + self.route_limit + self.bind_errors > 0
+        self.recv_errors
+            + self.send_errors
+            + self.route_limit
+            + self.bind_errors
+            + self.front_socket_drops
+            + self.upstream_socket_drops
+            > 0
     }
 }
 

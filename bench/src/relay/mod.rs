@@ -45,7 +45,17 @@
 //! [`RelayHandle::counters`] asks the relay thread for a consistent [`RelayCounters`] snapshot
 //! (serializable for the bench JSON): per route and direction the simulator's link counters
 //! (offered, forwarded, dropped by cause, duplicated, delayed, overflows, queue peaks) plus
-//! sends, relay errors, send lateness and the relay thread's CPU time.
+//! sends, relay errors, send lateness and the relay thread's CPU time. Datagrams the kernel
+//! dropped at the relay's own sockets (the thread did not read them in time: loss outside the
+//! model) are read with `SO_MEMINFO` on Linux and reported as relay errors
+//! ([`RelayErrors::front_socket_drops`], [`RelayErrors::upstream_socket_drops`]).
+//!
+//! # Load
+//!
+//! The thread costs about one `recv` and one `send` system call per datagram; the loopback send
+//! (which delivers into the receiver's socket and wakes it) dominates its CPU time. On a machine
+//! whose cores are all busy the thread may wait for a core, which shows as lateness and, at high
+//! rates, as socket drops; [`RelayConfig::nice`] lets it win that wait.
 
 mod cli;
 mod counters;

@@ -393,6 +393,14 @@ impl Worker {
         let h = &self.lateness;
         let mut c = RelayCounters::with_routes(routes);
         c.errors = self.errors;
+        let front = sys::socket_drops(self.front.as_raw_fd());
+        c.errors.socket_drops_available = front.is_some();
+        c.errors.front_socket_drops = front.unwrap_or(0);
+        c.errors.upstream_socket_drops = self
+            .routes
+            .iter()
+            .filter_map(|r| sys::socket_drops(r.upstream.as_raw_fd()))
+            .sum();
         c.lateness = Lateness {
             count: h.len(),
             p50_ns: h.value_at_quantile(0.5),

@@ -38,6 +38,7 @@ pub fn start(cfg: &UdpConfig, addr: SocketAddr) -> Result<Box<dyn EchoServer>> {
     sc.io_threads = cfg.io_threads;
     sc.idle = IdleStrategy::from_str(&cfg.idle).map_err(|e| anyhow!("{e}"))?;
     sc.backend.kind = BackendKind::from_str(&cfg.backend).map_err(|e| anyhow!("{e}"))?;
+    sc.pin_cores = cfg.pin_cores;
     sc.recv_buffer = cfg.recv_buffer;
     sc.send_buffer = cfg.send_buffer;
     let work_ns = cfg.work_ns;

@@ -93,6 +93,7 @@ pub fn start_server(cfg: &UdpConfig) -> Result<Box<dyn EchoServer>> {
 fn empty_run(cfg: &UdpConfig, label: &str, error: String) -> UdpRun {
     UdpRun {
         label: label.to_string(),
+        round: 0,
         config: cfg.clone(),
         ok: false,
         errors: vec![error],
@@ -269,6 +270,7 @@ pub fn run_udp_against(cfg: &UdpConfig, label: &str, server: Box<dyn EchoServer>
     };
     UdpRun {
         label: label.to_string(),
+        round: 0,
         config: cfg.clone(),
         ok: errors.is_empty(),
         errors,

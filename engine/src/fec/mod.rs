@@ -1,1 +1,216 @@
 //! Forward error correction: Reed-Solomon codecs, groups, fixed and adaptive parity policies.
+//!
+//! FEC sits below ARQ. The sender ([`FecSender`]) puts consecutive outgoing datagrams into a
+//! group, closes it when it holds [`FecConfig::max_data_shards`] or when its
+//! [`FecConfig::group_wait`] runs out, and yields parity right after. The receiver
+//! ([`FecReceiver`]) hands every data payload on at once, keeps the shards of incomplete groups
+//! within a byte budget ([`RetentionBudget`]) and an age limit, and rebuilds lost data shards
+//! when enough shards arrive, so ARQ only retransmits what FEC could not rebuild.
+//!
+//! Everything here is sans-IO: time is an argument, nothing reads a clock or touches a
+//! socket. Byte layouts are in [`header`].
+//!
+//! ```
+//! use std::time::Instant;
+//! use ricochet::fec::{FecConfig, FecPolicy, FecReceiver, FecSender};
+//!
+//! let cfg = FecConfig { policy: FecPolicy::Fixed { parity: 1 }, ..FecConfig::default() };
+//! let (mut tx, mut rx) = (FecSender::new(cfg), FecReceiver::new(cfg));
+//! let now = Instant::now();
+//! let mut buf = vec![0u8; cfg.max_parity_body()];
+//! let mut bodies = Vec::new();
+//! for msg in [[1u8; 20], [2; 20], [3; 20], [4; 20]] {
+//!     let n = tx.protect(now, &msg, &mut buf).unwrap(); // body of a `FecData` packet
+//!     bodies.push(buf[..n].to_vec());
+//! }
+//! // The group's wait runs out and its parity follows (body of a `FecParity` packet).
+//! let deadline = tx.poll_timeout().unwrap();
+//! let n = tx.poll_parity(deadline, &mut buf).unwrap();
+//! let parity = buf[..n].to_vec();
+//! // The second datagram is lost: the receiver rebuilds it from the parity.
+//! let mut got = Vec::new();
+//! for body in [&bodies[0], &bodies[2], &bodies[3]] {
+//!     rx.on_data(now, body, |p| got.push(p.to_vec())).unwrap();
+//! }
+//! rx.on_parity(now, &parity, |p| got.push(p.to_vec())).unwrap();
+//! assert_eq!(got[3], [2u8; 20]);
+//! assert_eq!(rx.stats().data_recovered, 1);
+//! ```
+
+use std::time::Duration;
+
+pub mod codec;
+pub mod fuzz;
+mod gf;
+pub mod header;
+pub mod kernel;
+mod policy;
+mod receiver;
+mod sender;
+
+pub use codec::{CauchyCodec, Codec, CodecError, CodecId, RsSimdCodec};
+pub use header::{
+    max_protected_payload, DataHeader, ParityHeader, DATA_HEADER_LEN, PARITY_HEADER_LEN,
+};
+pub use kernel::{Kernel, SimdLevel};
+pub use receiver::{
+    FecReceiver, LossReport, MalformedCounts, ReceiverStats, RetentionBudget,
+    DEFAULT_RETENTION_BUDGET,
+};
+pub use sender::{FecSender, SenderStats, MAX_QUEUED_PARITY};
+
+/// How much parity the sender adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FecPolicy {
+    /// No parity. Data bodies still carry the 3-byte header, so the peer can report loss.
+    Off,
+    /// `parity` parity shards per group (subject to the parity-byte cap).
+    Fixed {
+        /// Parity shards per group.
+        parity: u8,
+    },
+    /// 0..=`max_parity` parity shards per group, following the loss the peer reports.
+    Adaptive {
+        /// Upper bound on parity shards per group.
+        max_parity: u8,
+    },
+}
+
+/// Tuning of the adaptive policy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdaptiveConfig {
+    /// Loss-report samples (received + lost) gathered before the loss estimate moves.
+    pub min_samples: u64,
+    /// Weight of a new sample in the loss estimate (exponential moving average).
+    pub alpha: f64,
+    /// Parity is chosen so the chance a group loses more shards than it has parity for stays
+    /// below this, under independent loss at the estimated rate.
+    pub target_residual: f64,
+    /// Estimates below this count as a clean path (zero parity).
+    pub clean_loss: f64,
+    /// Consecutive estimates calling for less parity before parity drops by one (hysteresis;
+    /// parity rises at once).
+    pub decrease_after: u32,
+    /// Loss bursts (runs of consecutive lost shards) are remembered over this many estimates:
+    /// parity covers the longest recent burst of at least 2, since independent-loss odds
+    /// understate bursts.
+    pub burst_memory: usize,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        AdaptiveConfig {
+            min_samples: 32,
+            alpha: 0.3,
+            target_residual: 0.01,
+            clean_loss: 0.002,
+            decrease_after: 3,
+            burst_memory: 8,
+        }
+    }
+}
+
+/// FEC settings for one connection (sender and receiver sides).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FecConfig {
+    /// Parity policy of the sender.
+    pub policy: FecPolicy,
+    /// Data shards after which a group closes (1..=64; 8 by default).
+    pub max_data_shards: usize,
+    /// Time after a group's first shard at which it closes even if not full (2 ms).
+    pub group_wait: Duration,
+    /// Largest payload `protect` accepts and the receiver believes (1,200 B by default).
+    pub max_payload: usize,
+    /// Parity body bytes never exceed this percentage of data body bytes (50 by default):
+    /// over the whole history at every moment, and over every run of `cap_window_groups`
+    /// consecutive groups that ends with a group carrying parity. (A window ending with a
+    /// parity-free group can read higher only because older data left it.)
+    pub parity_cap_percent: u32,
+    /// Length of the parity-cap window in groups (16).
+    pub cap_window_groups: usize,
+    /// The receiver drops an incomplete group this long after its first shard arrived (200 ms).
+    pub max_group_age: Duration,
+    /// Incomplete groups one receiver tracks at most (64).
+    pub max_groups: usize,
+    /// Adaptive-policy tuning.
+    pub adaptive: AdaptiveConfig,
+}
+
+impl Default for FecConfig {
+    fn default() -> Self {
+        FecConfig {
+            policy: FecPolicy::Adaptive { max_parity: 4 },
+            max_data_shards: 8,
+            group_wait: Duration::from_millis(2),
+            max_payload: 1200,
+            parity_cap_percent: 50,
+            cap_window_groups: 16,
+            max_group_age: Duration::from_millis(200),
+            max_groups: 64,
+            adaptive: AdaptiveConfig::default(),
+        }
+    }
+}
+
+impl FecConfig {
+    /// The largest parity body this configuration produces: size send buffers with it.
+    /// A parity body is [`PARITY_HEADER_LEN`] + 2 (+ 1 for even rounding) bytes longer than
+    /// the largest payload, so the proto layer leaves that much room below its MTU.
+    pub fn max_parity_body(&self) -> usize {
+        PARITY_HEADER_LEN + header::LEN_PREFIX + self.max_payload + 1
+    }
+
+    /// Clamps fields to the ranges the implementation supports.
+    fn sanitized(mut self) -> FecConfig {
+        self.max_data_shards = self.max_data_shards.clamp(1, codec::MAX_DATA_SHARDS);
+        self.max_payload = self.max_payload.min(u16::MAX as usize - 3);
+        self.cap_window_groups = self.cap_window_groups.max(1);
+        self.max_groups = self.max_groups.max(1);
+        let cap = |p: u8| p.min(codec::MAX_PARITY_SHARDS as u8);
+        self.policy = match self.policy {
+            FecPolicy::Off => FecPolicy::Off,
+            FecPolicy::Fixed { parity } => FecPolicy::Fixed {
+                parity: cap(parity),
+            },
+            FecPolicy::Adaptive { max_parity } => FecPolicy::Adaptive {
+                max_parity: cap(max_parity),
+            },
+        };
+        self
+    }
+}
+
+/// Why an FEC operation failed. Receiver errors mean the body was dropped (and counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FecError {
+    /// The body is shorter than its header says.
+    #[error("truncated FEC body")]
+    Truncated,
+    /// A reserved header bit is set.
+    #[error("reserved FEC header bits set")]
+    ReservedBits,
+    /// Data or parity shard count is zero or above the supported maximum.
+    #[error("bad FEC group shape")]
+    BadShape,
+    /// A shard index is outside its group.
+    #[error("FEC shard index out of range")]
+    IndexOutOfRange,
+    /// The codec id is unknown.
+    #[error("unknown FEC codec")]
+    UnknownCodec,
+    /// A payload or coded shard is longer than the configuration allows.
+    #[error("FEC length too large")]
+    LengthTooLarge,
+    /// The shard contradicts what earlier shards said about its group.
+    #[error("FEC shard inconsistent with its group")]
+    InconsistentGroup,
+    /// Parity for a group outside the window of groups the receiver can know about.
+    #[error("FEC parity for an unknown group")]
+    UnknownGroup,
+    /// The caller's output buffer is too small.
+    #[error("output buffer too small: need {need} bytes")]
+    BufferTooSmall {
+        /// Bytes needed.
+        need: usize,
+    },
+}

@@ -108,10 +108,12 @@ impl Congestion {
             self.tokens = (self.tokens + dt * rate).min(burst);
         }
         self.refilled = Some(now);
-        if self.tokens >= size as f64 {
+        if self.tokens + 1.0 >= size as f64 {
             None
         } else {
-            Some(Duration::from_secs_f64((size as f64 - self.tokens) / rate))
+            // At least 1 µs: a wait that rounds to zero would leave the timer in the past.
+            let wait = Duration::from_secs_f64((size as f64 - self.tokens) / rate);
+            Some(wait.max(Duration::from_micros(1)))
         }
     }
 }

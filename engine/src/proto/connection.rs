@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::cc::Congestion;
+use super::fec::FecLink;
 use super::recv::{Budget, Need, Receiver};
 use super::rtt::RttEstimator;
 use super::{
@@ -18,6 +19,8 @@ use crate::wire::{self, Frame, Packet, Writer, MAX_ACK_RANGES};
 
 /// Received packet-number ranges kept for ACKs and duplicate detection; older ones move the floor.
 const MAX_TRACKED_RANGES: usize = 64;
+/// Largest loss-report frame: type and two 8-byte varints.
+const LOSS_REPORT_MAX: usize = 1 + 8 + 8;
 /// Close frames sent when closing locally.
 const CLOSE_SENDS: u32 = 3;
 
@@ -148,6 +151,7 @@ pub struct Connection {
     drain_deadline: Option<Instant>,
     events: VecDeque<Event>,
     stats: ConnectionStats,
+    fec: FecLink,
 }
 
 impl Connection {
@@ -223,6 +227,7 @@ impl Connection {
             drain_deadline: None,
             events: VecDeque::new(),
             stats,
+            fec: FecLink::new(&cfg),
             cfg,
         }
     }
@@ -277,6 +282,11 @@ impl Connection {
         c.accept_pending = true;
         c.events.push_back(Event::Connected);
         c
+    }
+
+    /// Share the endpoint's FEC retention budget (call before any datagram arrives).
+    pub(crate) fn set_fec_budget(&mut self, budget: crate::fec::RetentionBudget) {
+        self.fec.set_budget(budget);
     }
 
     /// This side's connection id (the peer writes it in every packet).
@@ -513,15 +523,44 @@ impl Connection {
         }
     }
 
-    /// FEC seam (incoming): FEC packets land here. Without an FEC receiver they are dropped;
-    /// the `fec` module unwraps them and hands recovered ARQ datagrams to [`Self::receive_arq`].
+    /// FEC seam (incoming): FEC packets land here. The FEC receiver unwraps them and every ARQ
+    /// datagram it delivers or rebuilds goes to [`Self::receive_arq`] as if received. A
+    /// malformed FEC body is dropped and counted (`Malformed` here, by kind in
+    /// [`ConnectionStats::fec`]); the connection carries on.
     fn receive_fec(
         &mut self,
-        _now: Instant,
-        _from: SocketAddr,
-        _datagram: &[u8],
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
     ) -> Result<(), DropCause> {
-        Err(DropCause::FecUnsupported)
+        let (dst_cid, body, parity) = match wire::decode_packet(datagram) {
+            Ok(Packet::FecData { dst_cid, body }) => (dst_cid, body, false),
+            Ok(Packet::FecParity { dst_cid, body }) => (dst_cid, body, true),
+            _ => return Err(DropCause::Malformed),
+        };
+        if dst_cid != self.local_cid {
+            return Err(DropCause::UnknownConnection);
+        }
+        if self.fec.receive(now, self.local_cid, body, parity).is_err() {
+            return Err(DropCause::Malformed);
+        }
+        let (out, lens) = self.fec.take_datagrams();
+        let mut result = Ok(());
+        let mut at = 0;
+        for &n in &lens {
+            let r = self.receive_arq(now, from, &out[at..at + n]);
+            at += n;
+            if let Err(c) = r {
+                // The first failure is the caller's to count; later ones are counted here.
+                if result.is_ok() {
+                    result = Err(c);
+                } else {
+                    self.stats.drops.add(c);
+                }
+            }
+        }
+        self.fec.restore_datagrams(out, lens);
+        result
     }
 
     /// FEC seam (incoming): every ARQ datagram (a `Data` packet) enters the protocol here.
@@ -575,13 +614,15 @@ impl Connection {
                 Frame::Fragment {
                     channel,
                     message_id,
+                    index,
                     count,
                     data,
-                    ..
                 } => {
                     ack_eliciting = true;
                     self.receiver.validate(channel, count, data.len())?;
-                    let n = self.receiver.need(channel, message_id, count, data.len());
+                    let n = self
+                        .receiver
+                        .need(channel, message_id, index, count, data.len());
                     need.segments += n.segments;
                     need.bytes += n.bytes;
                 }
@@ -592,7 +633,7 @@ impl Connection {
                 } => {
                     ack_eliciting = true;
                     self.receiver.validate(channel, 1, data.len())?;
-                    let n = self.receiver.need(channel, message_id, 1, data.len());
+                    let n = self.receiver.need(channel, message_id, 0, 1, data.len());
                     need.segments += n.segments;
                     need.bytes += n.bytes;
                 }
@@ -600,9 +641,8 @@ impl Connection {
                 Frame::Padding | Frame::Close(_) | Frame::LossReport { .. } => {}
             }
         }
-        if need.segments > 0
-            && (self.receiver.segments + need.segments > self.cfg.recv_window
-                || !self.receiver.fits(&need, 0))
+        if (need.segments > 0 && self.receiver.segments + need.segments > self.cfg.recv_window)
+            || (need.bytes > 0 && !self.receiver.fits(&need, 0))
         {
             return Err(DropCause::FlowControl);
         }
@@ -679,6 +719,7 @@ impl Connection {
                 Frame::Close(reason) => self.on_close_frame(reason),
                 Frame::LossReport { received, lost } => {
                     self.stats.peer_loss_report = (received, lost);
+                    self.fec.on_loss_report(received, lost);
                 }
                 Frame::Ping | Frame::Padding => {}
             }
@@ -754,6 +795,7 @@ impl Connection {
         };
         let mut newly = false;
         let mut largest_newly: Option<(Instant, bool)> = None;
+        let mut newest_acked: Option<Instant> = None;
         for (lo, hi) in ack.ranges() {
             let lo = lo.max(front);
             let hi = hi.min(self.next_pn.saturating_sub(1));
@@ -770,6 +812,7 @@ impl Connection {
                         p.state = PacketState::Acked;
                         newly = true;
                         self.cc.on_acked(p.size, p.time);
+                        newest_acked = Some(newest_acked.map_or(p.time, |t| t.max(p.time)));
                         if pn == ack.largest {
                             largest_newly = Some((p.time, true));
                         }
@@ -791,6 +834,9 @@ impl Connection {
                     PacketState::Acked | PacketState::Untracked => {}
                 }
             }
+        }
+        if let Some(t) = newest_acked {
+            self.fec.on_acked(t, &mut self.cc);
         }
         if let Some((sent_time, _)) = largest_newly {
             let sample = now.saturating_duration_since(sent_time);
@@ -856,6 +902,9 @@ impl Connection {
         self.loss_time = None;
         let Some(la) = self.largest_acked else { return };
         let delay = self.rtt.loss_delay();
+        // While groups carry parity, the peer may rebuild a lost packet once its group's
+        // parity arrives: later packets acknowledged meanwhile are no proof of loss.
+        let threshold = self.cfg.packet_threshold + self.fec.reorder_allowance();
         let mut largest_lost_time: Option<Instant> = None;
         for i in 0..self.sent.len() {
             let (pn, time, state) = {
@@ -868,7 +917,7 @@ impl Connection {
             if state != PacketState::InFlight {
                 continue;
             }
-            if la - pn >= self.cfg.packet_threshold || time + delay <= now {
+            if la - pn >= threshold || time + delay <= now {
                 self.declare_lost(i);
                 largest_lost_time = Some(time);
             } else {
@@ -949,6 +998,10 @@ impl Connection {
         }
         add(self.linger_deadline);
         add(self.receiver.next_expiry(self.cfg.unreliable_timeout));
+        add(self.fec.poll_timeout());
+        if self.fec.next_parity().is_some_and(|n| self.cc.can_send(n)) {
+            add(Some(self.last_sent));
+        }
         if self.accept_pending || self.probe_pending {
             add(Some(self.last_sent));
         }
@@ -976,6 +1029,11 @@ impl Connection {
 
     /// Whether data could go out now if window and pacing allowed.
     fn has_sendable_data(&self) -> bool {
+        // The congestion window gates retransmissions too: reporting "sendable" while the
+        // window is full would make `poll_timeout` point at the past forever.
+        if !self.cc.can_send(self.cfg.max_datagram_size) {
+            return false;
+        }
         if !self.retx.is_empty() {
             return true;
         }
@@ -983,7 +1041,6 @@ impl Connection {
         self.channels
             .iter()
             .any(|c| !c.queue.is_empty() && (!c.kind.is_reliable() || reliable_ok))
-            && self.cc.can_send(self.cfg.max_datagram_size)
     }
 
     fn reliable_window_open(&self) -> bool {
@@ -1025,6 +1082,7 @@ impl Connection {
             return;
         }
         self.maybe_start_draining(now);
+        self.fec.handle_timeout(now);
         self.receiver.expire(now, self.cfg.unreliable_timeout);
         self.stats.unreliable_dropped = self.receiver.unreliable_dropped;
         if self.loss_time.is_some_and(|t| now >= t) {
@@ -1044,6 +1102,7 @@ impl Connection {
                     }
                 }
                 self.pop_sent();
+                self.fec.on_rto(&mut self.cc);
                 self.cc.on_rto(now);
             }
             self.probe_pending = true;
@@ -1061,6 +1120,7 @@ impl Connection {
         self.stats.reassembly_bytes = self.receiver.bytes;
         self.stats.reassembly_peak = self.receiver.peak;
         self.stats.unreliable_dropped = self.receiver.unreliable_dropped;
+        self.stats.fec = self.fec.stats();
     }
 
     /// Write the next datagram into `buf` (at most [`Config::max_datagram_size`] bytes), or
@@ -1077,8 +1137,10 @@ impl Connection {
     }
 
     fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let max = buf.len().min(self.cfg.max_datagram_size);
-        let buf = &mut buf[..max];
+        let udp = buf.len().min(self.cfg.max_datagram_size);
+        let buf = &mut buf[..udp];
+        // ARQ datagrams leave room for the FEC wrapping (see `fec`).
+        let max = self.fec.arq_budget(udp);
         match self.state {
             ConnectionState::Handshaking => return self.transmit_handshake(now, buf),
             ConnectionState::Closed => {
@@ -1116,6 +1178,16 @@ impl Connection {
                 size,
             });
         }
+        // Parity goes out right after its group closed, ahead of new data.
+        if let Some(size) = self
+            .fec
+            .poll_parity(now, self.remote_cid, buf, &mut self.cc)
+        {
+            return Some(Transmit {
+                destination: self.remote,
+                size,
+            });
+        }
         let ack_due = self.ack_pending
             && (self.ack_immediate
                 || self.ack_eliciting_unacked >= self.cfg.ack_frequency
@@ -1143,21 +1215,28 @@ impl Connection {
             return None;
         };
         let (_, body) = buf.split_at_mut(hdr);
-        let mut w = Writer::new(body);
+        let mut w = Writer::new(&mut body[..max.saturating_sub(hdr)]);
         let mut segs = self.vec_pool.pop().unwrap_or_default();
         let mut ack_eliciting = false;
         if self.ack_pending {
             self.write_ack(now, &mut w);
         }
-        if now >= self.lr_due && self.lr_received > 0 {
-            let largest = self.largest_recv.map_or(0, |(l, _)| l);
-            let expected = largest.saturating_sub(self.lr_base.unwrap_or(largest)) + 1;
-            let lost = expected.saturating_sub(self.lr_received);
-            let f = Frame::LossReport {
-                received: self.lr_received,
-                lost,
+        // Loss report: when the peer sends FEC, its data-shard loss before recovery (what its
+        // parity policy needs); otherwise packet-number gaps.
+        if now >= self.lr_due
+            && (self.lr_received > 0 || self.fec.receiving())
+            && w.remaining() >= LOSS_REPORT_MAX
+        {
+            let (received, lost) = match self.fec.take_loss_report() {
+                Some(r) => r,
+                None => {
+                    let largest = self.largest_recv.map_or(0, |(l, _)| l);
+                    let expected = largest.saturating_sub(self.lr_base.unwrap_or(largest)) + 1;
+                    (self.lr_received, expected.saturating_sub(self.lr_received))
+                }
             };
-            if wire::encode_frame(&f, &mut w).is_ok() {
+            let f = Frame::LossReport { received, lost };
+            if received + lost == 0 || wire::encode_frame(&f, &mut w).is_ok() {
                 self.lr_received = 0;
                 self.lr_base = None;
                 self.lr_due = now + self.cfg.loss_report_interval;
@@ -1248,9 +1327,10 @@ impl Connection {
     }
 
     /// FEC seam (outgoing): every ARQ datagram leaves through here. Without FEC it is sent as is;
-    /// the `fec` module wraps it (and queues parity) at this point.
-    fn seal_outgoing(&mut self, _now: Instant, _buf: &mut [u8], len: usize) -> usize {
-        len
+    /// with FEC it becomes a `FecData` packet in place (`buf` must hold
+    /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group.
+    fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> usize {
+        self.fec.seal(now, self.remote_cid, buf, len)
     }
 
     fn fill_new_data(

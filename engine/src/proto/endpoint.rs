@@ -64,6 +64,8 @@ pub struct EndpointConfig {
     pub reassembly_budget: usize,
     /// Stateless replies (challenges, refusals) queued at most; more are dropped.
     pub max_stateless_queue: usize,
+    /// Bytes all connections together may retain for incomplete FEC groups (1 MiB).
+    pub fec_retention_budget: usize,
 }
 
 impl Default for EndpointConfig {
@@ -73,6 +75,7 @@ impl Default for EndpointConfig {
             server: None,
             reassembly_budget: 64 << 20,
             max_stateless_queue: 1024,
+            fec_retention_budget: crate::fec::DEFAULT_RETENTION_BUDGET,
         }
     }
 }
@@ -128,6 +131,7 @@ pub struct Endpoint {
     due: Vec<(Instant, u32)>,
     events: VecDeque<(ConnectionHandle, Event)>,
     budget: Budget,
+    fec_budget: crate::fec::RetentionBudget,
     stats: EndpointStats,
     /// Worker index stamped into every connection id this endpoint allocates.
     worker_tag: Option<u8>,
@@ -145,6 +149,7 @@ impl Endpoint {
             limit: cfg.reassembly_budget,
         };
         Self {
+            fec_budget: crate::fec::RetentionBudget::new(cfg.fec_retention_budget),
             cfg,
             base: now,
             rng,
@@ -178,6 +183,11 @@ impl Endpoint {
     /// Counters.
     pub fn stats(&self) -> &EndpointStats {
         &self.stats
+    }
+
+    /// The FEC retention budget all connections share (current and peak bytes retained).
+    pub fn fec_budget(&self) -> &crate::fec::RetentionBudget {
+        &self.fec_budget
     }
 
     /// Bytes all connections hold in reassembly now.
@@ -239,7 +249,7 @@ impl Endpoint {
     pub fn connect(&mut self, now: Instant, server: SocketAddr) -> ConnectionHandle {
         let (idx, cid) = self.alloc();
         let nonce = self.rng.random();
-        let conn = Connection::client_with_budget(
+        let mut conn = Connection::client_with_budget(
             self.cfg.connection.clone(),
             cid,
             server,
@@ -247,6 +257,7 @@ impl Endpoint {
             now,
             self.budget.clone(),
         );
+        conn.set_fec_budget(self.fec_budget.clone());
         self.slots[idx as usize].conn = Some(conn);
         self.stats.connections += 1;
         self.touch(idx);
@@ -421,7 +432,7 @@ impl Endpoint {
                     return Ok(());
                 }
                 let (idx, cid) = self.alloc();
-                let conn = Connection::server_with_budget(
+                let mut conn = Connection::server_with_budget(
                     self.cfg.connection.clone(),
                     cid,
                     client_cid,
@@ -429,6 +440,7 @@ impl Endpoint {
                     now,
                     self.budget.clone(),
                 );
+                conn.set_fec_budget(self.fec_budget.clone());
                 let slot = &mut self.slots[idx as usize];
                 slot.conn = Some(conn);
                 slot.accepted_for = Some((from, client_cid));
@@ -576,19 +588,24 @@ impl Endpoint {
         None
     }
 
-    /// Earliest timer of any connection.
-    pub fn poll_timeout(&mut self) -> Option<Instant> {
+    /// Earliest timer of any connection (may lie in the past: then a transmission or timer is
+    /// due now; call `handle_timeout` and `poll_transmit`).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// Drop stale heap entries from the top so `poll_timeout` can just peek.
+    fn clean_timers(&mut self) {
         while let Some(&Reverse((t, idx))) = self.timers.peek() {
             if self
                 .slots
                 .get(idx as usize)
                 .is_some_and(|s| s.timer == Some(t))
             {
-                return Some(t);
+                return;
             }
             self.timers.pop();
         }
-        None
     }
 
     /// Run every connection timer that is due.
@@ -618,6 +635,7 @@ impl Endpoint {
         }
         due.clear();
         self.due = due;
+        self.clean_timers();
     }
 
     /// After any interaction: collect events, schedule transmission and timer, free if drained.
@@ -658,6 +676,7 @@ impl Endpoint {
             }
             self.stats.connections -= 1;
             self.free.push(idx);
+            self.clean_timers();
             return;
         }
         let t = conn.poll_timeout();
@@ -667,6 +686,7 @@ impl Endpoint {
                 self.timers.push(Reverse((t, idx)));
             }
         }
+        self.clean_timers();
     }
 }
 

@@ -51,7 +51,12 @@
 //! Every outgoing ARQ datagram passes through one function (`Connection::seal_outgoing`) and
 //! every incoming ARQ datagram through one function (`Connection::receive_arq`); `FecData` /
 //! `FecParity` packets are routed to `Connection::receive_fec`. That is where the `fec` module
-//! wraps and unwraps; the ARQ datagram budget is [`Config::max_datagram_size`].
+//! wraps and unwraps. With FEC on ([`Config::fec`]), every ARQ datagram leaves as a `FecData`
+//! packet, parity follows as `FecParity` packets right after its group closes (counted against
+//! the congestion window), and every delivered or rebuilt ARQ datagram enters `receive_arq` as
+//! if received; the ARQ datagram budget is [`Config::arq_datagram_size`]. Layout, overhead and
+//! the congestion accounting of parity: see [`FecStats`] and the `fec` submodule. A connection
+//! accepts FEC packets from its peer whatever its own policy, so only the sender decides.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -61,6 +66,7 @@ use bytes::Bytes;
 mod cc;
 mod connection;
 mod endpoint;
+mod fec;
 mod recv;
 mod rtt;
 mod stats;
@@ -70,6 +76,7 @@ pub use connection::{Connection, ConnectionState};
 pub use endpoint::{
     worker_of_cid, ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig,
 };
+pub use fec::{FecStats, FEC_ARQ_OVERHEAD};
 pub use stats::{ConnectionStats, DropCause, DropCounters};
 
 /// Delivery guarantees of a channel.
@@ -95,8 +102,9 @@ impl ChannelKind {
 /// Connection configuration. Both peers must use the same channel list.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Largest UDP payload this connection writes (ARQ datagram budget). When FEC wraps ARQ
-    /// datagrams, set this to the UDP payload limit minus the FEC header.
+    /// Largest UDP payload this connection writes. With FEC on, ARQ datagrams are
+    /// [`FEC_ARQ_OVERHEAD`] bytes smaller ([`Config::arq_datagram_size`]) so data and parity
+    /// packets both fit.
     pub max_datagram_size: usize,
     /// Maximum unacknowledged reliable fragments in flight (segments).
     pub send_window: usize,
@@ -129,6 +137,9 @@ pub struct Config {
     /// Largest message `send` accepts and the receiver reassembles.
     pub max_message_size: usize,
     /// Bytes this connection may hold in incomplete or out-of-order received messages.
+    /// A packet whose reliable fragments would not fit is dropped unacknowledged (the peer
+    /// retransmits), so reliable data is never lost to the cap; keep it above
+    /// `send_window x max_datagram_size` or a full buffer can stall the connection.
     pub reassembly_limit: usize,
     /// Bytes of not-yet-sent messages `send` accepts before returning [`SendError::QueueFull`].
     pub send_queue_limit: usize,
@@ -146,6 +157,11 @@ pub struct Config {
     pub close_linger: Duration,
     /// How often a [`crate::wire::Frame::LossReport`] is sent while packets arrive.
     pub loss_report_interval: Duration,
+    /// Forward error correction of outgoing datagrams (policy `Off` by default; adaptive in
+    /// [`Config::competitive`]). With `Off` this side sends plain `Data` packets (no FEC
+    /// header); either way it accepts FEC packets from its peer. `max_payload` is derived from
+    /// `max_datagram_size`.
+    pub fec: crate::fec::FecConfig,
 }
 
 impl Default for Config {
@@ -181,12 +197,17 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(5),
             close_linger: Duration::from_secs(2),
             loss_report_interval: Duration::from_millis(100),
+            fec: crate::fec::FecConfig {
+                policy: crate::fec::FecPolicy::Off,
+                ..crate::fec::FecConfig::default()
+            },
         }
     }
 }
 
 impl Config {
-    /// The game profile: 30 ms minimum RTO, 1 ms maximum ACK delay, immediate ACKs.
+    /// The game profile: 30 ms minimum RTO, 1 ms maximum ACK delay, immediate ACKs, adaptive
+    /// FEC (parity 0..4 per 8 data shards, following the loss the peer reports).
     pub fn competitive() -> Self {
         Self {
             initial_rtt: Duration::from_millis(50),
@@ -194,6 +215,7 @@ impl Config {
             max_rto: Duration::from_secs(2),
             max_ack_delay: Duration::from_millis(1),
             ack_frequency: 1,
+            fec: crate::fec::FecConfig::default(),
             ..Self::default()
         }
     }
@@ -213,9 +235,19 @@ impl Config {
     /// Payload bytes of one fragment: what fits a datagram after the packet header, the largest
     /// fragment frame header and room reserved for an ACK frame.
     pub fn fragment_payload(&self) -> usize {
-        self.max_datagram_size
+        self.arq_datagram_size()
             .saturating_sub(crate::wire::DATA_HEADER_LEN + FRAGMENT_HEADER_MAX + ACK_RESERVE)
             .max(1)
+    }
+
+    /// Largest ARQ datagram: [`Config::max_datagram_size`], less [`FEC_ARQ_OVERHEAD`] when this
+    /// side sends FEC.
+    pub fn arq_datagram_size(&self) -> usize {
+        if self.fec.policy == crate::fec::FecPolicy::Off {
+            self.max_datagram_size
+        } else {
+            self.max_datagram_size.saturating_sub(FEC_ARQ_OVERHEAD)
+        }
     }
 
     /// Most fragments a message may have.

@@ -92,7 +92,10 @@ pub(crate) struct Receiver {
     /// Bytes charged for held fragments.
     pub(crate) bytes: usize,
     pub(crate) peak: usize,
-    /// Reliable fragments held (advertised window = recv_window − this).
+    /// Reliable messages held, complete or not (advertised window = recv_window − this). A
+    /// message counts once however many fragments it has: counting fragments would let one
+    /// message larger than the window fill it and never complete. Bytes stay bounded by the
+    /// per-connection and per-endpoint reassembly budgets.
     pub(crate) segments: usize,
     limit: usize,
     budget: Budget,
@@ -150,10 +153,25 @@ impl Receiver {
         Ok(())
     }
 
-    /// Buffer space a fragment would newly take if accepted. Fragments that make progress
-    /// (the next in-order message, a message already partly held, duplicates) need none, so a
-    /// full window can never block the fragment that would drain it.
-    pub(crate) fn need(&self, channel: u8, message_id: u64, count: u64, len: usize) -> Need {
+    /// Buffer space a reliable fragment would newly take if accepted: `bytes` for anything that
+    /// will be held, `segments` only for fragments that do not make progress. Fragments that
+    /// make progress (of the next in-order message, of a message already partly held) take no
+    /// window segment, so a full window never blocks the fragment that would drain it.
+    /// Unreliable fragments need nothing here: they are dropped alone when space runs out.
+    ///
+    /// The caller accepts a packet only if everything it needs fits, so a reliable fragment of
+    /// an acknowledged packet is never dropped. Buffered bytes cannot exceed what the peer has
+    /// unacknowledged, so a `reassembly_limit` above `send_window x max_datagram_size` (plus
+    /// fragment slots) never stalls; a smaller one may stall a connection (retransmissions
+    /// repeat), never lose data.
+    pub(crate) fn need(
+        &self,
+        channel: u8,
+        message_id: u64,
+        index: u64,
+        count: u64,
+        len: usize,
+    ) -> Need {
         let none = Need {
             segments: 0,
             bytes: 0,
@@ -161,23 +179,34 @@ impl Receiver {
         let Some(ch) = self.channels.get(usize::from(channel)) else {
             return none;
         };
-        if ch.pending.contains_key(&message_id) {
+        if !ch.kind.is_reliable() {
             return none;
         }
+        if let Some(p) = ch.pending.get(&message_id) {
+            let have = p.frags.get(index as usize).is_none_or(Option::is_some);
+            return Need {
+                segments: 0,
+                bytes: if have { 0 } else { len },
+            };
+        }
+        let progress = Need {
+            segments: 0,
+            bytes: len + SLOT_COST * count as usize,
+        };
         let fresh = Need {
-            segments: usize::from(ch.kind.is_reliable()),
+            segments: 1,
             bytes: len + SLOT_COST * count as usize,
         };
         match &ch.state {
-            State::Ordered { next } if message_id <= *next => none,
+            State::Ordered { next } if message_id < *next => none,
+            State::Ordered { next } if message_id == *next && count == 1 => none,
+            State::Ordered { next } if message_id == *next => progress,
             State::Unordered { floor, done }
                 if message_id < *floor || done.contains(&message_id) =>
             {
                 none
             }
             State::Unordered { .. } if count == 1 => none,
-            State::Sequenced { next_min } if message_id < *next_min => none,
-            State::Unreliable | State::Sequenced { .. } if count == 1 => none,
             _ => fresh,
         }
     }
@@ -300,6 +329,9 @@ impl Receiver {
                 }
                 return Err(DropCause::FlowControl);
             }
+            if kind.is_reliable() {
+                self.segments += 1;
+            }
             self.channels[ci].pending.insert(
                 message_id,
                 Partial {
@@ -333,9 +365,6 @@ impl Receiver {
                 self.unreliable_dropped += 1;
             }
             return Err(DropCause::FlowControl);
-        }
-        if kind.is_reliable() {
-            self.segments += 1;
         }
         let Some(p) = self.channels[ci].pending.get_mut(&message_id) else {
             return Err(DropCause::ProtocolViolation);
@@ -394,7 +423,7 @@ impl Receiver {
     fn forget(&mut self, ci: usize, p: &Partial) {
         self.release(p.cost);
         if self.channels[ci].kind.is_reliable() {
-            self.segments -= p.received as usize;
+            self.segments -= 1;
         }
     }
 
@@ -466,5 +495,101 @@ impl Receiver {
 impl Drop for Receiver {
     fn drop(&mut self) {
         self.budget.used.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::Config;
+
+    fn rx(limit: usize) -> Receiver {
+        let cfg = Config {
+            reassembly_limit: limit,
+            ..Config::default()
+        };
+        Receiver::new(&cfg, Budget::unlimited())
+    }
+
+    #[test]
+    fn ordered_reassembly_waits_for_the_gap_and_releases_memory() {
+        let mut r = rx(1 << 20);
+        let (mut ev, mut n) = (VecDeque::new(), 0);
+        let t = Instant::now();
+        // Message 1 (two fragments) before message 0.
+        r.on_fragment(t, 0, 1, 1, 2, b"d", &mut ev, &mut n).unwrap();
+        r.on_fragment(t, 0, 1, 0, 2, b"c", &mut ev, &mut n).unwrap();
+        assert!(ev.is_empty());
+        assert_eq!(r.segments, 2);
+        r.on_fragment(t, 0, 0, 0, 1, b"ab", &mut ev, &mut n)
+            .unwrap();
+        let got: Vec<_> = ev.drain(..).collect();
+        assert_eq!(
+            got,
+            vec![
+                Event::Message {
+                    channel: 0,
+                    data: Bytes::from_static(b"ab")
+                },
+                Event::Message {
+                    channel: 0,
+                    data: Bytes::from_static(b"cd")
+                },
+            ]
+        );
+        assert_eq!((r.bytes, r.segments), (0, 0));
+        // Duplicates of delivered messages are ignored.
+        r.on_fragment(t, 0, 0, 0, 1, b"ab", &mut ev, &mut n)
+            .unwrap();
+        assert!(ev.is_empty());
+        // Inconsistent fragment count is a violation.
+        r.on_fragment(t, 0, 5, 0, 3, b"x", &mut ev, &mut n).unwrap();
+        assert_eq!(
+            r.on_fragment(t, 0, 5, 1, 4, b"y", &mut ev, &mut n),
+            Err(DropCause::ProtocolViolation)
+        );
+    }
+
+    #[test]
+    fn unreliable_partials_expire_and_sequenced_drops_stale() {
+        let mut r = rx(1 << 20);
+        let (mut ev, mut n) = (VecDeque::new(), 0);
+        let t = Instant::now();
+        r.on_fragment(t, 2, 0, 0, 2, b"half", &mut ev, &mut n)
+            .unwrap();
+        assert!(r.bytes > 0);
+        let d = Duration::from_millis(500);
+        assert_eq!(r.next_expiry(d), Some(t + d));
+        r.expire(t + d, d);
+        assert_eq!(r.bytes, 0);
+        assert_eq!(r.unreliable_dropped, 1);
+        // Sequenced: 3 delivered, then 2 is stale; a partial 1 is dropped when 3 completes.
+        r.on_fragment(t, 3, 1, 0, 2, b"p", &mut ev, &mut n).unwrap();
+        r.on_fragment(t, 3, 3, 0, 1, b"new", &mut ev, &mut n)
+            .unwrap();
+        r.on_fragment(t, 3, 2, 0, 1, b"old", &mut ev, &mut n)
+            .unwrap();
+        let got: Vec<_> = ev.drain(..).collect();
+        assert_eq!(
+            got,
+            vec![Event::Message {
+                channel: 3,
+                data: Bytes::from_static(b"new")
+            }]
+        );
+        assert_eq!(r.bytes, 0);
+    }
+
+    #[test]
+    fn caps_refuse_without_losing_accounting() {
+        let mut r = rx(100);
+        let (mut ev, mut n) = (VecDeque::new(), 0);
+        let t = Instant::now();
+        assert_eq!(
+            r.on_fragment(t, 2, 0, 0, 2, &[0u8; 200], &mut ev, &mut n),
+            Err(DropCause::FlowControl)
+        );
+        assert!(r.bytes <= 100);
+        assert!(!r.fits(&r.need(0, 7, 0, 2, 200), 0));
     }
 }

@@ -29,7 +29,8 @@ pub enum DropCause {
     ProtocolViolation,
     /// A client hello reached an endpoint that is not listening.
     NotListening,
-    /// FEC packet while no FEC receiver is attached.
+    /// FEC packet while no FEC receiver is attached. Not produced since FEC is wired in
+    /// (every connection accepts its peer's FEC); kept so counter indices stay stable.
     FecUnsupported,
     /// The connection is closed.
     Closed,
@@ -126,6 +127,8 @@ pub struct ConnectionStats {
     pub reassembly_peak: usize,
     /// Loss the peer last reported: (received, lost).
     pub peer_loss_report: (u64, u64),
+    /// Forward error correction counters.
+    pub fec: super::FecStats,
 }
 
 impl Default for ConnectionStats {
@@ -155,6 +158,7 @@ impl Default for ConnectionStats {
             reassembly_bytes: 0,
             reassembly_peak: 0,
             peer_loss_report: (0, 0),
+            fec: super::FecStats::default(),
         }
     }
 }

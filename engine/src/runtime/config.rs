@@ -119,6 +119,10 @@ pub struct UdpServerConfig {
     pub tick: Option<Duration>,
     /// Most sends a worker queues before it submits them.
     pub send_batch: usize,
+    /// Per-core on Linux: spread clients over the workers' sockets by UDP source port (a
+    /// reuseport BPF program) rather than the kernel's 4-tuple hash, which often loads a few
+    /// flows unevenly. Falls back to the hash, with a warning, where the program is refused.
+    pub steer_by_source_port: bool,
 }
 
 impl UdpServerConfig {
@@ -137,6 +141,7 @@ impl UdpServerConfig {
             pin_cores: true,
             tick: None,
             send_batch: 1024,
+            steer_by_source_port: true,
         }
     }
 

@@ -341,6 +341,11 @@ fn bind_sockets(cfg: &UdpServerConfig, n: usize) -> Result<Vec<BoundSocket>, Run
         sockets.push(s);
     }
     sockets.insert(0, first);
+    if cfg.io_model == IoModel::PerCore && n > 1 && cfg.steer_by_source_port {
+        if let Err(e) = platform::steer_reuseport_by_source_port(&sockets[0], n) {
+            tracing::warn!(error = %e, "per-core sockets keep the kernel's 4-tuple hash");
+        }
+    }
     Ok(sockets)
 }
 

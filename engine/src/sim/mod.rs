@@ -130,6 +130,8 @@ mod impair;
 mod network;
 mod queue;
 
+pub mod echo;
+
 pub use clock::SimClock;
 pub use harness::{SimError, SimNode, SimStats, Simulation, StopReason};
 pub use impair::{

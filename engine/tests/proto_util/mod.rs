@@ -186,3 +186,60 @@ impl Net {
         self.now - self.base
     }
 }
+
+/// Application logic plugged into an endpoint node.
+pub trait App {
+    /// An event from the endpoint.
+    fn on_event(&mut self, now: Instant, ep: &mut Endpoint, h: ConnectionHandle, e: Event);
+    /// Called after timers fire and after every datagram (to start work).
+    fn on_tick(&mut self, _now: Instant, _ep: &mut Endpoint) {}
+    /// When the app wants `on_tick` next.
+    fn next_tick(&self) -> Option<Instant> {
+        None
+    }
+}
+
+/// An endpoint plus its application, as a simulator node.
+pub struct EpNode<A: App> {
+    pub ep: Endpoint,
+    pub app: A,
+}
+
+impl<A: App> EpNode<A> {
+    fn drain(&mut self, now: Instant) {
+        self.app.on_tick(now, &mut self.ep);
+        while let Some((h, e)) = self.ep.poll_event() {
+            self.app.on_event(now, &mut self.ep, h, e);
+        }
+    }
+}
+
+impl<A: App> ricochet::sim::SimNode for EpNode<A> {
+    fn handle(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
+        let _ = self.ep.handle_datagram(now, from, bytes);
+        self.drain(now);
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<SocketAddr> {
+        buf.resize(2048, 0);
+        match self.ep.poll_transmit(now, buf) {
+            Some(t) => {
+                buf.truncate(t.size);
+                Some(t.destination)
+            }
+            None => {
+                buf.clear();
+                None
+            }
+        }
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        match (self.ep.poll_timeout(), self.app.next_tick()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.ep.handle_timeout(now);
+        self.drain(now);
+    }
+}

@@ -1,0 +1,146 @@
+//! The gate's simulator suite: [`ricochet::sim::echo`] under a few profiles, exact metrics.
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use ricochet::sim::echo::{EchoReport, EchoScenario};
+use ricochet::sim::Profile;
+use serde::{Deserialize, Serialize};
+
+/// What the simulator part of the gate runs (from `ci/gate.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimSuite {
+    /// Seed of every run.
+    pub seed: u64,
+    /// Clients.
+    pub clients: usize,
+    /// Messages in flight per client.
+    pub window: usize,
+    /// Message size, bytes.
+    pub payload: usize,
+    /// Simulated warm-up, s.
+    pub warmup_s: f64,
+    /// Simulated measured time, s.
+    pub seconds: f64,
+    /// One-way delay of the `none` profile, ms (a zero-delay echo stalls the simulator).
+    pub none_delay_ms: f64,
+    /// Profiles, by name.
+    pub profiles: Vec<String>,
+    /// Allowed relative difference from the baseline (0: exact).
+    pub relative_tolerance: f64,
+}
+
+impl Default for SimSuite {
+    fn default() -> Self {
+        Self {
+            seed: 1,
+            clients: 4,
+            window: 16,
+            payload: 1024,
+            warmup_s: 1.0,
+            seconds: 10.0,
+            none_delay_ms: 1.0,
+            profiles: vec!["none".into(), "random".into(), "burst".into()],
+            relative_tolerance: 0.0,
+        }
+    }
+}
+
+impl SimSuite {
+    /// Checks the ranges.
+    pub fn validate(&self) -> Result<()> {
+        for p in &self.profiles {
+            Profile::from_str(p)?;
+        }
+        for (name, v) in [
+            ("warmup_s", self.warmup_s),
+            ("seconds", self.seconds),
+            ("none_delay_ms", self.none_delay_ms),
+        ] {
+            if !v.is_finite() || !(0.0..=3600.0).contains(&v) {
+                bail!("sim.{name} must be within 0..=3600, got {v}");
+            }
+        }
+        if !(0.0..1.0).contains(&self.relative_tolerance) {
+            bail!("sim.relative_tolerance must be within 0..1");
+        }
+        Ok(())
+    }
+
+    /// The scenario for `profile`.
+    pub fn scenario(&self, profile: Profile) -> EchoScenario {
+        EchoScenario {
+            clients: self.clients,
+            window: self.window,
+            payload: self.payload,
+            warmup: Duration::from_secs_f64(self.warmup_s),
+            seconds: Duration::from_secs_f64(self.seconds),
+            none_delay: Duration::from_secs_f64(self.none_delay_ms / 1000.0),
+            ..EchoScenario::new(profile, self.seed)
+        }
+    }
+
+    /// Runs every profile, in order.
+    pub fn run(&self, mut progress: impl FnMut(&SimResult)) -> Result<Vec<SimResult>> {
+        let mut out = Vec::new();
+        for name in &self.profiles {
+            let profile = Profile::from_str(name)?;
+            let t0 = Instant::now();
+            let report = self
+                .scenario(profile)
+                .run()
+                .with_context(|| format!("sim echo under {name}"))?;
+            let r = SimResult::from_report(&report, t0.elapsed().as_secs_f64());
+            progress(&r);
+            out.push(r);
+        }
+        Ok(out)
+    }
+}
+
+/// One simulator run as the gate sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimResult {
+    /// Profile name.
+    pub profile: String,
+    /// Gated metrics, by name.
+    pub metrics: BTreeMap<String, f64>,
+    /// Hex BLAKE3 of the event trace.
+    pub trace_hash: String,
+    /// Failed correctness checks (empty when fine).
+    pub problems: Vec<String>,
+    /// Wall-clock seconds the simulation took (not gated).
+    pub wall_s: f64,
+}
+
+impl SimResult {
+    /// The gated metrics of `r`: rates, latency, overhead, recovery (FEC fields once they exist).
+    pub fn from_report(r: &EchoReport, wall_s: f64) -> SimResult {
+        let mut m = BTreeMap::new();
+        m.insert("round_trips".into(), r.round_trips as f64);
+        m.insert("round_trips_per_s".into(), r.round_trips_per_s);
+        m.insert("rtt_p50_us".into(), r.rtt_p50_us as f64);
+        m.insert("rtt_p99_us".into(), r.rtt_p99_us as f64);
+        m.insert("rtt_max_us".into(), r.rtt_max_us as f64);
+        m.insert("wire_overhead_percent".into(), r.wire_overhead_percent);
+        m.insert("bytes_per_round_trip".into(), r.bytes_per_round_trip);
+        m.insert("retransmitted_per_1000".into(), r.retransmitted_per_1000);
+        if let Some(x) = r.fec_recovered_per_1000 {
+            m.insert("fec_recovered_per_1000".into(), x);
+        }
+        if let Some(x) = r.fec_peak_retained_bytes {
+            m.insert("fec_peak_retained_bytes".into(), x as f64);
+        }
+        SimResult {
+            profile: r.profile.name().to_string(),
+            metrics: m,
+            trace_hash: r.trace_hash.clone(),
+            problems: r.problems(),
+            wall_s,
+        }
+    }
+}

@@ -1,0 +1,887 @@
+//! The receiving half: delivers data at once, retains incomplete groups within a budget and
+//! an age limit, and rebuilds lost data shards from parity.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::codec::{CauchyCodec, Codec, CodecId, RsSimdCodec, MAX_DATA_SHARDS, MAX_PARITY_SHARDS};
+use super::header::{DataHeader, ParityHeader, LEN_PREFIX};
+use super::{FecConfig, FecError};
+
+/// Default retention budget of one endpoint: 1 MiB.
+pub const DEFAULT_RETENTION_BUDGET: usize = 1 << 20;
+
+/// Bytes all receivers of one endpoint may retain for incomplete groups. Clone it into every
+/// connection's [`FecReceiver`]; the count is atomic so connections may move between
+/// threads, though one worker owning the endpoint never contends on it.
+#[derive(Clone, Debug)]
+pub struct RetentionBudget {
+    inner: Arc<BudgetInner>,
+}
+
+#[derive(Debug)]
+struct BudgetInner {
+    limit: usize,
+    used: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+impl Default for RetentionBudget {
+    fn default() -> Self {
+        RetentionBudget::new(DEFAULT_RETENTION_BUDGET)
+    }
+}
+
+impl RetentionBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: usize) -> RetentionBudget {
+        RetentionBudget {
+            inner: Arc::new(BudgetInner {
+                limit,
+                used: AtomicUsize::new(0),
+                peak: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The limit in bytes.
+    pub fn limit(&self) -> usize {
+        self.inner.limit
+    }
+
+    /// Bytes retained right now, over all receivers sharing the budget.
+    pub fn used(&self) -> usize {
+        self.inner.used.load(Ordering::Relaxed)
+    }
+
+    /// Most bytes ever retained at once. Never above [`RetentionBudget::limit`].
+    pub fn peak(&self) -> usize {
+        self.inner.peak.load(Ordering::Relaxed)
+    }
+
+    fn try_reserve(&self, n: usize) -> bool {
+        let limit = self.inner.limit;
+        let r = self
+            .inner
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                u.checked_add(n).filter(|&v| v <= limit)
+            });
+        match r {
+            Ok(prev) => {
+                self.inner.peak.fetch_max(prev + n, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn release(&self, n: usize) {
+        self.inner.used.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// Malformed bodies dropped, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MalformedCounts {
+    /// Shorter than the header, or a parity shard too short for its codec.
+    pub truncated: u64,
+    /// Reserved header bits set.
+    pub reserved_bits: u64,
+    /// Data or parity shard count zero or too large.
+    pub bad_shape: u64,
+    /// Shard index outside its group.
+    pub index_out_of_range: u64,
+    /// Unknown codec id.
+    pub unknown_codec: u64,
+    /// Payload or coded shard longer than allowed.
+    pub too_long: u64,
+    /// Contradicts what earlier shards said about the group.
+    pub inconsistent: u64,
+    /// Parity for a group the receiver cannot know about.
+    pub unknown_group: u64,
+}
+
+impl MalformedCounts {
+    /// All malformed bodies.
+    pub fn total(&self) -> u64 {
+        self.truncated
+            + self.reserved_bits
+            + self.bad_shape
+            + self.index_out_of_range
+            + self.unknown_codec
+            + self.too_long
+            + self.inconsistent
+            + self.unknown_group
+    }
+
+    fn count(&mut self, e: FecError) {
+        let c = match e {
+            FecError::Truncated => &mut self.truncated,
+            FecError::ReservedBits => &mut self.reserved_bits,
+            FecError::BadShape => &mut self.bad_shape,
+            FecError::IndexOutOfRange => &mut self.index_out_of_range,
+            FecError::UnknownCodec => &mut self.unknown_codec,
+            FecError::LengthTooLarge => &mut self.too_long,
+            FecError::InconsistentGroup => &mut self.inconsistent,
+            FecError::UnknownGroup | FecError::BufferTooSmall { .. } => &mut self.unknown_group,
+        };
+        *c += 1;
+    }
+}
+
+/// What a receiver reports back to the peer's sender for one window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LossReport {
+    /// Data shards that arrived.
+    pub received: u64,
+    /// Data shards lost on the wire.
+    pub lost: u64,
+    /// Longest run of consecutive lost data shards.
+    pub max_burst: u64,
+}
+
+/// Receiver-side counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReceiverStats {
+    /// Data payloads delivered as received.
+    pub data_delivered: u64,
+    /// Data payloads rebuilt from parity and delivered.
+    pub data_recovered: u64,
+    /// Data bodies dropped as duplicates (or already rebuilt).
+    pub duplicates: u64,
+    /// Data bodies older than the tracking window (delivered; ARQ dedups).
+    pub late_data: u64,
+    /// Parity bodies accepted.
+    pub parity_received: u64,
+    /// Parity bodies for finished or long-gone groups, or duplicates, ignored.
+    pub parity_ignored: u64,
+    /// Groups whose data all arrived.
+    pub groups_complete: u64,
+    /// Groups rebuilt from parity.
+    pub groups_recovered: u64,
+    /// Groups with parity that were dropped with data still missing (ARQ's job now).
+    pub groups_unrecoverable: u64,
+    /// Groups dropped at the age limit.
+    pub groups_expired: u64,
+    /// Groups dropped early to make room (budget or group limit).
+    pub groups_evicted: u64,
+    /// Shards not retained because the budget was exhausted.
+    pub retention_refused: u64,
+    /// Decodes that failed or produced an impossible length (data left to ARQ).
+    pub recovery_failures: u64,
+    /// Bytes this receiver retains now.
+    pub retained_bytes: usize,
+    /// Most bytes this receiver retained at once.
+    pub peak_retained_bytes: usize,
+    /// Distinct data shards that arrived (loss accounting).
+    pub received: u64,
+    /// Data shards counted lost on the wire (before FEC), net of late arrivals.
+    pub lost: u64,
+    /// Malformed bodies dropped.
+    pub malformed: MalformedCounts,
+}
+
+impl ReceiverStats {
+    /// Loss on the wire as a fraction of data shards (before FEC).
+    pub fn realized_loss(&self) -> f64 {
+        let total = self.received + self.lost;
+        if total == 0 {
+            0.0
+        } else {
+            self.lost as f64 / total as f64
+        }
+    }
+}
+
+/// Base of extended sequence numbers, so `seq - index` and window arithmetic never underflow.
+const SEQ_BASE: u64 = 1 << 20;
+/// Sequence numbers tracked for duplicates and loss (bitmap width).
+const WINDOW: u64 = 128;
+/// A missing data shard counts as lost once this many later shards arrived.
+const REORDER_DISTANCE: u64 = 32;
+/// A jump in sequence larger than this resynchronises instead of counting loss.
+const MAX_JUMP: u64 = 1024;
+/// Parity for a group starting further than this past the newest data is dropped.
+const MAX_AHEAD: u64 = 256;
+/// Spare shard buffers kept per receiver.
+const POOL_CAP: usize = 32;
+
+/// One incomplete group.
+#[derive(Default)]
+struct Group {
+    first: u64,
+    created: Option<Instant>,
+    /// Shape, once a parity shard said it.
+    k: Option<usize>,
+    m: usize,
+    codec: Option<CodecId>,
+    coded_len: usize,
+    /// Upper bound on `k` from where the next group starts.
+    k_hint: Option<usize>,
+    /// Coded data shards (length prefix + payload, unpadded) by index.
+    data: Vec<Option<Vec<u8>>>,
+    /// Coded parity shards by index.
+    parity: Vec<Option<Vec<u8>>>,
+    n_data: usize,
+    n_parity: usize,
+    /// Highest data index seen + 1.
+    data_span: usize,
+    bytes: usize,
+}
+
+enum Outcome {
+    Complete,
+    Recovered,
+    Expired,
+    Evicted,
+    Failed,
+}
+
+enum Arrival {
+    New,
+    Duplicate,
+    AlreadyDelivered,
+    Late,
+}
+
+/// Receives FEC data and parity bodies and hands data payloads on. Sans-IO.
+pub struct FecReceiver {
+    cfg: FecConfig,
+    budget: RetentionBudget,
+    groups: Vec<Group>,
+    spare_groups: Vec<Group>,
+    pool: Vec<Vec<u8>>,
+    scratch: Vec<Vec<u8>>,
+    hi: Option<u64>,
+    start: u64,
+    arrived: u128,
+    delivered: u128,
+    /// Rebuilt shards newer than `hi`: bit j is seq `hi + 1 + j`.
+    delivered_ahead: u64,
+    window_received: u64,
+    window_lost: u64,
+    /// Length of the current run of lost shards, the seq of its last one, and the longest
+    /// run in this report window.
+    run: u64,
+    last_lost: u64,
+    window_max_burst: u64,
+    cauchy: CauchyCodec,
+    rs: Option<RsSimdCodec>,
+    stats: ReceiverStats,
+}
+
+impl FecReceiver {
+    /// A receiver with its own budget of [`DEFAULT_RETENTION_BUDGET`].
+    pub fn new(config: FecConfig) -> FecReceiver {
+        Self::with_budget(config, RetentionBudget::default())
+    }
+
+    /// A receiver drawing on a budget shared with the endpoint's other connections.
+    pub fn with_budget(config: FecConfig, budget: RetentionBudget) -> FecReceiver {
+        FecReceiver {
+            cfg: config.sanitized(),
+            budget,
+            groups: Vec::new(),
+            spare_groups: Vec::new(),
+            pool: Vec::new(),
+            scratch: Vec::new(),
+            hi: None,
+            start: 0,
+            arrived: 0,
+            delivered: 0,
+            delivered_ahead: 0,
+            window_received: 0,
+            window_lost: 0,
+            run: 0,
+            last_lost: 0,
+            window_max_burst: 0,
+            cauchy: CauchyCodec::new(),
+            rs: None,
+            stats: ReceiverStats::default(),
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ReceiverStats {
+        self.stats
+    }
+
+    /// The budget this receiver draws on.
+    pub fn budget(&self) -> &RetentionBudget {
+        &self.budget
+    }
+
+    /// Data shards (received, lost) since the last call, for the peer's adaptive policy. A
+    /// shard counts as lost once 32 later ones arrived without it; a late arrival after that
+    /// is netted out of the next window.
+    pub fn loss_report(&mut self) -> (u64, u64) {
+        let r = self.loss_report_detail();
+        (r.received, r.lost)
+    }
+
+    /// Like [`FecReceiver::loss_report`], with the longest run of consecutive lost data
+    /// shards in the window, which lets the peer size parity for burst loss.
+    pub fn loss_report_detail(&mut self) -> LossReport {
+        let r = LossReport {
+            received: self.window_received,
+            lost: self.window_lost,
+            max_burst: self.window_max_burst,
+        };
+        self.window_received = 0;
+        self.window_lost = 0;
+        self.window_max_burst = 0;
+        r
+    }
+
+    /// When the oldest incomplete group reaches the age limit.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.groups
+            .iter()
+            .filter_map(|g| g.created)
+            .min()
+            .map(|t| t + self.cfg.max_group_age)
+    }
+
+    /// Drops groups that reached the age limit.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.expire(now);
+    }
+
+    /// Handles a data body: hands its payload to `deliver` at once (unless it is a
+    /// duplicate), retains it if its group is protected, and delivers any data shards it lets
+    /// the receiver rebuild. A malformed body is dropped, counted and returned as an error.
+    pub fn on_data(
+        &mut self,
+        now: Instant,
+        body: &[u8],
+        mut deliver: impl FnMut(&[u8]),
+    ) -> Result<(), FecError> {
+        let r = self.data_inner(now, body, &mut deliver);
+        if let Err(e) = r {
+            self.stats.malformed.count(e);
+        }
+        r
+    }
+
+    /// Handles a parity body: retains it and delivers any data shards it lets the receiver
+    /// rebuild. A malformed body is dropped, counted and returned as an error.
+    pub fn on_parity(
+        &mut self,
+        now: Instant,
+        body: &[u8],
+        mut deliver: impl FnMut(&[u8]),
+    ) -> Result<(), FecError> {
+        let r = self.parity_inner(now, body, &mut deliver);
+        if let Err(e) = r {
+            self.stats.malformed.count(e);
+        }
+        r
+    }
+
+    fn data_inner(
+        &mut self,
+        now: Instant,
+        body: &[u8],
+        deliver: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), FecError> {
+        self.expire(now);
+        let (h, payload) = DataHeader::parse(body)?;
+        if payload.len() > self.cfg.max_payload {
+            return Err(FecError::LengthTooLarge);
+        }
+        let seq = self.extend(h.seq);
+        let index = h.index as usize;
+        let first = seq - index as u64;
+        let coded = LEN_PREFIX + payload.len();
+        // Validate against what we know before delivering anything.
+        for g in &self.groups {
+            if g.first == first {
+                if !h.protected {
+                    return Err(FecError::InconsistentGroup);
+                }
+                if let Some(k) = g.k {
+                    if index >= k {
+                        return Err(FecError::IndexOutOfRange);
+                    }
+                    if coded > g.coded_len {
+                        return Err(FecError::InconsistentGroup);
+                    }
+                }
+            } else if let Some(k) = g.k {
+                if seq >= g.first && seq < g.first + k as u64 {
+                    return Err(FecError::InconsistentGroup);
+                }
+            }
+        }
+        match self.track_arrival(seq) {
+            Arrival::Duplicate | Arrival::AlreadyDelivered => {
+                self.stats.duplicates += 1;
+                return Ok(());
+            }
+            Arrival::Late => {
+                self.stats.late_data += 1;
+                self.stats.data_delivered += 1;
+                deliver(payload);
+                return Ok(());
+            }
+            Arrival::New => {}
+        }
+        self.mark_delivered(seq);
+        self.stats.data_delivered += 1;
+        deliver(payload);
+        for g in &mut self.groups {
+            if g.first < first {
+                let bound = (first - g.first) as usize;
+                g.k_hint = Some(g.k_hint.map_or(bound, |h| h.min(bound)));
+            }
+        }
+        // After a resynchronisation the bitmap no longer knows a shard the group holds.
+        let held = self
+            .groups
+            .iter()
+            .any(|g| g.first == first && g.data.get(index).is_some_and(|d| d.is_some()));
+        if h.protected && !held && self.reserve(coded, first) {
+            let mut buf = self.take_buf();
+            buf.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+            buf.extend_from_slice(payload);
+            let gi = self.find_or_create(now, first);
+            let g = &mut self.groups[gi];
+            if g.data.len() <= index {
+                g.data.resize_with(index + 1, || None);
+            }
+            g.data[index] = Some(buf);
+            g.n_data += 1;
+            g.data_span = g.data_span.max(index + 1);
+            g.bytes += coded;
+            self.try_recover(gi, deliver);
+        }
+        self.sweep_complete();
+        Ok(())
+    }
+
+    fn parity_inner(
+        &mut self,
+        now: Instant,
+        body: &[u8],
+        deliver: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), FecError> {
+        self.expire(now);
+        let (h, shard) = ParityHeader::parse(body)?;
+        if shard.len() > self.cfg.max_payload + LEN_PREFIX + 1 {
+            return Err(FecError::LengthTooLarge);
+        }
+        let (k, m, idx) = (h.data as usize, h.parity as usize, h.index as usize);
+        let first = self.extend(h.first_seq);
+        if let Some(hi) = self.hi {
+            if first > hi + MAX_AHEAD {
+                return Err(FecError::UnknownGroup);
+            }
+            if first + k as u64 + WINDOW <= hi + 1 {
+                // Its data is older than anything we track: finished long ago.
+                self.stats.parity_ignored += 1;
+                return Ok(());
+            }
+        }
+        match self.groups.iter().position(|g| g.first == first) {
+            Some(gi) => {
+                let g = &self.groups[gi];
+                if let Some(gk) = g.k {
+                    if gk != k || g.m != m || g.codec != Some(h.codec) || g.coded_len != shard.len()
+                    {
+                        return Err(FecError::InconsistentGroup);
+                    }
+                }
+                let longest = g.data.iter().flatten().map(|d| d.len()).max().unwrap_or(0);
+                if g.data_span > k || longest > shard.len() || g.k_hint.is_some_and(|b| k > b) {
+                    return Err(FecError::InconsistentGroup);
+                }
+                if g.parity.get(idx).is_some_and(|p| p.is_some()) {
+                    self.stats.parity_ignored += 1;
+                    return Ok(());
+                }
+            }
+            None => {
+                let end = first + k as u64;
+                let overlaps = self.groups.iter().any(|g| {
+                    let g_end = g.first + g.k.unwrap_or(g.data_span) as u64;
+                    g.first < end && first < g_end
+                });
+                if overlaps {
+                    return Err(FecError::InconsistentGroup);
+                }
+                if self.all_delivered(first, k) {
+                    self.stats.parity_ignored += 1;
+                    return Ok(());
+                }
+            }
+        }
+        self.stats.parity_received += 1;
+        if !self.reserve(shard.len(), first) {
+            return Ok(());
+        }
+        let mut buf = self.take_buf();
+        buf.extend_from_slice(shard);
+        let gi = self.find_or_create(now, first);
+        let g = &mut self.groups[gi];
+        g.k = Some(k);
+        g.m = m;
+        g.codec = Some(h.codec);
+        g.coded_len = shard.len();
+        if g.parity.len() < m {
+            g.parity.resize_with(m, || None);
+        }
+        g.parity[idx] = Some(buf);
+        g.n_parity += 1;
+        g.bytes += shard.len();
+        self.try_recover(gi, deliver);
+        self.sweep_complete();
+        Ok(())
+    }
+
+    /// Extends a 16-bit sequence number to the one nearest the newest seen.
+    fn extend(&self, s: u16) -> u64 {
+        let Some(hi) = self.hi else {
+            return SEQ_BASE + u64::from(s);
+        };
+        let cand = (hi & !0xFFFF) | u64::from(s);
+        [cand.wrapping_sub(1 << 16), cand, cand + (1 << 16)]
+            .into_iter()
+            .filter(|&c| c >= SEQ_BASE / 2)
+            .min_by_key(|&c| c.abs_diff(hi))
+            .unwrap_or(cand)
+    }
+
+    /// Loss and duplicate accounting for an arriving data shard.
+    fn track_arrival(&mut self, seq: u64) -> Arrival {
+        let Some(hi) = self.hi else {
+            self.hi = Some(seq);
+            self.start = seq;
+            self.arrived = 1;
+            self.delivered = 0;
+            self.delivered_ahead = 0;
+            self.count_received();
+            return Arrival::New;
+        };
+        if seq > hi {
+            let shift = seq - hi;
+            let ahead = self.delivered_ahead;
+            let was_delivered = shift - 1 < 64 && ahead & (1 << (shift - 1)) != 0;
+            if shift > MAX_JUMP {
+                // Far beyond anything plausible: start over rather than count phantom loss.
+                self.start = seq;
+                self.arrived = 0;
+                self.delivered = 0;
+                self.delivered_ahead = 0;
+            } else {
+                // Shards whose distance from the newest crosses REORDER_DISTANCE now count
+                // as lost if they have not arrived.
+                let from = (hi + 1).saturating_sub(REORDER_DISTANCE).max(self.start);
+                let to = seq.saturating_sub(REORDER_DISTANCE);
+                let mut lost = 0;
+                for q in from..=to {
+                    if q > hi || !bit(self.arrived, hi - q) {
+                        lost += 1;
+                        self.run = if self.last_lost + 1 == q {
+                            self.run + 1
+                        } else {
+                            1
+                        };
+                        self.last_lost = q;
+                        self.window_max_burst = self.window_max_burst.max(self.run);
+                    }
+                }
+                self.window_lost += lost;
+                self.stats.lost += lost;
+                self.arrived = shl(self.arrived, shift);
+                self.delivered = shl(self.delivered, shift);
+                // Rebuilt shards at or below the new newest move into the main window.
+                let mut a = ahead;
+                while a != 0 {
+                    let j = u64::from(a.trailing_zeros());
+                    a &= a - 1;
+                    if j < shift && shift - 1 - j < WINDOW {
+                        self.delivered |= 1 << (shift - 1 - j);
+                    }
+                }
+                self.delivered_ahead = if shift >= 64 { 0 } else { ahead >> shift };
+            }
+            self.hi = Some(seq);
+            self.arrived |= 1;
+            self.count_received();
+            return if was_delivered {
+                Arrival::AlreadyDelivered
+            } else {
+                Arrival::New
+            };
+        }
+        let d = hi - seq;
+        // Shards before `start` were never counted lost, so there is nothing to net out.
+        let counted_lost = seq >= self.start && d >= REORDER_DISTANCE;
+        if d >= WINDOW {
+            self.count_received();
+            if counted_lost {
+                self.uncount_lost();
+            }
+            return Arrival::Late;
+        }
+        if bit(self.arrived, d) {
+            return Arrival::Duplicate;
+        }
+        self.arrived |= 1 << d;
+        self.count_received();
+        if counted_lost {
+            self.uncount_lost();
+        }
+        if bit(self.delivered, d) {
+            Arrival::AlreadyDelivered
+        } else {
+            Arrival::New
+        }
+    }
+
+    fn count_received(&mut self) {
+        self.window_received += 1;
+        self.stats.received += 1;
+    }
+
+    fn uncount_lost(&mut self) {
+        self.window_lost = self.window_lost.saturating_sub(1);
+        self.stats.lost = self.stats.lost.saturating_sub(1);
+    }
+
+    fn mark_delivered(&mut self, seq: u64) {
+        let hi = match self.hi {
+            Some(hi) => hi,
+            None => {
+                // Rebuilt before any data arrived: anchor the window just below it.
+                self.hi = Some(seq - 1);
+                self.start = seq;
+                seq - 1
+            }
+        };
+        if seq <= hi {
+            if hi - seq < WINDOW {
+                self.delivered |= 1 << (hi - seq);
+            }
+        } else if seq - hi - 1 < 64 {
+            self.delivered_ahead |= 1 << (seq - hi - 1);
+        }
+    }
+
+    /// Whether data shard `seq` was delivered (false if it is outside the tracked window).
+    fn is_delivered(&self, seq: u64) -> bool {
+        match self.hi {
+            None => false,
+            Some(hi) if seq <= hi => bit(self.delivered, hi - seq),
+            Some(hi) => seq - hi - 1 < 64 && self.delivered_ahead & (1 << (seq - hi - 1)) != 0,
+        }
+    }
+
+    /// Whether data shards `first..first + k` are all known delivered.
+    fn all_delivered(&self, first: u64, k: usize) -> bool {
+        (first..first + k as u64).all(|q| self.is_delivered(q))
+    }
+
+    /// Reserves `n` bytes of retention, evicting this receiver's oldest other groups if the
+    /// budget is exhausted. False (and counted) if there is still no room.
+    fn reserve(&mut self, n: usize, keep: u64) -> bool {
+        loop {
+            if self.budget.try_reserve(n) {
+                self.stats.retained_bytes += n;
+                self.stats.peak_retained_bytes = self
+                    .stats
+                    .peak_retained_bytes
+                    .max(self.stats.retained_bytes);
+                return true;
+            }
+            let oldest = self
+                .groups
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| g.first != keep)
+                .min_by_key(|(_, g)| g.first)
+                .map(|(i, _)| i);
+            match oldest {
+                Some(i) => self.finish(i, Outcome::Evicted),
+                None => {
+                    self.stats.retention_refused += 1;
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn find_or_create(&mut self, now: Instant, first: u64) -> usize {
+        if let Some(i) = self.groups.iter().position(|g| g.first == first) {
+            return i;
+        }
+        if self.groups.len() >= self.cfg.max_groups {
+            if let Some(i) = (0..self.groups.len()).min_by_key(|&i| self.groups[i].first) {
+                self.finish(i, Outcome::Evicted);
+            }
+        }
+        let mut g = self.spare_groups.pop().unwrap_or_default();
+        g.first = first;
+        g.created = Some(now);
+        // A group that starts after an existing one bounds that one's size, and vice versa.
+        for o in &self.groups {
+            if o.first > first {
+                let bound = (o.first - first) as usize;
+                g.k_hint = Some(g.k_hint.map_or(bound, |h| h.min(bound)));
+            }
+        }
+        self.groups.push(g);
+        self.groups.len() - 1
+    }
+
+    fn take_buf(&mut self) -> Vec<u8> {
+        let mut b = self.pool.pop().unwrap_or_default();
+        b.clear();
+        b
+    }
+
+    /// Rebuilds the group's missing data if enough shards are present.
+    fn try_recover(&mut self, gi: usize, deliver: &mut dyn FnMut(&[u8])) {
+        let g = &self.groups[gi];
+        let (Some(k), Some(codec)) = (g.k, g.codec) else {
+            return;
+        };
+        if g.n_data >= k || g.n_data + g.n_parity < k {
+            return;
+        }
+        let (m, len, first) = (g.m, g.coded_len, g.first);
+        if self.scratch.len() < k + m {
+            self.scratch.resize_with(k + m, Vec::new);
+        }
+        let mut present = [false; MAX_DATA_SHARDS + MAX_PARITY_SHARDS];
+        let shards = g.data.iter().chain(std::iter::repeat(&None)).take(k);
+        let parity = g.parity.iter().chain(std::iter::repeat(&None)).take(m);
+        for (i, src) in shards.chain(parity).enumerate() {
+            let s = &mut self.scratch[i];
+            s.clear();
+            if let Some(src) = src {
+                s.extend_from_slice(src);
+                present[i] = true;
+            }
+            s.resize(len, 0);
+        }
+        let mut refs: [&mut [u8]; MAX_DATA_SHARDS + MAX_PARITY_SHARDS] =
+            std::array::from_fn(|_| <&mut [u8]>::default());
+        for (r, s) in refs.iter_mut().zip(&mut self.scratch[..k + m]) {
+            *r = s.as_mut_slice();
+        }
+        let refs = &mut refs[..k + m];
+        let result = match codec {
+            CodecId::Cauchy => self.cauchy.reconstruct(k, refs, &present[..k + m]),
+            CodecId::RsSimd => {
+                self.rs
+                    .get_or_insert_with(RsSimdCodec::new)
+                    .reconstruct(k, refs, &present[..k + m])
+            }
+        };
+        if result.is_err() {
+            self.stats.recovery_failures += 1;
+            self.finish(gi, Outcome::Failed);
+            return;
+        }
+        for i in (0..k).filter(|&i| !present[i]) {
+            let s = &self.scratch[i];
+            let n = u16::from_le_bytes([s[0], s[1]]) as usize;
+            if LEN_PREFIX + n > len {
+                // Parity that does not match the data: leave this shard to ARQ.
+                self.stats.recovery_failures += 1;
+                continue;
+            }
+            let seq = first + i as u64;
+            if !self.is_delivered(seq) {
+                self.mark_delivered(seq);
+                self.stats.data_recovered += 1;
+                deliver(&self.scratch[i][LEN_PREFIX..LEN_PREFIX + n]);
+            }
+        }
+        self.finish(gi, Outcome::Recovered);
+    }
+
+    /// Drops groups whose data has all been delivered.
+    fn sweep_complete(&mut self) {
+        let mut i = 0;
+        while i < self.groups.len() {
+            let g = &self.groups[i];
+            if let Some(k) = g.k.or(g.k_hint) {
+                if self.all_delivered(g.first, k) {
+                    self.finish(i, Outcome::Complete);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.groups.len() {
+            let old = self.groups[i]
+                .created
+                .is_none_or(|t| now.saturating_duration_since(t) >= self.cfg.max_group_age);
+            if old {
+                self.finish(i, Outcome::Expired);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Removes group `i`, returning its bytes to the budget and its buffers to the pool.
+    fn finish(&mut self, i: usize, outcome: Outcome) {
+        let mut g = self.groups.swap_remove(i);
+        let missing = match g.k {
+            Some(k) => !self.all_delivered(g.first, k),
+            None => false,
+        };
+        match outcome {
+            Outcome::Complete => self.stats.groups_complete += 1,
+            Outcome::Recovered => self.stats.groups_recovered += 1,
+            Outcome::Expired => self.stats.groups_expired += 1,
+            Outcome::Evicted => self.stats.groups_evicted += 1,
+            Outcome::Failed => {}
+        }
+        if missing && !matches!(outcome, Outcome::Recovered | Outcome::Complete) {
+            self.stats.groups_unrecoverable += 1;
+        }
+        self.budget.release(g.bytes);
+        self.stats.retained_bytes -= g.bytes;
+        for b in g.data.drain(..).chain(g.parity.drain(..)).flatten() {
+            if self.pool.len() < POOL_CAP {
+                self.pool.push(b);
+            }
+        }
+        if self.spare_groups.len() < 8 {
+            self.spare_groups.push(Group {
+                data: g.data,
+                parity: g.parity,
+                ..Group::default()
+            });
+        }
+    }
+}
+
+impl Drop for FecReceiver {
+    fn drop(&mut self) {
+        // Give the shared budget back what this connection still holds.
+        self.budget.release(self.stats.retained_bytes);
+    }
+}
+
+fn bit(map: u128, d: u64) -> bool {
+    d < 128 && map & (1 << d) != 0
+}
+
+fn shl(map: u128, n: u64) -> u128 {
+    if n >= 128 {
+        0
+    } else {
+        map << n
+    }
+}

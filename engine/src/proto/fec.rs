@@ -1,0 +1,378 @@
+//! FEC wiring of a connection: wraps outgoing ARQ datagrams in `FecData` packets, emits parity
+//! as `FecParity` packets, and unwraps incoming FEC packets back into ARQ datagrams.
+//!
+//! # Layout and overhead
+//!
+//! An ARQ datagram is a `Data` packet: type, version, destination cid (10 bytes, the part
+//! every connection packet shares), packet number, frames. FEC protects only what follows the
+//! shared 10 bytes (packet number and frames); the `FecData` packet repeats those 10 bytes with
+//! its own type, then the 3-byte FEC data header, then the protected bytes. The receiver
+//! rebuilds the ARQ datagram by putting a `Data` header with its own cid in front of every
+//! delivered or recovered payload. So each data datagram costs 3 bytes more than without FEC,
+//! and the ARQ datagram budget is the UDP payload limit minus [`FEC_ARQ_OVERHEAD`] (8 B:
+//! 1,192 B of 1,200), sized so a parity packet (10 + 6-byte parity header + 2-byte length
+//! prefix + the longest protected payload) still fits the UDP payload limit. The reference
+//! spends 26 B.
+//!
+//! # Congestion control
+//!
+//! Parity counts against the congestion window: a parity packet waits until the window has
+//! room for it and adds to the bytes in flight. Parity is never acknowledged, so its bytes
+//! leave flight when a packet sent at or after it is acknowledged (by then it arrived or was
+//! lost), or at a retransmission timeout.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::cc::Congestion;
+use super::Config;
+use crate::fec::{
+    max_protected_payload, FecConfig, FecPolicy, FecReceiver, FecSender, MalformedCounts,
+    ReceiverStats, RetentionBudget, SenderStats,
+};
+use crate::wire::{self, ConnectionId, Packet, FEC_HEADER_LEN};
+
+/// Bytes the ARQ datagram budget gives up when FEC is on (see the module docs).
+pub const FEC_ARQ_OVERHEAD: usize = crate::fec::PARITY_HEADER_LEN + crate::fec::header::LEN_PREFIX;
+
+/// FEC counters of one connection (both directions), in [`super::ConnectionStats::fec`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FecStats {
+    /// Data shards this side rebuilt from parity and handed to ARQ.
+    pub data_recovered: u64,
+    /// Groups this side could not rebuild (ARQ retransmits their lost shards).
+    pub groups_unrecoverable: u64,
+    /// Parity shards this side sent.
+    pub parity_sent: u64,
+    /// Parity packet bytes this side sent (FEC packet header included).
+    pub parity_bytes: u64,
+    /// Data packet bytes this side sent as `FecData` (header included).
+    pub data_bytes: u64,
+    /// Parity shards the last group this side closed carried.
+    pub current_parity: usize,
+    /// Most parity shards any group of this side carried.
+    pub max_parity: usize,
+    /// Times the adaptive policy changed the parity level.
+    pub policy_changes: u64,
+    /// Bytes retained for incomplete groups by every connection of the endpoint's budget.
+    pub retained_bytes: usize,
+    /// Peak of `retained_bytes` (never above `retention_limit`).
+    pub peak_retained_bytes: usize,
+    /// The retention budget's limit.
+    pub retention_limit: usize,
+    /// Loss of data shards this side observed on the wire, before recovery (fraction).
+    pub realized_loss: f64,
+    /// Parity shards dropped because the caller's send buffer could not hold them.
+    pub parity_unsendable: u64,
+    /// Malformed FEC bodies dropped, by cause.
+    pub malformed: MalformedCounts,
+    /// All sender counters.
+    pub sender: SenderStats,
+    /// All receiver counters.
+    pub receiver: ReceiverStats,
+}
+
+/// Per-connection FEC state.
+pub(crate) struct FecLink {
+    /// FEC settings with `max_payload` set to what the ARQ budget protects.
+    cfg: FecConfig,
+    /// Present when this side's policy is not `Off`.
+    tx: Option<Box<FecSender>>,
+    /// Created on the first FEC packet from the peer (the peer may protect while we do not).
+    rx: Option<Box<FecReceiver>>,
+    budget: RetentionBudget,
+    /// Scratch for a data body.
+    body: Vec<u8>,
+    /// ARQ datagrams rebuilt from the last FEC packet, back to back, and their lengths.
+    out: Vec<u8>,
+    out_lens: Vec<usize>,
+    /// (sent at, bytes) of parity counted in flight.
+    parity_flight: VecDeque<(Instant, usize)>,
+    /// Parity body bytes dropped unsent (see `FecStats::parity_unsendable`).
+    unsendable_bytes: u64,
+    stats: FecStats,
+}
+
+impl std::fmt::Debug for FecLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FecLink")
+            .field("cfg", &self.cfg)
+            .field("sending", &self.tx.is_some())
+            .field("receiving", &self.rx.is_some())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FecLink {
+    pub(crate) fn new(cfg: &Config) -> Self {
+        let fec = FecConfig {
+            max_payload: max_protected_payload(cfg.max_datagram_size, FEC_HEADER_LEN),
+            ..cfg.fec
+        };
+        let tx = (fec.policy != FecPolicy::Off).then(|| Box::new(FecSender::new(fec)));
+        FecLink {
+            body: vec![0u8; fec.max_parity_body()],
+            cfg: fec,
+            tx,
+            rx: None,
+            budget: RetentionBudget::default(),
+            out: Vec::new(),
+            out_lens: Vec::new(),
+            parity_flight: VecDeque::new(),
+            unsendable_bytes: 0,
+            stats: FecStats::default(),
+        }
+    }
+
+    /// Share the endpoint's retention budget (before any FEC packet arrived).
+    pub(crate) fn set_budget(&mut self, budget: RetentionBudget) {
+        self.budget = budget;
+    }
+
+    /// Whether outgoing ARQ datagrams are wrapped.
+    pub(crate) fn sending(&self) -> bool {
+        self.tx.is_some()
+    }
+
+    /// Whether the peer sends FEC (its shard loss then drives our loss reports).
+    pub(crate) fn receiving(&self) -> bool {
+        self.rx.is_some()
+    }
+
+    /// Extra packets ARQ's fast retransmit tolerates while groups carry parity: a lost packet
+    /// is rebuilt at the receiver only when its group's parity arrives, up to a group plus its
+    /// parity later.
+    pub(crate) fn reorder_allowance(&self) -> u64 {
+        match self.tx.as_ref() {
+            Some(tx) if tx.parity_level() > 0 => {
+                (self.cfg.max_data_shards + tx.parity_level()) as u64
+            }
+            _ => 0,
+        }
+    }
+
+    /// The ARQ datagram budget for a UDP payload limit of `udp` bytes.
+    pub(crate) fn arq_budget(&self, udp: usize) -> usize {
+        if self.sending() {
+            udp.saturating_sub(FEC_ARQ_OVERHEAD)
+        } else {
+            udp
+        }
+    }
+
+    /// Wraps the ARQ datagram `buf[..len]` in place into a `FecData` packet addressed to
+    /// `dst`; returns the new length. Sends the datagram unwrapped if FEC is off or it does
+    /// not fit (the receiver handles plain `Data` packets either way).
+    pub(crate) fn seal(
+        &mut self,
+        now: Instant,
+        dst: ConnectionId,
+        buf: &mut [u8],
+        len: usize,
+    ) -> usize {
+        let Some(tx) = self.tx.as_mut() else {
+            return len;
+        };
+        if len < FEC_HEADER_LEN {
+            return len;
+        }
+        let Ok(n) = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body) else {
+            return len;
+        };
+        if FEC_HEADER_LEN + n > buf.len() {
+            // Cannot happen with the budget from `arq_budget`; the datagram is already part of
+            // the group, so the receiver will count it lost and ARQ repairs it.
+            return len;
+        }
+        let p = Packet::FecData {
+            dst_cid: dst,
+            body: &[],
+        };
+        if wire::encode_packet(&p, &mut buf[..FEC_HEADER_LEN]).is_err() {
+            return len;
+        }
+        buf[FEC_HEADER_LEN..FEC_HEADER_LEN + n].copy_from_slice(&self.body[..n]);
+        self.stats.data_bytes += (FEC_HEADER_LEN + n) as u64;
+        FEC_HEADER_LEN + n
+    }
+
+    /// Closes the open group if its wait ran out (its parity becomes ready).
+    fn close_expired(&mut self, now: Instant) {
+        if let Some(tx) = self.tx.as_mut() {
+            // An empty buffer: closes an expired group without taking its parity.
+            let _ = tx.poll_parity(now, &mut []);
+        }
+    }
+
+    /// Size of the next parity packet, if one is ready.
+    pub(crate) fn next_parity(&self) -> Option<usize> {
+        self.tx
+            .as_ref()
+            .and_then(|t| t.next_parity_len())
+            .map(|n| FEC_HEADER_LEN + n)
+    }
+
+    /// Writes the next parity packet into `buf` if one is ready and the congestion window has
+    /// room for it; returns its length.
+    pub(crate) fn poll_parity(
+        &mut self,
+        now: Instant,
+        dst: ConnectionId,
+        buf: &mut [u8],
+        cc: &mut Congestion,
+    ) -> Option<usize> {
+        self.close_expired(now);
+        let size = self.next_parity()?;
+        if size > buf.len() {
+            // The caller's buffer is below the configured datagram size: this parity can never
+            // go out, drop it rather than wait for it (ARQ covers its group).
+            let tx = self.tx.as_mut()?;
+            if let Some(n) = tx.poll_parity(now, &mut self.body) {
+                self.stats.parity_unsendable += 1;
+                self.unsendable_bytes += n as u64;
+            }
+            return None;
+        }
+        if !cc.can_send(size) {
+            return None;
+        }
+        let p = Packet::FecParity {
+            dst_cid: dst,
+            body: &[],
+        };
+        wire::encode_packet(&p, &mut buf[..FEC_HEADER_LEN]).ok()?;
+        let n = self
+            .tx
+            .as_mut()?
+            .poll_parity(now, &mut buf[FEC_HEADER_LEN..])?;
+        let size = FEC_HEADER_LEN + n;
+        cc.on_sent(size);
+        self.parity_flight.push_back((now, size));
+        Some(size)
+    }
+
+    /// A packet sent at `sent` was acknowledged: parity sent no later has left the path.
+    pub(crate) fn on_acked(&mut self, sent: Instant, cc: &mut Congestion) {
+        while let Some(&(t, size)) = self.parity_flight.front() {
+            if t > sent {
+                break;
+            }
+            cc.on_removed(size);
+            self.parity_flight.pop_front();
+        }
+    }
+
+    /// Retransmission timeout: no parity is in flight any more.
+    pub(crate) fn on_rto(&mut self, cc: &mut Congestion) {
+        for (_, size) in self.parity_flight.drain(..) {
+            cc.on_removed(size);
+        }
+    }
+
+    /// Earliest FEC timer: the open group's wait or the oldest incomplete group's age limit.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        let a = self.tx.as_ref().and_then(|t| t.poll_timeout());
+        let b = self.rx.as_ref().and_then(|r| r.poll_timeout());
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs FEC timers: closes an expired group, drops aged incomplete groups.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        self.close_expired(now);
+        if let Some(rx) = self.rx.as_mut() {
+            rx.handle_timeout(now);
+        }
+    }
+
+    /// The peer's loss report reached us: it steers the adaptive parity.
+    pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64) {
+        if let Some(tx) = self.tx.as_mut() {
+            tx.on_loss_report(received, lost);
+        }
+    }
+
+    /// Data shards (received, lost) the peer's FEC stream showed since the last call.
+    pub(crate) fn take_loss_report(&mut self) -> Option<(u64, u64)> {
+        self.rx.as_mut().map(|r| r.loss_report())
+    }
+
+    /// Feeds an FEC packet body to the receiver. The ARQ datagrams it yields (the data shard
+    /// itself and any rebuilt ones) are left for [`Self::take_datagrams`]. `Err` means the
+    /// body was malformed, dropped and counted.
+    pub(crate) fn receive(
+        &mut self,
+        now: Instant,
+        local: ConnectionId,
+        body: &[u8],
+        parity: bool,
+    ) -> Result<(), crate::fec::FecError> {
+        let rx = self.rx.get_or_insert_with(|| {
+            Box::new(FecReceiver::with_budget(self.cfg, self.budget.clone()))
+        });
+        let mut hdr = [0u8; wire::DATA_HEADER_LEN];
+        // A `Data` header for our own cid; its first 10 bytes prefix every rebuilt datagram.
+        if wire::encode_data_header(local, 0, &mut hdr).is_err() {
+            return Ok(());
+        }
+        self.out.clear();
+        self.out_lens.clear();
+        let (out, lens) = (&mut self.out, &mut self.out_lens);
+        let mut deliver = |p: &[u8]| {
+            out.extend_from_slice(&hdr[..FEC_HEADER_LEN]);
+            out.extend_from_slice(p);
+            lens.push(FEC_HEADER_LEN + p.len());
+        };
+        if parity {
+            rx.on_parity(now, body, &mut deliver)
+        } else {
+            rx.on_data(now, body, &mut deliver)
+        }
+    }
+
+    /// The ARQ datagrams the last [`Self::receive`] yielded: (bytes back to back, lengths).
+    /// Give them back with [`Self::restore_datagrams`] so the buffers are reused.
+    pub(crate) fn take_datagrams(&mut self) -> (Vec<u8>, Vec<usize>) {
+        (
+            std::mem::take(&mut self.out),
+            std::mem::take(&mut self.out_lens),
+        )
+    }
+
+    /// Returns the buffers of [`Self::take_datagrams`].
+    pub(crate) fn restore_datagrams(&mut self, out: Vec<u8>, lens: Vec<usize>) {
+        self.out = out;
+        self.out_lens = lens;
+    }
+
+    /// Current counters.
+    pub(crate) fn stats(&self) -> FecStats {
+        let mut s = self.stats;
+        if let Some(tx) = self.tx.as_ref() {
+            let t = tx.stats();
+            // The sender counts parity handed out; some may have been dropped unsendable.
+            s.parity_sent = t.parity_shards_sent - s.parity_unsendable;
+            s.parity_bytes =
+                t.parity_bytes_sent - self.unsendable_bytes + s.parity_sent * FEC_HEADER_LEN as u64;
+            s.current_parity = t.current_parity;
+            s.max_parity = t.max_parity;
+            s.policy_changes = t.policy_changes;
+            s.sender = t;
+        }
+        if let Some(rx) = self.rx.as_ref() {
+            let r = rx.stats();
+            s.data_recovered = r.data_recovered;
+            s.groups_unrecoverable = r.groups_unrecoverable;
+            s.realized_loss = r.realized_loss();
+            s.malformed = r.malformed;
+            s.receiver = r;
+        }
+        s.retained_bytes = self.budget.used();
+        s.peak_retained_bytes = self.budget.peak();
+        s.retention_limit = self.budget.limit();
+        s
+    }
+}
