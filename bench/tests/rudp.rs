@@ -75,18 +75,22 @@ fn short_relayed_random_round_passes_every_check() {
 }
 
 #[test]
-fn unavailable_fec_is_refused_not_run_as_arq() {
-    for p in [FecPolicy::Fixed, FecPolicy::Adaptive] {
-        let mut cfg = short(Profile::Random, false);
-        cfg.fec = p.name().into();
-        if p.available().is_ok() {
-            continue;
-        }
-        let err = validate(&cfg).unwrap_err().to_string();
-        assert!(err.contains("FEC"), "{err}");
-        let r = run_round(&cfg);
-        assert!(!r.ok && r.round_trips == 0 && r.errors[0].contains("FEC"));
-    }
+fn fec_policies_run_as_asked() {
+    // Off must mean no parity at all, even though the competitive profile defaults to adaptive.
+    let off = run_round(&short(Profile::Random, false));
+    assert_ok(&off);
+    assert!(off.fec.is_none());
+    assert_eq!(
+        off.client_wire.fec_parity_sent + off.server_wire.fec_parity_sent,
+        0
+    );
+    let mut cfg = short(Profile::Random, false);
+    cfg.fec = FecPolicy::Fixed.name().into();
+    let fixed = run_round(&cfg);
+    assert_ok(&fixed);
+    let f = fixed.fec.expect("FEC metrics with FEC on");
+    assert!(fixed.client_wire.fec_parity_sent > 0 && fixed.server_wire.fec_parity_sent > 0);
+    assert_eq!(f.max_parity, 2);
     assert!(FecPolicy::from_str("sometimes").is_err());
 }
 

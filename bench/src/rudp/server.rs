@@ -94,6 +94,10 @@ impl Handler for Echo {
                         rto_count: st.rto_count,
                         // Summed once for all handlers in `ServerShared::wire`.
                         app_bytes_sent: 0,
+                        fec_recovered: st.fec.data_recovered,
+                        fec_parity_sent: st.fec.parity_sent,
+                        fec_max_parity: st.fec.max_parity as u64,
+                        fec_peak_retained_bytes: st.fec.peak_retained_bytes as u64,
                     },
                 ))
             })
