@@ -495,6 +495,18 @@ pub struct RudpWire {
     pub rto_count: u64,
     /// Application bytes handed to `send` (the echo payloads this side sent).
     pub app_bytes_sent: u64,
+    /// Data shards FEC restored (`FecStats::data_recovered`).
+    #[serde(default)]
+    pub fec_recovered: u64,
+    /// Parity shards sent.
+    #[serde(default)]
+    pub fec_parity_sent: u64,
+    /// Largest parity per group this side used.
+    #[serde(default)]
+    pub fec_max_parity: u64,
+    /// Sum of the connections' peak FEC retention, bytes.
+    #[serde(default)]
+    pub fec_peak_retained_bytes: u64,
 }
 
 impl RudpWire {
@@ -507,6 +519,10 @@ impl RudpWire {
         self.packets_lost += o.packets_lost;
         self.rto_count += o.rto_count;
         self.app_bytes_sent += o.app_bytes_sent;
+        self.fec_recovered += o.fec_recovered;
+        self.fec_parity_sent += o.fec_parity_sent;
+        self.fec_max_parity = self.fec_max_parity.max(o.fec_max_parity);
+        self.fec_peak_retained_bytes += o.fec_peak_retained_bytes;
     }
 }
 
@@ -560,7 +576,8 @@ pub struct RudpRelay {
 pub struct RudpFec {
     /// Data shards FEC restored, per 1,000 round trips.
     pub recovered_per_1000: f64,
-    /// Highest sum of endpoint FEC retention sampled every 100 ms, KiB.
+    /// Sum over every connection (both sides) of its peak FEC retention
+    /// (`FecStats::peak_retained_bytes`, exact per connection, peaks may be at different times), KiB.
     pub retention_peak_kib: f64,
     /// Largest parity count observed on a group.
     pub max_parity: u64,

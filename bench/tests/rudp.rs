@@ -17,13 +17,19 @@ use ricochet::sim::Profile;
 use ricochet::{Client, ClientConfig, ClientEvent};
 
 fn short(profile: Profile, direct: bool) -> bench::schema::RudpConfig {
+    // Direct: per-core, 1 worker; relayed: shared, 2 threads (two handlers serve one endpoint).
+    let (model, threads) = if direct {
+        ("per-core", 1)
+    } else {
+        ("shared", 2)
+    };
     let mut cfg = config_for(
         profile,
         1024,
         2,
         4,
-        "per-core",
-        1,
+        model,
+        threads,
         "auto",
         FecPolicy::Off,
         direct,
@@ -43,7 +49,9 @@ fn assert_ok(r: &bench::schema::RudpRun) {
     assert!(r.rtt_us.is_some());
     // Both sides sent at least the application bytes (headers, ACKs on top).
     assert!(r.wire_overhead_percent.is_some_and(|w| w > 0.0), "{r:#?}");
-    assert!(r.server_wire.app_bytes_sent == r.client_wire.app_bytes_sent);
+    // Every message was echoed once: both sides handed the same application bytes to `send`.
+    assert_eq!(r.server_wire.app_bytes_sent, r.client_wire.app_bytes_sent);
+    assert!(r.server_wire.bytes_sent >= r.server_wire.app_bytes_sent);
 }
 
 #[test]
@@ -67,18 +75,22 @@ fn short_relayed_random_round_passes_every_check() {
 }
 
 #[test]
-fn unavailable_fec_is_refused_not_run_as_arq() {
-    for p in [FecPolicy::Fixed, FecPolicy::Adaptive] {
-        let mut cfg = short(Profile::Random, false);
-        cfg.fec = p.name().into();
-        if p.available().is_ok() {
-            continue;
-        }
-        let err = validate(&cfg).unwrap_err().to_string();
-        assert!(err.contains("FEC"), "{err}");
-        let r = run_round(&cfg);
-        assert!(!r.ok && r.round_trips == 0 && r.errors[0].contains("FEC"));
-    }
+fn fec_policies_run_as_asked() {
+    // Off must mean no parity at all, even though the competitive profile defaults to adaptive.
+    let off = run_round(&short(Profile::Random, false));
+    assert_ok(&off);
+    assert!(off.fec.is_none());
+    assert_eq!(
+        off.client_wire.fec_parity_sent + off.server_wire.fec_parity_sent,
+        0
+    );
+    let mut cfg = short(Profile::Random, false);
+    cfg.fec = FecPolicy::Fixed.name().into();
+    let fixed = run_round(&cfg);
+    assert_ok(&fixed);
+    let f = fixed.fec.expect("FEC metrics with FEC on");
+    assert!(fixed.client_wire.fec_parity_sent > 0 && fixed.server_wire.fec_parity_sent > 0);
+    assert_eq!(f.max_parity, 2);
     assert!(FecPolicy::from_str("sometimes").is_err());
 }
 
@@ -221,4 +233,51 @@ fn zero_to_one_mib_on_every_channel_through_random_loss_per_core() {
 fn zero_to_one_mib_on_every_channel_through_burst_loss_shared() {
     let b = backends();
     sizes_through_relay(Profile::Burst, "shared", &b[b.len() - 1]);
+}
+
+#[test]
+fn matrix_plans_the_reference_sets() {
+    use bench::commands::matrix::{plan, RudpMatrixArgs};
+    let args = |set: &str, quick: bool| RudpMatrixArgs {
+        set: set.into(),
+        quick,
+        backend: vec!["uring".into(), "mmsg".into()],
+        io_model: vec!["per-core".into(), "shared".into()],
+        fec: Vec::new(),
+        rounds: None,
+        seed: 42,
+    };
+    let main = plan(&args("main", false)).unwrap();
+    // 2 IO models × 2 backends × (1 direct + 3 conditions × 3 policies).
+    assert_eq!(main.len(), 40);
+    assert!(main.iter().all(|p| p.rounds == 3
+        && p.config.payload == 1024
+        && p.config.window == 16
+        && p.config.clients == 4
+        && p.config.warmup_s == 2.0
+        && p.config.seconds == 3.0));
+    assert_eq!(main.iter().filter(|p| p.config.direct).count(), 4);
+    let dims = plan(&args("dims", false)).unwrap();
+    assert_eq!(dims.len(), 18);
+    assert!(dims
+        .iter()
+        .all(|p| p.config.profile == "random" && p.config.io_threads == 1));
+    let sustained = plan(&args("sustained", false)).unwrap();
+    assert_eq!(sustained.len(), 3);
+    assert!(sustained.iter().all(|p| p.config.seconds == 120.0
+        && p.config.payload == 4096
+        && p.config.io_threads == 4
+        && p.config.burst == Some((3, 100))
+        && p.config.loss_percent == 2.0));
+    assert_eq!(plan(&args("all", false)).unwrap().len(), 61);
+    // Quick: only the policies this build runs, short rounds.
+    let quick = plan(&args("all", true)).unwrap();
+    assert!(quick.iter().all(|p| {
+        FecPolicy::from_str(&p.config.fec)
+            .unwrap()
+            .available()
+            .is_ok()
+            && p.rounds == 1
+            && p.config.seconds <= 2.0
+    }));
 }

@@ -118,6 +118,10 @@ pub fn run_client(
             packets_lost: st.packets_lost,
             rto_count: st.rto_count,
             app_bytes_sent: outcome.wire.app_bytes_sent,
+            fec_recovered: st.fec.data_recovered,
+            fec_parity_sent: st.fec.parity_sent,
+            fec_max_parity: st.fec.max_parity as u64,
+            fec_peak_retained_bytes: st.fec.peak_retained_bytes as u64,
         };
     }
     let _ = done.send(outcome);

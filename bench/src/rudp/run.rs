@@ -18,8 +18,8 @@ use super::server::EchoServer;
 use crate::host::{peak_rss_kib, CpuTimes};
 use crate::relay::{Relay, RelayConfig, RelayCounters};
 use crate::schema::{
-    finite, CpuUsage, Latency, RudpCase, RudpConfig, RudpCounts, RudpRelay, RudpRelayDirection,
-    RudpRun, RudpSummary, RudpWire, Spread,
+    finite, CpuUsage, Latency, RudpCase, RudpConfig, RudpCounts, RudpFec, RudpRelay,
+    RudpRelayDirection, RudpRun, RudpSummary, RudpWire, Spread,
 };
 use crate::udp::tracker::new_rtt_histogram;
 
@@ -56,16 +56,18 @@ impl FecPolicy {
         }
     }
 
-    /// Whether this build can run the policy, and why not.
+    /// Whether this build can run the policy (every policy, since FEC is in the protocol).
     pub fn available(self) -> Result<()> {
+        Ok(())
+    }
+
+    /// The protocol's policy, with the reference's parameters: fixed parity 2, adaptive up to
+    /// 4, per group of up to 8 data shards.
+    pub fn protocol(self) -> ricochet::fec::FecPolicy {
         match self {
-            FecPolicy::Off => Ok(()),
-            // The protocol config has no FEC policy field yet: refuse rather than silently run
-            // ARQ only under a FEC label.
-            FecPolicy::Fixed | FecPolicy::Adaptive => bail!(
-                "--fec {}: FEC is not wired into the protocol in this build (ricochet::proto::Config has no FEC policy yet); only --fec off runs",
-                self.name()
-            ),
+            FecPolicy::Off => ricochet::fec::FecPolicy::Off,
+            FecPolicy::Fixed => ricochet::fec::FecPolicy::Fixed { parity: 2 },
+            FecPolicy::Adaptive => ricochet::fec::FecPolicy::Adaptive { max_parity: 4 },
         }
     }
 }
@@ -160,12 +162,14 @@ pub fn impairment(cfg: &RudpConfig) -> Result<Impairment> {
 
 /// The protocol settings of a round.
 pub fn protocol(cfg: &RudpConfig) -> Result<EndpointConfig> {
-    let connection = match cfg.protocol.as_str() {
+    let mut connection = match cfg.protocol.as_str() {
         "competitive" => Config::competitive(),
         "default" => Config::default(),
         "bulk" => Config::bulk(),
         other => bail!("protocol profile {other:?}: expected competitive, default or bulk"),
     };
+    // The policy is the round's, whatever the profile's default (competitive: adaptive).
+    connection.fec.policy = FecPolicy::from_str(&cfg.fec)?.protocol();
     Ok(EndpointConfig {
         connection: Arc::new(connection),
         ..EndpointConfig::default()
@@ -484,6 +488,20 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         )
     });
     let used_s = cpu.user_s + cpu.sys_s;
+    let fec = (cfg.fec != "off").then(|| RudpFec {
+        recovered_per_1000: if all_round_trips > 0 {
+            finite(
+                (client_wire.fec_recovered + server_wire.fec_recovered) as f64 * 1000.0
+                    / all_round_trips as f64,
+            )
+        } else {
+            0.0
+        },
+        retention_peak_kib: (client_wire.fec_peak_retained_bytes
+            + server_wire.fec_peak_retained_bytes) as f64
+            / 1024.0,
+        max_parity: client_wire.fec_max_parity.max(server_wire.fec_max_parity),
+    });
     Ok(RudpRun {
         config: cfg.clone(),
         ok: errors.is_empty(),
@@ -503,7 +521,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         server_wire,
         wire_overhead_percent,
         retransmitted_per_1000,
-        fec: None,
+        fec,
         relay: relay_sum,
     })
 }

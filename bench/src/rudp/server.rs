@@ -31,6 +31,9 @@ pub struct ServerShared {
     pub early_disconnects: AtomicU64,
     /// Worker ticks so far (to wait for a fresh sample).
     pub ticks: AtomicU64,
+    /// Application bytes echoed, by every handler. One total, not per session: in the shared
+    /// IO model several handlers (one per thread) serve the same sessions.
+    pub app_bytes_sent: AtomicU64,
 }
 
 impl ServerShared {
@@ -41,21 +44,22 @@ impl ServerShared {
         for w in map.values() {
             total.add(w);
         }
+        total.app_bytes_sent = self.app_bytes_sent.load(Ordering::Relaxed);
         total
     }
 }
 
 struct Echo {
     shared: Arc<ServerShared>,
-    /// Application bytes echoed, by session (kept here, published with the stats).
-    app_sent: BTreeMap<SessionId, u64>,
 }
 
 impl Handler for Echo {
     fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
         let len = data.len() as u64;
         match ctx.send(s, channel, data) {
-            Ok(()) => *self.app_sent.entry(s).or_default() += len,
+            Ok(()) => {
+                self.shared.app_bytes_sent.fetch_add(len, Ordering::Relaxed);
+            }
             Err(_) => {
                 self.shared.send_errors.fetch_add(1, Ordering::Relaxed);
             }
@@ -88,7 +92,12 @@ impl Handler for Echo {
                         segments_retransmitted: st.segments_retransmitted,
                         packets_lost: st.packets_lost,
                         rto_count: st.rto_count,
-                        app_bytes_sent: self.app_sent.get(&s).copied().unwrap_or(0),
+                        // Summed once for all handlers in `ServerShared::wire`.
+                        app_bytes_sent: 0,
+                        fec_recovered: st.fec.data_recovered,
+                        fec_parity_sent: st.fec.parity_sent,
+                        fec_max_parity: st.fec.max_parity as u64,
+                        fec_peak_retained_bytes: st.fec.peak_retained_bytes as u64,
                     },
                 ))
             })
@@ -135,11 +144,8 @@ impl EchoServer {
         cfg.seed = Some(seed);
         let shared = Arc::new(ServerShared::default());
         let s = shared.clone();
-        let server = RudpServer::start(cfg.clone(), move |_| Echo {
-            shared: s.clone(),
-            app_sent: BTreeMap::new(),
-        })
-        .map_err(|e| anyhow!("ricochet RUDP server: {e}"))?;
+        let server = RudpServer::start(cfg.clone(), move |_| Echo { shared: s.clone() })
+            .map_err(|e| anyhow!("ricochet RUDP server: {e}"))?;
         Ok(EchoServer {
             server,
             io_model: cfg.udp.io_model,
