@@ -59,6 +59,19 @@ pub struct SendBatch {
     entries: Vec<SendEntry>,
     head: usize,
     max_entries: usize,
+    /// Merge consecutive same-destination, same-size datagrams into GSO entries on push.
+    coalesce: bool,
+}
+
+/// Largest datagram [`SendBatch`] coalesces into a GSO run, by destination family: what fits a
+/// 1,500-byte Ethernet MTU (1,500 − 20 − 8 for IPv4, 1,500 − 40 − 8 for IPv6). The kernel refuses
+/// a GSO send whose segments exceed the route's MTU (where single datagrams would be
+/// fragmented instead), so larger datagrams always go out alone.
+pub fn max_coalesced_segment(dst: &SocketAddr) -> usize {
+    match max_payload_for(dst) {
+        MAX_UDP_PAYLOAD_V4 => 1_472,
+        _ => 1_452,
+    }
 }
 
 /// Most segments one GSO send may carry (Linux `UDP_MAX_SEGMENTS` is 64 on older kernels).
@@ -73,6 +86,64 @@ impl SendBatch {
             entries: Vec::with_capacity(max_entries),
             head: 0,
             max_entries,
+            coalesce: false,
+        }
+    }
+
+    /// Turn automatic GSO coalescing on or off (off by default).
+    ///
+    /// When on, a datagram pushed with [`push`](Self::push) or [`push_with`](Self::push_with)
+    /// right after one to the same destination joins it as one GSO entry when it is no larger
+    /// than the run's segment size (a shorter one ends the run), up to [`MAX_GSO_SEGMENTS`]
+    /// segments, the destination's payload limit, and segments of at most
+    /// [`max_coalesced_segment`] bytes. Backends send such an entry with one `UDP_SEGMENT`
+    /// send where the kernel supports GSO, else segment by segment, so turning this on never
+    /// changes what the peer receives; turn it on where [`crate::probe`] reports GSO.
+    pub fn set_coalescing(&mut self, on: bool) {
+        self.coalesce = on;
+    }
+
+    /// Whether automatic GSO coalescing is on.
+    pub fn coalescing(&self) -> bool {
+        self.coalesce
+    }
+
+    /// Datagrams not yet sent (a GSO entry counts its segments).
+    pub fn datagrams(&self) -> usize {
+        self.pending().iter().map(SendEntry::datagrams).sum()
+    }
+
+    /// The segment size of the run a `len`-byte datagram to `dst`, stored from buffer offset
+    /// `at`, may join: the last pending entry, when coalescing is on, the entry ends at `at`,
+    /// and the rules of [`set_coalescing`](Self::set_coalescing) allow it.
+    fn joinable_run(&self, dst: &SocketAddr, at: usize, len: usize) -> Option<usize> {
+        if !self.coalesce || len == 0 || self.head == self.entries.len() {
+            return None;
+        }
+        let last = self.entries.last()?;
+        // The run must end at the end of the buffer for the new bytes to extend it.
+        if last.dst != *dst || last.offset + last.len != at || last.len == 0 {
+            return None;
+        }
+        let seg = match last.segment_size {
+            Some(s) if s > 0 => s as usize,
+            _ => last.len,
+        };
+        let full_run = last.len % seg == 0;
+        let fits = len <= seg
+            && seg <= max_coalesced_segment(dst)
+            && last.datagrams() < MAX_GSO_SEGMENTS
+            && last.len + len <= max_payload_for(dst);
+        (full_run && fits).then_some(seg)
+    }
+
+    /// Grow the last entry by the `len` bytes just appended to the buffer, as a GSO run of
+    /// `seg`-byte segments.
+    fn extend_run(&mut self, seg: usize, len: usize) {
+        if let Some(last) = self.entries.last_mut() {
+            last.len += len;
+            // `seg` <= max_coalesced_segment, so it fits a u16.
+            last.segment_size = u16::try_from(seg).ok();
         }
     }
 
@@ -121,6 +192,11 @@ impl SendBatch {
                 limit,
             });
         }
+        if let Some(seg) = self.joinable_run(&dst, self.buf.len(), payload.len()) {
+            self.buf.extend_from_slice(payload);
+            self.extend_run(seg, payload.len());
+            return Ok(());
+        }
         self.check_room()?;
         let offset = self.buf.len();
         self.buf.extend_from_slice(payload);
@@ -153,6 +229,11 @@ impl SendBatch {
         self.buf.resize(offset + max_len, 0);
         let used = write(&mut self.buf[offset..]).min(max_len);
         self.buf.truncate(offset + used);
+        // The bytes already sit right after the last entry: joining its run costs nothing.
+        if let Some(seg) = self.joinable_run(&dst, offset, used) {
+            self.extend_run(seg, used);
+            return Ok(used);
+        }
         self.entries.push(SendEntry {
             dst,
             offset,
@@ -546,5 +627,132 @@ mod tests {
         assert_eq!(b.payload(&b.pending()[2]), &payload[20..]);
         assert_eq!(b.remove_pending(|_| true), 3);
         assert!(b.is_empty());
+    }
+
+    fn other_v4() -> SocketAddr {
+        "127.0.0.1:10".parse().unwrap()
+    }
+
+    #[test]
+    fn coalescing_merges_same_destination_same_size_runs() {
+        let mut b = SendBatch::new(4);
+        b.set_coalescing(true);
+        for i in 0..5u8 {
+            b.push(v4(), &[i; 100]).unwrap();
+        }
+        // A shorter datagram ends the run; the next one starts a new entry.
+        b.push(v4(), &[9; 40]).unwrap();
+        b.push(v4(), &[10; 40]).unwrap();
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.datagrams(), 7);
+        let run = b.pending()[0];
+        assert_eq!(
+            (run.segment_size, run.len, run.datagrams()),
+            (Some(100), 540, 6)
+        );
+        let bytes = b.payload(&run);
+        assert_eq!(&bytes[400..500], &[4; 100][..]);
+        assert_eq!(&bytes[500..], &[9; 40][..]);
+        assert_eq!(b.pending()[1].len, 40);
+        assert_eq!(b.pending()[1].segment_size, None);
+    }
+
+    #[test]
+    fn coalescing_respects_destination_size_and_limits() {
+        let mut b = SendBatch::new(256);
+        b.set_coalescing(true);
+        // Interleaved destinations never merge.
+        for i in 0..4u8 {
+            b.push(if i % 2 == 0 { v4() } else { other_v4() }, &[i; 10])
+                .unwrap();
+        }
+        assert_eq!(b.len(), 4);
+        b.clear();
+        // A larger datagram does not join a run of smaller segments.
+        b.push(v4(), &[1; 10]).unwrap();
+        b.push(v4(), &[2; 20]).unwrap();
+        assert_eq!(b.len(), 2);
+        b.clear();
+        // Segment count limit.
+        for _ in 0..MAX_GSO_SEGMENTS + 1 {
+            b.push(v4(), &[3; 10]).unwrap();
+        }
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.pending()[0].datagrams(), MAX_GSO_SEGMENTS);
+        b.clear();
+        // Segments above the MTU-sized limit go alone; so do empty datagrams.
+        let big = vec![4u8; max_coalesced_segment(&v4()) + 1];
+        b.push(v4(), &big).unwrap();
+        b.push(v4(), &big).unwrap();
+        b.push(v4(), &[]).unwrap();
+        b.push(v4(), &[]).unwrap();
+        assert_eq!(b.len(), 4);
+        b.clear();
+        // The payload limit: 1,452-byte IPv6 segments stop before 65,527 bytes.
+        let seg = vec![5u8; max_coalesced_segment(&v6())];
+        for _ in 0..50 {
+            b.push(v6(), &seg).unwrap();
+        }
+        assert!(b.pending()[0].len <= MAX_UDP_PAYLOAD_V6);
+        assert_eq!(b.pending()[0].datagrams(), MAX_UDP_PAYLOAD_V6 / seg.len());
+        assert_eq!(b.datagrams(), 50);
+        // Off by default.
+        let mut plain = SendBatch::new(4);
+        plain.push(v4(), &[1; 10]).unwrap();
+        plain.push(v4(), &[1; 10]).unwrap();
+        assert_eq!(plain.len(), 2);
+    }
+
+    #[test]
+    fn coalescing_push_with_and_full_batch() {
+        let mut b = SendBatch::new(1);
+        b.set_coalescing(true);
+        for i in 0..3u8 {
+            let n = b
+                .push_with(v4(), 64, |buf| {
+                    buf[..8].fill(i);
+                    8
+                })
+                .unwrap_or(0);
+            assert_eq!(
+                n,
+                if i == 0 { 8 } else { 0 },
+                "push_with needs a free entry"
+            );
+        }
+        // A full batch still takes a datagram that joins its last run.
+        b.push(v4(), &[7; 8]).unwrap();
+        assert!(matches!(
+            b.push(other_v4(), &[7; 8]),
+            Err(Error::BatchFull { .. })
+        ));
+        assert_eq!(b.datagrams(), 2);
+        assert_eq!(
+            b.payload(&b.pending()[0]),
+            &[0, 0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7]
+        );
+        // A run partly sent keeps growing from where it ends.
+        let mut b = SendBatch::new(4);
+        b.set_coalescing(true);
+        for _ in 0..3 {
+            b.push(v4(), &[1; 10]).unwrap();
+        }
+        b.consume_segments(2);
+        b.push(v4(), &[2; 10]).unwrap();
+        assert_eq!(b.len(), 1);
+        assert_eq!(
+            b.payload(&b.pending()[0]),
+            &[[1u8; 10], [2u8; 10]].concat()[..]
+        );
+        // push_with joins a run when there is room for a new entry.
+        let n = b
+            .push_with(v4(), 100, |buf| {
+                buf[..10].fill(3);
+                10
+            })
+            .unwrap();
+        assert_eq!(n, 10);
+        assert_eq!(b.len(), 1);
+        assert_eq!(b.pending()[0].datagrams(), 3);
     }
 }

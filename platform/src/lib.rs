@@ -34,8 +34,8 @@ pub use backend::{
     Backend, BackendConfig, BackendKind, BackendStats, PollOutcome, Wake, Waker, BACKEND_ENV,
 };
 pub use batch::{
-    max_payload_for, RecvBatch, RecvDatagram, RecvMeta, SendBatch, SendEntry, MAX_UDP_PAYLOAD_V4,
-    MAX_UDP_PAYLOAD_V6,
+    max_coalesced_segment, max_payload_for, RecvBatch, RecvDatagram, RecvMeta, SendBatch,
+    SendEntry, MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6,
 };
 pub use counters::KernelCounters;
 pub use error::{Error, Result};

@@ -50,7 +50,8 @@ static GLOBAL: Counting = Counting;
 fn steady_state_send_and_receive_do_not_allocate() {
     let kinds = probe().backends();
     for kind in kinds {
-        for gso in [false, true] {
+        // (GRO + explicit GSO runs, coalescing of single pushes into GSO runs)
+        for (gso, coalesce) in [(false, false), (true, false), (true, true), (false, true)] {
             let cfg = BackendConfig {
                 kind,
                 gro: gso,
@@ -64,11 +65,16 @@ fn steady_state_send_and_receive_do_not_allocate() {
             let payload = vec![7u8; 1200];
             let run = vec![7u8; 1200 * 16];
             let mut batch = SendBatch::new(32);
+            batch.set_coalescing(coalesce);
             let mut empty = SendBatch::new(1);
-            let per_round = if gso { 4 * 16 } else { 32 };
+            let per_round = if gso || coalesce { 4 * 16 } else { 32 };
             let mut round = |counting: bool| {
                 COUNTING.with(|c| c.set(counting));
-                if gso {
+                if coalesce {
+                    for _ in 0..per_round {
+                        batch.push(dst, &payload).unwrap();
+                    }
+                } else if gso {
                     for _ in 0..4 {
                         batch.push_segments(dst, 1200, &run).unwrap();
                     }
@@ -111,7 +117,7 @@ fn steady_state_send_and_receive_do_not_allocate() {
             let n = ALLOCS.load(Ordering::Relaxed);
             assert_eq!(
                 n, 0,
-                "{kind} gso={gso}: {n} allocations in 200 steady-state rounds"
+                "{kind} gso={gso} coalesce={coalesce}: {n} allocations in 200 steady-state rounds"
             );
         }
     }

@@ -234,9 +234,9 @@ impl MmsgBackend {
                 }
                 let (_, _, ends) = self.tx_map[0];
                 let first = batch.pending()[0];
-                if err.raw_os_error() == Some(libc::EIO) && first.segment_size.is_some() && self.gso
-                {
-                    // The device cannot segment (e.g. checksum offload off): split from now on.
+                if self.gso && first.datagrams() > 1 && linux::is_gso_refusal(&err) {
+                    // The device or route cannot take this GSO send (checksum offload off, a
+                    // segment over the MTU): split from now on, resending these datagrams.
                     tracing::warn!(error = %err, "UDP GSO send failed; sending segments one by one from now on");
                     self.gso = false;
                     continue;

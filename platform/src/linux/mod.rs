@@ -145,6 +145,16 @@ pub(crate) fn timespec(d: std::time::Duration) -> libc::timespec {
     }
 }
 
+/// A GSO send failed in a way that sending the same datagrams one by one avoids: `EIO` (the
+/// device cannot checksum-offload the segments; quinn-udp documents this), `EINVAL` or
+/// `EMSGSIZE` (a segment larger than the route's MTU, or more segments than the kernel takes).
+pub(crate) fn is_gso_refusal(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EMSGSIZE)
+    )
+}
+
 /// Log a send error: the first, and then every 1,024th, at warn level so a flood stays readable.
 pub(crate) fn log_send_error(
     backend: &'static str,

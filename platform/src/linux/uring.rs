@@ -666,17 +666,24 @@ impl UringBackend {
                 would_block = true;
                 *fate = EntryFate::Retry;
             } else {
-                self.stats.send_errors += 1;
                 let err = io::Error::from_raw_os_error(-res);
+                // A message of several datagrams that is not a split segment went out as GSO.
+                if !slot.segment && slot.datagrams > 1 && linux::is_gso_refusal(&err) {
+                    // The device or route cannot take this GSO send (checksum offload off, a
+                    // segment over the MTU): split from now on, resending these datagrams (every
+                    // GSO message of this submission failing so is retried, not dropped).
+                    if self.gso {
+                        tracing::warn!(error = %err, "UDP GSO send failed; sending segments one by one from now on");
+                    }
+                    self.gso = false;
+                    *fate = EntryFate::Retry;
+                    continue;
+                }
+                self.stats.send_errors += 1;
                 if let Some(e) = batch.pending().get(slot.entry) {
                     linux::log_send_error("uring", self.stats.send_errors, &err, &e.dst);
                 }
-                if res == -libc::EIO && self.gso && !slot.segment && slot.datagrams > 1 {
-                    tracing::warn!(error = %err, "UDP GSO send failed; sending segments one by one from now on");
-                    self.gso = false;
-                    *fate = EntryFate::Retry;
-                    self.stats.send_errors -= 1;
-                } else if slot.segment {
+                if slot.segment {
                     // A segment failed for good: drop it, keep the rest of the entry.
                     self.seg_done[slot.entry] += 1;
                     *fate = EntryFate::Retry;
