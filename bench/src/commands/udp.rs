@@ -69,8 +69,10 @@ pub struct UdpArgs {
     /// shared machine hits all of them alike; the summary shows the median of the rounds.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
-    /// Client datagram I/O (list): mmsg (sendmmsg/recvmmsg batches, Linux) or std (one call each).
-    #[arg(long, value_delimiter = ',', default_value = ClientIo::default_name(), value_parser = ["mmsg", "std"])]
+    /// Client datagram I/O (list): gso (GSO-coalesced sends + GRO receive through the platform's
+    /// backend, io_uring where it works; falls back to mmsg, with the reason, where the kernel lacks them), mmsg
+    /// (sendmmsg/recvmmsg batches, Linux) or std (one call each). Default: the best supported.
+    #[arg(long, value_delimiter = ',', default_value = ClientIo::default_name(), value_parser = ["gso", "mmsg", "std"])]
     pub client_io: Vec<String>,
 }
 

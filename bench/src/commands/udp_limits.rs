@@ -64,7 +64,7 @@ pub struct LimitsArgs {
     #[arg(long, default_value_t = 0)]
     pub send_buffer: usize,
     /// Client datagram I/O: mmsg (sendmmsg/recvmmsg batches, Linux) or std (one call each).
-    #[arg(long, default_value = ClientIo::default_name(), value_parser = ["mmsg", "std"])]
+    #[arg(long, default_value = ClientIo::default_name(), value_parser = ["gso", "mmsg", "std"])]
     pub client_io: String,
 }
 

@@ -215,7 +215,9 @@ fn echo_loop(
         let wait = boundary
             .saturating_duration_since(now)
             .min(Duration::from_millis(5));
-        if let Err(e) = client.wait(wait) {
+        // One submission per turn: the messages queued above and the acknowledgements the
+        // last turn's arrivals called for leave together, then the wait starts.
+        if let Err(e) = client.step(wait) {
             out.wire.app_bytes_sent = app_sent;
             return Err(format!("client {} I/O: {e}", plan.id));
         }

@@ -135,6 +135,46 @@ pub fn open_client_socket(
     Ok((socket, info))
 }
 
+/// Open a `gso`-mode client: a platform backend (GRO on) on a socket bound like
+/// [`open_client_socket`]'s (not connected: the backend addresses every send).
+pub fn open_client_backend(
+    server: SocketAddr,
+    recv_buffer: Option<usize>,
+    send_buffer: Option<usize>,
+) -> Result<(Box<dyn ricochet_platform::Backend>, SocketBuffers)> {
+    let local: SocketAddr = match server {
+        SocketAddr::V4(a) if a.ip().is_loopback() => "127.0.0.1:0".parse()?,
+        SocketAddr::V4(_) => "0.0.0.0:0".parse()?,
+        SocketAddr::V6(a) if a.ip().is_loopback() => "[::1]:0".parse()?,
+        SocketAddr::V6(_) => "[::]:0".parse()?,
+    };
+    let mut sc = ricochet_platform::SocketConfig::new(local);
+    sc.recv_buffer = recv_buffer;
+    sc.send_buffer = send_buffer;
+    let bound = ricochet_platform::bind(&sc).context("client bind")?;
+    let cfg = ricochet_platform::BackendConfig {
+        // io_uring where it works: sending the refill and waiting for echoes is then one
+        // submission (mmsg needs sendmmsg, recvmmsg and epoll_wait for the same turn).
+        kind: ricochet_platform::BackendKind::Auto,
+        // Each receive slot or provided buffer takes a whole GRO run (up to 64 KiB).
+        batch_size: 32,
+        recv_buffers: 32,
+        gro: true,
+        ..ricochet_platform::BackendConfig::default()
+    };
+    let backend = ricochet_platform::open(bound, &cfg).context("client backend")?;
+    let si = backend.socket_info();
+    let info = SocketBuffers {
+        local_addr: si.local_addr.to_string(),
+        recv_requested: recv_buffer,
+        recv_granted: si.recv_buffer_granted,
+        send_requested: send_buffer,
+        send_granted: si.send_buffer_granted,
+        drops: None,
+    };
+    Ok((backend, info))
+}
+
 /// How a client moves its datagrams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientIo {
@@ -142,24 +182,70 @@ pub enum ClientIo {
     Std,
     /// `sendmmsg` / `recvmmsg`: refills and queued echoes in one call each (Linux).
     Mmsg,
+    /// The platform's backend (`auto`: io_uring where it works) with GSO coalescing and GRO: a refill leaves as UDP GSO
+    /// runs (one kernel send per up to 64 datagrams) and echoes arrive as GRO runs (Linux with
+    /// `UDP_SEGMENT` and `UDP_GRO`).
+    Gso,
 }
 
 impl ClientIo {
-    /// Parse `std` or `mmsg`.
+    /// Parse `std`, `mmsg` or `gso`.
     pub fn parse(s: &str) -> Option<ClientIo> {
         match s {
             "std" => Some(ClientIo::Std),
             "mmsg" if cfg!(target_os = "linux") => Some(ClientIo::Mmsg),
+            "gso" if cfg!(target_os = "linux") => Some(ClientIo::Gso),
             _ => None,
         }
     }
 
-    /// The best the OS offers.
+    /// The flag spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientIo::Std => "std",
+            ClientIo::Mmsg => "mmsg",
+            ClientIo::Gso => "gso",
+        }
+    }
+
+    /// The most efficient mode this machine supports: `gso` where the kernel has UDP GSO and
+    /// GRO, else `mmsg` on Linux, else `std`.
     pub fn default_name() -> &'static str {
         if cfg!(target_os = "linux") {
-            "mmsg"
+            if Self::gso_unavailable().is_none() {
+                "gso"
+            } else {
+                "mmsg"
+            }
         } else {
             "std"
+        }
+    }
+
+    /// Why `gso` cannot run here, if it cannot.
+    pub fn gso_unavailable() -> Option<String> {
+        let caps = ricochet_platform::probe();
+        if !cfg!(target_os = "linux") {
+            return Some("gso client I/O needs Linux".into());
+        }
+        [&caps.gso, &caps.gro]
+            .into_iter()
+            .find(|c| !c.available)
+            .map(|c| c.detail.clone())
+    }
+
+    /// The mode that runs for a request of `self`: `gso` falls back to `mmsg` where the kernel
+    /// lacks GSO or GRO, with the reason.
+    pub fn resolve(self) -> (ClientIo, Option<String>) {
+        match self {
+            ClientIo::Gso => match Self::gso_unavailable() {
+                Some(why) => (
+                    ClientIo::Mmsg,
+                    Some(format!("gso client I/O unavailable ({why}); using mmsg")),
+                ),
+                None => (ClientIo::Gso, None),
+            },
+            other => (other, None),
         }
     }
 }
@@ -175,14 +261,28 @@ enum Io {
         rx: super::mmsg::Batch,
         seqs: Vec<u64>,
     },
+    /// Sends are queued in a coalescing batch and leave with the next receive poll (one
+    /// submission: send the refill, then wait for echoes).
+    Gso {
+        backend: Box<dyn ricochet_platform::Backend>,
+        batch: ricochet_platform::SendBatch,
+        server: SocketAddr,
+    },
 }
 
 /// Most bytes of batch slots per direction per client (keeps 16 clients × 64 KiB payloads sane).
 const BATCH_BYTES: usize = 2 << 20;
 
+/// A client's socket: a plain connected one, or a platform backend (gso mode).
+enum ClientSocket {
+    Std(UdpSocket),
+    Backend(Box<dyn ricochet_platform::Backend>),
+}
+
 struct Client {
     plan: ClientPlan,
-    socket: UdpSocket,
+    /// The connected socket (`std` and `mmsg` modes; `gso` owns its socket in the backend).
+    socket: Option<UdpSocket>,
     tracker: Tracker,
     io: Io,
     round_trips: u64,
@@ -220,8 +320,28 @@ fn transient(e: &io::Error) -> bool {
 }
 
 impl Client {
-    fn new(plan: ClientPlan, socket: UdpSocket, io: ClientIo) -> Client {
-        let io = match io {
+    fn new(plan: ClientPlan, socket: ClientSocket) -> Client {
+        let socket = match socket {
+            ClientSocket::Std(s) => s,
+            ClientSocket::Backend(backend) => {
+                let mut batch = ricochet_platform::SendBatch::new(plan.window.clamp(1, 1024));
+                batch.set_coalescing(true);
+                let io = Io::Gso {
+                    backend,
+                    batch,
+                    server: plan.server,
+                };
+                return Client {
+                    tracker: Tracker::new(plan.client, plan.payload),
+                    socket: None,
+                    io,
+                    round_trips: 0,
+                    measured_deadline: None,
+                    plan,
+                };
+            }
+        };
+        let io = match plan.io {
             #[cfg(target_os = "linux")]
             ClientIo::Mmsg => {
                 // One more byte than the payload, so an over-long echo shows as a length error.
@@ -240,7 +360,7 @@ impl Client {
         };
         Client {
             tracker: Tracker::new(plan.client, plan.payload),
-            socket,
+            socket: Some(socket),
             io,
             round_trips: 0,
             measured_deadline: None,
@@ -256,11 +376,14 @@ impl Client {
         let now_ns = move || u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
         match &mut self.io {
             Io::Std { out, .. } => {
+                let Some(socket) = &self.socket else {
+                    return;
+                };
                 for _ in 0..n {
                     let now = now_ns();
                     let seq = self.tracker.on_send(phase, now);
                     write_message(out, client, seq, now, phase);
-                    match self.socket.send(out) {
+                    match socket.send(out) {
                         Ok(k) if k == out.len() => {}
                         _ => self.tracker.on_send_failed(seq),
                     }
@@ -268,6 +391,9 @@ impl Client {
             }
             #[cfg(target_os = "linux")]
             Io::Mmsg { tx, seqs, .. } => {
+                let Some(socket) = &self.socket else {
+                    return;
+                };
                 let mut left = n;
                 while left > 0 {
                     let k = left.min(tx.slots() as u64) as usize;
@@ -278,12 +404,33 @@ impl Client {
                         write_message(tx.slot_mut(i, payload), client, seq, now, phase);
                         seqs.push(seq);
                     }
-                    let sent = tx.send(&self.socket, k).unwrap_or(0);
+                    let sent = tx.send(socket, k).unwrap_or(0);
                     for &seq in &seqs[sent.min(k)..] {
                         self.tracker.on_send_failed(seq);
                     }
                     left -= k as u64;
                 }
+            }
+            Io::Gso {
+                backend,
+                batch,
+                server,
+            } => {
+                for _ in 0..n {
+                    if batch.is_full() && backend.flush(batch).is_err() {
+                        break;
+                    }
+                    let now = now_ns();
+                    let seq = self.tracker.on_send(phase, now);
+                    let pushed = batch.push_with(*server, payload, |buf| {
+                        write_message(&mut buf[..payload], client, seq, now, phase);
+                        payload
+                    });
+                    if pushed.is_err() {
+                        self.tracker.on_send_failed(seq);
+                    }
+                }
+                // The refill leaves with the next receive poll, in the same submission.
             }
         }
     }
@@ -293,7 +440,11 @@ impl Client {
     fn recv_some(&mut self, current: Phase) -> u64 {
         let (epoch, deadline) = (self.plan.epoch, self.measured_deadline);
         let result = match &mut self.io {
-            Io::Std { inbuf, .. } => self.socket.recv(inbuf).map(|n| {
+            Io::Std { inbuf, .. } => match &self.socket {
+                Some(socket) => socket.recv(inbuf),
+                None => Err(io::Error::from(io::ErrorKind::NotConnected)),
+            }
+            .map(|n| {
                 u64::from(settle(
                     &mut self.tracker,
                     &mut self.round_trips,
@@ -304,7 +455,11 @@ impl Client {
                 ))
             }),
             #[cfg(target_os = "linux")]
-            Io::Mmsg { rx, .. } => rx.recv(&self.socket).map(|n| {
+            Io::Mmsg { rx, .. } => match &self.socket {
+                Some(socket) => rx.recv(socket),
+                None => Err(io::Error::from(io::ErrorKind::NotConnected)),
+            }
+            .map(|n| {
                 (0..n)
                     .filter(|&i| {
                         settle(
@@ -318,6 +473,25 @@ impl Client {
                     })
                     .count() as u64
             }),
+            Io::Gso { backend, batch, .. } => match backend.poll(batch, Some(RECV_SLICE)) {
+                Ok(_) => {
+                    let mut released = 0;
+                    for d in backend.received().iter() {
+                        for segment in d.segments() {
+                            released += u64::from(settle(
+                                &mut self.tracker,
+                                &mut self.round_trips,
+                                deadline,
+                                epoch,
+                                segment,
+                                current,
+                            ));
+                        }
+                    }
+                    Ok(released)
+                }
+                Err(e) => Err(io::Error::other(e)),
+            },
         };
         match result {
             Ok(released) => released,
@@ -370,7 +544,12 @@ impl Client {
 /// Run one client through every phase, meeting the coordinator at each barrier. Never returns
 /// early: a client that failed to set up still waits at every barrier so no one deadlocks.
 pub fn run_client(plan: ClientPlan, sync: Sync) -> ClientOutcome {
-    let opened = open_client_socket(plan.server, plan.recv_buffer, plan.send_buffer);
+    let opened = match plan.io {
+        ClientIo::Gso => open_client_backend(plan.server, plan.recv_buffer, plan.send_buffer)
+            .map(|(b, info)| (ClientSocket::Backend(b), info)),
+        _ => open_client_socket(plan.server, plan.recv_buffer, plan.send_buffer)
+            .map(|(s, info)| (ClientSocket::Std(s), info)),
+    };
     let (socket, info) = match opened {
         Ok(x) => x,
         Err(e) => {
@@ -391,8 +570,7 @@ pub fn run_client(plan: ClientPlan, sync: Sync) -> ClientOutcome {
             };
         }
     };
-    let io = plan.io;
-    let mut c = Client::new(plan, socket, io);
+    let mut c = Client::new(plan, socket);
     let drain = c.plan.drain;
     sync.start_warmup.wait();
     if !c.plan.warmup.is_zero() {

@@ -118,6 +118,8 @@ pub(crate) struct WorkerSettings {
     pub send_batch: usize,
     /// Longest the stop sequence may take before the worker gives up on unsent output.
     pub stop_limit: Duration,
+    /// Coalesce sends into GSO runs (configured on and supported by the kernel).
+    pub coalesce: bool,
 }
 
 impl WorkerSettings {
@@ -128,6 +130,7 @@ impl WorkerSettings {
             tick: cfg.tick,
             send_batch: cfg.send_batch,
             stop_limit: Duration::from_millis(500),
+            coalesce: cfg.gso && platform::probe().gso.available,
         }
     }
 }
@@ -530,11 +533,13 @@ impl SpawnArgs {
             backend.waker(),
         )));
         let now = Instant::now();
+        let mut send = SendBatch::new(self.settings.send_batch);
+        send.set_coalescing(self.settings.coalesce);
         Worker {
             index: self.index,
             backend,
             service,
-            send: SendBatch::new(self.settings.send_batch),
+            send,
             timers: TimerWheel::new(now, Duration::from_millis(1)),
             stop: self.stop,
             cell: self.cell,
