@@ -109,3 +109,31 @@ fn ricochet_every_local_backend() {
         }
     }
 }
+
+/// The `gso` client mode (GSO-coalesced refills, GRO receive) against every server kind, IPv4
+/// and IPv6: exact counts, no errors. Where the kernel lacks GSO or GRO the run falls back to
+/// `mmsg` and records that mode.
+#[test]
+fn gso_clients_against_every_server_kind() {
+    for (server, model) in [
+        ("ricochet", "per-core"),
+        ("ricochet", "shared"),
+        ("tokio", "shared"),
+    ] {
+        for family in ["ipv4", "ipv6"] {
+            let mut cfg = config(server, model, 2);
+            cfg.client_io = "gso".into();
+            cfg.address_family = family.into();
+            cfg.payload = 1_200;
+            cfg.window = 16;
+            let run = run_udp(&cfg, "test");
+            let expected_mode = bench::udp::client::ClientIo::Gso.resolve().0.as_str();
+            assert_eq!(run.config.client_io, expected_mode);
+            assert!(run.ok, "{server} {model} {family}: {:?}", run.errors);
+            let m = run.phases.measured;
+            let expected = cfg.messages.unwrap() * cfg.clients as u64;
+            assert_eq!((m.sent, m.received), (expected, expected), "{run:#?}");
+            assert_eq!(m.errors(), 0, "{server} {model} {family}");
+        }
+    }
+}

@@ -261,3 +261,31 @@ fn per_core_spreads_clients_by_source_port() {
     let ins: Vec<u64> = counters.iter().map(|c| c.datagrams_in).collect();
     assert_eq!(ins, vec![40, 40], "datagrams per worker");
 }
+
+/// GSO coalescing of the replies and GRO receive are on by default; with them on or off every
+/// datagram is echoed intact, and the counters count datagrams (a coalesced run is not one).
+#[test]
+fn echo_with_gso_and_gro_on_and_off() {
+    for backend in local_backends() {
+        for offload in [true, false] {
+            let mut cfg = config(IoModel::PerCore, 1, backend);
+            assert!(cfg.gso && cfg.backend.gro, "on by default");
+            cfg.gso = offload;
+            cfg.backend.gro = offload;
+            let server = UdpServer::start(cfg, |_| Echo)
+                .unwrap_or_else(|e| panic!("{backend} offload={offload}: {e}"));
+            echo_round(&server, 3, 300);
+            let counters = server.shutdown().unwrap();
+            let total_in: u64 = counters.iter().map(|c| c.datagrams_in).sum();
+            let total_out: u64 = counters.iter().map(|c| c.datagrams_out).sum();
+            assert!(
+                total_in >= 900,
+                "{backend} offload={offload}: {total_in} in"
+            );
+            assert_eq!(
+                total_out, total_in,
+                "{backend} offload={offload}: one reply per datagram"
+            );
+        }
+    }
+}
