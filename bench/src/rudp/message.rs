@@ -79,12 +79,14 @@ pub fn check(m: &[u8]) -> Option<Header> {
         phase,
         sent_ns: u64_at(16),
     };
-    let intact = m
+    // OR of every difference, without an early exit: the loop vectorizes (a byte-by-byte
+    // `all` was ~12% of the whole RUDP bench's CPU under `perf`), and echoes are intact.
+    let diff = m
         .iter()
         .enumerate()
         .skip(HEADER_LEN)
-        .all(|(i, &b)| b == pattern_byte(h.client, h.seq, i));
-    intact.then_some(h)
+        .fold(0u8, |acc, (i, &b)| acc | (b ^ pattern_byte(h.client, h.seq, i)));
+    (diff == 0).then_some(h)
 }
 
 #[cfg(test)]
