@@ -127,7 +127,10 @@ fn gso_clients_against_every_server_kind() {
             cfg.payload = 1_200;
             cfg.window = 16;
             let run = run_udp(&cfg, "test");
-            let expected_mode = bench::udp::client::ClientIo::Gso.resolve().0.as_str();
+            let expected_mode = bench::udp::client::ClientIo::Gso
+                .resolve(cfg.window)
+                .0
+                .as_str();
             assert_eq!(run.config.client_io, expected_mode);
             assert!(run.ok, "{server} {model} {family}: {:?}", run.errors);
             let m = run.phases.measured;

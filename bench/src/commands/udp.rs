@@ -69,10 +69,11 @@ pub struct UdpArgs {
     /// shared machine hits all of them alike; the summary shows the median of the rounds.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
-    /// Client datagram I/O (list): gso (GSO-coalesced sends + GRO receive through the platform's
+    /// Client datagram I/O (list): auto (gso when the window is over 1 and the kernel has
+    /// GSO and GRO, else mmsg; the run records the mode chosen), gso (GSO-coalesced sends + GRO receive through the platform's
     /// backend, io_uring where it works; falls back to mmsg, with the reason, where the kernel lacks them), mmsg
-    /// (sendmmsg/recvmmsg batches, Linux) or std (one call each). Default: the best supported.
-    #[arg(long, value_delimiter = ',', default_value = ClientIo::default_name(), value_parser = ["gso", "mmsg", "std"])]
+    /// (sendmmsg/recvmmsg batches, Linux) or std (one call each). The same clients serve every server kind.
+    #[arg(long, value_delimiter = ',', default_value = ClientIo::default_name(), value_parser = ["auto", "gso", "mmsg", "std"])]
     pub client_io: Vec<String>,
 }
 

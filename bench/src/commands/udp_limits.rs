@@ -63,8 +63,10 @@ pub struct LimitsArgs {
     /// Send buffer for every socket, bytes (0: OS default).
     #[arg(long, default_value_t = 0)]
     pub send_buffer: usize,
-    /// Client datagram I/O: mmsg (sendmmsg/recvmmsg batches, Linux) or std (one call each).
-    #[arg(long, default_value = ClientIo::default_name(), value_parser = ["gso", "mmsg", "std"])]
+    /// Client datagram I/O: auto (gso when the window is over 1 and the kernel supports it, else
+    /// mmsg), gso (GSO-coalesced sends + GRO receive), mmsg (sendmmsg/recvmmsg batches, Linux) or
+    /// std (one call each).
+    #[arg(long, default_value = ClientIo::default_name(), value_parser = ["auto", "gso", "mmsg", "std"])]
     pub client_io: String,
 }
 

@@ -85,7 +85,9 @@ pub fn check(m: &[u8]) -> Option<Header> {
         .iter()
         .enumerate()
         .skip(HEADER_LEN)
-        .fold(0u8, |acc, (i, &b)| acc | (b ^ pattern_byte(h.client, h.seq, i)));
+        .fold(0u8, |acc, (i, &b)| {
+            acc | (b ^ pattern_byte(h.client, h.seq, i))
+        });
     (diff == 0).then_some(h)
 }
 

@@ -186,12 +186,18 @@ pub enum ClientIo {
     /// runs (one kernel send per up to 64 datagrams) and echoes arrive as GRO runs (Linux with
     /// `UDP_SEGMENT` and `UDP_GRO`).
     Gso,
+    /// The most efficient mode for the run: `gso` when more than one message is in flight
+    /// (a window of one leaves nothing to coalesce, and `mmsg`'s blocking `recvmmsg` then
+    /// costs fewer system calls per turn) and the kernel has GSO and GRO, else `mmsg` on
+    /// Linux, else `std`. Runs record the mode chosen.
+    Auto,
 }
 
 impl ClientIo {
-    /// Parse `std`, `mmsg` or `gso`.
+    /// Parse `auto`, `std`, `mmsg` or `gso`.
     pub fn parse(s: &str) -> Option<ClientIo> {
         match s {
+            "auto" => Some(ClientIo::Auto),
             "std" => Some(ClientIo::Std),
             "mmsg" if cfg!(target_os = "linux") => Some(ClientIo::Mmsg),
             "gso" if cfg!(target_os = "linux") => Some(ClientIo::Gso),
@@ -205,38 +211,31 @@ impl ClientIo {
             ClientIo::Std => "std",
             ClientIo::Mmsg => "mmsg",
             ClientIo::Gso => "gso",
+            ClientIo::Auto => "auto",
         }
     }
 
-    /// The most efficient mode this machine supports: `gso` where the kernel has UDP GSO and
-    /// GRO, else `mmsg` on Linux, else `std`.
+    /// The default flag value: `auto` (see [`ClientIo::Auto`]).
     pub fn default_name() -> &'static str {
-        if cfg!(target_os = "linux") {
-            if Self::gso_unavailable().is_none() {
-                "gso"
-            } else {
-                "mmsg"
-            }
-        } else {
-            "std"
-        }
+        "auto"
     }
 
     /// Why `gso` cannot run here, if it cannot.
     pub fn gso_unavailable() -> Option<String> {
-        let caps = ricochet_platform::probe();
         if !cfg!(target_os = "linux") {
             return Some("gso client I/O needs Linux".into());
         }
+        let caps = ricochet_platform::probe();
         [&caps.gso, &caps.gro]
             .into_iter()
             .find(|c| !c.available)
             .map(|c| c.detail.clone())
     }
 
-    /// The mode that runs for a request of `self`: `gso` falls back to `mmsg` where the kernel
-    /// lacks GSO or GRO, with the reason.
-    pub fn resolve(self) -> (ClientIo, Option<String>) {
+    /// The mode that runs for a request of `self` with `window` messages in flight per client:
+    /// `auto` picks one, and `gso` falls back to `mmsg` where the kernel lacks GSO or GRO
+    /// (the reason is returned).
+    pub fn resolve(self, window: usize) -> (ClientIo, Option<String>) {
         match self {
             ClientIo::Gso => match Self::gso_unavailable() {
                 Some(why) => (
@@ -245,6 +244,11 @@ impl ClientIo {
                 ),
                 None => (ClientIo::Gso, None),
             },
+            ClientIo::Auto if !cfg!(target_os = "linux") => (ClientIo::Std, None),
+            ClientIo::Auto if window > 1 && Self::gso_unavailable().is_none() => {
+                (ClientIo::Gso, None)
+            }
+            ClientIo::Auto => (ClientIo::Mmsg, None),
             other => (other, None),
         }
     }
@@ -599,5 +603,43 @@ pub fn run_client(plan: ClientPlan, sync: Sync) -> ClientOutcome {
         socket: Some(info),
         error: None,
         rtt_ns: c.tracker.rtt_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClientIo;
+
+    #[test]
+    fn auto_client_io_picks_by_window_and_kernel() {
+        assert_eq!(
+            ClientIo::parse(ClientIo::default_name()),
+            Some(ClientIo::Auto)
+        );
+        let (one, why) = ClientIo::Auto.resolve(1);
+        assert!(why.is_none());
+        let (many, _) = ClientIo::Auto.resolve(16);
+        if cfg!(target_os = "linux") {
+            assert_eq!(
+                one,
+                ClientIo::Mmsg,
+                "nothing to coalesce with one in flight"
+            );
+            let expected = match ClientIo::gso_unavailable() {
+                None => ClientIo::Gso,
+                Some(_) => ClientIo::Mmsg,
+            };
+            assert_eq!(many, expected);
+            // An explicit gso request falls back only with a reason.
+            let (gso, why) = ClientIo::Gso.resolve(16);
+            assert_eq!(gso == ClientIo::Mmsg, why.is_some());
+        } else {
+            assert_eq!((one, many), (ClientIo::Std, ClientIo::Std));
+        }
+        for m in [ClientIo::Std, ClientIo::Mmsg, ClientIo::Gso, ClientIo::Auto] {
+            if cfg!(target_os = "linux") || m == ClientIo::Std || m == ClientIo::Auto {
+                assert_eq!(ClientIo::parse(m.as_str()), Some(m));
+            }
+        }
     }
 }

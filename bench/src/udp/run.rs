@@ -56,7 +56,7 @@ pub fn validate(cfg: &UdpConfig) -> Result<()> {
     }
     if ClientIo::parse(&cfg.client_io).is_none() {
         bail!(
-            "client I/O {:?}: expected gso or mmsg (Linux), or std",
+            "client I/O {:?}: expected auto, gso or mmsg (Linux), or std",
             cfg.client_io
         );
     }
@@ -143,18 +143,18 @@ pub fn run_udp_against(cfg: &UdpConfig, label: &str, server: Box<dyn EchoServer>
             cfg,
             label,
             format!(
-                "client I/O {:?}: expected gso or mmsg (Linux), or std",
+                "client I/O {:?}: expected auto, gso or mmsg (Linux), or std",
                 cfg.client_io
             ),
         );
     };
     // The JSON config records the mode that ran; a fallback says why on stderr.
-    let (io, fallback) = io.resolve();
-    let mut cfg = cfg.clone();
+    let (io, fallback) = io.resolve(cfg.window);
     if let Some(why) = fallback {
         eprintln!("{label}: {why}");
-        cfg.client_io = io.as_str().to_string();
     }
+    let mut cfg = cfg.clone();
+    cfg.client_io = io.as_str().to_string();
     let cfg = &cfg;
     let kernel_before = crate::kernel::snapshot();
     let mut handles = Vec::with_capacity(cfg.clients);
