@@ -19,8 +19,8 @@ use crate::wire::{self, Frame, Packet, Writer, MAX_ACK_RANGES};
 
 /// Received packet-number ranges kept for ACKs and duplicate detection; older ones move the floor.
 const MAX_TRACKED_RANGES: usize = 64;
-/// Largest loss-report frame: type and two 8-byte varints.
-const LOSS_REPORT_MAX: usize = 1 + 8 + 8;
+/// Largest loss-report frame: type and three 8-byte varints.
+const LOSS_REPORT_MAX: usize = 1 + 8 + 8 + 8;
 /// Close frames sent when closing locally.
 const CLOSE_SENDS: u32 = 3;
 
@@ -717,9 +717,13 @@ impl Connection {
                     }
                 }
                 Frame::Close(reason) => self.on_close_frame(reason),
-                Frame::LossReport { received, lost } => {
+                Frame::LossReport {
+                    received,
+                    lost,
+                    max_burst,
+                } => {
                     self.stats.peer_loss_report = (received, lost);
-                    self.fec.on_loss_report(received, lost);
+                    self.fec.on_loss_report(received, lost, max_burst);
                 }
                 Frame::Ping | Frame::Padding => {}
             }
@@ -1227,15 +1231,24 @@ impl Connection {
             && (self.lr_received > 0 || self.fec.receiving())
             && w.remaining() >= LOSS_REPORT_MAX
         {
-            let (received, lost) = match self.fec.take_loss_report() {
+            let (received, lost, max_burst) = match self.fec.take_loss_report() {
                 Some(r) => r,
                 None => {
                     let largest = self.largest_recv.map_or(0, |(l, _)| l);
                     let expected = largest.saturating_sub(self.lr_base.unwrap_or(largest)) + 1;
-                    (self.lr_received, expected.saturating_sub(self.lr_received))
+                    // Packet-number gaps do not tell bursts apart (reordering fills them).
+                    (
+                        self.lr_received,
+                        expected.saturating_sub(self.lr_received),
+                        0,
+                    )
                 }
             };
-            let f = Frame::LossReport { received, lost };
+            let f = Frame::LossReport {
+                received,
+                lost,
+                max_burst,
+            };
             if received + lost == 0 || wire::encode_frame(&f, &mut w).is_ok() {
                 self.lr_received = 0;
                 self.lr_base = None;
