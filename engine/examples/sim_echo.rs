@@ -8,7 +8,7 @@
 //! ```
 //!
 //! Flags: `--fec` (adaptive, max parity 4), `--competitive` (`Config::competitive()` instead of
-//! `Config::default()`), `--clients N`, `--window N`, `--payload BYTES`, `--seconds S`,
+//! `Config::default()`), `--no-cc` (congestion control off), `--clients N`, `--window N`, `--payload BYTES`, `--seconds S`,
 //! `--seed N`, and overrides of the connection config: `--packet-threshold N`,
 //! `--ack-frequency N`, `--ack-delay-ms MS`, and of its FEC settings: `--group-wait-ms MS`,
 //! `--data-shards N`, `--max-parity N`, `--parity-cap PERCENT`.
@@ -38,11 +38,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut data_shards = None;
     let mut max_parity = 4;
     let mut parity_cap = None;
+    let mut no_cc = false;
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match a.as_str() {
             "--fec" => fec = true,
             "--competitive" => competitive = true,
+            "--no-cc" => no_cc = true,
             "--clients" => clients = value("--clients")?.parse()?,
             "--window" => window = value("--window")?.parse()?,
             "--payload" => payload = value("--payload")?.parse()?,
@@ -75,6 +77,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(ms) = group_wait_ms {
         config.fec.group_wait = Duration::from_secs_f64(ms / 1000.0);
     }
+    config.congestion_control = !no_cc;
     if let Some(n) = parity_cap {
         config.fec.parity_cap_percent = n;
     }

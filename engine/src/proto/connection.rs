@@ -425,8 +425,26 @@ impl Connection {
         self.rtt.rto(self.cfg.min_rto, self.cfg.max_ack_delay)
     }
 
+    /// The retransmission timeout after `pto_count` expiries: the first one is the tail-loss
+    /// probe's (see [`Self::probe_timeout`]), so the RTO proper starts at the base and doubles
+    /// from the second.
     fn current_rto(&self) -> Duration {
-        (self.pto_base() * 2u32.saturating_pow(self.pto_count.min(16))).min(self.cfg.max_rto)
+        let doublings = self.pto_count.saturating_sub(1).min(16);
+        (self.pto_base() * 2u32.saturating_pow(doublings)).min(self.cfg.max_rto)
+    }
+
+    /// How long after the last ack-eliciting packet the next probe timer fires. The first
+    /// expiry is a tail-loss probe after two smoothed RTTs plus the peer's ACK delay (RFC 8985),
+    /// never later than the RTO: it repairs a lost last packet (or a lost retransmission that
+    /// blocks an ordered channel) well before a conservative minimum RTO would.
+    fn probe_timeout(&self) -> Duration {
+        if self.pto_count == 0 {
+            let tlp =
+                (self.rtt.smoothed * 2 + self.cfg.max_ack_delay).max(Duration::from_millis(1));
+            tlp.min(self.current_rto())
+        } else {
+            self.current_rto()
+        }
     }
 
     /// Entry point for every datagram addressed to this connection.
@@ -1022,7 +1040,7 @@ impl Connection {
         if !in_flight && !blocked {
             return None;
         }
-        Some(base + self.current_rto())
+        Some(base + self.probe_timeout())
     }
 
     fn has_queued_reliable(&self) -> bool {
