@@ -130,3 +130,65 @@ fn lost_tail_fragment_competitive() {
         "lost tail delivered after {took:?}"
     );
 }
+
+/// Reordering without loss: every packet declared lost is acknowledged later, and the late
+/// ACK is recognised (counted as a spurious loss) instead of being ignored.
+#[test]
+fn late_acks_of_reordered_packets_count_as_spurious_losses() {
+    let cfg = Arc::new(Config::competitive());
+    let mut net = Net::new(
+        Impair {
+            delay: ONE_WAY,
+            reorder: 0.1,
+            reorder_extra: Duration::from_millis(15),
+            ..Impair::default()
+        },
+        3,
+    );
+    let s = net.add(
+        addr(1),
+        Endpoint::new(
+            EndpointConfig {
+                connection: cfg.clone(),
+                server: Some(ServerConfig::default()),
+                ..EndpointConfig::default()
+            },
+            net.now,
+            1,
+        ),
+    );
+    let c = net.add(
+        addr(2),
+        Endpoint::new(
+            EndpointConfig {
+                connection: cfg,
+                ..EndpointConfig::default()
+            },
+            net.now,
+            2,
+        ),
+    );
+    let now = net.now;
+    let h = net.ep(c).connect(now, addr(1));
+    for _ in 0..16 {
+        net.ep(c).send(h, 0, Bytes::from(vec![1u8; 1000])).unwrap();
+    }
+    let limit = net.now + Duration::from_secs(3);
+    net.run_until(limit, &mut |ep, net, h2, e| {
+        if let Event::Message { channel, data } = e {
+            let _ = net.ep(if ep == s { s } else { c }).send(h2, channel, data);
+        }
+    });
+    let st = net.ep(c).connection(h).expect("connection").stats();
+    assert!(
+        st.packets_lost > 0,
+        "15 ms reordering caused no loss declaration"
+    );
+    // A few late ACKs may still be on their way when the run ends.
+    assert!(
+        st.packets_spurious_lost * 10 >= st.packets_lost * 9,
+        "{} of {} losses recognised as spurious",
+        st.packets_spurious_lost,
+        st.packets_lost
+    );
+}

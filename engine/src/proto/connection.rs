@@ -875,7 +875,7 @@ impl Connection {
             self.pto_count = 0;
         }
         self.detect_lost(now);
-        self.pop_sent();
+        self.pop_sent(now);
         newly
     }
 
@@ -903,12 +903,16 @@ impl Connection {
         }
     }
 
-    fn pop_sent(&mut self) {
-        while self
-            .sent
-            .front()
-            .is_some_and(|p| p.state != PacketState::InFlight)
-        {
+    /// Drops settled packets from the front of the sent list. A packet declared lost stays
+    /// for a while (two loss delays after it was sent): if its ACK still arrives, the loss was
+    /// spurious (reordering or delay) and is counted as such, and its fragments are settled.
+    fn pop_sent(&mut self, now: Instant) {
+        let keep_lost = self.rtt.loss_delay() * 2;
+        while self.sent.front().is_some_and(|p| match p.state {
+            PacketState::InFlight => false,
+            PacketState::Lost => p.time + keep_lost <= now,
+            PacketState::Acked | PacketState::Untracked => true,
+        }) {
             if let Some(p) = self.sent.pop_front() {
                 self.recycle(p.segs);
             }
@@ -923,9 +927,10 @@ impl Connection {
     fn detect_lost(&mut self, now: Instant) {
         self.loss_time = None;
         let Some(la) = self.largest_acked else { return };
-        let delay = self.rtt.loss_delay();
         // While groups carry parity, the peer may rebuild a lost packet once its group's
-        // parity arrives: later packets acknowledged meanwhile are no proof of loss.
+        // parity arrives: later packets acknowledged meanwhile, or the usual time threshold
+        // passing, are no proof of loss until the group had time to close.
+        let delay = self.rtt.loss_delay() + self.fec.reorder_delay();
         let threshold = self.cfg.packet_threshold + self.fec.reorder_allowance();
         let mut largest_lost_time: Option<Instant> = None;
         for i in 0..self.sent.len() {
@@ -1109,7 +1114,7 @@ impl Connection {
         self.stats.unreliable_dropped = self.receiver.unreliable_dropped;
         if self.loss_time.is_some_and(|t| now >= t) {
             self.detect_lost(now);
-            self.pop_sent();
+            self.pop_sent(now);
         }
         if self.pto_deadline().is_some_and(|t| now >= t) {
             self.pto_count += 1;
@@ -1123,7 +1128,7 @@ impl Connection {
                         self.declare_lost(i);
                     }
                 }
-                self.pop_sent();
+                self.pop_sent(now);
                 self.fec.on_rto(&mut self.cc);
                 self.cc.on_rto(now);
             }

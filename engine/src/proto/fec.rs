@@ -152,6 +152,16 @@ impl FecLink {
         }
     }
 
+    /// Extra time ARQ's time-threshold loss detection waits while groups carry parity: a lost
+    /// packet is rebuilt only once its group closes (up to `group_wait` after the group's first
+    /// packet) and the parity crosses the path.
+    pub(crate) fn reorder_delay(&self) -> std::time::Duration {
+        match self.tx.as_ref() {
+            Some(tx) if tx.parity_level() > 0 => self.cfg.group_wait,
+            _ => std::time::Duration::ZERO,
+        }
+    }
+
     /// The ARQ datagram budget for a UDP payload limit of `udp` bytes.
     pub(crate) fn arq_budget(&self, udp: usize) -> usize {
         if self.sending() {
