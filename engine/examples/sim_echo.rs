@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Flags: `--fec` (adaptive, max parity 4), `--competitive` (`Config::competitive()` instead of
-//! `Config::default()`), `--no-cc` (congestion control off), `--clients N`, `--window N`, `--payload BYTES`, `--seconds S`,
+//! `Config::default()`), `--no-cc` (congestion control off),
+//! `--redundant` / `--no-redundant` (retransmit every fragment twice, or not), `--clients N`, `--window N`, `--payload BYTES`, `--seconds S`,
 //! `--seed N`, and overrides of the connection config: `--packet-threshold N`,
 //! `--ack-frequency N`, `--ack-delay-ms MS`, and of its FEC settings: `--group-wait-ms MS`,
 //! `--data-shards N`, `--max-parity N`, `--parity-cap PERCENT`.
@@ -39,12 +40,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut max_parity = 4;
     let mut parity_cap = None;
     let mut no_cc = false;
+    let mut redundant = None;
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match a.as_str() {
             "--fec" => fec = true,
             "--competitive" => competitive = true,
             "--no-cc" => no_cc = true,
+            "--redundant" => redundant = Some(true),
+            "--no-redundant" => redundant = Some(false),
             "--clients" => clients = value("--clients")?.parse()?,
             "--window" => window = value("--window")?.parse()?,
             "--payload" => payload = value("--payload")?.parse()?,
@@ -78,6 +82,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         config.fec.group_wait = Duration::from_secs_f64(ms / 1000.0);
     }
     config.congestion_control = !no_cc;
+    if let Some(r) = redundant {
+        config.redundant_retransmit = r;
+    }
     if let Some(n) = parity_cap {
         config.fec.parity_cap_percent = n;
     }

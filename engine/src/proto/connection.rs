@@ -974,6 +974,11 @@ impl Connection {
                 if !s.acked && !s.queued && s.last_pn == pn {
                     s.queued = true;
                     self.retx.push_back(sid);
+                    if self.cfg.redundant_retransmit && self.fec.reorder_allowance() == 0 {
+                        // Second copy, sent in the packet after the first (see the config).
+                        // Not while FEC groups carry parity: that protects the repair too.
+                        self.retx.push_back(sid);
+                    }
                 }
             }
         }
@@ -1281,6 +1286,7 @@ impl Connection {
         let probe = std::mem::take(&mut self.probe_pending);
         let cc_ok = self.cc.can_send(max) && data_ok;
         // Retransmissions first (a probe may send them past the congestion window).
+        let mut deferred = Vec::new();
         if cc_ok || probe {
             while let Some(&sid) = self.retx.front() {
                 if sid < self.seg_base {
@@ -1296,6 +1302,12 @@ impl Connection {
                     self.retx.pop_front();
                     continue;
                 }
+                if segs.contains(&sid) {
+                    // The redundant copy goes in the next packet, not next to the first one.
+                    self.retx.pop_front();
+                    deferred.push(sid);
+                    continue;
+                }
                 if !write_segment(&mut w, s) {
                     break;
                 }
@@ -1307,6 +1319,9 @@ impl Connection {
                 ack_eliciting = true;
                 self.stats.segments_retransmitted += 1;
             }
+        }
+        for sid in deferred.into_iter().rev() {
+            self.retx.push_front(sid);
         }
         if cc_ok {
             self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);

@@ -128,6 +128,12 @@ pub struct Config {
     pub loss_tolerant: bool,
     /// Spread each window over the smoothed RTT.
     pub pacing: bool,
+    /// Send every retransmitted fragment twice, in two consecutive packets. A lost repair
+    /// costs another loss detection (about a round trip), and on an ordered channel every
+    /// later message waits for it; the second copy makes that a double loss. Costs the
+    /// retransmitted bytes once more. Skipped while FEC groups carry parity (the parity
+    /// protects the repair). On in [`Config::competitive`].
+    pub redundant_retransmit: bool,
     /// Initial congestion window in packets.
     pub initial_window_packets: usize,
     /// Minimum congestion window in packets.
@@ -179,6 +185,7 @@ impl Default for Config {
             congestion_control: true,
             loss_tolerant: true,
             pacing: false,
+            redundant_retransmit: false,
             initial_window_packets: 32,
             min_window_packets: 4,
             channels: vec![
@@ -206,8 +213,9 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The game profile: 30 ms minimum RTO, 1 ms maximum ACK delay, immediate ACKs, adaptive
-    /// FEC (parity 0..4 per 8 data shards, following the loss the peer reports).
+    /// The game profile: 30 ms minimum RTO, 1 ms maximum ACK delay, immediate ACKs, redundant
+    /// retransmissions, adaptive FEC (parity 0..4 per 8 data shards, following the loss the
+    /// peer reports).
     pub fn competitive() -> Self {
         Self {
             initial_rtt: Duration::from_millis(50),
@@ -215,6 +223,7 @@ impl Config {
             max_rto: Duration::from_secs(2),
             max_ack_delay: Duration::from_millis(1),
             ack_frequency: 1,
+            redundant_retransmit: true,
             fec: crate::fec::FecConfig::default(),
             ..Self::default()
         }
