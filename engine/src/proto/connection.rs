@@ -1135,7 +1135,8 @@ impl Connection {
                 }
                 self.pop_sent(now);
                 self.fec.on_rto(&mut self.cc);
-                self.cc.on_rto(now);
+                let q = self.queueing();
+                self.cc.on_rto(now, q);
             }
             self.probe_pending = true;
             // Re-arm from now so the next stage waits a full (backed-off) period.

@@ -40,8 +40,11 @@
 //! the path also shows queueing: the smoothed RTT exceeds the minimum RTT by more than
 //! `max(min_rtt / 8, 2 ms)`. Congestion loss from a filling queue always comes with that delay,
 //! random loss on an idle path does not, so the window stays open under random loss and still
-//! shrinks when a bottleneck queue builds. An RTO always collapses the window (persistent loss
-//! is treated as congestion). Set `loss_tolerant = false` for textbook NewReno.
+//! shrinks when a bottleneck queue builds. The same rule applies to an RTO: with queueing it
+//! collapses the window (persistent loss is treated as congestion); without, it is a lost probe
+//! or ACK after a small flight (a window-1 multi-fragment message under random loss), and
+//! collapsing to the minimum window would make the next message slow-start again. The RTO
+//! timer itself still backs off. Set `loss_tolerant = false` for textbook NewReno.
 //!
 //! What random loss still costs is latency, not window: a fragment lost on an ordered channel
 //! holds back every later message until its repair arrives, and the repair cannot arrive
