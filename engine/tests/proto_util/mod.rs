@@ -23,6 +23,9 @@ pub struct Impair {
 
 type InFlight = (Instant, u64, usize, SocketAddr, Vec<u8>);
 
+/// A test's choice of datagrams to lose: `(from, to, bytes)` → drop.
+pub type DropFilter = Box<dyn FnMut(SocketAddr, SocketAddr, &[u8]) -> bool>;
+
 pub struct Net {
     pub base: Instant,
     pub now: Instant,
@@ -38,7 +41,7 @@ pub struct Net {
     stuck: u64,
     /// Drops a datagram (before the random impairments) when it returns true:
     /// `(from, to, bytes)`. Lets a test lose one chosen packet.
-    pub drop_if: Option<Box<dyn FnMut(SocketAddr, SocketAddr, &[u8]) -> bool>>,
+    pub drop_if: Option<DropFilter>,
 }
 
 pub fn addr(i: u16) -> SocketAddr {
