@@ -84,8 +84,14 @@ impl Congestion {
         self.ssthresh = self.window;
     }
 
-    /// Retransmission timeout: persistent loss, collapse the window.
-    pub(crate) fn on_rto(&mut self, now: Instant) {
+    /// Retransmission timeout: collapse the window, unless the loss looks random (loss tolerant
+    /// and no queueing in the RTT): then a lost probe or a lost ACK after a small flight (a
+    /// window-1 message under random loss) is not taken for persistent congestion. The timer
+    /// backoff still doubles either way.
+    pub(crate) fn on_rto(&mut self, now: Instant, queueing: bool) {
+        if self.loss_tolerant && !queueing {
+            return;
+        }
         self.recovery_start = Some(now);
         self.ssthresh = ((self.window as f64 * BETA) as usize).max(self.min_window);
         self.window = self.min_window;
@@ -141,7 +147,11 @@ mod tests {
         assert!(w1 < w0 + 1200);
         c.on_loss(t1, t0 + Duration::from_millis(2), true);
         assert_eq!(c.window, w1);
-        c.on_rto(t1);
+        // An RTO without queueing leaves a loss-tolerant window alone; with queueing it
+        // collapses it.
+        c.on_rto(t1, false);
+        assert_eq!(c.window, w1);
+        c.on_rto(t1, true);
         assert_eq!(c.window, cfg.min_window_packets * 1200);
         c.loss_tolerant = false;
         let t2 = t1 + Duration::from_millis(10);

@@ -19,8 +19,8 @@ use crate::wire::{self, Frame, Packet, Writer, MAX_ACK_RANGES};
 
 /// Received packet-number ranges kept for ACKs and duplicate detection; older ones move the floor.
 const MAX_TRACKED_RANGES: usize = 64;
-/// Largest loss-report frame: type and two 8-byte varints.
-const LOSS_REPORT_MAX: usize = 1 + 8 + 8;
+/// Largest loss-report frame: type and three 8-byte varints.
+const LOSS_REPORT_MAX: usize = 1 + 8 + 8 + 8;
 /// Close frames sent when closing locally.
 const CLOSE_SENDS: u32 = 3;
 
@@ -425,8 +425,26 @@ impl Connection {
         self.rtt.rto(self.cfg.min_rto, self.cfg.max_ack_delay)
     }
 
+    /// The retransmission timeout after `pto_count` expiries: the first one is the tail-loss
+    /// probe's (see [`Self::probe_timeout`]), so the RTO proper starts at the base and doubles
+    /// from the second.
     fn current_rto(&self) -> Duration {
-        (self.pto_base() * 2u32.saturating_pow(self.pto_count.min(16))).min(self.cfg.max_rto)
+        let doublings = self.pto_count.saturating_sub(1).min(16);
+        (self.pto_base() * 2u32.saturating_pow(doublings)).min(self.cfg.max_rto)
+    }
+
+    /// How long after the last ack-eliciting packet the next probe timer fires. The first
+    /// expiry is a tail-loss probe after two smoothed RTTs plus the peer's ACK delay (RFC 8985),
+    /// never later than the RTO: it repairs a lost last packet (or a lost retransmission that
+    /// blocks an ordered channel) well before a conservative minimum RTO would.
+    fn probe_timeout(&self) -> Duration {
+        if self.pto_count == 0 {
+            let tlp =
+                (self.rtt.smoothed * 2 + self.cfg.max_ack_delay).max(Duration::from_millis(1));
+            tlp.min(self.current_rto())
+        } else {
+            self.current_rto()
+        }
     }
 
     /// Entry point for every datagram addressed to this connection.
@@ -717,9 +735,13 @@ impl Connection {
                     }
                 }
                 Frame::Close(reason) => self.on_close_frame(reason),
-                Frame::LossReport { received, lost } => {
+                Frame::LossReport {
+                    received,
+                    lost,
+                    max_burst,
+                } => {
                     self.stats.peer_loss_report = (received, lost);
-                    self.fec.on_loss_report(received, lost);
+                    self.fec.on_loss_report(received, lost, max_burst);
                 }
                 Frame::Ping | Frame::Padding => {}
             }
@@ -853,7 +875,7 @@ impl Connection {
             self.pto_count = 0;
         }
         self.detect_lost(now);
-        self.pop_sent();
+        self.pop_sent(now);
         newly
     }
 
@@ -881,12 +903,16 @@ impl Connection {
         }
     }
 
-    fn pop_sent(&mut self) {
-        while self
-            .sent
-            .front()
-            .is_some_and(|p| p.state != PacketState::InFlight)
-        {
+    /// Drops settled packets from the front of the sent list. A packet declared lost stays
+    /// for a while (two loss delays after it was sent): if its ACK still arrives, the loss was
+    /// spurious (reordering or delay) and is counted as such, and its fragments are settled.
+    fn pop_sent(&mut self, now: Instant) {
+        let keep_lost = self.rtt.loss_delay() * 2;
+        while self.sent.front().is_some_and(|p| match p.state {
+            PacketState::InFlight => false,
+            PacketState::Lost => p.time + keep_lost <= now,
+            PacketState::Acked | PacketState::Untracked => true,
+        }) {
             if let Some(p) = self.sent.pop_front() {
                 self.recycle(p.segs);
             }
@@ -901,9 +927,10 @@ impl Connection {
     fn detect_lost(&mut self, now: Instant) {
         self.loss_time = None;
         let Some(la) = self.largest_acked else { return };
-        let delay = self.rtt.loss_delay();
         // While groups carry parity, the peer may rebuild a lost packet once its group's
-        // parity arrives: later packets acknowledged meanwhile are no proof of loss.
+        // parity arrives: later packets acknowledged meanwhile, or the usual time threshold
+        // passing, are no proof of loss until the group had time to close.
+        let delay = self.rtt.loss_delay() + self.fec.reorder_delay();
         let threshold = self.cfg.packet_threshold + self.fec.reorder_allowance();
         let mut largest_lost_time: Option<Instant> = None;
         for i in 0..self.sent.len() {
@@ -947,6 +974,11 @@ impl Connection {
                 if !s.acked && !s.queued && s.last_pn == pn {
                     s.queued = true;
                     self.retx.push_back(sid);
+                    if self.cfg.redundant_retransmit && self.fec.reorder_allowance() == 0 {
+                        // Second copy, sent in the packet after the first (see the config).
+                        // Not while FEC groups carry parity: that protects the repair too.
+                        self.retx.push_back(sid);
+                    }
                 }
             }
         }
@@ -1018,7 +1050,7 @@ impl Connection {
         if !in_flight && !blocked {
             return None;
         }
-        Some(base + self.current_rto())
+        Some(base + self.probe_timeout())
     }
 
     fn has_queued_reliable(&self) -> bool {
@@ -1087,7 +1119,7 @@ impl Connection {
         self.stats.unreliable_dropped = self.receiver.unreliable_dropped;
         if self.loss_time.is_some_and(|t| now >= t) {
             self.detect_lost(now);
-            self.pop_sent();
+            self.pop_sent(now);
         }
         if self.pto_deadline().is_some_and(|t| now >= t) {
             self.pto_count += 1;
@@ -1101,9 +1133,10 @@ impl Connection {
                         self.declare_lost(i);
                     }
                 }
-                self.pop_sent();
+                self.pop_sent(now);
                 self.fec.on_rto(&mut self.cc);
-                self.cc.on_rto(now);
+                let q = self.queueing();
+                self.cc.on_rto(now, q);
             }
             self.probe_pending = true;
             // Re-arm from now so the next stage waits a full (backed-off) period.
@@ -1227,15 +1260,24 @@ impl Connection {
             && (self.lr_received > 0 || self.fec.receiving())
             && w.remaining() >= LOSS_REPORT_MAX
         {
-            let (received, lost) = match self.fec.take_loss_report() {
+            let (received, lost, max_burst) = match self.fec.take_loss_report() {
                 Some(r) => r,
                 None => {
                     let largest = self.largest_recv.map_or(0, |(l, _)| l);
                     let expected = largest.saturating_sub(self.lr_base.unwrap_or(largest)) + 1;
-                    (self.lr_received, expected.saturating_sub(self.lr_received))
+                    // Packet-number gaps do not tell bursts apart (reordering fills them).
+                    (
+                        self.lr_received,
+                        expected.saturating_sub(self.lr_received),
+                        0,
+                    )
                 }
             };
-            let f = Frame::LossReport { received, lost };
+            let f = Frame::LossReport {
+                received,
+                lost,
+                max_burst,
+            };
             if received + lost == 0 || wire::encode_frame(&f, &mut w).is_ok() {
                 self.lr_received = 0;
                 self.lr_base = None;
@@ -1245,6 +1287,7 @@ impl Connection {
         let probe = std::mem::take(&mut self.probe_pending);
         let cc_ok = self.cc.can_send(max) && data_ok;
         // Retransmissions first (a probe may send them past the congestion window).
+        let mut deferred = Vec::new();
         if cc_ok || probe {
             while let Some(&sid) = self.retx.front() {
                 if sid < self.seg_base {
@@ -1260,6 +1303,12 @@ impl Connection {
                     self.retx.pop_front();
                     continue;
                 }
+                if segs.contains(&sid) {
+                    // The redundant copy goes in the next packet, not next to the first one.
+                    self.retx.pop_front();
+                    deferred.push(sid);
+                    continue;
+                }
                 if !write_segment(&mut w, s) {
                     break;
                 }
@@ -1271,6 +1320,9 @@ impl Connection {
                 ack_eliciting = true;
                 self.stats.segments_retransmitted += 1;
             }
+        }
+        for sid in deferred.into_iter().rev() {
+            self.retx.push_front(sid);
         }
         if cc_ok {
             self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);

@@ -152,6 +152,16 @@ impl FecLink {
         }
     }
 
+    /// Extra time ARQ's time-threshold loss detection waits while groups carry parity: a lost
+    /// packet is rebuilt only once its group closes (up to `group_wait` after the group's first
+    /// packet) and the parity crosses the path.
+    pub(crate) fn reorder_delay(&self) -> std::time::Duration {
+        match self.tx.as_ref() {
+            Some(tx) if tx.parity_level() > 0 => self.cfg.group_wait,
+            _ => std::time::Duration::ZERO,
+        }
+    }
+
     /// The ARQ datagram budget for a UDP payload limit of `udp` bytes.
     pub(crate) fn arq_budget(&self, udp: usize) -> usize {
         if self.sending() {
@@ -289,15 +299,23 @@ impl FecLink {
     }
 
     /// The peer's loss report reached us: it steers the adaptive parity.
-    pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64) {
+    pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64, max_burst: u64) {
         if let Some(tx) = self.tx.as_mut() {
-            tx.on_loss_report(received, lost);
+            tx.on_loss_report_detail(crate::fec::LossReport {
+                received,
+                lost,
+                max_burst,
+            });
         }
     }
 
-    /// Data shards (received, lost) the peer's FEC stream showed since the last call.
-    pub(crate) fn take_loss_report(&mut self) -> Option<(u64, u64)> {
-        self.rx.as_mut().map(|r| r.loss_report())
+    /// Data shards (received, lost, longest loss burst) the peer's FEC stream showed since
+    /// the last call.
+    pub(crate) fn take_loss_report(&mut self) -> Option<(u64, u64, u64)> {
+        self.rx.as_mut().map(|r| {
+            let l = r.loss_report_detail();
+            (l.received, l.lost, l.max_burst)
+        })
     }
 
     /// Feeds an FEC packet body to the receiver. The ARQ datagrams it yields (the data shard
@@ -374,5 +392,67 @@ impl FecLink {
         s.peak_retained_bytes = self.budget.peak();
         s.retention_limit = self.budget.limit();
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn adaptive_link() -> FecLink {
+        let mut cfg = Config::competitive();
+        cfg.fec.policy = FecPolicy::Adaptive { max_parity: 4 };
+        FecLink::new(&cfg)
+    }
+
+    fn level(link: &FecLink) -> usize {
+        link.tx.as_ref().map_or(0, |t| t.parity_level())
+    }
+
+    #[test]
+    fn loss_report_burst_reaches_the_parity_policy() {
+        // 3 % loss alone plans 2 parity shards per group of 8...
+        let mut plain = adaptive_link();
+        plain.on_loss_report(97, 3, 0);
+        assert_eq!(level(&plain), 2);
+        // ...the same loss in 3-packet bursts plans 3, so a whole burst is rebuilt.
+        let mut bursty = adaptive_link();
+        bursty.on_loss_report(97, 3, 3);
+        assert_eq!(level(&bursty), 3);
+    }
+
+    #[test]
+    fn loss_report_carries_the_receivers_longest_burst() {
+        let cfg = {
+            let mut c = Config::competitive();
+            c.fec.policy = FecPolicy::Fixed { parity: 1 };
+            c
+        };
+        let mut tx = FecLink::new(&cfg);
+        let mut rx = FecLink::new(&cfg);
+        let now = Instant::now();
+        let cid = ConnectionId(7);
+        let mut bodies = Vec::new();
+        for i in 0..48u8 {
+            let mut buf = vec![0u8; 1200];
+            let n = wire::encode_data_header(cid, u64::from(i), &mut buf).unwrap();
+            buf[n] = i;
+            let len = tx.seal(now, cid, &mut buf, n + 1);
+            buf.truncate(len);
+            bodies.push(buf);
+        }
+        // Shards 2, 3 and 4 are lost in a row, 9 alone (the receiver counts a shard lost once
+        // it falls far enough behind the newest; 48 shards take all four past that point).
+        for (i, b) in bodies.iter().enumerate() {
+            if [2, 3, 4, 9].contains(&i) {
+                continue;
+            }
+            let Ok(Packet::FecData { body, .. }) = wire::decode_packet(b) else {
+                panic!("not an FEC data packet");
+            };
+            rx.receive(now, cid, body, false).unwrap();
+        }
+        let (received, lost, burst) = rx.take_loss_report().unwrap();
+        assert_eq!((received, lost, burst), (44, 4, 3));
     }
 }

@@ -179,8 +179,8 @@ impl EchoScenario {
         let wire = after.wire.delta(&before.wire);
         let secs = self.seconds.as_secs_f64();
         let app_bytes = (client_received + server_received) * self.payload as u64;
-        let retransmitted = after.retransmitted - before.retransmitted;
-        let recovered = after.recovered - before.recovered;
+        let retransmitted = after.c.retransmitted - before.c.retransmitted;
+        let recovered = after.c.recovered - before.c.recovered;
         let fec_on = self.config.fec.policy != crate::fec::FecPolicy::Off;
         let per_1000 = |x: u64| {
             if round_trips == 0 {
@@ -221,10 +221,17 @@ impl EchoScenario {
             },
             retransmitted_segments: retransmitted,
             retransmitted_per_1000: per_1000(retransmitted),
-            packets_lost: after.lost - before.lost,
+            packets_lost: after.c.lost - before.c.lost,
+            packets_spurious_lost: after.c.spurious - before.c.spurious,
+            tail_loss_probes: after.c.tlp - before.c.tlp,
+            rto_count: after.c.rto - before.c.rto,
             realized_loss: wire.realized_loss,
             fec_recovered: fec_on.then_some(recovered),
             fec_recovered_per_1000: fec_on.then(|| per_1000(recovered)),
+            fec_groups: fec_on.then_some(after.c.groups - before.c.groups),
+            fec_data_shards: fec_on.then_some(after.c.data_shards - before.c.data_shards),
+            fec_unrecoverable: fec_on.then_some(after.c.unrecoverable - before.c.unrecoverable),
+            fec_parity_shards: fec_on.then_some(after.c.parity - before.c.parity),
             fec_peak_retained_bytes: fec_on.then_some(after.fec_peak_retained),
             checks,
             trace_hash: sim.network().trace_hash().map(hex).unwrap_or_default(),
@@ -332,12 +339,26 @@ pub struct EchoReport {
     pub retransmitted_per_1000: f64,
     /// Packets the senders declared lost.
     pub packets_lost: u64,
+    /// Of `packets_lost`, those acknowledged later (spurious loss declarations).
+    pub packets_spurious_lost: u64,
+    /// Tail-loss probes both sides sent.
+    pub tail_loss_probes: u64,
+    /// Retransmission timeouts both sides took.
+    pub rto_count: u64,
     /// Share of offered datagrams the network dropped.
     pub realized_loss: f64,
     /// Data shards FEC rebuilt; `None` while the protocol core has no FEC stage.
     pub fec_recovered: Option<u64>,
     /// `fec_recovered` per 1,000 round trips; `None` without FEC.
     pub fec_recovered_per_1000: Option<f64>,
+    /// FEC groups both sides closed; `None` without FEC.
+    pub fec_groups: Option<u64>,
+    /// Data shards both sides' FEC senders protected; `None` without FEC.
+    pub fec_data_shards: Option<u64>,
+    /// Groups the FEC receivers could not rebuild (ARQ repaired them); `None` without FEC.
+    pub fec_unrecoverable: Option<u64>,
+    /// Parity shards both sides sent; `None` without FEC.
+    pub fec_parity_shards: Option<u64>,
     /// Peak bytes FEC receivers retained for incomplete groups; `None` without FEC.
     pub fec_peak_retained_bytes: Option<u64>,
     /// Correctness counters.
@@ -569,9 +590,8 @@ impl Node {
         }
     }
 
-    /// Sums of the connections' counters: (retransmitted segments, packets lost, data shards
-    /// FEC recovered).
-    fn connection_counters(&self) -> (u64, u64, u64) {
+    /// Sums of the connections' loss-recovery counters.
+    fn connection_counters(&self) -> Counters {
         let handles: &[ConnectionHandle] = match &self.role {
             Role::Server(s) => &s.handles,
             Role::Client(c) => std::slice::from_ref(&c.handle),
@@ -579,14 +599,53 @@ impl Node {
         handles
             .iter()
             .filter_map(|&h| self.ep.connection(h))
-            .fold((0, 0, 0), |(r, l, f), c| {
+            .fold(Counters::default(), |acc, c| {
                 let s = c.stats();
-                (
-                    r + s.segments_retransmitted,
-                    l + s.packets_lost,
-                    f + s.fec.data_recovered,
-                )
+                acc.add(&Counters {
+                    retransmitted: s.segments_retransmitted,
+                    lost: s.packets_lost,
+                    spurious: s.packets_spurious_lost,
+                    tlp: s.tail_loss_probes,
+                    rto: s.rto_count,
+                    recovered: s.fec.data_recovered,
+                    groups: s.fec.sender.groups,
+                    data_shards: s.fec.sender.data_shards,
+                    parity: s.fec.parity_sent,
+                    unrecoverable: s.fec.groups_unrecoverable,
+                })
             })
+    }
+}
+
+/// Loss-recovery counters summed over connections.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    retransmitted: u64,
+    lost: u64,
+    spurious: u64,
+    tlp: u64,
+    rto: u64,
+    recovered: u64,
+    groups: u64,
+    data_shards: u64,
+    parity: u64,
+    unrecoverable: u64,
+}
+
+impl Counters {
+    fn add(self, o: &Counters) -> Counters {
+        Counters {
+            retransmitted: self.retransmitted + o.retransmitted,
+            lost: self.lost + o.lost,
+            spurious: self.spurious + o.spurious,
+            tlp: self.tlp + o.tlp,
+            rto: self.rto + o.rto,
+            recovered: self.recovered + o.recovered,
+            groups: self.groups + o.groups,
+            data_shards: self.data_shards + o.data_shards,
+            parity: self.parity + o.parity,
+            unrecoverable: self.unrecoverable + o.unrecoverable,
+        }
     }
 }
 
@@ -625,9 +684,7 @@ impl SimNode for Node {
 /// Network and connection counters at one moment.
 struct Snapshot {
     wire: Wire,
-    retransmitted: u64,
-    lost: u64,
-    recovered: u64,
+    c: Counters,
     /// The largest FEC retention peak of any endpoint.
     fec_peak_retained: u64,
 }
@@ -668,12 +725,10 @@ impl Wire {
 
 impl Snapshot {
     fn take(sim: &Simulation<Node>) -> Self {
-        let (retransmitted, lost, recovered) = sim
+        let c = sim
             .nodes()
             .map(|(_, n)| n.connection_counters())
-            .fold((0, 0, 0), |(r, l, f), (r2, l2, f2)| {
-                (r + r2, l + l2, f + f2)
-            });
+            .fold(Counters::default(), |a, b| a.add(&b));
         let fec_peak_retained = sim
             .nodes()
             .map(|(_, n)| n.ep.fec_budget().peak() as u64)
@@ -681,9 +736,7 @@ impl Snapshot {
             .unwrap_or(0);
         Snapshot {
             wire: Wire::of(&sim.network().total_counters()),
-            retransmitted,
-            lost,
-            recovered,
+            c,
             fec_peak_retained,
         }
     }

@@ -50,7 +50,7 @@
 //! | `0x03` | [`Fragment`](Frame::Fragment) | channel u8, message id `v`, fragment index `v`, fragment count `v`, length `v`, bytes |
 //! | `0x04` | [`Datagram`](Frame::Datagram) | channel u8, message id `v`, length `v`, bytes: a whole (unfragmented) message on any channel, the usual frame for unreliable messages |
 //! | `0x05` | [`Close`](Frame::Close) | reason u8 |
-//! | `0x06` | [`LossReport`](Frame::LossReport) | packets received `v`, packets lost `v` (the peer's realized loss, for the FEC policy) |
+//! | `0x06` | [`LossReport`](Frame::LossReport) | packets received `v`, packets lost `v`, longest loss burst `v` (the peer's realized loss, for the FEC policy; burst 0 = not measured; added in version 2) |
 //!
 //! ACK ranges follow QUIC: the first range covers `largest - first_len ..= largest`; each further
 //! range starts `gap + 2` below the previous range's smallest packet number. At most
@@ -63,7 +63,7 @@ mod varint;
 pub use varint::{varint_len, MAX_VARINT};
 
 /// The protocol version this build speaks.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Minimum size of a client hello / cookie echo (the padding that prevents amplification).
 pub const MIN_CLIENT_HELLO_LEN: usize = 256;
 /// Size of a handshake cookie (a truncated keyed BLAKE3 MAC).
@@ -708,6 +708,9 @@ pub enum Frame<'a> {
         received: u64,
         /// Packets lost in the report interval.
         lost: u64,
+        /// Longest run of consecutive lost packets in the interval (0: not measured). Lets
+        /// the FEC policy size parity for burst loss.
+        max_burst: u64,
     },
 }
 
@@ -807,6 +810,7 @@ fn decode_frame<'a>(r: &mut Reader<'a>) -> Result<Frame<'a>, WireError> {
         frame_type::LOSS_REPORT => Frame::LossReport {
             received: r.varint()?,
             lost: r.varint()?,
+            max_burst: r.varint()?,
         },
         other => return Err(WireError::UnknownFrameType(other)),
     })
@@ -885,10 +889,15 @@ fn encode_frame_inner(f: &Frame<'_>, w: &mut Writer<'_>) -> Result<(), WireError
             w.u8(frame_type::CLOSE)?;
             w.u8(reason.to_u8())
         }
-        Frame::LossReport { received, lost } => {
+        Frame::LossReport {
+            received,
+            lost,
+            max_burst,
+        } => {
             w.u8(frame_type::LOSS_REPORT)?;
             w.varint(received)?;
-            w.varint(lost)
+            w.varint(lost)?;
+            w.varint(max_burst)
         }
     }
 }

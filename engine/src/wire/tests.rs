@@ -149,7 +149,7 @@ proptest! {
             Frame::Fragment { channel: ch, message_id: mid, index, count, data: &data },
             Frame::Datagram { channel: ch, message_id: mid, data: &data },
             Frame::Close(reason),
-            Frame::LossReport { received: recv, lost },
+            Frame::LossReport { received: recv, lost, max_burst: lost / 2 },
         ];
         let mut buf = vec![0u8; 4096];
         let mut w = Writer::new(&mut buf);

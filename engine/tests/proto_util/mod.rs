@@ -23,6 +23,9 @@ pub struct Impair {
 
 type InFlight = (Instant, u64, usize, SocketAddr, Vec<u8>);
 
+/// A test's choice of datagrams to lose: `(from, to, bytes)` → drop.
+pub type DropFilter = Box<dyn FnMut(SocketAddr, SocketAddr, &[u8]) -> bool>;
+
 pub struct Net {
     pub base: Instant,
     pub now: Instant,
@@ -36,6 +39,9 @@ pub struct Net {
     pub bytes_sent: u64,
     pub max_datagram: usize,
     stuck: u64,
+    /// Drops a datagram (before the random impairments) when it returns true:
+    /// `(from, to, bytes)`. Lets a test lose one chosen packet.
+    pub drop_if: Option<DropFilter>,
 }
 
 pub fn addr(i: u16) -> SocketAddr {
@@ -58,6 +64,7 @@ impl Net {
             bytes_sent: 0,
             max_datagram: 0,
             stuck: 0,
+            drop_if: None,
         }
     }
 
@@ -81,6 +88,9 @@ impl Net {
         let Some(dst) = self.eps.iter().position(|(a, _)| *a == to) else {
             return;
         };
+        if self.drop_if.as_mut().is_some_and(|f| f(from, to, bytes)) {
+            return;
+        }
         if self.rng.random::<f64>() < self.imp.loss {
             return;
         }
