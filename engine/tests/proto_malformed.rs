@@ -287,6 +287,12 @@ fn malformed_table_dropped_counted_connection_survives() {
             },
             DropCause::Malformed,
         ),
+        (
+            // Found by the `connection` fuzz target: `pn + 1` overflowed while recording it.
+            "packet number u64::MAX",
+            data_packet(server_cid, u64::MAX, &[0x01]),
+            DropCause::ProtocolViolation,
+        ),
     ];
     for (name, bytes, cause) in rows {
         let before = net.ep(s).stats().drops.get(cause);

@@ -17,6 +17,10 @@ use super::{
 };
 use crate::wire::{self, Frame, Packet, Writer, MAX_ACK_RANGES};
 
+/// Largest packet number accepted from a peer: far beyond any real connection's lifetime, so
+/// arithmetic on received packet numbers cannot overflow.
+const MAX_PACKET_NUMBER: u64 = (1 << 62) - 1;
+
 /// Received packet-number ranges kept for ACKs and duplicate detection; older ones move the floor.
 const MAX_TRACKED_RANGES: usize = 64;
 /// Largest loss-report frame: type and three 8-byte varints.
@@ -602,6 +606,10 @@ impl Connection {
         if self.state == ConnectionState::Handshaking {
             // Data before our accept arrived: the peer retransmits it later.
             return Err(DropCause::UnexpectedHandshake);
+        }
+        if pn > MAX_PACKET_NUMBER {
+            // No sender gets here (2^62 packets); refusing it keeps `pn + 1` in range below.
+            return Err(DropCause::ProtocolViolation);
         }
         if pn < self.recv_floor {
             return Err(DropCause::TooOld);
