@@ -344,6 +344,14 @@ pub(super) fn render(cx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
+/// One chart of the main matrix: file, title, unit and the value of a case.
+type ChartSpec<'f> = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'f dyn Fn(&Case) -> Option<f64>,
+);
+
 fn main_section(cx: &mut Ctx, main: &[&Case]) -> Result<String> {
     let mut body = String::new();
     if main.is_empty() {
@@ -459,7 +467,7 @@ fn main_section(cx: &mut Ctx, main: &[&Case]) -> Result<String> {
                 .filter_map(|c| f(c).map(|v| (label(c), v)))
                 .unzip()
         };
-        let charts: [(&str, &str, &str, &dyn Fn(&Case) -> Option<f64>); 6] = [
+        let charts: [ChartSpec; 6] = [
             (
                 "rudp-throughput.svg",
                 "RUDP: round trips/s (median of rounds)",
