@@ -627,6 +627,63 @@ pub struct RudpRun {
     pub fec: Option<RudpFec>,
     /// Relay counters; `null` when direct.
     pub relay: Option<RudpRelay>,
+    /// Resident set size over the round (added within schema 2: absent from older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss: Option<RssOverTime>,
+}
+
+/// Growth bound of [`RssOverTime`]: RSS at the end of the measured phase may exceed RSS at the
+/// end of the warm-up by at most this fraction of it ...
+pub const RSS_GROWTH_FRACTION: f64 = 0.10;
+
+/// ... plus this many KiB (4 MiB: allocator and thread-stack noise on a short round).
+pub const RSS_GROWTH_SLACK_KIB: u64 = 4 * 1024;
+
+/// Process RSS (`VmRSS`) sampled about once a second from the start of the warm-up to the end
+/// of the drain, to tell steady memory from growth (a leak) after the warm-up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RssOverTime {
+    /// Nominal interval between samples, ms.
+    pub interval_ms: u64,
+    /// Every sample as (seconds since the warm-up started, KiB), in time order.
+    pub samples: Vec<(f64, u64)>,
+    /// RSS at the end of the warm-up, KiB.
+    pub after_warmup_kib: Option<u64>,
+    /// RSS at the end of the measured phase (before the drain), KiB.
+    pub end_kib: Option<u64>,
+    /// Largest sample, KiB.
+    pub peak_kib: Option<u64>,
+    /// `end_kib − after_warmup_kib`, KiB (negative: shrank).
+    pub growth_kib: Option<i64>,
+    /// The largest growth that passes: [`RSS_GROWTH_FRACTION`] × `after_warmup_kib` +
+    /// [`RSS_GROWTH_SLACK_KIB`], KiB.
+    pub growth_bound_kib: Option<u64>,
+}
+
+impl RssOverTime {
+    /// Fills in growth and bound from the two marks; `Some(message)` when growth exceeds it.
+    pub fn check(&mut self) -> Option<String> {
+        let (Some(w), Some(e)) = (self.after_warmup_kib, self.end_kib) else {
+            return None;
+        };
+        let bound = rss_growth_bound_kib(w);
+        let growth = e as i64 - w as i64;
+        self.growth_kib = Some(growth);
+        self.growth_bound_kib = Some(bound);
+        (growth > bound as i64).then(|| {
+            format!(
+                "RSS grew {growth} KiB after the warm-up ({w} → {e} KiB), over the bound of {bound} KiB ({:.0}% + {} KiB)",
+                RSS_GROWTH_FRACTION * 100.0,
+                RSS_GROWTH_SLACK_KIB
+            )
+        })
+    }
+}
+
+/// The growth bound for RSS `after_warmup_kib` at the end of the warm-up, KiB.
+pub fn rss_growth_bound_kib(after_warmup_kib: u64) -> u64 {
+    (after_warmup_kib as f64 * RSS_GROWTH_FRACTION).round() as u64 + RSS_GROWTH_SLACK_KIB
 }
 
 /// Median and range of one metric over a case's rounds.
@@ -709,4 +766,37 @@ pub struct RudpCase {
     pub rounds: Vec<RudpRun>,
     /// Median and min–max over the rounds.
     pub summary: RudpSummary,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rss(after_warmup: Option<u64>, end: Option<u64>) -> RssOverTime {
+        RssOverTime {
+            interval_ms: 1000,
+            samples: Vec::new(),
+            after_warmup_kib: after_warmup,
+            end_kib: end,
+            peak_kib: end,
+            growth_kib: None,
+            growth_bound_kib: None,
+        }
+    }
+
+    #[test]
+    fn rss_growth_within_bound_passes_beyond_fails() {
+        // 100 MiB after warm-up: bound 10 MiB + 4 MiB = 14,336 KiB.
+        let w = 100 * 1024;
+        assert_eq!(rss_growth_bound_kib(w), 14_336);
+        let mut ok = rss(Some(w), Some(w + 14_336));
+        assert_eq!(ok.check(), None);
+        assert_eq!(ok.growth_kib, Some(14_336));
+        let mut bad = rss(Some(w), Some(w + 14_337));
+        let msg = bad.check().expect("growth over the bound is flagged");
+        assert!(msg.contains("14337") && msg.contains("14336"), "{msg}");
+        // Shrinking is fine; a missing mark checks nothing.
+        assert_eq!(rss(Some(w), Some(w / 2)).check(), None);
+        assert_eq!(rss(Some(w), None).check(), None);
+    }
 }

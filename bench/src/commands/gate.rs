@@ -123,14 +123,15 @@ pub fn run(args: &GateArgs, global: &Global) -> Result<bool> {
             "gate: ratio runs, {} rounds × 3 servers, {} clients × {} × {} B, {} + {} s each",
             r.rounds, r.clients, r.window, r.payload, r.warmup_s, r.seconds
         );
-        ratios = cfg.ratios.run(slowdown_ns, |run| {
+        if let Some(f) = &r.fec_vs_arq {
             eprintln!(
-                "gate: udp {:<22} {:>9.0} rt/s{}",
-                run.label,
-                run.round_trips_per_s,
-                if run.ok { "" } else { "  (not ok)" }
-            )
-        });
+                "gate: then {} rounds × (ARQ only, adaptive FEC) over RUDP through the relay ({}), {} clients × {} × {} B, {} + {} s each",
+                f.rounds, f.profile, f.clients, f.window, f.payload, f.warmup_s, f.seconds
+            );
+        }
+        ratios = cfg
+            .ratios
+            .run(slowdown_ns, |line| eprintln!("gate: {line}"));
         verdicts.extend(compare_ratios(&ratios, baseline.as_ref(), &cfg.ratios));
         verdicts.push(Verdict {
             group: "cpu".into(),

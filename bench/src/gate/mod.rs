@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::host::{BuildInfo, HostInfo};
 use crate::output::render_table;
 
-pub use ratio::{RatioResult, RatioSuite};
+pub use ratio::{FecRatioSuite, RatioResult, RatioSuite, FEC_RATIO_NAME};
 pub use sim::{SimResult, SimSuite};
 
 /// Version of the gate's baseline and result files.
@@ -319,8 +319,10 @@ pub fn compare_ratios(
     suite: &RatioSuite,
 ) -> Vec<Verdict> {
     let mut out = Vec::new();
-    let frac = suite.min_fraction_of_baseline;
     for r in results {
+        let frac = r
+            .min_fraction_of_baseline
+            .unwrap_or(suite.min_fraction_of_baseline);
         let rule = format!("≥ {frac} × baseline");
         let v = match (r.median, r.unavailable.as_ref()) {
             (_, Some(why)) => Verdict {
@@ -344,7 +346,13 @@ pub fn compare_ratios(
             (Some(m), None) => {
                 let b = baseline.and_then(|b| b.ratios.get(&r.name).copied());
                 let (status, note) = match b {
-                    None => (Status::New, "no baseline value".to_string()),
+                    // A ratio added after the baseline was recorded is reported, not gated,
+                    // until the baseline is regenerated: main stays green between the merges.
+                    None => (
+                        Status::New,
+                        "new, not gated: the baseline has no value for it (`bench gate --update-baseline` records one)"
+                            .to_string(),
+                    ),
                     Some(b) if m >= frac * b => (Status::Pass, String::new()),
                     Some(b) => (
                         Status::Fail,
@@ -508,6 +516,7 @@ mod tests {
             errors: Vec::new(),
             unavailable: None,
             samples: Vec::new(),
+            min_fraction_of_baseline: None,
         };
         assert_eq!(
             compare_ratios(&[r(1.8)], Some(&b), &s)[0].status,
@@ -516,5 +525,39 @@ mod tests {
         let v = compare_ratios(&[r(1.0)], Some(&b), &s);
         assert_eq!(v[0].status, Status::Fail);
         assert!(failure_lines(&v)[0].contains("per-core/tokio"));
+    }
+
+    #[test]
+    fn a_ratio_missing_from_the_baseline_is_new_not_failed_and_own_tolerance_applies() {
+        let b = baseline(1.0, 2.0);
+        let s = RatioSuite::default();
+        let fec = |m: f64, frac: Option<f64>| RatioResult {
+            name: ratio::FEC_RATIO_NAME.into(),
+            numerator: "rudp adaptive FEC".into(),
+            denominator: "rudp ARQ only".into(),
+            per_round: vec![m],
+            median: Some(m),
+            errors: Vec::new(),
+            unavailable: None,
+            samples: Vec::new(),
+            min_fraction_of_baseline: frac,
+        };
+        // The committed baseline predates the FEC ratio: reported, not gated.
+        let v = compare_ratios(&[fec(0.1, None)], Some(&b), &s);
+        assert_eq!(v[0].status, Status::New);
+        assert!(v[0].note.contains("not gated"));
+        assert!(failure_lines(&v).is_empty());
+        // With a baseline value, the ratio's own fraction is the rule.
+        let mut b2 = b.clone();
+        b2.ratios.insert(ratio::FEC_RATIO_NAME.into(), 1.7);
+        let v = compare_ratios(&[fec(1.2, Some(0.8))], Some(&b2), &s);
+        assert_eq!(v[0].status, Status::Fail, "{v:?}");
+        assert!(v[0].rule.contains("0.8"));
+        let line = &failure_lines(&v)[0];
+        assert!(
+            line.contains(ratio::FEC_RATIO_NAME) && line.contains("1.7") && line.contains("1.2")
+        );
+        let v = compare_ratios(&[fec(1.2, Some(0.6))], Some(&b2), &s);
+        assert_eq!(v[0].status, Status::Pass);
     }
 }

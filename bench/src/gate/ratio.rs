@@ -1,11 +1,163 @@
 //! The gate's wall-clock suite: ratios of UDP echo servers measured side by side, interleaved.
 
-use anyhow::{bail, Result};
+use std::str::FromStr;
+
+use anyhow::{anyhow, bail, Result};
+use ricochet::sim::Profile;
 use serde::{Deserialize, Serialize};
 
-use crate::schema::{UdpConfig, UdpRun};
+use crate::rudp::run::{config_for, run_round, validate as validate_rudp, FecPolicy};
+use crate::schema::{RudpConfig, UdpConfig};
 use crate::udp::client::ClientIo;
 use crate::udp::run::run_udp;
+
+/// Name of the RUDP ratio in verdicts and baselines.
+pub const FEC_RATIO_NAME: &str = "adaptive-fec/arq-only (random, relay)";
+
+/// The RUDP part of the ratio suite: adaptive FEC against ARQ only over real sockets through
+/// the impairment relay, rounds interleaved (ARQ, FEC, ARQ, FEC, …), both policies of a round
+/// on the same relay seed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FecRatioSuite {
+    /// Rounds; each runs ARQ only, then adaptive FEC.
+    pub rounds: usize,
+    /// Network condition (`random`: the one where the reference's FEC pays off).
+    pub profile: String,
+    /// Warm-up per run, s.
+    pub warmup_s: f64,
+    /// Measured time per run, s (the drain follows, and counts: see `bench rudp`).
+    pub seconds: f64,
+    /// Clients.
+    pub clients: usize,
+    /// Messages in flight per client.
+    pub window: usize,
+    /// Message size, bytes.
+    pub payload: usize,
+    /// `per-core` or `shared`.
+    pub io_model: String,
+    /// Server workers.
+    pub io_threads: usize,
+    /// Seed of round 1 (round n uses seed + n − 1 for both policies).
+    pub seed: u64,
+    /// The ratio fails below this fraction of its baseline.
+    pub min_fraction_of_baseline: f64,
+}
+
+impl Default for FecRatioSuite {
+    fn default() -> Self {
+        Self {
+            rounds: 5,
+            profile: "random".into(),
+            warmup_s: 0.5,
+            seconds: 1.5,
+            clients: 4,
+            window: 16,
+            payload: 1024,
+            io_model: "per-core".into(),
+            io_threads: 2,
+            seed: 42,
+            min_fraction_of_baseline: 0.6,
+        }
+    }
+}
+
+impl FecRatioSuite {
+    /// Checks the ranges and that both configurations would run.
+    pub fn validate(&self) -> Result<()> {
+        if self.rounds == 0 || self.rounds > 99 {
+            bail!("ratios.fec_vs_arq.rounds must be 1..=99");
+        }
+        if !(0.0..1.0).contains(&self.min_fraction_of_baseline) {
+            bail!("ratios.fec_vs_arq.min_fraction_of_baseline must be within 0..1");
+        }
+        for (_, cfg) in self.configs(0)? {
+            validate_rudp(&cfg).map_err(|e| anyhow!("ratios.fec_vs_arq: {e:#}"))?;
+        }
+        Ok(())
+    }
+
+    /// The two configurations of round `round` (0-based): (label, config) for ARQ only, then
+    /// adaptive FEC.
+    pub fn configs(&self, round: usize) -> Result<[(String, RudpConfig); 2]> {
+        let profile = Profile::from_str(&self.profile)
+            .map_err(|e| anyhow!("ratios.fec_vs_arq.profile: {e}"))?;
+        let cfg = |fec: FecPolicy| {
+            config_for(
+                profile,
+                self.payload,
+                self.clients,
+                self.window,
+                &self.io_model,
+                self.io_threads,
+                "auto",
+                fec,
+                false,
+                self.warmup_s,
+                self.seconds,
+                self.seed.wrapping_add(round as u64),
+            )
+        };
+        Ok([
+            ("rudp ARQ only".into(), cfg(FecPolicy::Off)),
+            ("rudp adaptive FEC".into(), cfg(FecPolicy::Adaptive)),
+        ])
+    }
+
+    /// Runs the rounds; the ratio is adaptive FEC rt/s ÷ ARQ-only rt/s per round, median taken.
+    /// A round where either run is not ok (lost, corrupt or misordered echoes, relay errors) is
+    /// discarded and named in `errors`.
+    pub fn run(&self, mut progress: impl FnMut(&str, &crate::schema::RudpRun)) -> RatioResult {
+        let mut per_round = Vec::new();
+        let mut samples = Vec::new();
+        let mut errors = Vec::new();
+        let mut names = ["rudp ARQ only".to_string(), "rudp adaptive FEC".to_string()];
+        for round in 0..self.rounds {
+            let configs = match self.configs(round) {
+                Ok(c) => c,
+                Err(e) => {
+                    errors.push(format!("{e:#}"));
+                    break;
+                }
+            };
+            let mut rts = [None; 2];
+            for (i, (label, cfg)) in configs.iter().enumerate() {
+                names[i] = label.clone();
+                let run = run_round(cfg);
+                progress(label, &run);
+                if run.ok && run.round_trips > 0 {
+                    rts[i] = Some(run.round_trips_per_s);
+                } else {
+                    errors.push(format!(
+                        "round {}: {label}: {}",
+                        round + 1,
+                        if run.errors.is_empty() {
+                            "no round trip".to_string()
+                        } else {
+                            run.errors.join(", ")
+                        }
+                    ));
+                }
+            }
+            if let [Some(arq), Some(fec)] = rts {
+                per_round.push(fec / arq);
+                samples.push([fec, arq]);
+            }
+        }
+        let [arq, fec] = names;
+        RatioResult {
+            name: FEC_RATIO_NAME.into(),
+            numerator: fec,
+            denominator: arq,
+            median: median(&per_round),
+            per_round,
+            errors,
+            unavailable: None,
+            samples,
+            min_fraction_of_baseline: Some(self.min_fraction_of_baseline),
+        }
+    }
+}
 
 /// What the ratio part of the gate runs (from `ci/gate.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -28,6 +180,9 @@ pub struct RatioSuite {
     /// A ratio fails below this fraction of its baseline (0.6: a 2× regression fails, the
     /// ±25 % swings of a shared 2-core VM do not).
     pub min_fraction_of_baseline: f64,
+    /// Adaptive FEC vs ARQ only over RUDP (absent: not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fec_vs_arq: Option<FecRatioSuite>,
 }
 
 impl Default for RatioSuite {
@@ -41,6 +196,7 @@ impl Default for RatioSuite {
             payload: 1024,
             io_threads: 2,
             min_fraction_of_baseline: 0.6,
+            fec_vs_arq: Some(FecRatioSuite::default()),
         }
     }
 }
@@ -65,6 +221,9 @@ pub struct RatioResult {
     pub unavailable: Option<String>,
     /// Round trips/s of (numerator, denominator) per round.
     pub samples: Vec<[f64; 2]>,
+    /// This ratio's own tolerance, when it is not the suite's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_fraction_of_baseline: Option<f64>,
 }
 
 /// Median of `v` (mean of the middle two for an even count); `None` when empty.
@@ -93,6 +252,9 @@ impl RatioSuite {
         }
         if !(self.seconds > 0.0 && self.seconds <= 600.0) {
             bail!("ratios.seconds must be within (0, 600]");
+        }
+        if let Some(f) = &self.fec_vs_arq {
+            f.validate()?;
         }
         Ok(())
     }
@@ -148,8 +310,8 @@ impl RatioSuite {
         ]
     }
 
-    /// Runs the rounds and computes the ratios. `progress` sees each run as it ends.
-    pub fn run(&self, slowdown_ns: u64, mut progress: impl FnMut(&UdpRun)) -> Vec<RatioResult> {
+    /// Runs the rounds and computes the ratios. `progress` gets a line per run as it ends.
+    pub fn run(&self, slowdown_ns: u64, mut progress: impl FnMut(String)) -> Vec<RatioResult> {
         let servers = self.servers(slowdown_ns);
         let mut rounds: Vec<[Option<f64>; 3]> = Vec::new();
         let mut errors: Vec<String> = Vec::new();
@@ -157,7 +319,12 @@ impl RatioSuite {
             let mut row = [None; 3];
             for (i, (label, cfg)) in servers.iter().enumerate() {
                 let run = run_udp(cfg, label);
-                progress(&run);
+                progress(format!(
+                    "udp {:<22} {:>9.0} rt/s{}",
+                    run.label,
+                    run.round_trips_per_s,
+                    if run.ok { "" } else { "  (not ok)" }
+                ));
                 if run.round_trips > 0 && run.server.is_some() {
                     row[i] = Some(run.round_trips_per_s);
                 } else {
@@ -188,25 +355,27 @@ impl RatioSuite {
                 errors: errors.clone(),
                 unavailable: None,
                 samples,
+                min_fraction_of_baseline: None,
             }
         };
-        vec![
+        let mut out = vec![
             ratio("per-core/tokio", 0, 1),
             ratio("per-core/shared", 0, 2),
-            RatioResult {
-                name: "adaptive-fec/arq-only (random, relay)".into(),
-                numerator: "rudp adaptive FEC".into(),
-                denominator: "rudp ARQ-only".into(),
-                per_round: Vec::new(),
-                median: None,
-                errors: Vec::new(),
-                unavailable: Some(
-                    "not yet available: needs `bench rudp`, the relay and FEC in the protocol core on main"
-                        .into(),
-                ),
-                samples: Vec::new(),
-            },
-        ]
+        ];
+        if let Some(f) = &self.fec_vs_arq {
+            out.push(f.run(|label, run| {
+                progress(format!(
+                    "{label:<26} {:>9.0} rt/s{}",
+                    run.round_trips_per_s,
+                    if run.ok {
+                        String::new()
+                    } else {
+                        format!("  (not ok: {})", run.errors.join(", "))
+                    }
+                ))
+            }));
+        }
+        out
     }
 }
 

@@ -8,14 +8,15 @@
 //! `<!-- END generated:NAME -->`; everything outside the markers is hand-written and kept. A
 //! section missing from the file is appended at the end with its markers.
 //!
-//! Inputs it understands (by their own kind field): `tour` / `udp` / `udp-limits` (the bench
-//! result schema), `platform-blast` (the platform crate's blast example), `fec-codecs` (`bench fec`), and the
+//! Inputs it understands (by their own kind field): `tour` / `udp` / `udp-limits` / `rudp` /
+//! `rudp-matrix` (the bench result schema), `platform-blast` (the platform crate's blast example), `fec-codecs` (`bench fec`), and the
 //! gate baseline (`results/baseline/gate-*.json`: the simulated echo). A measurement
 //! that failed or is incomplete is refused: left out of every table and chart and listed, with
 //! the reason, in the `refused` section. Files of an unknown kind are listed there too.
 
 mod charts;
 mod reference;
+mod rudp;
 mod sections;
 
 use std::collections::BTreeMap;
@@ -32,7 +33,7 @@ pub use charts::Chart;
 /// One input file, parsed by kind.
 #[derive(Debug, Clone)]
 pub enum Input {
-    /// A bench result file (`tour`, `udp`, `udp-limits`).
+    /// A bench result file (`tour`, `udp`, `udp-limits`, `rudp`, `rudp-matrix`).
     Bench(ResultFile),
     /// The platform blast example's JSON.
     Blast(Value),
@@ -249,9 +250,9 @@ mod tests {
 
     #[test]
     fn unknown_and_gate_outputs_are_refused_with_a_reason() {
-        assert!(classify("{\"kind\": \"rudp\"}")
+        assert!(classify("{\"kind\": \"mystery\"}")
             .unwrap_err()
-            .contains("rudp"));
+            .contains("no renderer"));
         assert!(classify("{\"kind\": \"gate\"}").is_err());
         assert!(classify("not json").unwrap_err().contains("not JSON"));
         assert!(classify("{\"benchmark\": \"platform-blast\"}").is_err());

@@ -31,12 +31,13 @@ pub const RUDP_BEST: [(&str, &str, &str); 3] = [
     ("burst", "adaptive FEC 914 rt/s", "adaptive FEC 139.5 ms"),
 ];
 
-/// RUDP under random loss, 1,024 B, window 16, one endpoint thread: (policy, restored / 1,000,
-/// retransmitted / 1,000, FEC retained KiB, max observed parity).
-pub const RUDP_RANDOM_RESOURCES: [(&str, &str, &str, &str, &str); 3] = [
-    ("ARQ only", "0.0", "331.7", "0.0", "0"),
-    ("fixed FEC", "182.8", "185.9", "37.7", "2"),
-    ("adaptive FEC", "176.7", "181.8", "30.8", "3"),
+/// RUDP under random loss, 1,024 B, window 16, one endpoint thread, Standalone Asio build:
+/// (policy, restored / 1,000, retransmitted / 1,000, FEC retained KiB, relay route peaks sum
+/// KiB, process RSS MiB, max observed parity).
+pub const RUDP_RANDOM_RESOURCES: [[&str; 7]; 3] = [
+    ["ARQ only", "0.0", "331.7", "0.0", "50.5", "6.8", "0"],
+    ["fixed FEC", "182.8", "185.9", "37.7", "84.3", "7.1", "2"],
+    ["adaptive FEC", "176.7", "181.8", "30.8", "83.4", "7.2", "3"],
 ];
 
 /// RUDP payload × window under random loss: (payload, window, ARQ only, fixed, adaptive) as
@@ -62,13 +63,46 @@ pub const RUDP_PAYLOAD_WINDOW: [(&str, &str, &str, &str, &str); 6] = [
     ),
 ];
 
-/// RUDP 120 s sustained runs (burst + 2% random, 4,096 B, window 16): (policy, round trips/s,
-/// p99 ms, CPU %, wire overhead %).
-pub const RUDP_SUSTAINED: [(&str, &str, &str, &str, &str); 3] = [
-    ("ARQ only", "172", "599.6", "48.6", "24.2"),
-    ("fixed FEC", "229", "448.3", "82.1", "66.2"),
-    ("adaptive FEC", "241", "453.6", "84.9", "70.3"),
+/// RUDP 120 s sustained runs (burst + 2% random, 4,096 B, window 16, 4 endpoint threads),
+/// Standalone Asio build: (policy, message round trips, round trips/s, p99 ms, CPU %, wire
+/// overhead %, FEC sampled peak KiB).
+pub const RUDP_SUSTAINED: [[&str; 7]; 3] = [
+    ["ARQ only", "20,734", "172", "599.6", "48.6", "24.2", "0.0"],
+    [
+        "fixed FEC",
+        "27,622",
+        "229",
+        "448.3",
+        "82.1",
+        "66.2",
+        "232.6",
+    ],
+    [
+        "adaptive FEC",
+        "29,058",
+        "241",
+        "453.6",
+        "84.9",
+        "70.3",
+        "166.8",
+    ],
 ];
+
+/// The reference's payload × window cell for (payload, window) and a policy label (`ARQ only`,
+/// `fixed FEC`, `adaptive FEC`), as "round trips/s / p99 ms".
+pub fn rudp_payload_window(payload: usize, window: usize, policy: &str) -> Option<&'static str> {
+    let p = crate::output::thousands(payload as u64);
+    let w = window.to_string();
+    let row = RUDP_PAYLOAD_WINDOW
+        .iter()
+        .find(|r| r.0 == p.as_str() && r.1 == w.as_str())?;
+    match policy {
+        "ARQ only" => Some(row.2),
+        "fixed FEC" => Some(row.3),
+        "adaptive FEC" => Some(row.4),
+        _ => None,
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -85,5 +119,16 @@ mod tests {
         }
         assert_eq!(total * 3, 11_889);
         assert_eq!(udp_limits_loss(65_527, 1), None);
+    }
+
+    #[test]
+    fn payload_window_lookup_quotes_the_table() {
+        assert_eq!(
+            rudp_payload_window(4_096, 64, "adaptive FEC"),
+            Some("234 / 1,285.4")
+        );
+        assert_eq!(rudp_payload_window(64, 1, "ARQ only"), Some("139 / 80.8"));
+        assert_eq!(rudp_payload_window(1_024, 16, "ARQ only"), None);
+        assert_eq!(rudp_payload_window(64, 1, "other"), None);
     }
 }

@@ -39,20 +39,23 @@ fn command_line(cmd: &str) -> String {
     format!("Command: `{}`\n", cmd.replace('`', "'"))
 }
 
-struct Ctx<'a> {
-    inputs: &'a Inputs,
+/// The renderers' shared state: the inputs, and the output and refusals built so far.
+pub(super) struct Ctx<'a> {
+    pub(super) inputs: &'a Inputs,
     chart_dir: &'a str,
     out: Rendered,
-    refused: Vec<(String, String)>,
+    pub(super) refused: Vec<(String, String)>,
 }
 
 impl Ctx<'_> {
-    fn section(&mut self, name: &str, body: String) {
+    /// Adds a section (in document order).
+    pub(super) fn section(&mut self, name: &str, body: String) {
         self.out.order.push(name.to_string());
         self.out.sections.insert(name.to_string(), body);
     }
 
-    fn chart(&mut self, c: Chart, alt: &str) -> String {
+    /// Keeps a chart and returns its markdown image link.
+    pub(super) fn chart(&mut self, c: Chart, alt: &str) -> String {
         let link = format!("![{alt}]({}/{})\n", self.chart_dir, c.file);
         self.out.charts.insert(c.file, c.svg);
         link
@@ -80,7 +83,9 @@ pub fn render_all(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
     };
     for (path, input) in &inputs.files {
         if let Input::Bench(f) = input {
-            if !["tour", "udp", "udp-limits"].contains(&f.kind.as_str()) {
+            let known = ["tour", "udp", "udp-limits"].contains(&f.kind.as_str())
+                || super::rudp::KINDS.contains(&f.kind.as_str());
+            if !known {
                 cx.refused.push((
                     path.clone(),
                     format!(
@@ -97,7 +102,7 @@ pub fn render_all(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
     udp_limits(&mut cx)?;
     platform_blast(&mut cx)?;
     fec_codecs(&mut cx);
-    rudp(&mut cx);
+    super::rudp::render(&mut cx)?;
     let mut body = String::new();
     if cx.refused.is_empty() {
         body.push_str("Every measurement under `results/` was complete and is shown above.\n");
@@ -647,101 +652,4 @@ fn fec_codecs(cx: &mut Ctx) {
         ));
     }
     cx.section("fec-codecs", body);
-}
-
-fn rudp(cx: &mut Ctx) {
-    let missing = "No `bench rudp` / `bench matrix rudp` result under `results/` yet: this section fills in when one exists. ";
-    let mut main = format!(
-        "{missing}For orientation, the reference report's best cases per condition (4 clients × 16 × 1,024 B, one endpoint thread, through its relay; {}):\n\n",
-        reference::LABEL
-    );
-    let rows: Vec<Vec<String>> = reference::RUDP_BEST
-        .iter()
-        .map(|(c, a, b)| vec![c.to_string(), a.to_string(), b.to_string()])
-        .collect();
-    main.push_str(&md_table(
-        &["condition", "highest round trips/s", "lowest p99 RTT"],
-        9,
-        &rows,
-    ));
-    main.push_str(&format!(
-        "\nUnder `random` ({}): recovered and retransmitted segments per 1,000 round trips, FEC retention:\n\n",
-        reference::LABEL
-    ));
-    let rows: Vec<Vec<String>> = reference::RUDP_RANDOM_RESOURCES
-        .iter()
-        .map(|(p, a, b, c, d)| {
-            vec![
-                p.to_string(),
-                a.to_string(),
-                b.to_string(),
-                c.to_string(),
-                d.to_string(),
-            ]
-        })
-        .collect();
-    main.push_str(&md_table(
-        &[
-            "policy",
-            "recovered / 1,000",
-            "retransmitted / 1,000",
-            "FEC retained KiB",
-            "max parity",
-        ],
-        1,
-        &rows,
-    ));
-    cx.section("rudp-main", main);
-
-    let mut pw = format!(
-        "{missing}Reference ({}), `random`, one endpoint thread, round trips/s / p99 ms:\n\n",
-        reference::LABEL
-    );
-    let rows: Vec<Vec<String>> = reference::RUDP_PAYLOAD_WINDOW
-        .iter()
-        .map(|(a, b, c, d, e)| {
-            vec![
-                a.to_string(),
-                b.to_string(),
-                c.to_string(),
-                d.to_string(),
-                e.to_string(),
-            ]
-        })
-        .collect();
-    pw.push_str(&md_table(
-        &[
-            "message B",
-            "window",
-            "ARQ only",
-            "fixed FEC",
-            "adaptive FEC",
-        ],
-        0,
-        &rows,
-    ));
-    cx.section("rudp-payload-window", pw);
-
-    let mut su = format!(
-        "{missing}Reference ({}), 120 s, burst + 2% random, 4,096 B, window 16:\n\n",
-        reference::LABEL
-    );
-    let rows: Vec<Vec<String>> = reference::RUDP_SUSTAINED
-        .iter()
-        .map(|(a, b, c, d, e)| {
-            vec![
-                a.to_string(),
-                b.to_string(),
-                c.to_string(),
-                d.to_string(),
-                e.to_string(),
-            ]
-        })
-        .collect();
-    su.push_str(&md_table(
-        &["policy", "rt/s", "p99 ms", "CPU %", "wire overhead %"],
-        1,
-        &rows,
-    ));
-    cx.section("rudp-sustained", su);
 }

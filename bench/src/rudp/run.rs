@@ -18,7 +18,7 @@ use super::server::EchoServer;
 use crate::host::{peak_rss_kib, CpuTimes};
 use crate::relay::{Relay, RelayConfig, RelayCounters};
 use crate::schema::{
-    finite, CpuUsage, Latency, RudpCase, RudpConfig, RudpCounts, RudpFec, RudpRelay,
+    finite, CpuUsage, Latency, RssOverTime, RudpCase, RudpConfig, RudpCounts, RudpFec, RudpRelay,
     RudpRelayDirection, RudpRun, RudpSummary, RudpWire, Spread,
 };
 use crate::udp::tracker::new_rtt_histogram;
@@ -248,6 +248,91 @@ fn failed_run(cfg: &RudpConfig, error: String) -> RudpRun {
         retransmitted_per_1000: None,
         fec: None,
         relay: None,
+        rss: None,
+    }
+}
+
+/// Interval of the RSS samples, ms.
+const RSS_INTERVAL_MS: u64 = 1000;
+
+/// The process's resident set size now (`VmRSS` of `/proc/self/status`), KiB.
+pub fn rss_kib() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A thread sampling RSS once a second, and exactly at the end of the warm-up and of the
+/// measured phase, until told to stop.
+struct RssSampler {
+    stop: mpsc::Sender<()>,
+    handle: std::thread::JoinHandle<RssOverTime>,
+}
+
+impl RssSampler {
+    /// Starts sampling; `None` when the thread cannot be spawned (the round goes on without).
+    fn start(epoch: Instant, warmup_end: Instant, measured_end: Instant) -> Option<RssSampler> {
+        let (stop, stop_rx) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name("rudp-rss".into())
+            .spawn(move || {
+                let interval = Duration::from_millis(RSS_INTERVAL_MS);
+                let mut out = RssOverTime {
+                    interval_ms: RSS_INTERVAL_MS,
+                    samples: Vec::new(),
+                    after_warmup_kib: None,
+                    end_kib: None,
+                    peak_kib: None,
+                    growth_kib: None,
+                    growth_bound_kib: None,
+                };
+                let sample = |out: &mut RssOverTime| {
+                    let kib = rss_kib();
+                    if let Some(k) = kib {
+                        let t = epoch.elapsed().as_secs_f64();
+                        out.samples.push(((t * 1000.0).round() / 1000.0, k));
+                        out.peak_kib = Some(out.peak_kib.map_or(k, |p| p.max(k)));
+                    }
+                    kib
+                };
+                sample(&mut out);
+                let mut next_tick = epoch + interval;
+                // Marks still to take: (when, is the end of the measured phase).
+                let mut marks = vec![(warmup_end, false), (measured_end, true)];
+                loop {
+                    let next_mark = marks.first().map(|m| m.0);
+                    let next = next_mark.map_or(next_tick, |m| m.min(next_tick));
+                    match stop_rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+                        Err(mpsc::RecvTimeoutError::Timeout) => {}
+                        // Stopped (or the round is gone): one last sample.
+                        _ => {
+                            sample(&mut out);
+                            break;
+                        }
+                    }
+                    let kib = sample(&mut out);
+                    if next_mark == Some(next) {
+                        let (_, is_end) = marks.remove(0);
+                        if is_end {
+                            out.end_kib = kib;
+                        } else {
+                            out.after_warmup_kib = kib;
+                        }
+                    }
+                    while next_tick <= Instant::now() {
+                        next_tick += interval;
+                    }
+                }
+                out
+            })
+            .ok()?;
+        Some(RssSampler { stop, handle })
+    }
+
+    /// Stops and returns the samples.
+    fn finish(self) -> Option<RssOverTime> {
+        let _ = self.stop.send(());
+        self.handle.join().ok()
     }
 }
 
@@ -361,8 +446,14 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let mut outcomes: Vec<ClientOutcome> = Vec::new();
     let mut cpu = CpuUsage::default();
     let mut measured_start = epoch;
+    let mut rss_sampler = None;
     if go {
         measured_start = epoch + Duration::from_secs_f64(cfg.warmup_s);
+        rss_sampler = RssSampler::start(
+            epoch,
+            measured_start,
+            measured_start + Duration::from_secs_f64(cfg.seconds),
+        );
         std::thread::sleep(measured_start.saturating_duration_since(Instant::now()));
         let cpu0 = CpuTimes::now();
         let t0 = Instant::now();
@@ -388,6 +479,10 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
                 0.0
             },
         };
+    }
+    let mut rss = rss_sampler.and_then(RssSampler::finish);
+    if let Some(msg) = rss.as_mut().and_then(RssOverTime::check) {
+        errors.push(msg);
     }
     // Every client is done (or gone): read the server's counters while sessions are open.
     server.fresh_sample();
@@ -523,6 +618,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         retransmitted_per_1000,
         fec,
         relay: relay_sum,
+        rss,
     })
 }
 
