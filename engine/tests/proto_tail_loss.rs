@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proto_util::{addr, Impair, Net};
-use ricochet::proto::{Config, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet::proto::{Config, Event};
 
 const ONE_WAY: Duration = Duration::from_millis(10);
 
@@ -27,29 +27,7 @@ fn lost_tail_delivery(cfg: Config) -> (Duration, u64, u64) {
         },
         7,
     );
-    let s = net.add(
-        addr(1),
-        Endpoint::new(
-            EndpointConfig {
-                connection: cfg.clone(),
-                server: Some(ServerConfig::default()),
-                ..EndpointConfig::default()
-            },
-            net.now,
-            1,
-        ),
-    );
-    let c = net.add(
-        addr(2),
-        Endpoint::new(
-            EndpointConfig {
-                connection: cfg.clone(),
-                ..EndpointConfig::default()
-            },
-            net.now,
-            2,
-        ),
-    );
+    let (s, c) = net.add_pair(cfg.clone());
     let now = net.now;
     let h = net.ep(c).connect(now, addr(1));
     // Warm-up: a few small echoes, one at a time, so the RTT estimate settles near 20 ms.
@@ -145,29 +123,7 @@ fn late_acks_of_reordered_packets_count_as_spurious_losses() {
         },
         3,
     );
-    let s = net.add(
-        addr(1),
-        Endpoint::new(
-            EndpointConfig {
-                connection: cfg.clone(),
-                server: Some(ServerConfig::default()),
-                ..EndpointConfig::default()
-            },
-            net.now,
-            1,
-        ),
-    );
-    let c = net.add(
-        addr(2),
-        Endpoint::new(
-            EndpointConfig {
-                connection: cfg,
-                ..EndpointConfig::default()
-            },
-            net.now,
-            2,
-        ),
-    );
+    let (s, c) = net.add_pair(cfg);
     let now = net.now;
     let h = net.ep(c).connect(now, addr(1));
     for _ in 0..16 {
@@ -205,29 +161,7 @@ fn lost_repair_delivery(cfg: Config) -> Duration {
         },
         5,
     );
-    let s = net.add(
-        addr(1),
-        Endpoint::new(
-            EndpointConfig {
-                connection: cfg.clone(),
-                server: Some(ServerConfig::default()),
-                ..EndpointConfig::default()
-            },
-            net.now,
-            1,
-        ),
-    );
-    let c = net.add(
-        addr(2),
-        Endpoint::new(
-            EndpointConfig {
-                connection: cfg,
-                ..EndpointConfig::default()
-            },
-            net.now,
-            2,
-        ),
-    );
+    let (s, c) = net.add_pair(cfg);
     let now = net.now;
     let h = net.ep(c).connect(now, addr(1));
     let limit = net.now + Duration::from_millis(500);

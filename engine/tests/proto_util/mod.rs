@@ -5,11 +5,12 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ricochet::proto::{ConnectionHandle, Endpoint, Event};
+use ricochet::proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
 
 /// Impairments applied to every datagram (both directions).
 #[derive(Debug, Clone, Copy, Default)]
@@ -71,6 +72,23 @@ impl Net {
     pub fn add(&mut self, a: SocketAddr, ep: Endpoint) -> usize {
         self.eps.push((a, ep));
         self.eps.len() - 1
+    }
+
+    /// A listening server at `addr(1)` (seed 1) and a client at `addr(2)` (seed 2), both with
+    /// `cfg`; returns their indices (server, client).
+    pub fn add_pair(&mut self, cfg: Arc<Config>) -> (usize, usize) {
+        let server = EndpointConfig {
+            connection: cfg.clone(),
+            server: Some(ServerConfig::default()),
+            ..EndpointConfig::default()
+        };
+        let client = EndpointConfig {
+            connection: cfg,
+            ..EndpointConfig::default()
+        };
+        let s = self.add(addr(1), Endpoint::new(server, self.now, 1));
+        let c = self.add(addr(2), Endpoint::new(client, self.now, 2));
+        (s, c)
     }
 
     pub fn ep(&mut self, i: usize) -> &mut Endpoint {
