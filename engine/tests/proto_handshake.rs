@@ -85,3 +85,82 @@ fn connect_echo_and_graceful_close() {
     // No server reply before the cookie echo was larger than its request.
     assert!(net.ep(s).stats().max_stateless_reply < ricochet::wire::MIN_CLIENT_HELLO_LEN);
 }
+
+/// The cookie echo a fresh client sends after `server` (whichever worker the kernel gave the
+/// hello to) challenges it.
+fn echo_after_challenge(
+    client: &mut Endpoint,
+    server: &mut Endpoint,
+    now: std::time::Instant,
+) -> Vec<u8> {
+    let (caddr, saddr) = (addr(50), addr(1));
+    let _ = client.connect(now, saddr);
+    let mut buf = vec![0u8; 2048];
+    let t = client.poll_transmit(now, &mut buf).expect("hello");
+    server.handle_datagram(now, caddr, &buf[..t.size]).unwrap();
+    let t = server.poll_transmit(now, &mut buf).expect("challenge");
+    client.handle_datagram(now, saddr, &buf[..t.size]).unwrap();
+    let t = client.poll_transmit(now, &mut buf).expect("cookie echo");
+    buf[..t.size].to_vec()
+}
+
+#[test]
+fn placed_cookie_names_the_least_loaded_worker_and_any_worker_verifies_it() {
+    use ricochet::proto::{worker_of_datagram, DropCause, Placement};
+    let now = std::time::Instant::now();
+    let placement = Placement::new(2);
+    let secret = [7u8; 32];
+    let mut workers: Vec<Endpoint> = (0..2u8)
+        .map(|w| {
+            let mut e = Endpoint::new(server_cfg(), now, 100 + u64::from(w));
+            e.set_worker_tag(w);
+            e.set_cookie_secret(now, secret);
+            e.set_placement(placement.clone());
+            e
+        })
+        .collect();
+    let caddr = addr(50);
+    // Every hello reaches worker 0 (as when all clients hash there); the sessions still split.
+    let mut named = Vec::new();
+    for k in 0..6u64 {
+        let mut client = Endpoint::new(client_cfg(), now, 200 + k);
+        let echo = echo_after_challenge(&mut client, &mut workers[0], now);
+        let w = worker_of_datagram(&echo).expect("a placed echo names its worker");
+        named.push(w);
+        // Worker 1 accepts cookies worker 0 issued: one secret, one clock.
+        workers[usize::from(w)]
+            .handle_datagram(now, caddr, &echo)
+            .expect("the named worker accepts the echo");
+        // A forged name fails the cookie, whichever worker it reaches.
+        let mut forged = echo.clone();
+        forged[ricochet::wire::ECHO_WORKER_OFFSET] ^= 1;
+        assert_eq!(
+            workers[usize::from(1 - w)].handle_datagram(now, caddr, &forged),
+            Err(DropCause::BadCookie)
+        );
+    }
+    assert_eq!(
+        named,
+        [0, 1, 0, 1, 0, 1],
+        "least loaded first, in turn among equals"
+    );
+    assert_eq!((placement.sessions(0), placement.sessions(1)), (3, 3));
+    assert_eq!(workers[0].connection_count(), 3);
+    assert_eq!(workers[1].connection_count(), 3);
+}
+
+#[test]
+fn endpoints_without_a_shared_secret_refuse_each_others_cookies() {
+    let now = std::time::Instant::now();
+    let mut a = Endpoint::new(server_cfg(), now, 1);
+    let mut b = Endpoint::new(server_cfg(), now, 2);
+    let mut client = Endpoint::new(client_cfg(), now, 3);
+    let echo = echo_after_challenge(&mut client, &mut a, now);
+    assert_eq!(ricochet::proto::worker_of_datagram(&echo), None);
+    assert_eq!(
+        b.handle_datagram(now, addr(50), &echo),
+        Err(ricochet::proto::DropCause::BadCookie)
+    );
+    a.handle_datagram(now, addr(50), &echo).unwrap();
+    assert_eq!(a.connection_count(), 1);
+}

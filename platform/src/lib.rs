@@ -41,5 +41,6 @@ pub use counters::KernelCounters;
 pub use error::{Error, Result};
 pub use select::{open, probe, Capabilities, Capability};
 pub use socket::{
-    bind, steer_reuseport_by_source_port, BoundSocket, PmtuDiscovery, SocketConfig, SocketInfo,
+    bind, steer_reuseport, steer_reuseport_by_source_port, BoundSocket, PmtuDiscovery,
+    SocketConfig, SocketInfo, SteerRule,
 };

@@ -300,26 +300,68 @@ fn enable_drop_counting(socket: &Socket) -> Result<bool> {
 /// leaving one per-core worker idle while the other saturates. The modulo is only as even as
 /// the clients' ports: where a kernel hands out consecutive ephemeral ports it splits them
 /// exactly, but Linux 6.x randomizes them, and 16 binds split 7:9, 10:6, 6:10 and 4:12 on
-/// two sockets in four trials here; with many clients either way evens out. Attach it to any
+/// two sockets in four trials here; with many clients either way evens out. A protocol that
+/// can name the socket in its own bytes does better with [`steer_reuseport`]. Attach it to any
 /// one socket of the group after every socket has joined. Linux only (a classic BPF program,
 /// `SO_ATTACH_REUSEPORT_CBPF`); elsewhere it returns [`Error::BackendUnavailable`].
 pub fn steer_reuseport_by_source_port(socket: &BoundSocket, group_size: usize) -> Result<()> {
+    steer_reuseport(socket, group_size, &[])
+}
+
+/// A rule of [`steer_reuseport`]: a datagram whose UDP payload matches goes to the socket whose
+/// index (in the order the sockets joined the group) is the payload byte at `index_offset`.
+///
+/// A payload matches when it is longer than every offset the rule reads, its byte at
+/// `kind_offset` lies in `kinds` (e.g. a range of packet types) and its byte at `flag_offset`
+/// satisfies `byte & flag_mask == flag_value` (e.g. "this connection id carries an owner").
+/// An index at or above the group size does not match.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SteerRule {
+    /// Offset of the byte that selects the rule.
+    pub kind_offset: u16,
+    /// Values of that byte the rule applies to.
+    pub kinds: std::ops::RangeInclusive<u8>,
+    /// Offset of the flag byte.
+    pub flag_offset: u16,
+    /// Bits of the flag byte that are compared.
+    pub flag_mask: u8,
+    /// Value those bits must have.
+    pub flag_value: u8,
+    /// Offset of the byte holding the socket index.
+    pub index_offset: u16,
+}
+
+/// Steer the datagrams of a `SO_REUSEPORT` group of `group_size` sockets by their payload:
+/// the first of `rules` that matches names the socket; a datagram no rule matches goes by UDP
+/// source port, as [`steer_reuseport_by_source_port`].
+///
+/// A connection-oriented protocol that writes the owning worker into its connection ids keeps
+/// every datagram of a connection on that worker's socket whatever the client's address, so a
+/// client that changes address (NAT rebinding) needs no cross-worker forwarding, and the server
+/// can place new connections on the least-loaded worker. Attach it to any one socket of the
+/// group after every socket has joined; a later call replaces the program. Linux only (a classic
+/// BPF program, `SO_ATTACH_REUSEPORT_CBPF`); elsewhere it returns
+/// [`Error::BackendUnavailable`]. At most 16 rules.
+pub fn steer_reuseport(socket: &BoundSocket, group_size: usize, rules: &[SteerRule]) -> Result<()> {
     if group_size == 0 || group_size > u32::MAX as usize {
         return Err(Error::InvalidConfig(format!(
             "reuseport group size {group_size} out of range"
         )));
     }
-    steer_impl(socket, group_size as u32)
+    if rules.len() > 16 {
+        return Err(Error::InvalidConfig(format!(
+            "{} reuseport steering rules: at most 16",
+            rules.len()
+        )));
+    }
+    steer_impl(socket, group_size as u32, rules)
 }
 
 #[cfg(all(
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 ))]
-fn steer_impl(socket: &BoundSocket, n: u32) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    // asm-generic/socket.h (x86-64 and aarch64 use the generic numbers).
-    const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+fn steer_program(n: u32, rules: &[SteerRule]) -> Vec<libc::sock_filter> {
     let net = libc::SKF_NET_OFF as u32;
     let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter {
         code: code as u16,
@@ -327,11 +369,44 @@ fn steer_impl(socket: &BoundSocket, n: u32) -> Result<()> {
         jf,
         k,
     };
-    let prog = [
+    let (ld_b, jgt, jge, jeq) = (
+        libc::BPF_LD | libc::BPF_B | libc::BPF_ABS,
+        libc::BPF_JMP | libc::BPF_JGT | libc::BPF_K,
+        libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K,
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+    );
+    // In a reuseport program the packet data starts at the UDP payload; network-header bytes
+    // are reached through SKF_NET_OFF. Each rule is one block of RULE_LEN instructions; a
+    // failed test jumps to the next block (jump offsets count the instructions after the jump).
+    const RULE_LEN: u8 = 11;
+    let next = |at: u8| RULE_LEN - at - 1;
+    let mut prog = Vec::with_capacity(rules.len() * RULE_LEN as usize + 9);
+    for r in rules {
+        let last = u32::from(r.kind_offset.max(r.flag_offset).max(r.index_offset));
+        prog.extend([
+            op(libc::BPF_LD | libc::BPF_W | libc::BPF_LEN, 0, 0, 0),
+            op(jgt, 0, next(1), last),
+            op(ld_b, 0, 0, u32::from(r.kind_offset)),
+            op(jge, 0, next(3), u32::from(*r.kinds.start())),
+            op(jgt, next(4), 0, u32::from(*r.kinds.end())),
+            op(ld_b, 0, 0, u32::from(r.flag_offset)),
+            op(
+                libc::BPF_ALU | libc::BPF_AND | libc::BPF_K,
+                0,
+                0,
+                u32::from(r.flag_mask),
+            ),
+            op(jeq, 0, next(7), u32::from(r.flag_value)),
+            op(ld_b, 0, 0, u32::from(r.index_offset)),
+            op(jge, next(9), 0, n),
+            op(libc::BPF_RET | libc::BPF_A, 0, 0, 0),
+        ]);
+    }
+    prog.extend([
         // A = IP version (high nibble of the first byte of the network header).
-        op(libc::BPF_LD | libc::BPF_B | libc::BPF_ABS, 0, 0, net),
+        op(ld_b, 0, 0, net),
         op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 0, 0, 4),
-        op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 3, 0, 6),
+        op(jeq, 3, 0, 6),
         // IPv4: X = header length, A = UDP source port right after it.
         op(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, 0, 0, net),
         op(libc::BPF_LD | libc::BPF_H | libc::BPF_IND, 0, 0, net),
@@ -340,7 +415,19 @@ fn steer_impl(socket: &BoundSocket, n: u32) -> Result<()> {
         op(libc::BPF_LD | libc::BPF_H | libc::BPF_ABS, 0, 0, net + 40),
         op(libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K, 0, 0, n),
         op(libc::BPF_RET | libc::BPF_A, 0, 0, 0),
-    ];
+    ]);
+    prog
+}
+
+#[cfg(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+))]
+fn steer_impl(socket: &BoundSocket, n: u32, rules: &[SteerRule]) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    // asm-generic/socket.h (x86-64 and aarch64 use the generic numbers).
+    const SO_ATTACH_REUSEPORT_CBPF: libc::c_int = 51;
+    let prog = steer_program(n, rules);
     let fprog = libc::sock_fprog {
         len: prog.len() as u16,
         filter: prog.as_ptr() as *mut libc::sock_filter,
@@ -370,7 +457,7 @@ fn steer_impl(socket: &BoundSocket, n: u32) -> Result<()> {
     target_os = "linux",
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
-fn steer_impl(_socket: &BoundSocket, _n: u32) -> Result<()> {
+fn steer_impl(_socket: &BoundSocket, _n: u32, _rules: &[SteerRule]) -> Result<()> {
     Err(Error::BackendUnavailable {
         backend: "reuseport steering",
         reason: "a reuseport BPF program needs Linux".into(),

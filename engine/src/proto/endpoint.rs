@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -123,8 +123,9 @@ pub struct Endpoint {
     sessions: usize,
     rate: Box<[(u64, u32)]>,
     rate_salt: u64,
-    keys: [[u8; 32]; 2],
-    key_epoch: u64,
+    /// Cookie keys are derived per rotation period from this secret, so the endpoints of one
+    /// server's workers can share it and verify each other's cookies.
+    cookie_secret: [u8; 32],
     stateless: VecDeque<(SocketAddr, [u8; 48], usize)>,
     dirty: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
@@ -135,6 +136,102 @@ pub struct Endpoint {
     stats: EndpointStats,
     /// Worker index stamped into every connection id this endpoint allocates.
     worker_tag: Option<u8>,
+    /// Where new sessions go when several endpoints (workers) serve one address.
+    placement: Option<Placement>,
+}
+
+/// Bits of the cookie "timestamp" (the opaque u64 a challenge carries and the client echoes)
+/// that hold the milliseconds; above them, the owner worker and a flag byte.
+const COOKIE_MS_BITS: u32 = 48;
+/// Flag byte value (bits 56–63 of the cookie timestamp) saying bits 48–55 name the owner.
+const COOKIE_PLACED: u64 = 1;
+
+/// Shared between the endpoints of one server's workers: how many sessions each holds, and
+/// which should take the next one.
+///
+/// With a placement ([`Endpoint::set_placement`]) a server endpoint answers a client hello with
+/// a challenge whose (MAC-protected) cookie names the least-loaded worker; the client's cookie
+/// echo carries that name back (byte [`wire::ECHO_PLACED_OFFSET`] is 1 and byte
+/// [`wire::ECHO_WORKER_OFFSET`] is the worker), so the runtime can route the echo there, and
+/// every later datagram by the owner's tag in the connection id. Sessions then spread evenly
+/// whatever the clients' addresses and ports. Cheap to clone (reference-counted).
+#[derive(Clone, Debug)]
+pub struct Placement {
+    sessions: Arc<[AtomicU32]>,
+    /// Challenges that named the worker and whose echo has not opened a session yet.
+    pending: Arc<[AtomicU32]>,
+    next: Arc<AtomicU32>,
+}
+
+impl Placement {
+    /// A placement over `workers` workers (1–256), none holding a session.
+    pub fn new(workers: usize) -> Self {
+        let workers = workers.clamp(1, 256);
+        let counters = || (0..workers).map(|_| AtomicU32::new(0)).collect();
+        Placement {
+            sessions: counters(),
+            pending: counters(),
+            next: Arc::new(AtomicU32::new(0)),
+        }
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// Sessions `worker` holds now (0 for a worker outside the placement).
+    pub fn sessions(&self, worker: usize) -> u32 {
+        self.sessions
+            .get(worker)
+            .map_or(0, |n| n.load(Ordering::Relaxed))
+    }
+
+    /// The worker that should take the next session: one of those with the fewest sessions
+    /// plus handshakes in progress, taken in turn among equals, so clients that connect at
+    /// once spread too. Counts the handshake as in progress on the worker picked.
+    pub fn pick(&self) -> u8 {
+        let n = self.sessions.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) as usize % n;
+        let (mut best, mut least) = (start, u64::MAX);
+        let mut fewest_pending = u32::MAX;
+        for k in 0..n {
+            let w = (start + k) % n;
+            let pending = self.pending[w].load(Ordering::Relaxed);
+            fewest_pending = fewest_pending.min(pending);
+            let load = u64::from(self.sessions[w].load(Ordering::Relaxed)) + u64::from(pending);
+            if load < least {
+                least = load;
+                best = w;
+            }
+        }
+        // Handshakes that never finish (lost or spoofed hellos) leave their count behind; they
+        // land evenly, so taking the common part off every worker keeps the counts bounded.
+        if fewest_pending > 0 {
+            for c in self.pending.iter() {
+                let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                    Some(v.saturating_sub(fewest_pending))
+                });
+            }
+        }
+        self.pending[best].fetch_add(1, Ordering::Relaxed);
+        // `new` caps the workers at 256.
+        best as u8
+    }
+
+    fn opened(&self, worker: u8) {
+        let w = usize::from(worker);
+        if let (Some(n), Some(p)) = (self.sessions.get(w), self.pending.get(w)) {
+            n.fetch_add(1, Ordering::Relaxed);
+            let _ = p.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+        }
+    }
+
+    fn closed(&self, worker: u8) {
+        if let Some(n) = self.sessions.get(usize::from(worker)) {
+            let _ = n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
+        }
+    }
 }
 
 impl Endpoint {
@@ -142,7 +239,7 @@ impl Endpoint {
     /// nonces and cookie keys (use OS randomness in production, a constant in tests).
     pub fn new(cfg: EndpointConfig, now: Instant, seed: u64) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let keys = [rng.random(), rng.random()];
+        let cookie_secret = rng.random();
         let rate_salt = rng.random();
         let budget = Budget {
             used: Arc::new(AtomicUsize::new(0)),
@@ -160,8 +257,8 @@ impl Endpoint {
             sessions: 0,
             rate: vec![(0, 0); RATE_SLOTS].into_boxed_slice(),
             rate_salt,
-            keys,
-            key_epoch: 0,
+            cookie_secret,
+            placement: None,
             stateless: VecDeque::new(),
             dirty: VecDeque::new(),
             timers: BinaryHeap::new(),
@@ -178,6 +275,24 @@ impl Endpoint {
     /// ([`worker_of_cid`]).
     pub fn set_worker_tag(&mut self, worker: u8) {
         self.worker_tag = Some(worker);
+    }
+
+    /// Verify and issue cookies with `secret`, counting milliseconds from `base`.
+    ///
+    /// The endpoints of one server's workers share both, so a cookie echo that reaches another
+    /// worker than the one that issued the challenge is still accepted. Keys rotate as before:
+    /// each [`ServerConfig::key_rotation`] period derives its own key from the secret, and the
+    /// previous period's key stays valid for one more period.
+    pub fn set_cookie_secret(&mut self, base: Instant, secret: [u8; 32]) {
+        self.base = base;
+        self.cookie_secret = secret;
+    }
+
+    /// Place new server sessions with `placement` (shared by all the server's worker
+    /// endpoints; see [`Placement`]). Needs a worker tag ([`Self::set_worker_tag`]) to count
+    /// this endpoint's sessions.
+    pub fn set_placement(&mut self, placement: Placement) {
+        self.placement = Some(placement);
     }
 
     /// Counters.
@@ -372,21 +487,19 @@ impl Endpoint {
             }
             Err(_) => return Err(DropCause::Malformed),
         };
-        self.rotate_keys(now, &server);
         let now_ms = self.now_ms(now);
         match packet {
             Packet::ClientHello { client_cid, nonce } => {
-                let cookie = self.cookie(
-                    self.key_for(now_ms, &server),
-                    from,
-                    now_ms,
-                    nonce,
-                    client_cid,
-                );
+                let mut timestamp = now_ms & ((1 << COOKIE_MS_BITS) - 1);
+                if let (Some(p), Some(_)) = (&self.placement, self.worker_tag) {
+                    timestamp |= (COOKIE_PLACED << 56) | (u64::from(p.pick()) << COOKIE_MS_BITS);
+                }
+                let key = self.epoch_key(now_ms / Self::key_period(&server));
+                let cookie = self.cookie(key, from, timestamp, nonce, client_cid);
                 let reply = Packet::ServerChallenge {
                     client_cid,
                     nonce,
-                    timestamp: now_ms,
+                    timestamp,
                     cookie,
                 };
                 if self.queue_stateless(from, &reply) {
@@ -400,11 +513,12 @@ impl Endpoint {
                 timestamp,
                 cookie,
             } => {
-                let fresh = timestamp <= now_ms
-                    && now_ms - timestamp <= server.cookie_lifetime.as_millis() as u64;
+                let issued_ms = timestamp & ((1 << COOKIE_MS_BITS) - 1);
+                let fresh = issued_ms <= now_ms
+                    && now_ms - issued_ms <= server.cookie_lifetime.as_millis() as u64;
                 let valid = fresh
-                    && self.key_for(timestamp, &server).is_some_and(|k| {
-                        let expect = self.cookie(Some(k), from, timestamp, nonce, client_cid);
+                    && self.key_for(issued_ms, now_ms, &server).is_some_and(|k| {
+                        let expect = self.cookie(k, from, timestamp, nonce, client_cid);
                         constant_time_eq(&expect, &cookie)
                     });
                 if !valid {
@@ -448,6 +562,9 @@ impl Endpoint {
                     .insert((from, client_cid), ConnectionHandle(cid.0));
                 *self.per_ip.entry(from.ip()).or_insert(0) += 1;
                 self.sessions += 1;
+                if let (Some(p), Some(tag)) = (&self.placement, self.worker_tag) {
+                    p.opened(tag);
+                }
                 self.stats.connections += 1;
                 self.stats.accepted += 1;
                 self.touch(idx);
@@ -482,42 +599,34 @@ impl Endpoint {
         now.saturating_duration_since(self.base).as_millis() as u64
     }
 
-    fn rotate_keys(&mut self, now: Instant, server: &ServerConfig) {
-        let period = server.key_rotation.as_millis().max(1) as u64;
-        let epoch = self.now_ms(now) / period;
-        if epoch > self.key_epoch {
-            self.keys[1] = if epoch == self.key_epoch + 1 {
-                self.keys[0]
-            } else {
-                self.rng.random()
-            };
-            self.keys[0] = self.rng.random();
-            self.key_epoch = epoch;
-        }
+    /// The key that signs cookies stamped `issued_ms`, if its period is the current one (at
+    /// `now_ms`) or the one before.
+    fn key_for(&self, issued_ms: u64, now_ms: u64, server: &ServerConfig) -> Option<[u8; 32]> {
+        let period = Self::key_period(server);
+        let (e, current) = (issued_ms / period, now_ms / period);
+        (e == current || e + 1 == current).then(|| self.epoch_key(e))
     }
 
-    /// The key that signed cookies stamped `ts` (current or previous epoch), if still held.
-    fn key_for(&self, ts: u64, server: &ServerConfig) -> Option<[u8; 32]> {
-        let period = server.key_rotation.as_millis().max(1) as u64;
-        let e = ts / period;
-        if e == self.key_epoch {
-            Some(self.keys[0])
-        } else if e + 1 == self.key_epoch {
-            Some(self.keys[1])
-        } else {
-            None
-        }
+    fn key_period(server: &ServerConfig) -> u64 {
+        server.key_rotation.as_millis().max(1) as u64
+    }
+
+    /// The cookie key of rotation period `e`.
+    fn epoch_key(&self, e: u64) -> [u8; 32] {
+        let mut ctx = [0u8; 24];
+        ctx[..16].copy_from_slice(b"ricochet cookie ");
+        ctx[16..].copy_from_slice(&e.to_be_bytes());
+        *blake3::keyed_hash(&self.cookie_secret, &ctx).as_bytes()
     }
 
     fn cookie(
         &self,
-        key: Option<[u8; 32]>,
+        key: [u8; 32],
         addr: SocketAddr,
         ts: u64,
         nonce: u64,
         cid: ConnectionId,
     ) -> [u8; COOKIE_LEN] {
-        let key = key.unwrap_or(self.keys[0]);
         let mut msg = [0u8; 16 + 2 + 8 + 8 + 8];
         let ip = match addr.ip() {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
@@ -673,6 +782,9 @@ impl Endpoint {
                     }
                 }
                 self.sessions -= 1;
+                if let (Some(p), Some(tag)) = (&self.placement, self.worker_tag) {
+                    p.closed(tag);
+                }
             }
             self.stats.connections -= 1;
             self.free.push(idx);
@@ -695,7 +807,26 @@ fn constant_time_eq(a: &[u8; COOKIE_LEN], b: &[u8; COOKIE_LEN]) -> bool {
 }
 
 /// The worker index stamped into `cid` by an endpoint with a worker tag
-/// ([`Endpoint::set_worker_tag`]).
-pub fn worker_of_cid(cid: ConnectionId) -> u8 {
-    ((cid.0 >> 32) & 0xff) as u8
+/// ([`Endpoint::set_worker_tag`]); `None` for an untagged cid.
+pub fn worker_of_cid(cid: ConnectionId) -> Option<u8> {
+    let generation = cid.0 >> 32;
+    (generation & 0x100 != 0).then_some((generation & 0xff) as u8)
+}
+
+/// The worker that should handle `datagram` in a multi-worker server, read from its bytes: the
+/// owner tagged in a connection packet's destination cid, or the worker a placed cookie echo
+/// names ([`Placement`]). `None` when the datagram names none (a hello, an untagged cid,
+/// something malformed): any worker may take it.
+pub fn worker_of_datagram(datagram: &[u8]) -> Option<u8> {
+    let ty = *datagram.first()?;
+    if ty == wire::PacketType::ClientCookieEcho as u8 {
+        let placed = *datagram.get(wire::ECHO_PLACED_OFFSET)?;
+        return (u64::from(placed) == COOKIE_PLACED)
+            .then(|| datagram.get(wire::ECHO_WORKER_OFFSET).copied())
+            .flatten();
+    }
+    if ty >= wire::PacketType::Data as u8 {
+        return worker_of_cid(wire::peek_cid(datagram)?);
+    }
+    None
 }

@@ -95,7 +95,8 @@ mod stats;
 pub use crate::wire::{CloseReason, ConnectionId};
 pub use connection::{Connection, ConnectionState};
 pub use endpoint::{
-    worker_of_cid, ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig,
+    worker_of_cid, worker_of_datagram, ConnectionHandle, Endpoint, EndpointConfig, EndpointStats,
+    Placement, ServerConfig,
 };
 pub use fec::{FecStats, FEC_ARQ_OVERHEAD};
 pub use stats::{ConnectionStats, DropCause, DropCounters};

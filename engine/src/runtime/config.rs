@@ -121,9 +121,12 @@ pub struct UdpServerConfig {
     pub tick: Option<Duration>,
     /// Most sends a worker queues before it submits them.
     pub send_batch: usize,
-    /// Per-core on Linux: spread clients over the workers' sockets by UDP source port (a
-    /// reuseport BPF program) rather than the kernel's 4-tuple hash, which often loads a few
-    /// flows unevenly. Falls back to the hash, with a warning, where the program is refused.
+    /// Per-core on Linux: route datagrams to the workers' sockets with a reuseport BPF program
+    /// rather than the kernel's 4-tuple hash, which often loads a few flows unevenly. An RUDP
+    /// server routes by the worker its connection ids and cookie echoes name (sessions are
+    /// placed on the least-loaded worker); everything else, and every datagram of a raw UDP
+    /// server, goes by UDP source port. Falls back to the hash, with a warning, where the
+    /// program is refused.
     pub steer_by_source_port: bool,
     /// Coalesce consecutive datagrams to the same destination with the same size into UDP GSO
     /// sends (one kernel send for up to 64 datagrams) where the capability probe reports GSO.

@@ -1,10 +1,13 @@
 //! The RUDP server: the sans-IO [`Endpoint`] on the thread-per-core runtime.
 //!
-//! Per-core: each worker owns an endpoint (its sessions, their timers and buffers) and a handler;
-//! a session lives on the worker whose socket received its handshake. A handler reaches a
-//! session on another worker through that worker's command queue, and a datagram that lands on
-//! the wrong worker (the client's address changed, so `SO_REUSEPORT` hashed it elsewhere) is
-//! forwarded to the owner, found from the connection id.
+//! Per-core: each worker owns an endpoint (its sessions, their timers and buffers) and a handler.
+//! A new session goes to the worker holding the fewest ([`Placement`]): the challenge's cookie
+//! names it, the client's cookie echo carries the name back, and the session's connection ids
+//! carry it from then on. On Linux the sockets' reuseport BPF program reads those bytes, so
+//! every datagram of a session reaches its worker directly, even after the client's address
+//! changes; elsewhere a datagram that lands on the wrong worker is forwarded to the owner
+//! ([`RudpServer::forwarded`]). A handler reaches a session on another worker through that
+//! worker's command queue.
 //!
 //! Shared: one endpoint behind a lock, served by every thread (the baseline).
 //!
@@ -30,16 +33,19 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use bytes::Bytes;
-use ricochet_platform::{BackendKind, SocketInfo, Waker};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use ricochet_platform::{self as platform, BackendKind, SocketInfo, Waker};
 
 use crate::proto::{
     CloseReason, ConnectionHandle, ConnectionStats, DropCause, Endpoint, EndpointConfig,
-    EndpointStats, Event, SendError, ServerConfig,
+    EndpointStats, Event, Placement, SendError, ServerConfig,
 };
 
 use super::config::{IoModel, UdpServerConfig};
@@ -312,7 +318,8 @@ struct RudpService<H> {
     directory: Directory,
     scratch: Vec<u8>,
     stopping: bool,
-    forwarded: u64,
+    /// Datagrams this server's workers handed to another worker (all workers share it).
+    forwarded: Arc<AtomicU64>,
 }
 
 impl<H: Handler> RudpService<H> {
@@ -383,13 +390,14 @@ impl<H: Handler> RudpService<H> {
         }
     }
 
-    /// The worker that owns connection id `cid` (its tag bits), if it is another one.
+    /// The worker that should handle `datagram` (the owner its connection id names, or the
+    /// worker a placed cookie echo names), if it is another one. Steering normally delivers
+    /// these to their worker already; this catches what it could not (no BPF program).
     fn owner_of(&self, datagram: &[u8]) -> Option<u32> {
         if self.workers <= 1 {
             return None;
         }
-        let cid = crate::wire::peek_cid(datagram)?;
-        let owner = u32::from(crate::proto::worker_of_cid(cid));
+        let owner = u32::from(crate::proto::worker_of_datagram(datagram)?);
         (owner != self.worker && owner < self.workers).then_some(owner)
     }
 }
@@ -398,12 +406,12 @@ impl<H: Handler> Service for RudpService<H> {
     fn on_datagram(&mut self, ctx: &mut UdpContext<'_>, from: SocketAddr, data: &[u8]) {
         let now = ctx.now();
         if let Some(owner) = self.owner_of(data) {
-            // Not ours: the client's address changed and the kernel hashed it here.
+            // Not ours: steering could not route it (no BPF program on this system).
             if let Some(mailbox) = self.directory.get().and_then(|d| d.get(owner as usize)) {
                 let bytes = data.to_vec();
                 if mailbox.tx.send(Command::Datagram { from, bytes }).is_ok() {
                     let _ = mailbox.waker.wake();
-                    self.forwarded += 1;
+                    self.forwarded.fetch_add(1, Ordering::Relaxed);
                 }
             }
             return;
@@ -461,6 +469,8 @@ impl<H: Handler> Service for RudpService<H> {
 /// session with [`CloseReason::Shutdown`] (clients learn why), then joins the workers.
 pub struct RudpServer {
     workers: WorkerSet,
+    placement: Option<Placement>,
+    forwarded: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for RudpServer {
@@ -477,6 +487,30 @@ impl fmt::Debug for RudpServer {
 fn os_seed() -> u64 {
     use rand::RngCore;
     rand::rng().next_u64()
+}
+
+/// The per-core steering rules: a connection packet goes to the worker tagged in its
+/// destination cid, a placed cookie echo to the worker it names (see `wire`).
+fn steer_rules() -> Vec<platform::SteerRule> {
+    use crate::wire::{self, PacketType};
+    vec![
+        platform::SteerRule {
+            kind_offset: 0,
+            kinds: PacketType::Data as u8..=u8::MAX,
+            flag_offset: wire::CID_TAGGED_OFFSET as u16,
+            flag_mask: 0x01,
+            flag_value: 0x01,
+            index_offset: wire::CID_WORKER_OFFSET as u16,
+        },
+        platform::SteerRule {
+            kind_offset: 0,
+            kinds: PacketType::ClientCookieEcho as u8..=PacketType::ClientCookieEcho as u8,
+            flag_offset: wire::ECHO_PLACED_OFFSET as u16,
+            flag_mask: 0xff,
+            flag_value: 1,
+            index_offset: wire::ECHO_WORKER_OFFSET as u16,
+        },
+    ]
 }
 
 impl RudpServer {
@@ -506,9 +540,20 @@ impl RudpServer {
             }))
         });
         let per_core_workers = if shared.is_some() { 1 } else { n as u32 };
+        // Per-core: every worker's endpoint verifies the others' cookies (one secret, one
+        // clock base) and places sessions on the least-loaded worker; the sockets steer by
+        // the worker the packets name.
+        let per_core = shared.is_none() && n > 1;
+        let placement = per_core.then(|| Placement::new(n));
+        let cookie_secret: [u8; 32] = match config.seed {
+            Some(s) => ChaCha8Rng::seed_from_u64(s ^ 0x636f_6f6b_6965_7321).random(),
+            None => rand::rng().random(),
+        };
+        let steering = if per_core { steer_rules() } else { Vec::new() };
+        let forwarded = Arc::new(AtomicU64::new(0));
         let directory: Directory = Arc::new(std::sync::OnceLock::new());
         let mut senders = Vec::with_capacity(n);
-        let workers = WorkerSet::start(&config.udp, |i| {
+        let workers = WorkerSet::start(&config.udp, &steering, |i| {
             let (tx, rx) = mpsc::channel();
             senders.push(tx);
             let endpoint = match &shared {
@@ -521,6 +566,10 @@ impl RudpServer {
                     let mut endpoint = Endpoint::new(endpoint_cfg.clone(), now, seed);
                     // Validated below 256 workers in `start`.
                     endpoint.set_worker_tag(i as u8);
+                    endpoint.set_cookie_secret(now, cookie_secret);
+                    if let Some(p) = &placement {
+                        endpoint.set_placement(p.clone());
+                    }
                     EndpointSlot::Owned(Box::new(Core {
                         endpoint,
                         sessions: HashSet::new(),
@@ -537,7 +586,7 @@ impl RudpServer {
                 directory: directory.clone(),
                 scratch: vec![0; TRANSMIT_BUF],
                 stopping: false,
-                forwarded: 0,
+                forwarded: forwarded.clone(),
             }
         })?;
         let mailboxes = senders
@@ -554,7 +603,25 @@ impl RudpServer {
             backend = %workers.backend_kind,
             "ricochet RUDP server started"
         );
-        Ok(RudpServer { workers })
+        Ok(RudpServer {
+            workers,
+            placement,
+            forwarded,
+        })
+    }
+
+    /// Sessions each worker holds now (per-core with several workers; `None` otherwise, where
+    /// one endpoint holds every session).
+    pub fn sessions_per_worker(&self) -> Option<Vec<u32>> {
+        let p = self.placement.as_ref()?;
+        Some((0..p.workers()).map(|w| p.sessions(w)).collect())
+    }
+
+    /// Datagrams a worker received for another worker's session and forwarded to it. Near 0
+    /// where the sockets' steering program routes by connection id (Linux); elsewhere it
+    /// counts what the kernel's hash sent astray.
+    pub fn forwarded(&self) -> u64 {
+        self.forwarded.load(Ordering::Relaxed)
     }
 
     /// The bound address.

@@ -326,8 +326,13 @@ pub(crate) struct WorkerSet {
 }
 
 /// Bind the sockets a configuration asks for: one per worker (`SO_REUSEPORT`, same port) for
-/// per-core, one shared by duplicate descriptors for shared.
-fn bind_sockets(cfg: &UdpServerConfig, n: usize) -> Result<Vec<BoundSocket>, RuntimeError> {
+/// per-core, one shared by duplicate descriptors for shared. Per-core sockets are steered by
+/// `rules` (the service's own bytes naming the worker), then by source port.
+fn bind_sockets(
+    cfg: &UdpServerConfig,
+    n: usize,
+    rules: &[platform::SteerRule],
+) -> Result<Vec<BoundSocket>, RuntimeError> {
     let mut sc = SocketConfig::new(cfg.bind);
     sc.recv_buffer = cfg.recv_buffer;
     sc.send_buffer = cfg.send_buffer;
@@ -345,7 +350,7 @@ fn bind_sockets(cfg: &UdpServerConfig, n: usize) -> Result<Vec<BoundSocket>, Run
     }
     sockets.insert(0, first);
     if cfg.io_model == IoModel::PerCore && n > 1 && cfg.steer_by_source_port {
-        if let Err(e) = platform::steer_reuseport_by_source_port(&sockets[0], n) {
+        if let Err(e) = platform::steer_reuseport(&sockets[0], n, rules) {
             tracing::warn!(error = %e, "per-core sockets keep the kernel's 4-tuple hash");
         }
     }
@@ -354,9 +359,12 @@ fn bind_sockets(cfg: &UdpServerConfig, n: usize) -> Result<Vec<BoundSocket>, Run
 
 impl WorkerSet {
     /// Bind the sockets, start one worker per socket driving `make_service(i)`, and return once
-    /// every worker's backend is up. `make_service` runs on the calling thread.
+    /// every worker's backend is up. `make_service` runs on the calling thread. `steering`:
+    /// rules by which per-core sockets route datagrams that name their worker (see
+    /// [`platform::steer_reuseport`]).
     pub(crate) fn start<S, F>(
         config: &UdpServerConfig,
+        steering: &[platform::SteerRule],
         mut make_service: F,
     ) -> Result<WorkerSet, RuntimeError>
     where
@@ -365,7 +373,7 @@ impl WorkerSet {
     {
         config.validate()?;
         let n = config.resolved_threads();
-        let sockets = bind_sockets(config, n)?;
+        let sockets = bind_sockets(config, n, steering)?;
         let cores = if config.pin_cores && config.io_model == IoModel::PerCore {
             core_affinity::get_core_ids().unwrap_or_default()
         } else {

@@ -18,10 +18,16 @@
 //! | type | name | layout after the common header | total |
 //! | --- | --- | --- | ---: |
 //! | `0x01` | [`ClientHello`](Packet::ClientHello) | client cid, nonce, zero padding | ≥ [`MIN_CLIENT_HELLO_LEN`] |
-//! | `0x02` | [`ServerChallenge`](Packet::ServerChallenge) | client cid, nonce, timestamp u64 (ms), cookie (16) | 42 |
+//! | `0x02` | [`ServerChallenge`](Packet::ServerChallenge) | client cid, nonce, timestamp u64 (see below), cookie (16) | 42 |
 //! | `0x03` | [`ClientCookieEcho`](Packet::ClientCookieEcho) | client cid, nonce, timestamp u64, cookie (16), zero padding | ≥ [`MIN_CLIENT_HELLO_LEN`] |
 //! | `0x04` | [`ServerAccept`](Packet::ServerAccept) | client cid, server cid | 18 |
 //! | `0x05` | [`Refuse`](Packet::Refuse) | client cid, reason u8 | 11 |
+//!
+//! The challenge's timestamp is the server's own token, opaque to the client, which echoes it
+//! unchanged: bits 0–47 are milliseconds on the server's cookie clock; a server that runs
+//! several workers sets the top byte (offset [`ECHO_PLACED_OFFSET`] of the echo) to 1 and the
+//! next byte ([`ECHO_WORKER_OFFSET`]) to the worker that will own the session, so the echo can be
+//! steered there (`proto::Placement`); the cookie covers all 64 bits.
 //!
 //! Client hellos are padded so that every server reply sent before the client has proved its
 //! address (challenge, refuse, accept) is smaller than the datagram that caused it: no amplification.
@@ -35,7 +41,9 @@
 //! | `0x21` | [`FecParity`](Packet::FecParity) | destination cid, opaque body (layout owned by `fec`) |
 //!
 //! The destination cid is the *receiver's* connection id, so an endpoint demultiplexes by reading
-//! bytes 2..10 without looking at the source address.
+//! bytes 2..10 without looking at the source address. A multi-worker server writes the owning
+//! worker into the cids it allocates: bit 0 of byte [`CID_TAGGED_OFFSET`] (4) set, worker index
+//! in byte [`CID_WORKER_OFFSET`] (5); its sockets steer on those bytes.
 //!
 //! # Frames (inside `Data`)
 //!
@@ -68,6 +76,16 @@ pub const VERSION: u8 = 2;
 pub const MIN_CLIENT_HELLO_LEN: usize = 256;
 /// Size of a handshake cookie (a truncated keyed BLAKE3 MAC).
 pub const COOKIE_LEN: usize = 16;
+/// Offset in a `ClientCookieEcho` of the byte that is 1 when the echoed cookie names the worker
+/// that will own the session (the timestamp's top byte).
+pub const ECHO_PLACED_OFFSET: usize = 18;
+/// Offset in a `ClientCookieEcho` of the named worker's index.
+pub const ECHO_WORKER_OFFSET: usize = 19;
+/// Offset in a connection packet (`Data`, `FecData`, `FecParity`) of the byte whose bit 0 says
+/// the destination cid carries its owner worker's index.
+pub const CID_TAGGED_OFFSET: usize = 4;
+/// Offset in a connection packet of the owner worker's index (when tagged).
+pub const CID_WORKER_OFFSET: usize = 5;
 /// Size of the `Data` packet header (type, version, destination cid, packet number).
 pub const DATA_HEADER_LEN: usize = 18;
 /// Size of the `FecData` / `FecParity` header (type, version, destination cid).
@@ -243,7 +261,8 @@ pub enum Packet<'a> {
         client_cid: ConnectionId,
         /// The nonce from the hello.
         nonce: u64,
-        /// Server timestamp (ms on the server's clock) covered by the cookie.
+        /// The server's token covered by the cookie: ms on its cookie clock in bits 0–47, and
+        /// optionally the owner worker (see the module docs). The client echoes it unchanged.
         timestamp: u64,
         /// The cookie.
         cookie: [u8; COOKIE_LEN],
