@@ -480,7 +480,8 @@ impl ClientSet {
     /// [`ClientSet::update`] when the next turn may be late, so acknowledgements are not held.
     ///
     /// System calls per turn: one per member with output (which also picks up what it has
-    /// received), one wait for the whole set, and one per member that became ready.
+    /// received), then — unless every member did that and one has news — one wait for the
+    /// whole set and one per member that became ready.
     pub fn step(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
         let start = Instant::now();
         let deadline = start.checked_add(timeout);
@@ -488,6 +489,7 @@ impl ClientSet {
             |index: Option<usize>| move |source: ClientError| ClientSetError { index, source };
         // Submit what each member queued; the same call reaps what it already received.
         let mut news = false;
+        let mut polled_all = true;
         let mut wake_at = deadline;
         for (i, c) in self.clients.iter_mut().enumerate() {
             c.transmit(start);
@@ -496,11 +498,17 @@ impl ClientSet {
                     .poll(&mut c.send_batch, Some(Duration::ZERO))
                     .map_err(|e| fail(Some(i))(e.into()))?;
                 c.absorb(Instant::now());
+            } else {
+                polled_all = false;
             }
             news |= !c.events.is_empty();
             if let Some(t) = c.endpoint.poll_timeout() {
                 wake_at = Some(wake_at.map_or(t, |w| w.min(t)));
             }
+        }
+        if news && polled_all {
+            // Every member just looked at its socket and some have news: no wait needed.
+            return Ok(());
         }
         // One wait for the whole set; only a look when some member already has news (so the
         // members that did not send this turn are not left behind).
