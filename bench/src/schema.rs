@@ -403,7 +403,7 @@ pub struct UdpRun {
 pub struct RudpConfig {
     /// Message size in bytes (a complete message; fragmented to the protocol MTU).
     pub payload: usize,
-    /// Clients, each with its own `Client` on its own thread.
+    /// Clients, each with its own `Client` (socket and connection); see `client_threads`.
     pub clients: usize,
     /// Messages each client keeps in flight.
     pub window: usize,
