@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::host::{BuildInfo, HostInfo};
 
 /// Version of the result schema written by this build. Version 2 added `rudp_cases` (absent
-/// from version 1 files, which still read: see [`MIN_SCHEMA_VERSION`]).
-pub const SCHEMA_VERSION: u32 = 2;
+/// from version 1 files, which still read: see [`MIN_SCHEMA_VERSION`]); version 3 added the
+/// RUDP config's `client_threads` and `server_idle`.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Oldest schema version this build reads (every later change so far only added fields).
 pub const MIN_SCHEMA_VERSION: u32 = 1;
@@ -402,7 +403,7 @@ pub struct UdpRun {
 pub struct RudpConfig {
     /// Message size in bytes (a complete message; fragmented to the protocol MTU).
     pub payload: usize,
-    /// Clients, each with its own `Client` on its own thread.
+    /// Clients, each with its own `Client` (socket and connection); see `client_threads`.
     pub clients: usize,
     /// Messages each client keeps in flight.
     pub window: usize,
@@ -440,6 +441,26 @@ pub struct RudpConfig {
     pub drain_s: f64,
     /// Seed of this round (relay streams, connection ids).
     pub seed: u64,
+    /// Client threads: the clients are spread round-robin over this many threads, each
+    /// driving its clients with one wait for all of them (`ricochet::ClientSet`); equal to
+    /// `clients`, every client steps alone on its own thread. Absent (one thread per client)
+    /// in files before schema version 3.
+    #[serde(default)]
+    pub client_threads: Option<usize>,
+    /// The server workers' idle strategy: `balanced` (spin briefly after work, then block),
+    /// `park` (block at once) or `spin`. Absent (`balanced`) in files before schema version 3.
+    #[serde(default)]
+    pub server_idle: Option<String>,
+}
+
+impl RudpConfig {
+    /// The client threads this round runs: `client_threads`, or one per client when absent,
+    /// at most one per client.
+    pub fn resolved_client_threads(&self) -> usize {
+        self.client_threads
+            .unwrap_or(self.clients)
+            .clamp(1, self.clients.max(1))
+    }
 }
 
 /// Message checks of one phase, summed over clients.

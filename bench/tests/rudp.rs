@@ -124,6 +124,7 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
         io_model,
         2,
         backend,
+        "balanced",
         endpoint.clone(),
         7,
     )
@@ -280,4 +281,29 @@ fn matrix_plans_the_reference_sets() {
             && p.rounds == 1
             && p.config.seconds <= 2.0
     }));
+}
+
+#[test]
+fn clients_sharing_threads_pass_every_check() {
+    // Three clients on two threads: one thread drives two clients through a ClientSet, the
+    // other steps its lone client; the server parks when idle.
+    let mut cfg = short(Profile::None, true);
+    cfg.clients = 3;
+    cfg.client_threads = Some(2);
+    cfg.server_idle = Some("park".into());
+    let r = run_round(&cfg);
+    assert_ok(&r);
+    assert_eq!(r.config.resolved_client_threads(), 2);
+    for bad in [0, 4] {
+        let c = bench::schema::RudpConfig {
+            client_threads: Some(bad),
+            ..cfg.clone()
+        };
+        assert!(validate(&c).is_err(), "{bad} client threads for 3 clients");
+    }
+    let c = bench::schema::RudpConfig {
+        server_idle: Some("nap".into()),
+        ..cfg.clone()
+    };
+    assert!(validate(&c).is_err());
 }

@@ -10,7 +10,8 @@
 //!   benchmark relay's impairment model.
 //! - [`runtime`]: the thread-per-core engine: workers, timer wheel, IO models, handlers, the
 //!   raw-UDP and RUDP servers.
-//! - [`client`]: the game client, driven from a game loop.
+//! - [`client`]: the game client, driven from a game loop; [`ClientSet`] drives many clients
+//!   (a load tester, a bot farm) from one thread with one wait.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod client;
@@ -22,7 +23,7 @@ pub mod wire;
 
 pub use ricochet_platform as platform;
 
-pub use client::{Client, ClientConfig, ClientError, ClientEvent};
+pub use client::{Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError};
 pub use proto::{ChannelKind, CloseReason, Config};
 pub use runtime::{
     Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId, UdpServerConfig,

@@ -194,4 +194,20 @@ pub trait Backend: Send {
 
     /// This backend's counters.
     fn stats(&self) -> BackendStats;
+
+    /// A descriptor that polls readable (`POLLIN`) when [`Backend::poll`] has something to
+    /// return: a datagram or a wake-up (uring: the ring, mmsg: its epoll set, kqueue: its
+    /// kqueue). It lets one thread wait on several backends at once (`poll(2)` or `epoll` over
+    /// their descriptors), then call `poll` with a zero timeout on the ready ones. Waiting on
+    /// it is only sound while [`Backend::needs_poll`] is false. With io_uring, the thread
+    /// that waits must be the one that created the backend (its receive completions are
+    /// posted by that thread's task work).
+    #[cfg(unix)]
+    fn ready_fd(&self) -> std::os::fd::RawFd;
+
+    /// True when `poll` would make progress without the kernel signalling [`Backend::ready_fd`]:
+    /// completions reaped but not handed out yet, a receive or wake-up to re-arm, a receive
+    /// batch that filled up (more may be queued). Call `poll` with a zero timeout instead of
+    /// waiting on the descriptor then.
+    fn needs_poll(&mut self) -> bool;
 }

@@ -18,6 +18,8 @@ pub mod backend;
 pub mod batch;
 pub mod counters;
 pub mod error;
+#[cfg(unix)]
+pub mod ready;
 pub mod select;
 pub mod socket;
 
@@ -39,6 +41,8 @@ pub use batch::{
 };
 pub use counters::KernelCounters;
 pub use error::{Error, Result};
+#[cfg(unix)]
+pub use ready::ReadySet;
 pub use select::{open, probe, Capabilities, Capability};
 pub use socket::{
     bind, steer_reuseport, steer_reuseport_by_source_port, BoundSocket, PmtuDiscovery,

@@ -10,7 +10,9 @@ use super::Global;
 use crate::host::UtcTime;
 use crate::output::{render_table, result_file, thousands, write_result};
 use crate::relay::ImpairmentArgs;
-use crate::rudp::run::{default_drain, set_impairment, validate};
+use crate::rudp::run::{
+    default_client_threads, default_drain, set_impairment, validate, DEFAULT_SERVER_IDLE,
+};
 use crate::rudp::{label, run_case, FecPolicy};
 use crate::schema::{RudpCase, RudpConfig, Spread};
 
@@ -20,9 +22,17 @@ pub struct RudpArgs {
     /// Message size in bytes (at least the 32-byte header; up to 1 MiB).
     #[arg(long, default_value_t = 1024)]
     pub payload: usize,
-    /// Clients, each with its own connection and thread.
+    /// Clients, each with its own connection (and socket).
     #[arg(long, default_value_t = 4)]
     pub clients: usize,
+    /// Threads the clients are spread over (round-robin); a thread with several clients waits
+    /// on all of them at once. Default: one per client.
+    #[arg(long)]
+    pub client_threads: Option<usize>,
+    /// Server workers' idle strategy: balanced (spin 50 µs after work, then block), park
+    /// (block at once) or spin.
+    #[arg(long, default_value = DEFAULT_SERVER_IDLE, value_parser = ["balanced", "park", "spin"])]
+    pub server_idle: String,
     /// Messages in flight per client.
     #[arg(long, default_value_t = 16)]
     pub window: usize,
@@ -88,6 +98,11 @@ impl RudpArgs {
             seconds: self.seconds,
             drain_s: self.drain.unwrap_or_else(|| default_drain(self.seconds)),
             seed: self.seed,
+            client_threads: Some(
+                self.client_threads
+                    .unwrap_or_else(|| default_client_threads(self.clients)),
+            ),
+            server_idle: Some(self.server_idle.clone()),
         };
         set_impairment(&mut cfg, &self.impairment.impairment()?);
         Ok(cfg)

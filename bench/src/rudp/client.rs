@@ -1,5 +1,7 @@
-//! One RUDP echo client on its own thread: connect, keep `window` complete messages in flight
-//! on the reliable ordered channel, check every echo (content and order), drain, report.
+//! RUDP echo clients on a client thread: connect, keep `window` complete messages in flight
+//! per client on the reliable ordered channel, check every echo (content and order), drain,
+//! report. A thread drives one client (`Client::step`) or several at once (`ClientSet::step`:
+//! one wait for all of them).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -10,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use ricochet::proto::EndpointConfig;
-use ricochet::{Client, ClientConfig, ClientEvent};
+use ricochet::{Client, ClientConfig, ClientEvent, ClientSet};
 use ricochet_platform::BackendKind;
 
 use super::message::{check, encode, Header, Phase};
@@ -68,185 +70,368 @@ struct InFlight {
     sent: Instant,
 }
 
-/// Connect, report readiness on `ready`, wait for the epoch on `start`, run the phases, send
-/// the outcome on `done`, then stay connected (acknowledging) until `close` is set, and close.
-pub fn run_client(
-    plan: ClientPlan,
-    ready: Sender<Result<(), String>>,
-    start: Receiver<Option<Instant>>,
-    done: Sender<ClientOutcome>,
-    close: Arc<AtomicBool>,
-) {
-    let mut outcome = ClientOutcome {
-        warmup: RudpCounts::default(),
-        measured: RudpCounts::default(),
-        rtt_ns: new_rtt_histogram(),
-        last_measured_echo: None,
-        wire: RudpWire::default(),
-        error: None,
-    };
-    let mut config = ClientConfig {
-        endpoint: plan.endpoint.clone(),
-        seed: Some(plan.seed),
-        socket_buffer: Some(4 << 20),
-        ..ClientConfig::default()
-    };
-    config.backend.kind = plan.backend;
-    let mut client = match Client::connect_blocking(plan.server, config, Duration::from_secs(10)) {
-        Ok(c) => {
-            let _ = ready.send(Ok(()));
-            c
-        }
-        Err(e) => {
-            let _ = ready.send(Err(format!("client {} connect: {e}", plan.id)));
-            return;
-        }
-    };
-    let Ok(Some(epoch)) = start.recv() else {
-        client.close();
-        return;
-    };
-    if let Err(e) = echo_loop(&plan, &mut client, epoch, &mut outcome) {
-        outcome.error = Some(e);
-    }
-    if let Some(st) = client.stats() {
-        outcome.wire = RudpWire {
-            bytes_sent: st.bytes_sent,
-            packets_sent: st.packets_sent,
-            segments_sent: st.segments_sent,
-            segments_retransmitted: st.segments_retransmitted,
-            packets_lost: st.packets_lost,
-            rto_count: st.rto_count,
-            app_bytes_sent: outcome.wire.app_bytes_sent,
-            fec_recovered: st.fec.data_recovered,
-            fec_parity_sent: st.fec.parity_sent,
-            fec_max_parity: st.fec.max_parity as u64,
-            fec_peak_retained_bytes: st.fec.peak_retained_bytes as u64,
-        };
-    }
-    let _ = done.send(outcome);
-    // Keep the connection serviced until the bench has read the server's counters.
-    let limit = Instant::now() + Duration::from_secs(30);
-    while !close.load(Ordering::Acquire) && Instant::now() < limit {
-        if client.wait(Duration::from_millis(5)).is_err() {
-            break;
-        }
-        while client.poll_event().is_some() {}
-    }
-    client.close();
-    let limit = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < limit && client.wait(Duration::from_millis(5)).is_ok() {
-        if std::iter::from_fn(|| client.poll_event())
-            .any(|e| matches!(e, ClientEvent::Disconnected { .. }))
-        {
-            break;
-        }
-    }
+/// The phase boundaries of a round, from its epoch.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    epoch: Instant,
+    measured_at: Instant,
+    end_at: Instant,
+    drain_until: Instant,
 }
 
-fn echo_loop(
-    plan: &ClientPlan,
-    client: &mut Client,
-    epoch: Instant,
-    out: &mut ClientOutcome,
-) -> Result<(), String> {
-    let measured_at = epoch + plan.warmup;
-    let end_at = measured_at + plan.measured;
-    let drain_until = end_at + plan.drain;
-    let mut in_flight: VecDeque<InFlight> = VecDeque::with_capacity(plan.window);
-    let mut next_seq = 0u64;
-    let mut app_sent = 0u64;
-    loop {
-        let now = Instant::now();
-        let phase = if now < measured_at {
+/// One client's echo state: what it has in flight and what it counted.
+struct Echoer {
+    plan: ClientPlan,
+    in_flight: VecDeque<InFlight>,
+    next_seq: u64,
+    app_sent: u64,
+    out: ClientOutcome,
+    /// The outcome was reported; the client only acknowledges from now on.
+    reported: bool,
+}
+
+/// What [`Echoer::fill`] decided.
+enum Fill {
+    /// Still running: wait at most until this boundary.
+    Running(Instant),
+    /// Done (drained, or out of drain time): report.
+    Finished,
+}
+
+impl Echoer {
+    fn new(plan: ClientPlan) -> Echoer {
+        Echoer {
+            in_flight: VecDeque::with_capacity(plan.window),
+            plan,
+            next_seq: 0,
+            app_sent: 0,
+            out: ClientOutcome {
+                warmup: RudpCounts::default(),
+                measured: RudpCounts::default(),
+                rtt_ns: new_rtt_histogram(),
+                last_measured_echo: None,
+                wire: RudpWire::default(),
+                error: None,
+            },
+            reported: false,
+        }
+    }
+
+    /// Top the window up (before the end of the measured phase), or decide the drain is over.
+    fn fill(&mut self, client: &mut Client, clock: &Clock, now: Instant) -> Result<Fill, String> {
+        let phase = if now < clock.measured_at {
             Some(Phase::Warmup)
-        } else if now < end_at {
+        } else if now < clock.end_at {
             Some(Phase::Measured)
         } else {
             None
         };
         if let Some(phase) = phase {
-            while in_flight.len() < plan.window {
+            while self.in_flight.len() < self.plan.window {
                 let h = Header {
-                    client: plan.id,
-                    seq: next_seq,
+                    client: self.plan.id,
+                    seq: self.next_seq,
                     phase,
-                    sent_ns: now.duration_since(epoch).as_nanos() as u64,
+                    sent_ns: now.duration_since(clock.epoch).as_nanos() as u64,
                 };
                 let counts = match phase {
-                    Phase::Warmup => &mut out.warmup,
-                    Phase::Measured => &mut out.measured,
+                    Phase::Warmup => &mut self.out.warmup,
+                    Phase::Measured => &mut self.out.measured,
                 };
                 let sent = Instant::now();
-                match client.send(ECHO_CHANNEL, encode(&h, plan.payload)) {
+                match client.send(ECHO_CHANNEL, encode(&h, self.plan.payload)) {
                     Ok(()) => {
                         counts.sent += 1;
-                        app_sent += plan.payload as u64;
-                        in_flight.push_back(InFlight {
-                            seq: next_seq,
+                        self.app_sent += self.plan.payload as u64;
+                        self.in_flight.push_back(InFlight {
+                            seq: self.next_seq,
                             phase,
                             sent,
                         });
-                        next_seq += 1;
+                        self.next_seq += 1;
                     }
                     Err(e) => {
                         counts.send_errors += 1;
-                        out.wire.app_bytes_sent = app_sent;
-                        return Err(format!("client {} send: {e}", plan.id));
+                        return Err(format!("client {} send: {e}", self.plan.id));
                     }
                 }
             }
-        } else if in_flight.is_empty() {
-            break;
-        } else if now >= drain_until {
-            for m in &in_flight {
+        } else if self.in_flight.is_empty() {
+            return Ok(Fill::Finished);
+        } else if now >= clock.drain_until {
+            for m in &self.in_flight {
                 match m.phase {
-                    Phase::Warmup => out.warmup.lost += 1,
-                    Phase::Measured => out.measured.lost += 1,
+                    Phase::Warmup => self.out.warmup.lost += 1,
+                    Phase::Measured => self.out.measured.lost += 1,
                 }
             }
-            break;
+            return Ok(Fill::Finished);
         }
-        // Sleep until something arrives, a protocol timer, or the next phase boundary.
-        let boundary = [measured_at, end_at, drain_until]
+        let boundary = [clock.measured_at, clock.end_at, clock.drain_until]
             .into_iter()
             .find(|t| *t > now)
             .unwrap_or(now);
-        let wait = boundary
-            .saturating_duration_since(now)
-            .min(Duration::from_millis(5));
-        // One submission per turn: the messages queued above and the acknowledgements the
-        // last turn's arrivals called for leave together, then the wait starts.
-        if let Err(e) = client.step(wait) {
-            out.wire.app_bytes_sent = app_sent;
-            return Err(format!("client {} I/O: {e}", plan.id));
+        Ok(Fill::Running(boundary))
+    }
+
+    /// Handle one event of a running client.
+    fn on_event(&mut self, ev: ClientEvent, clock: &Clock) -> Result<(), String> {
+        match ev {
+            ClientEvent::Message { data, .. } => {
+                let at = Instant::now();
+                on_echo(
+                    &self.plan,
+                    &data,
+                    at,
+                    clock.epoch,
+                    &mut self.in_flight,
+                    &mut self.out,
+                );
+                Ok(())
+            }
+            ClientEvent::Disconnected { reason, by_peer } => Err(format!(
+                "client {} disconnected: {reason:?} (by peer: {by_peer})",
+                self.plan.id
+            )),
+            ClientEvent::Connected => Ok(()),
         }
-        while let Some(ev) = client.poll_event() {
-            match ev {
-                ClientEvent::Message { data, .. } => {
-                    let at = Instant::now();
-                    on_echo(plan, &data, at, epoch, &mut in_flight, out);
-                }
-                ClientEvent::Disconnected { reason, by_peer } => {
-                    out.wire.app_bytes_sent = app_sent;
-                    return Err(format!(
-                        "client {} disconnected: {reason:?} (by peer: {by_peer})",
-                        plan.id
-                    ));
-                }
-                ClientEvent::Connected => {}
+    }
+
+    /// Finish (with `error` if the echo stopped on one), read the protocol counters, report.
+    fn report(&mut self, client: &Client, error: Option<String>, done: &Sender<ClientOutcome>) {
+        if self.reported {
+            return;
+        }
+        self.reported = true;
+        self.out.wire.app_bytes_sent = self.app_sent;
+        self.out.error = error.or_else(|| {
+            (client.queued_bytes() != 0).then(|| {
+                format!(
+                    "client {}: {} bytes still queued after the drain (send not complete)",
+                    self.plan.id,
+                    client.queued_bytes()
+                )
+            })
+        });
+        if let Some(st) = client.stats() {
+            self.out.wire = RudpWire {
+                bytes_sent: st.bytes_sent,
+                packets_sent: st.packets_sent,
+                segments_sent: st.segments_sent,
+                segments_retransmitted: st.segments_retransmitted,
+                packets_lost: st.packets_lost,
+                rto_count: st.rto_count,
+                app_bytes_sent: self.app_sent,
+                fec_recovered: st.fec.data_recovered,
+                fec_parity_sent: st.fec.parity_sent,
+                fec_max_parity: st.fec.max_parity as u64,
+                fec_peak_retained_bytes: st.fec.peak_retained_bytes as u64,
+            };
+        }
+        let out = std::mem::replace(
+            &mut self.out,
+            ClientOutcome {
+                warmup: RudpCounts::default(),
+                measured: RudpCounts::default(),
+                rtt_ns: new_rtt_histogram(),
+                last_measured_echo: None,
+                wire: RudpWire::default(),
+                error: None,
+            },
+        );
+        let _ = done.send(out);
+    }
+}
+
+/// The clients of one thread: a lone client steps itself (one system call per turn); several
+/// share one wait through a [`ClientSet`].
+enum Clients {
+    One(Box<Client>),
+    Set(ClientSet),
+}
+
+impl Clients {
+    fn get_mut(&mut self, i: usize) -> Option<&mut Client> {
+        match self {
+            Clients::One(c) => (i == 0).then_some(&mut **c),
+            Clients::Set(s) => s.get_mut(i),
+        }
+    }
+
+    /// One turn; a failure names the client it came from (`None`: the shared wait).
+    fn step(&mut self, wait: Duration) -> Result<(), (Option<usize>, String)> {
+        match self {
+            Clients::One(c) => c.step(wait).map_err(|e| (Some(0), e.to_string())),
+            Clients::Set(s) => s.step(wait).map_err(|e| (e.index, e.source.to_string())),
+        }
+    }
+
+    fn poll_event(&mut self) -> Option<(usize, ClientEvent)> {
+        match self {
+            Clients::One(c) => c.poll_event().map(|e| (0, e)),
+            Clients::Set(s) => s.poll_event(),
+        }
+    }
+
+    fn into_vec(self) -> Vec<Client> {
+        match self {
+            Clients::One(c) => vec![*c],
+            Clients::Set(s) => s.into_clients(),
+        }
+    }
+}
+
+/// Connect every client of `plans` (on this thread, which then drives them), report each
+/// one's readiness on `ready`, wait for the epoch on `start`, run the phases, send each
+/// client's outcome on `done` as it finishes, then keep every connection serviced
+/// (acknowledging) until `close` is set, and close them.
+pub fn run_clients(
+    plans: Vec<ClientPlan>,
+    ready: Sender<Result<(), String>>,
+    start: Receiver<Option<Instant>>,
+    done: Sender<ClientOutcome>,
+    close: Arc<AtomicBool>,
+) {
+    let mut connected = Vec::with_capacity(plans.len());
+    let mut failed = false;
+    for plan in &plans {
+        let mut config = ClientConfig {
+            endpoint: plan.endpoint.clone(),
+            seed: Some(plan.seed),
+            socket_buffer: Some(4 << 20),
+            ..ClientConfig::default()
+        };
+        config.backend.kind = plan.backend;
+        match Client::connect_blocking(plan.server, config, Duration::from_secs(10)) {
+            Ok(c) => {
+                let _ = ready.send(Ok(()));
+                connected.push(c);
+            }
+            Err(e) => {
+                let _ = ready.send(Err(format!("client {} connect: {e}", plan.id)));
+                failed = true;
             }
         }
     }
-    out.wire.app_bytes_sent = app_sent;
-    if client.queued_bytes() != 0 {
-        return Err(format!(
-            "client {}: {} bytes still queued after the drain (send not complete)",
-            plan.id,
-            client.queued_bytes()
-        ));
+    let go = start.recv();
+    let epoch = match go {
+        Ok(Some(epoch)) if !failed => epoch,
+        _ => {
+            for c in &mut connected {
+                c.close();
+            }
+            return;
+        }
+    };
+    let mut clients = if connected.len() == 1 {
+        Clients::One(Box::new(connected.remove(0)))
+    } else {
+        let mut set = ClientSet::new();
+        for c in connected {
+            set.push(c);
+        }
+        Clients::Set(set)
+    };
+    let warmup = plans.first().map_or(Duration::ZERO, |p| p.warmup);
+    let measured = plans.first().map_or(Duration::ZERO, |p| p.measured);
+    let drain = plans.first().map_or(Duration::ZERO, |p| p.drain);
+    let measured_at = epoch + warmup;
+    let clock = Clock {
+        epoch,
+        measured_at,
+        end_at: measured_at + measured,
+        drain_until: measured_at + measured + drain,
+    };
+    let mut echoers: Vec<Echoer> = plans.into_iter().map(Echoer::new).collect();
+    echo_loop(&mut clients, &mut echoers, &clock, &done);
+
+    // Keep the connections serviced until the bench has read the server's counters.
+    let limit = Instant::now() + Duration::from_secs(30);
+    while !close.load(Ordering::Acquire) && Instant::now() < limit {
+        if clients.step(Duration::from_millis(5)).is_err() {
+            break;
+        }
+        while clients.poll_event().is_some() {}
     }
-    Ok(())
+    let mut clients = clients.into_vec();
+    for c in &mut clients {
+        c.close();
+    }
+    let limit = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < limit {
+        let mut open = false;
+        for c in &mut clients {
+            if c.is_connected() && c.update().is_ok() {
+                while c.poll_event().is_some() {}
+                open |= c.is_connected();
+            }
+        }
+        if !open {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Run every echoer of the thread until all have reported.
+fn echo_loop(
+    clients: &mut Clients,
+    echoers: &mut [Echoer],
+    clock: &Clock,
+    done: &Sender<ClientOutcome>,
+) {
+    loop {
+        let now = Instant::now();
+        let mut boundary: Option<Instant> = None;
+        for (i, e) in echoers.iter_mut().enumerate() {
+            if e.reported {
+                continue;
+            }
+            let Some(client) = clients.get_mut(i) else {
+                e.out.error = Some(format!("client {} is missing", e.plan.id));
+                e.reported = true;
+                continue;
+            };
+            match e.fill(client, clock, now) {
+                Ok(Fill::Running(b)) => boundary = Some(boundary.map_or(b, |x| x.min(b))),
+                Ok(Fill::Finished) => e.report(client, None, done),
+                Err(err) => e.report(client, Some(err), done),
+            }
+        }
+        let Some(boundary) = boundary else {
+            return;
+        };
+        // Sleep until something arrives, a protocol timer, or the next phase boundary. One
+        // submission per client per turn: the messages queued above and the acknowledgements
+        // the last turn's arrivals called for leave together.
+        let wait = boundary
+            .saturating_duration_since(now)
+            .min(Duration::from_millis(5));
+        if let Err((index, err)) = clients.step(wait) {
+            for (i, e) in echoers.iter_mut().enumerate() {
+                if !e.reported && index.is_none_or(|x| x == i) {
+                    let msg = format!("client {} I/O: {err}", e.plan.id);
+                    if let Some(c) = clients.get_mut(i) {
+                        e.report(c, Some(msg), done);
+                    }
+                }
+            }
+            if index.is_none() {
+                return;
+            }
+            continue;
+        }
+        while let Some((i, ev)) = clients.poll_event() {
+            let Some(e) = echoers.get_mut(i).filter(|e| !e.reported) else {
+                continue;
+            };
+            if let Err(err) = e.on_event(ev, clock) {
+                if let Some(c) = clients.get_mut(i) {
+                    e.report(c, Some(err), done);
+                }
+            }
+        }
+    }
 }
 
 fn on_echo(

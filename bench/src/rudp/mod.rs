@@ -7,7 +7,8 @@
 //!  client N ─┘   one route per client └────────────────┘
 //! ```
 //!
-//! Each client ([`client`]) owns a [`ricochet::Client`] on its own thread and keeps `window`
+//! Each client ([`client`]) owns a [`ricochet::Client`] (on its own thread, or sharing one
+//! with others through a [`ricochet::ClientSet`]: `--client-threads`) and keeps `window`
 //! messages in flight on the reliable ordered channel; every message carries client id,
 //! sequence, phase and send time plus a pattern, and every echo is checked byte for byte and
 //! for order. After the measured phase the clients stop sending and drain (bounded); a message

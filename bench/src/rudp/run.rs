@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
 use ricochet::proto::{Config, EndpointConfig};
+use ricochet::runtime::IdleStrategy;
 use ricochet::sim::{BurstLoss, Impairment, Profile};
 use ricochet_platform::BackendKind;
 
-use super::client::{run_client, ClientOutcome, ClientPlan};
+use super::client::{run_clients, ClientOutcome, ClientPlan};
 use super::message::HEADER_LEN;
 use super::server::EchoServer;
 use crate::host::{peak_rss_kib, CpuTimes};
@@ -121,9 +122,20 @@ pub fn config_for(
         seconds,
         drain_s: default_drain(seconds),
         seed,
+        client_threads: Some(default_client_threads(clients)),
+        server_idle: Some(DEFAULT_SERVER_IDLE.into()),
     };
     set_impairment(&mut cfg, &profile.impairment());
     cfg
+}
+
+/// The server workers' idle strategy when none is asked for.
+pub const DEFAULT_SERVER_IDLE: &str = "balanced";
+
+/// Client threads for `clients` clients when none are asked for: one per client (each client
+/// steps alone on its thread).
+pub fn default_client_threads(clients: usize) -> usize {
+    clients.max(1)
 }
 
 /// The drain limit for a measured phase of `seconds`: long enough for RTO backoffs under loss.
@@ -190,6 +202,17 @@ pub fn validate(cfg: &RudpConfig) -> Result<()> {
     }
     if cfg.window == 0 || cfg.window > 4096 {
         bail!("window must be 1..=4096, got {}", cfg.window);
+    }
+    if let Some(t) = cfg.client_threads {
+        if t == 0 || t > cfg.clients {
+            bail!(
+                "client threads must be 1..={} (the clients), got {t}",
+                cfg.clients
+            );
+        }
+    }
+    if let Some(idle) = &cfg.server_idle {
+        IdleStrategy::from_str(idle).map_err(|e| anyhow!("server idle: {e}"))?;
     }
     if !["per-core", "shared"].contains(&cfg.io_model.as_str()) {
         bail!("IO model {:?}: expected per-core or shared", cfg.io_model);
@@ -381,6 +404,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         &cfg.io_model,
         cfg.io_threads,
         &cfg.backend,
+        cfg.server_idle.as_deref().unwrap_or(DEFAULT_SERVER_IDLE),
         endpoint.clone(),
         cfg.seed,
     )?;
@@ -401,6 +425,8 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let mut starts = Vec::new();
     let mut handles = Vec::new();
     let mut errors = Vec::new();
+    let threads = cfg.resolved_client_threads();
+    let mut groups: Vec<Vec<ClientPlan>> = (0..threads).map(|_| Vec::new()).collect();
     for i in 0..cfg.clients {
         let plan = ClientPlan {
             id: i as u32,
@@ -414,24 +440,31 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
             backend,
             seed: cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1),
         };
+        // Round-robin: client i on thread i mod threads.
+        groups[i % threads].push(plan);
+    }
+    let mut spawned_clients = 0;
+    for (t, plans) in groups.into_iter().enumerate() {
+        let n = plans.len();
         let (start_tx, start_rx) = mpsc::channel();
         let (ready, done, close) = (ready_tx.clone(), done_tx.clone(), close.clone());
         match std::thread::Builder::new()
-            .name(format!("rudp-client-{i}"))
-            .spawn(move || run_client(plan, ready, start_rx, done, close))
+            .name(format!("rudp-clients-{t}"))
+            .spawn(move || run_clients(plans, ready, start_rx, done, close))
         {
             Ok(h) => {
                 handles.push(h);
                 starts.push(start_tx);
+                spawned_clients += n;
             }
             Err(e) => {
-                errors.push(format!("spawning client {i}: {e}"));
+                errors.push(format!("spawning client thread {t}: {e}"));
                 break;
             }
         }
     }
     drop((ready_tx, done_tx));
-    for _ in 0..handles.len() {
+    for _ in 0..spawned_clients {
         match ready_rx.recv_timeout(Duration::from_secs(15)) {
             Ok(Ok(())) => {}
             Ok(Err(e)) => errors.push(e),
@@ -458,7 +491,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         let cpu0 = CpuTimes::now();
         let t0 = Instant::now();
         let limit = Duration::from_secs_f64(cfg.seconds + cfg.drain_s) + Duration::from_secs(10);
-        for _ in 0..handles.len() {
+        for _ in 0..spawned_clients {
             match done_rx.recv_timeout(limit.saturating_sub(t0.elapsed())) {
                 Ok(o) => outcomes.push(o),
                 Err(_) => {
@@ -492,7 +525,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     close.store(true, Ordering::Release);
     for (i, h) in handles.into_iter().enumerate() {
         if h.join().is_err() {
-            errors.push(format!("client {i} panicked"));
+            errors.push(format!("client thread {i} panicked"));
         }
     }
     let relay_counters = match relay.map(|r| r.shutdown()) {

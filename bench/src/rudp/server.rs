@@ -11,7 +11,9 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use bytes::Bytes;
 use ricochet::proto::{EndpointConfig, ServerConfig};
-use ricochet::runtime::{Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::runtime::{
+    Handler, IdleStrategy, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId,
+};
 use ricochet_platform::BackendKind;
 
 use crate::schema::{RudpWire, ServerInfo};
@@ -123,12 +125,14 @@ pub struct EchoServer {
 }
 
 impl EchoServer {
-    /// Start on `addr` with `io_model` × `threads` workers on `backend`, protocol `endpoint`.
+    /// Start on `addr` with `io_model` × `threads` workers on `backend` idling as `idle`
+    /// (`balanced`, `park` or `spin`), protocol `endpoint`.
     pub fn start(
         addr: SocketAddr,
         io_model: &str,
         threads: usize,
         backend: &str,
+        idle: &str,
         endpoint: EndpointConfig,
         seed: u64,
     ) -> Result<EchoServer> {
@@ -136,6 +140,7 @@ impl EchoServer {
         cfg.udp.io_model = IoModel::from_str(io_model).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.io_threads = threads;
         cfg.udp.backend.kind = BackendKind::from_str(backend).map_err(|e| anyhow!("{e}"))?;
+        cfg.udp.idle = IdleStrategy::from_str(idle).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.tick = Some(STATS_TICK);
         cfg.endpoint = EndpointConfig {
             server: Some(ServerConfig::default()),

@@ -58,7 +58,11 @@ pub enum IdleStrategy {
     /// Block in the backend until I/O, a wake-up or the next timer. Cheapest on CPU; a wake-up
     /// costs tens of microseconds on a VM.
     Park,
-    /// Spin for [`UdpServerConfig::spin_for`] after the last work, then park.
+    /// Spin for up to [`UdpServerConfig::spin_for`] after the last work, then park — but only
+    /// while work has recently come back soon after a worker went idle (a moving average of
+    /// the idle gaps under half of `spin_for`). When the next datagram usually takes longer,
+    /// spinning would only burn a core the senders may need (on a host with more busy threads
+    /// than cores it delays them), so the worker parks at once.
     #[default]
     Balanced,
 }
@@ -113,7 +117,8 @@ pub struct UdpServerConfig {
     pub send_buffer: Option<usize>,
     /// What a worker does when idle.
     pub idle: IdleStrategy,
-    /// With [`IdleStrategy::Balanced`]: how long to keep polling after the last work.
+    /// With [`IdleStrategy::Balanced`]: how long to keep polling after the last work (when
+    /// recent idle gaps were short enough for spinning to pay).
     pub spin_for: Duration,
     /// Pin per-core workers to cores (shared-model threads are never pinned).
     pub pin_cores: bool,

@@ -135,8 +135,30 @@ impl WorkerSettings {
     }
 }
 
+/// A moving average of how long a worker waited for its next datagram after work: the
+/// balanced idle strategy spins only while that is short, since a spin that usually ends in a
+/// park anyway costs a stream of empty system calls and a core others could use.
+#[derive(Debug, Default)]
+struct IdleGap {
+    /// Exponentially weighted mean gap (weight 1/8 per sample), ns.
+    mean_ns: u64,
+}
+
+impl IdleGap {
+    fn record(&mut self, gap: Duration) {
+        let g = u64::try_from(gap.as_nanos()).unwrap_or(u64::MAX);
+        self.mean_ns = self.mean_ns - self.mean_ns / 8 + g / 8;
+    }
+
+    /// Spinning for up to `spin_for` pays when work usually returns within half of it.
+    fn spin_pays(&self, spin_for: Duration) -> bool {
+        u128::from(self.mean_ns) < spin_for.as_nanos() / 2
+    }
+}
+
 struct Worker<S> {
     index: usize,
+    idle_gap: IdleGap,
     backend: Box<dyn Backend>,
     service: S,
     send: SendBatch,
@@ -167,6 +189,8 @@ impl<S: Service> Worker<S> {
             now = Instant::now();
             self.counters.loop_turns += 1;
             if outcome.received > 0 {
+                self.idle_gap
+                    .record(now.saturating_duration_since(last_work));
                 self.dispatch(now)?;
                 last_work = now;
             } else if outcome.sent > 0 {
@@ -209,7 +233,8 @@ impl<S: Service> Worker<S> {
     fn timeout(&mut self, now: Instant, last_work: Instant) -> Option<Duration> {
         if self.settings.idle == IdleStrategy::Spin
             || (self.settings.idle == IdleStrategy::Balanced
-                && now.saturating_duration_since(last_work) < self.settings.spin_for)
+                && now.saturating_duration_since(last_work) < self.settings.spin_for
+                && self.idle_gap.spin_pays(self.settings.spin_for))
         {
             return Some(Duration::ZERO);
         }
@@ -545,6 +570,7 @@ impl SpawnArgs {
         send.set_coalescing(self.settings.coalesce);
         Worker {
             index: self.index,
+            idle_gap: IdleGap::default(),
             backend,
             service,
             send,
@@ -559,5 +585,39 @@ impl SpawnArgs {
             settings: self.settings,
         }
         .run()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IdleGap;
+    use std::time::Duration;
+
+    #[test]
+    fn balanced_spins_only_while_work_returns_quickly() {
+        let spin_for = Duration::from_micros(50);
+        let mut g = IdleGap::default();
+        // A fresh worker has seen no gap: it spins (the configured behaviour).
+        assert!(g.spin_pays(spin_for));
+        for _ in 0..8 {
+            g.record(Duration::from_micros(5));
+        }
+        assert!(g.spin_pays(spin_for), "5 µs gaps: spin");
+        // Work now takes 200 µs to come back: the average crosses 25 µs within a few gaps.
+        let mut turns = 0;
+        while g.spin_pays(spin_for) {
+            g.record(Duration::from_micros(200));
+            turns += 1;
+            assert!(turns < 10, "still spinning after {turns} long gaps");
+        }
+        // And back once gaps are short again.
+        while !g.spin_pays(spin_for) {
+            g.record(Duration::ZERO);
+            turns += 1;
+            assert!(turns < 60);
+        }
+        // A parked worker's idle hours do not overflow the average.
+        g.record(Duration::from_secs(3600 * 24 * 365));
+        assert!(!g.spin_pays(spin_for));
     }
 }

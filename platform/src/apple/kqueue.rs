@@ -373,4 +373,14 @@ impl Backend for KqueueBackend {
     fn stats(&self) -> BackendStats {
         self.stats
     }
+
+    fn ready_fd(&self) -> RawFd {
+        // A kqueue descriptor is readable while it has pending events (the socket's
+        // level-triggered read filter, or the wake-up).
+        self.kq.0.as_raw_fd()
+    }
+
+    fn needs_poll(&mut self) -> bool {
+        false
+    }
 }

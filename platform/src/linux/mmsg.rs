@@ -564,6 +564,15 @@ impl Backend for MmsgBackend {
     fn stats(&self) -> BackendStats {
         self.stats
     }
+
+    fn ready_fd(&self) -> RawFd {
+        // Level-triggered: readable while the socket holds a datagram or the waker fired.
+        self.epoll.as_raw_fd()
+    }
+
+    fn needs_poll(&mut self) -> bool {
+        self.last_full
+    }
 }
 
 #[cfg(test)]

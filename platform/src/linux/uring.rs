@@ -859,6 +859,19 @@ impl Backend for UringBackend {
     fn stats(&self) -> BackendStats {
         self.stats
     }
+
+    fn ready_fd(&self) -> RawFd {
+        // The ring's descriptor polls readable once completions are posted; an arrival's
+        // receive completion is posted by task work, which wakes a thread blocked in poll(2).
+        self.ring.as_raw_fd()
+    }
+
+    fn needs_poll(&mut self) -> bool {
+        !self.recv_armed
+            || !self.wake_armed
+            || !self.stash.is_empty()
+            || !self.ring.completion().is_empty()
+    }
 }
 
 impl Drop for UringBackend {
