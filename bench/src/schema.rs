@@ -13,7 +13,8 @@ use crate::host::{BuildInfo, HostInfo};
 
 /// Version of the result schema written by this build. Version 2 added `rudp_cases` (absent
 /// from version 1 files, which still read: see [`MIN_SCHEMA_VERSION`]); version 3 added the
-/// RUDP config's `client_threads` and `server_idle`.
+/// RUDP config's `client_threads` and `server_idle`, and the RUDP server's
+/// `sessions_per_worker` and `forwarded`.
 pub const SCHEMA_VERSION: u32 = 3;
 
 /// Oldest schema version this build reads (every later change so far only added fields).
@@ -357,6 +358,14 @@ pub struct ServerInfo {
     pub sockets: Vec<SocketBuffers>,
     /// Per-worker runtime counters (empty for tokio).
     pub workers: Vec<WorkerStats>,
+    /// RUDP per-core with several workers: sessions each worker held when the round ended
+    /// (placement); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions_per_worker: Option<Vec<u32>>,
+    /// RUDP: datagrams a worker received for another worker's session and forwarded (0 where
+    /// the sockets steer by connection id); absent for raw UDP servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forwarded: Option<u64>,
 }
 
 /// One UDP echo run.

@@ -89,6 +89,8 @@ impl EchoServer for Misbehaving {
             selection_reason: "test".into(),
             sockets: Vec::new(),
             workers: Vec::new(),
+            sessions_per_worker: None,
+            forwarded: None,
         })
     }
 }

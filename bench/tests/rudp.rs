@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bench::relay::{Relay, RelayConfig};
@@ -15,6 +15,14 @@ use bench::rudp::FecPolicy;
 use ricochet::proto::{ChannelKind, Config, EndpointConfig};
 use ricochet::sim::Profile;
 use ricochet::{Client, ClientConfig, ClientEvent};
+
+/// Serializes the tests that run traffic. A round checks the process's RSS for growth after
+/// its warm-up, and RSS is process-wide: a round running beside another test's 1 MiB
+/// messages would see that test's memory as its own growth.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn short(profile: Profile, direct: bool) -> bench::schema::RudpConfig {
     // Direct: per-core, 1 worker; relayed: shared, 2 threads (two handlers serve one endpoint).
@@ -56,6 +64,7 @@ fn assert_ok(r: &bench::schema::RudpRun) {
 
 #[test]
 fn short_direct_round_passes_every_check() {
+    let _serial = one_at_a_time();
     let r = run_round(&short(Profile::None, true));
     assert_ok(&r);
     assert!(r.relay.is_none());
@@ -63,6 +72,7 @@ fn short_direct_round_passes_every_check() {
 
 #[test]
 fn short_relayed_random_round_passes_every_check() {
+    let _serial = one_at_a_time();
     let r = run_round(&short(Profile::Random, false));
     assert_ok(&r);
     let relay = r.relay.expect("relay counters");
@@ -76,6 +86,7 @@ fn short_relayed_random_round_passes_every_check() {
 
 #[test]
 fn fec_policies_run_as_asked() {
+    let _serial = one_at_a_time();
     // Off must mean no parity at all, even though the competitive profile defaults to adaptive.
     let off = run_round(&short(Profile::Random, false));
     assert_ok(&off);
@@ -226,12 +237,14 @@ fn backends() -> Vec<String> {
 
 #[test]
 fn zero_to_one_mib_on_every_channel_through_random_loss_per_core() {
+    let _serial = one_at_a_time();
     let b = backends();
     sizes_through_relay(Profile::Random, "per-core", &b[0]);
 }
 
 #[test]
 fn zero_to_one_mib_on_every_channel_through_burst_loss_shared() {
+    let _serial = one_at_a_time();
     let b = backends();
     sizes_through_relay(Profile::Burst, "shared", &b[b.len() - 1]);
 }
@@ -285,6 +298,7 @@ fn matrix_plans_the_reference_sets() {
 
 #[test]
 fn clients_sharing_threads_pass_every_check() {
+    let _serial = one_at_a_time();
     // Three clients on two threads: one thread drives two clients through a ClientSet, the
     // other steps its lone client; the server parks when idle.
     let mut cfg = short(Profile::None, true);

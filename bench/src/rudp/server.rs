@@ -185,6 +185,8 @@ impl EchoServer {
             .iter()
             .map(|s| socket_buffers(s, None))
             .collect();
+        let sessions_per_worker = self.server.sessions_per_worker();
+        let forwarded = self.server.forwarded();
         let counters = self
             .server
             .shutdown()
@@ -198,21 +200,10 @@ impl EchoServer {
             sockets,
             workers: counters
                 .iter()
-                .map(|c| crate::schema::WorkerStats {
-                    worker: c.worker,
-                    core: c.core,
-                    loop_turns: c.loop_turns,
-                    datagrams_in: c.datagrams_in,
-                    datagrams_out: c.datagrams_out,
-                    batches_in: c.batches_in,
-                    batches_out: c.batches_out,
-                    syscalls: c.syscalls,
-                    max_turn_ns: c.max_turn_ns,
-                    send_errors: c.send_errors,
-                    truncated: c.truncated,
-                    socket_drops: c.socket_drops,
-                })
+                .map(crate::udp::ricochet_server::worker_stats)
                 .collect(),
+            sessions_per_worker,
+            forwarded: Some(forwarded),
         })
     }
 }

@@ -62,7 +62,8 @@ pub fn socket_buffers(s: &SocketInfo, drops: Option<u64>) -> SocketBuffers {
     }
 }
 
-fn worker_stats(c: &WorkerCounters) -> WorkerStats {
+/// A worker's runtime counters as the result schema records them (raw UDP and RUDP servers).
+pub(crate) fn worker_stats(c: &WorkerCounters) -> WorkerStats {
     WorkerStats {
         worker: c.worker,
         core: c.core,
@@ -125,6 +126,8 @@ impl EchoServer for RicochetServer {
             selection_reason: reason,
             sockets,
             workers: counters.iter().map(worker_stats).collect(),
+            sessions_per_worker: None,
+            forwarded: None,
         })
     }
 }

@@ -207,6 +207,8 @@ impl EchoServer for TokioServer {
             },
             sockets: vec![self.socket.clone()],
             workers: Vec::new(),
+            sessions_per_worker: None,
+            forwarded: None,
         })
     }
 }
