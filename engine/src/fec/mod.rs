@@ -47,10 +47,13 @@ pub mod kernel;
 mod policy;
 mod receiver;
 mod sender;
+mod sliding;
+mod track;
 
 pub use codec::{CauchyCodec, Codec, CodecError, CodecId, RsSimdCodec};
 pub use header::{
-    max_protected_payload, DataHeader, ParityHeader, DATA_HEADER_LEN, PARITY_HEADER_LEN,
+    max_protected_payload, repair_coefficient, DataHeader, ParityHeader, RepairHeader,
+    DATA_HEADER_LEN, MAX_REPAIR_SOURCES, PARITY_HEADER_LEN, SLIDING_CODEC_ID,
 };
 pub use kernel::{Kernel, SimdLevel};
 pub use receiver::{
@@ -58,6 +61,7 @@ pub use receiver::{
     DEFAULT_RETENTION_BUDGET,
 };
 pub use sender::{FecSender, SenderStats, MAX_QUEUED_PARITY};
+pub use sliding::{SlidingReceiver, SlidingSender, MAX_PENDING_REPAIRS};
 
 /// How much parity the sender adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,6 +78,48 @@ pub enum FecPolicy {
         /// Upper bound on parity shards per group.
         max_parity: u8,
     },
+}
+
+/// Which code protects the datagrams. Both ends must use the same scheme: data bodies are
+/// the same in both, so data always flows, but each scheme's receiver rejects the other's
+/// parity/repair bodies as [`FecError::UnknownCodec`] (counted as malformed), leaving every
+/// loss to ARQ. (A block receiver also retains a sliding sender's protected data shards as
+/// one-shard groups until their age limit; the budget bounds that.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FecScheme {
+    /// Block code: groups of consecutive datagrams, Reed-Solomon parity after each group.
+    Block,
+    /// Sliding-window random linear code: repairs over the most recent sources at a ratio of
+    /// the sources and shortly after the sender goes quiet ([`SlidingConfig`]).
+    #[default]
+    Sliding,
+}
+
+/// Tuning of the sliding-window code.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlidingConfig {
+    /// Most sources one repair covers (1..=64; 32 by default).
+    pub window: usize,
+    /// Sources sent longer ago than this leave the window (20 ms, about one path RTT: a
+    /// loss older than that is ARQ's anyway).
+    pub max_age: Duration,
+    /// Sources per adaptive "group": the policy's parity level `p` for this many sources
+    /// sets one repair per `span / p` sources (16 by default).
+    pub span: usize,
+    /// Repairs go out this long after the last source not yet covered by one when no further
+    /// source follows (1 ms), so a lost tail is repaired before ARQ would notice it.
+    pub tail_wait: Duration,
+}
+
+impl Default for SlidingConfig {
+    fn default() -> Self {
+        SlidingConfig {
+            window: 32,
+            max_age: Duration::from_millis(20),
+            span: 16,
+            tail_wait: Duration::from_millis(1),
+        }
+    }
 }
 
 /// Tuning of the adaptive policy.
@@ -115,6 +161,10 @@ impl Default for AdaptiveConfig {
 pub struct FecConfig {
     /// Parity policy of the sender.
     pub policy: FecPolicy,
+    /// Block or sliding-window code (both ends alike; sliding by default).
+    pub scheme: FecScheme,
+    /// Sliding-window tuning (used when `scheme` is [`FecScheme::Sliding`]).
+    pub sliding: SlidingConfig,
     /// Data shards after which a group closes (1..=64; 8 by default).
     pub max_data_shards: usize,
     /// Time after a group's first shard at which it closes even if not full (2 ms).
@@ -140,6 +190,8 @@ impl Default for FecConfig {
     fn default() -> Self {
         FecConfig {
             policy: FecPolicy::Adaptive { max_parity: 4 },
+            scheme: FecScheme::default(),
+            sliding: SlidingConfig::default(),
             max_data_shards: 8,
             group_wait: Duration::from_millis(2),
             max_payload: 1200,
@@ -166,6 +218,8 @@ impl FecConfig {
         self.max_payload = self.max_payload.min(u16::MAX as usize - 3);
         self.cap_window_groups = self.cap_window_groups.max(1);
         self.max_groups = self.max_groups.max(1);
+        self.sliding.window = self.sliding.window.clamp(1, header::MAX_REPAIR_SOURCES);
+        self.sliding.span = self.sliding.span.max(1);
         let cap = |p: u8| p.min(codec::MAX_PARITY_SHARDS as u8);
         self.policy = match self.policy {
             FecPolicy::Off => FecPolicy::Off,
