@@ -14,7 +14,7 @@
 //! `--ack-frequency N`, `--ack-delay-ms MS`, and of its FEC settings: `--group-wait-ms MS`,
 //! `--data-shards N`, `--max-parity N`, `--parity-cap PERCENT`, `--scheme block|sliding`,
 //! and of the sliding code: `--sliding-window N`, `--sliding-span N`, `--tail-wait-ms MS`,
-//! `--max-age-ms MS`.
+//! `--max-age-ms MS`, `--tail-repairs N`.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -47,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut span = None;
     let mut tail_ms: Option<f64> = None;
     let mut max_age_ms: Option<f64> = None;
+    let mut tail_repairs = None;
     let mut redundant = None;
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -77,6 +78,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--sliding-window" => window_sources = Some(value("--sliding-window")?.parse()?),
             "--sliding-span" => span = Some(value("--sliding-span")?.parse()?),
             "--tail-wait-ms" => tail_ms = Some(value("--tail-wait-ms")?.parse()?),
+            "--tail-repairs" => tail_repairs = Some(value("--tail-repairs")?.parse()?),
             "--max-age-ms" => max_age_ms = Some(value("--max-age-ms")?.parse()?),
             "--ack-delay-ms" => ack_delay_ms = Some(value("--ack-delay-ms")?.parse()?),
             other => profile = Profile::from_str(other)?,
@@ -111,6 +113,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(n) = window_sources {
         config.fec.sliding.window = n;
+    }
+    if let Some(n) = tail_repairs {
+        config.fec.sliding.tail_repairs = n;
     }
     if let Some(n) = span {
         config.fec.sliding.span = n;

@@ -109,6 +109,9 @@ pub struct SlidingConfig {
     /// Repairs go out this long after the last source not yet covered by one when no further
     /// source follows (1 ms), so a lost tail is repaired before ARQ would notice it.
     pub tail_wait: Duration,
+    /// Most repairs one tail carries (2): as many as the longest recent loss burst the peer
+    /// reported, at least one.
+    pub tail_repairs: usize,
 }
 
 impl Default for SlidingConfig {
@@ -118,6 +121,7 @@ impl Default for SlidingConfig {
             max_age: Duration::from_millis(20),
             span: 16,
             tail_wait: Duration::from_millis(1),
+            tail_repairs: 2,
         }
     }
 }

@@ -166,12 +166,13 @@ impl SlidingSender {
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.poll_timeout().is_some_and(|t| now >= t) {
             self.trim(now);
-            // The tail gets as many repairs as the longest recent loss burst (at least one),
-            // within the level: a lost tail has no later repairs to lean on.
+            // A stalled receiver (ordered delivery blocked behind a loss) often makes the
+            // sender go quiet right after a loss: the tail carries enough repairs for the
+            // longest recent loss burst, within the configured bound.
             let n = self
                 .controller
                 .recent_burst()
-                .clamp(1, self.controller.level().max(1));
+                .clamp(1, self.cfg.sliding.tail_repairs.max(1));
             self.emit(n);
             self.uncovered = 0;
         }
@@ -758,6 +759,9 @@ impl Drop for SlidingReceiver {
     fn drop(&mut self) {
         // Give the shared budget back what this connection still holds.
         self.budget.release(self.stats.retained_bytes);
+        if std::env::var_os("SWFEC_DEBUG").is_some() {
+            eprintln!("{:?}", self.stats());
+        }
     }
 }
 
