@@ -759,12 +759,59 @@ impl Drop for SlidingReceiver {
     fn drop(&mut self) {
         // Give the shared budget back what this connection still holds.
         self.budget.release(self.stats.retained_bytes);
-        if std::env::var_os("SWFEC_DEBUG").is_some() {
-            eprintln!("{:?}", self.stats());
-        }
     }
 }
 
 fn count_malformed(m: &mut MalformedCounts, e: FecError) {
     m.count(e);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fec::FecPolicy;
+
+    fn cfg() -> FecConfig {
+        FecConfig {
+            policy: FecPolicy::Fixed { parity: 4 },
+            max_payload: 200,
+            // Tiny test payloads: let the cap not get in the way.
+            parity_cap_percent: 1000,
+            ..FecConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_lost_source_is_rebuilt_from_the_next_repair() {
+        let (mut tx, mut rx) = (SlidingSender::new(cfg()), SlidingReceiver::new(cfg()));
+        let now = Instant::now();
+        let mut buf = vec![0u8; cfg().max_parity_body()];
+        let mut got = Vec::new();
+        // Fixed 4 per span 16: one repair per 4 sources.
+        for i in 0..4u8 {
+            let n = tx.protect(now, &[i; 50], &mut buf).unwrap();
+            if i != 2 {
+                rx.on_data(now, &buf[..n], |p| got.push(p.to_vec())).unwrap();
+            }
+        }
+        let n = tx.poll_parity(now, &mut buf).unwrap();
+        rx.on_parity(now, &buf[..n], |p| got.push(p.to_vec())).unwrap();
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[3], vec![2u8; 50]);
+        assert_eq!(rx.stats().data_recovered, 1);
+        assert_eq!(rx.pending_repairs(), 0);
+    }
+
+    #[test]
+    fn the_tail_timer_repairs_a_quiet_sender() {
+        let mut tx = SlidingSender::new(cfg());
+        let now = Instant::now();
+        let mut buf = vec![0u8; cfg().max_parity_body()];
+        tx.protect(now, &[1; 10], &mut buf).unwrap();
+        assert!(tx.poll_parity(now, &mut buf).is_none());
+        let t = tx.poll_timeout().unwrap();
+        assert_eq!(t, now + cfg().sliding.tail_wait);
+        assert!(tx.poll_parity(t, &mut buf).is_some());
+        assert_eq!(tx.poll_timeout(), None);
+    }
 }
