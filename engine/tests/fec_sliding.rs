@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use ricochet::fec::{
-    repair_coefficient, FecConfig, FecError, FecPolicy, FecScheme, RepairHeader, RetentionBudget,
-    SlidingReceiver, SlidingSender, MAX_PENDING_REPAIRS,
+    fuzz, repair_coefficient, FecConfig, FecError, FecPolicy, FecScheme, RepairHeader,
+    RetentionBudget, SlidingReceiver, SlidingSender, MAX_PENDING_REPAIRS,
 };
 
 fn cfg(parity: u8) -> FecConfig {
@@ -205,13 +205,29 @@ fn malformed_repairs_are_rejected_with_typed_errors_and_counted() {
     let table: Vec<(&str, Vec<u8>, FecError)> = vec![
         ("empty", vec![], FecError::Truncated),
         ("short header", vec![0, 0, 4, 0, 0], FecError::Truncated),
-        ("block codec id", repair(0, 4, 0, 0, 100), FecError::UnknownCodec),
-        ("unknown codec id", repair(0, 4, 0, 9, 100), FecError::UnknownCodec),
+        (
+            "block codec id",
+            repair(0, 4, 0, 0, 100),
+            FecError::UnknownCodec,
+        ),
+        (
+            "unknown codec id",
+            repair(0, 4, 0, 9, 100),
+            FecError::UnknownCodec,
+        ),
         ("zero sources", repair(0, 0, 0, 2, 100), FecError::BadShape),
         ("65 sources", repair(0, 65, 0, 2, 100), FecError::BadShape),
         ("1-byte symbol", repair(0, 4, 0, 2, 1), FecError::Truncated),
-        ("huge symbol", repair(0, 4, 0, 2, max + 4), FecError::LengthTooLarge),
-        ("far ahead", repair(5000, 4, 0, 2, 100), FecError::UnknownGroup),
+        (
+            "huge symbol",
+            repair(0, 4, 0, 2, max + 4),
+            FecError::LengthTooLarge,
+        ),
+        (
+            "far ahead",
+            repair(5000, 4, 0, 2, 100),
+            FecError::UnknownGroup,
+        ),
         (
             "symbol shorter than a held source",
             repair(0, 4, 0, 2, 50),
@@ -234,7 +250,10 @@ fn malformed_repairs_are_rejected_with_typed_errors_and_counted() {
     let n = tx.protect(now, &payload(3, 96), &mut buf).unwrap();
     let _ = n;
     let mut bad = repair(0, 4, 7, 2, 100);
-    bad[6..].iter_mut().enumerate().for_each(|(i, b)| *b = i as u8 | 0x80);
+    bad[6..]
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, b)| *b = i as u8 | 0x80);
     rx.on_parity(now, &bad, nothing).unwrap();
     assert_eq!(rx.stats().recovery_failures, 1);
     assert_eq!(rx.stats().data_recovered, 0);
@@ -275,4 +294,27 @@ fn memory_stays_bounded_under_heavy_loss() {
     assert!(rx.stats().peak_retained_bytes <= budget.limit());
     drop(rx);
     assert_eq!(budget.used(), 0, "a dropped receiver returns its bytes");
+}
+
+#[test]
+fn fuzz_body_handles_seeded_inputs() {
+    fuzz::sliding_ops(&[]);
+    fuzz::sliding_ops(&[0; 4096]);
+    fuzz::sliding_ops(&[0xff; 4096]);
+    let run: Vec<u8> = (0..4000u32).map(|i| (i * 7 % 251) as u8).collect();
+    fuzz::sliding_ops(&run);
+}
+
+proptest! {
+    // A fixed seed keeps the test deterministic; change it to explore new inputs.
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(0x5F1D),
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn fuzz_body_never_panics(input in proptest::collection::vec(any::<u8>(), 0..3000)) {
+        fuzz::sliding_ops(&input);
+    }
 }

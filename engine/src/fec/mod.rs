@@ -1,11 +1,26 @@
-//! Forward error correction: Reed-Solomon codecs, groups, fixed and adaptive parity policies.
+//! Forward error correction: a sliding-window random linear code and Reed-Solomon block codes,
+//! with fixed and adaptive redundancy policies.
 //!
-//! FEC sits below ARQ. The sender ([`FecSender`]) puts consecutive outgoing datagrams into a
-//! group, closes it when it holds [`FecConfig::max_data_shards`] or when its
-//! [`FecConfig::group_wait`] runs out, and yields parity right after. The receiver
-//! ([`FecReceiver`]) hands every data payload on at once, keeps the shards of incomplete groups
-//! within a byte budget ([`RetentionBudget`]) and an age limit, and rebuilds lost data shards
-//! when enough shards arrive, so ARQ only retransmits what FEC could not rebuild.
+//! FEC sits below ARQ, with one of two schemes ([`FecConfig::scheme`], both ends alike):
+//!
+//! - Block ([`FecScheme::Block`]): the sender ([`FecSender`]) puts consecutive outgoing
+//!   datagrams into a group, closes it when it holds [`FecConfig::max_data_shards`] or when its
+//!   [`FecConfig::group_wait`] runs out, and yields parity right after. The receiver
+//!   ([`FecReceiver`]) hands every data payload on at once, keeps the shards of incomplete
+//!   groups within a byte budget ([`RetentionBudget`]) and an age limit, and rebuilds lost data
+//!   shards when enough shards arrive.
+//! - Sliding window ([`FecScheme::Sliding`], the default; RFC 8681 / Tetrys style): every
+//!   datagram is a source with its own seq; the sender ([`SlidingSender`]) emits a repair, a
+//!   random linear combination over GF(2^8) of the most recent sources (at most
+//!   [`SlidingConfig::window`], none older than [`SlidingConfig::max_age`]), every
+//!   `span / level` sources and, when it goes quiet for [`SlidingConfig::tail_wait`] with
+//!   sources not yet covered, up to [`SlidingConfig::tail_repairs`] more. The receiver
+//!   ([`SlidingReceiver`]) keeps recent sources and pending repair equations within the same
+//!   budget, substitutes known sources, solves single unknowns at once and small systems by
+//!   Gaussian elimination. A group of a few datagrams needs its own parity; a repair covers
+//!   every recent source, so fewer repairs protect the same stream.
+//!
+//! Either way ARQ only retransmits what FEC could not rebuild.
 //!
 //! Everything here is sans-IO: time is an argument, nothing reads a clock or touches a
 //! socket. Byte layouts are in [`header`].
@@ -63,7 +78,7 @@ pub use receiver::{
 pub use sender::{FecSender, SenderStats, MAX_QUEUED_PARITY};
 pub use sliding::{SlidingReceiver, SlidingSender, MAX_PENDING_REPAIRS};
 
-/// How much parity the sender adds.
+/// How much parity (block) or how many repairs (sliding) the sender adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FecPolicy {
     /// No parity. Data bodies still carry the 3-byte header, so the peer can report loss.
@@ -176,13 +191,16 @@ pub struct FecConfig {
     /// Largest payload `protect` accepts and the receiver believes (1,200 B by default).
     pub max_payload: usize,
     /// Parity body bytes never exceed this percentage of data body bytes (50 by default):
-    /// over the whole history at every moment, and over every run of `cap_window_groups`
-    /// consecutive groups that ends with a group carrying parity. (A window ending with a
-    /// parity-free group can read higher only because older data left it.)
+    /// over the whole history at every moment, and (block code) over every run of
+    /// `cap_window_groups` consecutive groups that ends with a group carrying parity. (A
+    /// window ending with a parity-free group can read higher only because older data left
+    /// it.) The sliding code caps repair bytes over the whole history.
     pub parity_cap_percent: u32,
     /// Length of the parity-cap window in groups (16).
     pub cap_window_groups: usize,
     /// The receiver drops an incomplete group this long after its first shard arrived (200 ms).
+    /// The sliding receiver drops held sources and pending repair equations at the same age
+    /// (and sources sooner once they fall `sliding.window` + 16 seqs behind the newest).
     pub max_group_age: Duration,
     /// Incomplete groups one receiver tracks at most (64).
     pub max_groups: usize,

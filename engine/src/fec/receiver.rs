@@ -232,7 +232,6 @@ enum Outcome {
     Failed,
 }
 
-
 /// Receives FEC data and parity bodies and hands data payloads on. Sans-IO.
 pub struct FecReceiver {
     cfg: FecConfig,

@@ -76,7 +76,9 @@ impl SlidingSender {
         &self.cfg
     }
 
-    /// Counters so far (`groups` counts repair emissions, `current_parity` the level).
+    /// Counters so far (`groups` counts repair emissions, `current_parity` the level,
+    /// `peak_window_parity_permille` the peak repair/data byte ratio over the whole history:
+    /// the sliding code caps `parity_cap_percent` over the whole history only).
     pub fn stats(&self) -> SenderStats {
         SenderStats {
             policy_changes: self.controller.changes(),
@@ -266,6 +268,10 @@ impl SlidingSender {
                     .mul_acc(repair_coefficient(id, i as u8), &s.coded, sym);
             }
             self.total_repair += body_len;
+            // The sliding code caps repair bytes over the whole history only.
+            let permille = self.total_repair * 1000 / self.stats.data_bytes.max(1);
+            self.stats.peak_window_parity_permille =
+                self.stats.peak_window_parity_permille.max(permille);
             self.stats.max_parity = self.stats.max_parity.max(n);
             self.ready.push_back(b);
             while self.ready.len() > MAX_QUEUED_PARITY {
@@ -547,7 +553,11 @@ impl SlidingReceiver {
     /// Gauss-Jordan elimination over the unknowns of all pending equations, in place: the
     /// rows stay valid equations, and rows left with one unknown are solved by the caller.
     fn eliminate(&mut self) {
-        let mut cols: Vec<u64> = self.eqs.iter().flat_map(|e| e.vars.iter().map(|v| v.0)).collect();
+        let mut cols: Vec<u64> = self
+            .eqs
+            .iter()
+            .flat_map(|e| e.vars.iter().map(|v| v.0))
+            .collect();
         cols.sort_unstable();
         cols.dedup();
         let n = cols.len();
@@ -620,8 +630,7 @@ impl SlidingReceiver {
         self.recycle(e.sym);
         let n = u16::from_le_bytes([coded[0], coded[1]]) as usize;
         let end = LEN_PREFIX + n;
-        if end > coded.len() || n > self.cfg.max_payload || coded[end..].iter().any(|&b| b != 0)
-        {
+        if end > coded.len() || n > self.cfg.max_payload || coded[end..].iter().any(|&b| b != 0) {
             // Equations that do not match any real source (corrupt or inconsistent repairs):
             // never deliver a wrong byte, leave the source to ARQ.
             self.stats.recovery_failures += 1;
@@ -729,8 +738,10 @@ impl SlidingReceiver {
     fn budget_try(&mut self, n: usize) -> bool {
         if self.budget.try_reserve(n) {
             self.stats.retained_bytes += n;
-            self.stats.peak_retained_bytes =
-                self.stats.peak_retained_bytes.max(self.stats.retained_bytes);
+            self.stats.peak_retained_bytes = self
+                .stats
+                .peak_retained_bytes
+                .max(self.stats.retained_bytes);
             true
         } else {
             false
@@ -791,11 +802,13 @@ mod tests {
         for i in 0..4u8 {
             let n = tx.protect(now, &[i; 50], &mut buf).unwrap();
             if i != 2 {
-                rx.on_data(now, &buf[..n], |p| got.push(p.to_vec())).unwrap();
+                rx.on_data(now, &buf[..n], |p| got.push(p.to_vec()))
+                    .unwrap();
             }
         }
         let n = tx.poll_parity(now, &mut buf).unwrap();
-        rx.on_parity(now, &buf[..n], |p| got.push(p.to_vec())).unwrap();
+        rx.on_parity(now, &buf[..n], |p| got.push(p.to_vec()))
+            .unwrap();
         assert_eq!(got.len(), 4);
         assert_eq!(got[3], vec![2u8; 50]);
         assert_eq!(rx.stats().data_recovered, 1);
