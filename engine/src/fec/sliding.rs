@@ -76,7 +76,8 @@ impl SlidingSender {
         &self.cfg
     }
 
-    /// Counters so far (`groups` counts repair emissions, `current_parity` the level,
+    /// Counters so far (`groups` counts repair emissions, `current_parity` the level and
+    /// `max_parity` the highest level in force at a repair,
     /// `peak_window_parity_permille` the peak repair/data byte ratio over the whole history:
     /// the sliding code caps `parity_cap_percent` over the whole history only).
     pub fn stats(&self) -> SenderStats {
@@ -272,7 +273,7 @@ impl SlidingSender {
             let permille = self.total_repair * 1000 / self.stats.data_bytes.max(1);
             self.stats.peak_window_parity_permille =
                 self.stats.peak_window_parity_permille.max(permille);
-            self.stats.max_parity = self.stats.max_parity.max(n);
+            self.stats.max_parity = self.stats.max_parity.max(self.controller.level());
             self.ready.push_back(b);
             while self.ready.len() > MAX_QUEUED_PARITY {
                 if let Some(b) = self.ready.pop_front() {
