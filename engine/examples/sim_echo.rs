@@ -12,12 +12,14 @@
 //! `--redundant` / `--no-redundant` (retransmit every fragment twice, or not), `--clients N`, `--window N`, `--payload BYTES`, `--seconds S`,
 //! `--seed N`, and overrides of the connection config: `--packet-threshold N`,
 //! `--ack-frequency N`, `--ack-delay-ms MS`, and of its FEC settings: `--group-wait-ms MS`,
-//! `--data-shards N`, `--max-parity N`, `--parity-cap PERCENT`.
+//! `--data-shards N`, `--max-parity N`, `--parity-cap PERCENT`, `--scheme block|sliding`,
+//! and of the sliding code: `--sliding-window N`, `--sliding-span N`, `--tail-wait-ms MS`,
+//! `--max-age-ms MS`, `--tail-repairs N`.
 
 use std::str::FromStr;
 use std::time::Duration;
 
-use ricochet::fec::FecPolicy;
+use ricochet::fec::{FecPolicy, FecScheme};
 use ricochet::proto::Config;
 use ricochet::sim::echo::EchoScenario;
 use ricochet::sim::Profile;
@@ -40,6 +42,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut max_parity = 4;
     let mut parity_cap = None;
     let mut no_cc = false;
+    let mut scheme = None;
+    let mut window_sources = None;
+    let mut span = None;
+    let mut tail_ms: Option<f64> = None;
+    let mut max_age_ms: Option<f64> = None;
+    let mut tail_repairs = None;
     let mut redundant = None;
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -60,6 +68,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--data-shards" => data_shards = Some(value("--data-shards")?.parse()?),
             "--parity-cap" => parity_cap = Some(value("--parity-cap")?.parse()?),
             "--max-parity" => max_parity = value("--max-parity")?.parse()?,
+            "--scheme" => {
+                scheme = Some(match value("--scheme")?.as_str() {
+                    "block" => FecScheme::Block,
+                    "sliding" => FecScheme::Sliding,
+                    other => return Err(format!("unknown scheme {other}").into()),
+                })
+            }
+            "--sliding-window" => window_sources = Some(value("--sliding-window")?.parse()?),
+            "--sliding-span" => span = Some(value("--sliding-span")?.parse()?),
+            "--tail-wait-ms" => tail_ms = Some(value("--tail-wait-ms")?.parse()?),
+            "--tail-repairs" => tail_repairs = Some(value("--tail-repairs")?.parse()?),
+            "--max-age-ms" => max_age_ms = Some(value("--max-age-ms")?.parse()?),
             "--ack-delay-ms" => ack_delay_ms = Some(value("--ack-delay-ms")?.parse()?),
             other => profile = Profile::from_str(other)?,
         }
@@ -87,6 +107,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     if let Some(n) = parity_cap {
         config.fec.parity_cap_percent = n;
+    }
+    if let Some(s) = scheme {
+        config.fec.scheme = s;
+    }
+    if let Some(n) = window_sources {
+        config.fec.sliding.window = n;
+    }
+    if let Some(n) = tail_repairs {
+        config.fec.sliding.tail_repairs = n;
+    }
+    if let Some(n) = span {
+        config.fec.sliding.span = n;
+    }
+    if let Some(ms) = tail_ms {
+        config.fec.sliding.tail_wait = Duration::from_secs_f64(ms / 1000.0);
+    }
+    if let Some(ms) = max_age_ms {
+        config.fec.sliding.max_age = Duration::from_secs_f64(ms / 1000.0);
     }
     if let Some(n) = data_shards {
         config.fec.max_data_shards = n;

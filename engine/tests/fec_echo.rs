@@ -241,7 +241,7 @@ fn run(imp: Impairment, cfg: Config, seed: u64, secs: u64) -> Outcome {
             o.parity_sent += f.parity_sent;
             o.policy_changes += f.policy_changes;
             o.malformed += f.malformed.total();
-            if f.sender.groups > 0 {
+            if f.sender.data_shards > 0 {
                 o.final_parity.push(f.current_parity);
                 o.peak_window_parity_permille = o
                     .peak_window_parity_permille

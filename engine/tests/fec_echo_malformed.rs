@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use proto_util::{addr, Impair, Net};
-use ricochet::fec::FecPolicy;
+use ricochet::fec::{FecPolicy, FecScheme};
 use ricochet::proto::{
     Config, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, ServerConfig,
 };
@@ -19,6 +19,9 @@ use ricochet::wire::{self, ConnectionId, Packet};
 fn config(policy: FecPolicy) -> Arc<Config> {
     let mut c = Config::competitive();
     c.fec.policy = policy;
+    // The malformed bodies below are block-code parity bodies (the sliding code's repair
+    // bodies have their own table in tests/fec_sliding.rs).
+    c.fec.scheme = FecScheme::Block;
     Arc::new(c)
 }
 

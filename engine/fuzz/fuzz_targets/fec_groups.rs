@@ -1,5 +1,9 @@
 #![no_main]
-// FEC sender and receiver driven by arbitrary operations and malformed bodies.
+// FEC senders and receivers (block code and sliding-window code) driven by arbitrary
+// operations and malformed data, parity and repair bodies. The first byte picks the scheme.
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    ricochet::fec::fuzz::sender_receiver_ops(data);
+    match data.split_first() {
+        Some((s, rest)) if s & 1 == 1 => ricochet::fec::fuzz::sliding_ops(rest),
+        _ => ricochet::fec::fuzz::sender_receiver_ops(data),
+    }
 });

@@ -23,6 +23,25 @@
 //! | 5 | 1 | `codec`: 0 = GF(2^8) Cauchy, 1 = reed-solomon-simd |
 //! | 6 | L | coded shard |
 //!
+//! Repair body of the sliding-window code ([`super::FecScheme::Sliding`]; carried in a
+//! `FecParity` packet like parity, 6 bytes of header, then one coded symbol of `L` bytes):
+//!
+//! | offset | size | field |
+//! | -----: | ---: | ----- |
+//! | 0 | 2 | `first_seq`: u16 little-endian, seq of the first source the repair covers |
+//! | 2 | 1 | `count`: sources covered, 1–64: seqs `first_seq .. first_seq + count` (wrapping) |
+//! | 3 | 2 | `repair_id`: u16 little-endian, per-sender repair counter; seeds the coefficients |
+//! | 5 | 1 | `codec`: 2 = sliding-window random linear code over GF(2^8) |
+//! | 6 | L | coded symbol `Σ c_i · S_i` |
+//!
+//! Source `S_i` (seq `first_seq + i`) is the coded region below (length prefix + payload),
+//! zero-padded to `L`, the longest covered source + 2. Coefficient
+//! `c_i = repair_coefficient(repair_id, i)`: with `x = (repair_id << 8 | i) as u32`,
+//! `x = x * 0x9E3779B1` (wrapping); `x ^= x >> 15`; `x = x * 0x85EBCA77` (wrapping);
+//! `x ^= x >> 13`; `c = x >> 24`, and 1 if that is 0. The block code's codec ids are 0 and 1,
+//! so a block receiver rejects a repair as `UnknownCodec` and a sliding receiver rejects
+//! block parity the same way.
+//!
 //! Coded region of data shard `i` (what the codec sees; never sent as such): a u16
 //! little-endian payload length, the payload, then zeros up to `L`, the group's longest
 //! payload + 2 (rounded up to even for reed-solomon-simd). The receiver rebuilds it from the
@@ -47,6 +66,11 @@ pub const LEN_PREFIX: usize = 2;
 pub const fn max_protected_payload(mtu: usize, packet_header: usize) -> usize {
     mtu.saturating_sub(packet_header + PARITY_HEADER_LEN + LEN_PREFIX)
 }
+
+/// Codec id of a sliding-window repair body.
+pub const SLIDING_CODEC_ID: u8 = 2;
+/// Most sources one repair covers.
+pub const MAX_REPAIR_SOURCES: usize = 64;
 
 const INDEX_MASK: u8 = 0x3f;
 const RESERVED_BIT: u8 = 0x40;
@@ -147,6 +171,65 @@ impl ParityHeader {
     }
 }
 
+/// The header of a sliding-window repair body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RepairHeader {
+    /// Seq of the first source covered.
+    pub first_seq: u16,
+    /// Sources covered (1..=[`MAX_REPAIR_SOURCES`]).
+    pub count: u8,
+    /// Per-sender repair counter, the seed of the coefficients.
+    pub repair_id: u16,
+}
+
+impl RepairHeader {
+    /// Writes the header into `out[..PARITY_HEADER_LEN]`; `out` must be long enough.
+    pub(crate) fn write(&self, out: &mut [u8]) {
+        out[..2].copy_from_slice(&self.first_seq.to_le_bytes());
+        out[2] = self.count;
+        out[3..5].copy_from_slice(&self.repair_id.to_le_bytes());
+        out[5] = SLIDING_CODEC_ID;
+    }
+
+    /// Splits a repair body into header and coded symbol.
+    pub fn parse(body: &[u8]) -> Result<(RepairHeader, &[u8]), FecError> {
+        let [f0, f1, count, r0, r1, codec, symbol @ ..] = body else {
+            return Err(FecError::Truncated);
+        };
+        if *codec != SLIDING_CODEC_ID {
+            return Err(FecError::UnknownCodec);
+        }
+        if *count == 0 || *count as usize > MAX_REPAIR_SOURCES {
+            return Err(FecError::BadShape);
+        }
+        if symbol.len() < LEN_PREFIX {
+            return Err(FecError::Truncated);
+        }
+        Ok((
+            RepairHeader {
+                first_seq: u16::from_le_bytes([*f0, *f1]),
+                count: *count,
+                repair_id: u16::from_le_bytes([*r0, *r1]),
+            },
+            symbol,
+        ))
+    }
+}
+
+/// Coefficient of source `i` (0-based within the repair's range) in repair `repair_id`:
+/// a fixed integer hash, never zero (see the module docs for the formula).
+pub fn repair_coefficient(repair_id: u16, i: u8) -> u8 {
+    let mut x = (u32::from(repair_id) << 8) | u32::from(i);
+    x = x.wrapping_mul(0x9E37_79B1);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x85EB_CA77);
+    x ^= x >> 13;
+    match (x >> 24) as u8 {
+        0 => 1,
+        c => c,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +262,31 @@ mod tests {
         let mut b = [0u8; 10];
         p.write(&mut b);
         assert_eq!(ParityHeader::parse(&b), Ok((p, &[0u8; 4][..])));
+        let r = RepairHeader {
+            first_seq: 65535,
+            count: 64,
+            repair_id: 0x1234,
+        };
+        let mut b = [9u8; 8];
+        r.write(&mut b);
+        assert_eq!(RepairHeader::parse(&b), Ok((r, &[9u8; 2][..])));
+        // A block parity header is not a repair, and vice versa.
+        assert!(ParityHeader::parse(&b).is_err());
+        b[5] = 0;
+        assert_eq!(RepairHeader::parse(&b), Err(FecError::UnknownCodec));
+    }
+
+    #[test]
+    fn repair_coefficients_are_nonzero_and_vary() {
+        let mut seen = [false; 256];
+        for id in 0..64u16 {
+            for i in 0..64u8 {
+                let c = repair_coefficient(id, i);
+                assert_ne!(c, 0);
+                seen[c as usize] = true;
+            }
+        }
+        assert!(seen.iter().filter(|&&s| s).count() > 200);
+        assert_ne!(repair_coefficient(1, 0), repair_coefficient(2, 0));
     }
 }

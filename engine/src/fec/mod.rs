@@ -1,11 +1,26 @@
-//! Forward error correction: Reed-Solomon codecs, groups, fixed and adaptive parity policies.
+//! Forward error correction: a sliding-window random linear code and Reed-Solomon block codes,
+//! with fixed and adaptive redundancy policies.
 //!
-//! FEC sits below ARQ. The sender ([`FecSender`]) puts consecutive outgoing datagrams into a
-//! group, closes it when it holds [`FecConfig::max_data_shards`] or when its
-//! [`FecConfig::group_wait`] runs out, and yields parity right after. The receiver
-//! ([`FecReceiver`]) hands every data payload on at once, keeps the shards of incomplete groups
-//! within a byte budget ([`RetentionBudget`]) and an age limit, and rebuilds lost data shards
-//! when enough shards arrive, so ARQ only retransmits what FEC could not rebuild.
+//! FEC sits below ARQ, with one of two schemes ([`FecConfig::scheme`], both ends alike):
+//!
+//! - Block ([`FecScheme::Block`]): the sender ([`FecSender`]) puts consecutive outgoing
+//!   datagrams into a group, closes it when it holds [`FecConfig::max_data_shards`] or when its
+//!   [`FecConfig::group_wait`] runs out, and yields parity right after. The receiver
+//!   ([`FecReceiver`]) hands every data payload on at once, keeps the shards of incomplete
+//!   groups within a byte budget ([`RetentionBudget`]) and an age limit, and rebuilds lost data
+//!   shards when enough shards arrive.
+//! - Sliding window ([`FecScheme::Sliding`], the default; RFC 8681 / Tetrys style): every
+//!   datagram is a source with its own seq; the sender ([`SlidingSender`]) emits a repair, a
+//!   random linear combination over GF(2^8) of the most recent sources (at most
+//!   [`SlidingConfig::window`], none older than [`SlidingConfig::max_age`]), every
+//!   `span / level` sources and, when it goes quiet for [`SlidingConfig::tail_wait`] with
+//!   sources not yet covered, up to [`SlidingConfig::tail_repairs`] more. The receiver
+//!   ([`SlidingReceiver`]) keeps recent sources and pending repair equations within the same
+//!   budget, substitutes known sources, solves single unknowns at once and small systems by
+//!   Gaussian elimination. A group of a few datagrams needs its own parity; a repair covers
+//!   every recent source, so fewer repairs protect the same stream.
+//!
+//! Either way ARQ only retransmits what FEC could not rebuild.
 //!
 //! Everything here is sans-IO: time is an argument, nothing reads a clock or touches a
 //! socket. Byte layouts are in [`header`].
@@ -47,10 +62,13 @@ pub mod kernel;
 mod policy;
 mod receiver;
 mod sender;
+mod sliding;
+mod track;
 
 pub use codec::{CauchyCodec, Codec, CodecError, CodecId, RsSimdCodec};
 pub use header::{
-    max_protected_payload, DataHeader, ParityHeader, DATA_HEADER_LEN, PARITY_HEADER_LEN,
+    max_protected_payload, repair_coefficient, DataHeader, ParityHeader, RepairHeader,
+    DATA_HEADER_LEN, MAX_REPAIR_SOURCES, PARITY_HEADER_LEN, SLIDING_CODEC_ID,
 };
 pub use kernel::{Kernel, SimdLevel};
 pub use receiver::{
@@ -58,8 +76,9 @@ pub use receiver::{
     DEFAULT_RETENTION_BUDGET,
 };
 pub use sender::{FecSender, SenderStats, MAX_QUEUED_PARITY};
+pub use sliding::{SlidingReceiver, SlidingSender, MAX_PENDING_REPAIRS};
 
-/// How much parity the sender adds.
+/// How much parity (block) or how many repairs (sliding) the sender adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FecPolicy {
     /// No parity. Data bodies still carry the 3-byte header, so the peer can report loss.
@@ -74,6 +93,52 @@ pub enum FecPolicy {
         /// Upper bound on parity shards per group.
         max_parity: u8,
     },
+}
+
+/// Which code protects the datagrams. Both ends must use the same scheme: data bodies are
+/// the same in both, so data always flows, but each scheme's receiver rejects the other's
+/// parity/repair bodies as [`FecError::UnknownCodec`] (counted as malformed), leaving every
+/// loss to ARQ. (A block receiver also retains a sliding sender's protected data shards as
+/// one-shard groups until their age limit; the budget bounds that.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FecScheme {
+    /// Block code: groups of consecutive datagrams, Reed-Solomon parity after each group.
+    Block,
+    /// Sliding-window random linear code: repairs over the most recent sources at a ratio of
+    /// the sources and shortly after the sender goes quiet ([`SlidingConfig`]).
+    #[default]
+    Sliding,
+}
+
+/// Tuning of the sliding-window code.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlidingConfig {
+    /// Most sources one repair covers (1..=64; 32 by default).
+    pub window: usize,
+    /// Sources sent longer ago than this leave the window (20 ms, about one path RTT: a
+    /// loss older than that is ARQ's anyway).
+    pub max_age: Duration,
+    /// Sources per adaptive "group": the policy's parity level `p` for this many sources
+    /// sets one repair per `span / p` sources (16 by default).
+    pub span: usize,
+    /// Repairs go out this long after the last source not yet covered by one when no further
+    /// source follows (1 ms), so a lost tail is repaired before ARQ would notice it.
+    pub tail_wait: Duration,
+    /// Most repairs one tail carries (2): as many as the longest recent loss burst the peer
+    /// reported, at least one.
+    pub tail_repairs: usize,
+}
+
+impl Default for SlidingConfig {
+    fn default() -> Self {
+        SlidingConfig {
+            window: 32,
+            max_age: Duration::from_millis(20),
+            span: 16,
+            tail_wait: Duration::from_millis(1),
+            tail_repairs: 2,
+        }
+    }
 }
 
 /// Tuning of the adaptive policy.
@@ -115,6 +180,10 @@ impl Default for AdaptiveConfig {
 pub struct FecConfig {
     /// Parity policy of the sender.
     pub policy: FecPolicy,
+    /// Block or sliding-window code (both ends alike; sliding by default).
+    pub scheme: FecScheme,
+    /// Sliding-window tuning (used when `scheme` is [`FecScheme::Sliding`]).
+    pub sliding: SlidingConfig,
     /// Data shards after which a group closes (1..=64; 8 by default).
     pub max_data_shards: usize,
     /// Time after a group's first shard at which it closes even if not full (2 ms).
@@ -122,13 +191,16 @@ pub struct FecConfig {
     /// Largest payload `protect` accepts and the receiver believes (1,200 B by default).
     pub max_payload: usize,
     /// Parity body bytes never exceed this percentage of data body bytes (50 by default):
-    /// over the whole history at every moment, and over every run of `cap_window_groups`
-    /// consecutive groups that ends with a group carrying parity. (A window ending with a
-    /// parity-free group can read higher only because older data left it.)
+    /// over the whole history at every moment, and (block code) over every run of
+    /// `cap_window_groups` consecutive groups that ends with a group carrying parity. (A
+    /// window ending with a parity-free group can read higher only because older data left
+    /// it.) The sliding code caps repair bytes over the whole history.
     pub parity_cap_percent: u32,
     /// Length of the parity-cap window in groups (16).
     pub cap_window_groups: usize,
     /// The receiver drops an incomplete group this long after its first shard arrived (200 ms).
+    /// The sliding receiver drops held sources and pending repair equations at the same age
+    /// (and sources sooner once they fall `sliding.window` + 16 seqs behind the newest).
     pub max_group_age: Duration,
     /// Incomplete groups one receiver tracks at most (64).
     pub max_groups: usize,
@@ -140,6 +212,8 @@ impl Default for FecConfig {
     fn default() -> Self {
         FecConfig {
             policy: FecPolicy::Adaptive { max_parity: 4 },
+            scheme: FecScheme::default(),
+            sliding: SlidingConfig::default(),
             max_data_shards: 8,
             group_wait: Duration::from_millis(2),
             max_payload: 1200,
@@ -166,6 +240,8 @@ impl FecConfig {
         self.max_payload = self.max_payload.min(u16::MAX as usize - 3);
         self.cap_window_groups = self.cap_window_groups.max(1);
         self.max_groups = self.max_groups.max(1);
+        self.sliding.window = self.sliding.window.clamp(1, header::MAX_REPAIR_SOURCES);
+        self.sliding.span = self.sliding.span.max(1);
         let cap = |p: u8| p.min(codec::MAX_PARITY_SHARDS as u8);
         self.policy = match self.policy {
             FecPolicy::Off => FecPolicy::Off,

@@ -53,6 +53,11 @@ impl ParityController {
         self.changes
     }
 
+    /// The longest loss burst of the remembered report windows (0 if none).
+    pub(crate) fn recent_burst(&self) -> usize {
+        self.bursts.iter().copied().max().unwrap_or(0) as usize
+    }
+
     /// The current loss estimate, if enough samples arrived.
     pub(crate) fn estimate(&self) -> Option<f64> {
         self.estimate

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use super::codec::{CauchyCodec, Codec, CodecId, RsSimdCodec, MAX_DATA_SHARDS, MAX_PARITY_SHARDS};
 use super::header::{DataHeader, ParityHeader, LEN_PREFIX};
+use super::track::{Arrival, SeqTracker, WINDOW};
 use super::{FecConfig, FecError};
 
 /// Default retention budget of one endpoint: 1 MiB.
@@ -60,7 +61,7 @@ impl RetentionBudget {
         self.inner.peak.load(Ordering::Relaxed)
     }
 
-    fn try_reserve(&self, n: usize) -> bool {
+    pub(crate) fn try_reserve(&self, n: usize) -> bool {
         let limit = self.inner.limit;
         let r = self
             .inner
@@ -77,7 +78,7 @@ impl RetentionBudget {
         }
     }
 
-    fn release(&self, n: usize) {
+    pub(crate) fn release(&self, n: usize) {
         self.inner.used.fetch_sub(n, Ordering::Relaxed);
     }
 }
@@ -116,7 +117,7 @@ impl MalformedCounts {
             + self.unknown_group
     }
 
-    fn count(&mut self, e: FecError) {
+    pub(crate) fn count(&mut self, e: FecError) {
         let c = match e {
             FecError::Truncated => &mut self.truncated,
             FecError::ReservedBits => &mut self.reserved_bits,
@@ -195,14 +196,6 @@ impl ReceiverStats {
     }
 }
 
-/// Base of extended sequence numbers, so `seq - index` and window arithmetic never underflow.
-const SEQ_BASE: u64 = 1 << 20;
-/// Sequence numbers tracked for duplicates and loss (bitmap width).
-const WINDOW: u64 = 128;
-/// A missing data shard counts as lost once this many later shards arrived.
-const REORDER_DISTANCE: u64 = 32;
-/// A jump in sequence larger than this resynchronises instead of counting loss.
-const MAX_JUMP: u64 = 1024;
 /// Parity for a group starting further than this past the newest data is dropped.
 const MAX_AHEAD: u64 = 256;
 /// Spare shard buffers kept per receiver.
@@ -239,13 +232,6 @@ enum Outcome {
     Failed,
 }
 
-enum Arrival {
-    New,
-    Duplicate,
-    AlreadyDelivered,
-    Late,
-}
-
 /// Receives FEC data and parity bodies and hands data payloads on. Sans-IO.
 pub struct FecReceiver {
     cfg: FecConfig,
@@ -254,19 +240,7 @@ pub struct FecReceiver {
     spare_groups: Vec<Group>,
     pool: Vec<Vec<u8>>,
     scratch: Vec<Vec<u8>>,
-    hi: Option<u64>,
-    start: u64,
-    arrived: u128,
-    delivered: u128,
-    /// Rebuilt shards newer than `hi`: bit j is seq `hi + 1 + j`.
-    delivered_ahead: u64,
-    window_received: u64,
-    window_lost: u64,
-    /// Length of the current run of lost shards, the seq of its last one, and the longest
-    /// run in this report window.
-    run: u64,
-    last_lost: u64,
-    window_max_burst: u64,
+    track: SeqTracker,
     cauchy: CauchyCodec,
     rs: Option<RsSimdCodec>,
     stats: ReceiverStats,
@@ -287,16 +261,7 @@ impl FecReceiver {
             spare_groups: Vec::new(),
             pool: Vec::new(),
             scratch: Vec::new(),
-            hi: None,
-            start: 0,
-            arrived: 0,
-            delivered: 0,
-            delivered_ahead: 0,
-            window_received: 0,
-            window_lost: 0,
-            run: 0,
-            last_lost: 0,
-            window_max_burst: 0,
+            track: SeqTracker::default(),
             cauchy: CauchyCodec::new(),
             rs: None,
             stats: ReceiverStats::default(),
@@ -305,7 +270,11 @@ impl FecReceiver {
 
     /// Counters so far.
     pub fn stats(&self) -> ReceiverStats {
-        self.stats
+        ReceiverStats {
+            received: self.track.received,
+            lost: self.track.lost,
+            ..self.stats
+        }
     }
 
     /// The budget this receiver draws on.
@@ -324,15 +293,7 @@ impl FecReceiver {
     /// Like [`FecReceiver::loss_report`], with the longest run of consecutive lost data
     /// shards in the window, which lets the peer size parity for burst loss.
     pub fn loss_report_detail(&mut self) -> LossReport {
-        let r = LossReport {
-            received: self.window_received,
-            lost: self.window_lost,
-            max_burst: self.window_max_burst,
-        };
-        self.window_received = 0;
-        self.window_lost = 0;
-        self.window_max_burst = 0;
-        r
+        self.track.take_report()
     }
 
     /// When the oldest incomplete group reaches the age limit.
@@ -391,7 +352,7 @@ impl FecReceiver {
         if payload.len() > self.cfg.max_payload {
             return Err(FecError::LengthTooLarge);
         }
-        let seq = self.extend(h.seq);
+        let seq = self.track.extend(h.seq);
         let index = h.index as usize;
         let first = seq - index as u64;
         let coded = LEN_PREFIX + payload.len();
@@ -415,7 +376,7 @@ impl FecReceiver {
                 }
             }
         }
-        match self.track_arrival(seq) {
+        match self.track.track_arrival(seq) {
             Arrival::Duplicate | Arrival::AlreadyDelivered => {
                 self.stats.duplicates += 1;
                 return Ok(());
@@ -428,7 +389,7 @@ impl FecReceiver {
             }
             Arrival::New => {}
         }
-        self.mark_delivered(seq);
+        self.track.mark_delivered(seq);
         self.stats.data_delivered += 1;
         deliver(payload);
         for g in &mut self.groups {
@@ -473,8 +434,8 @@ impl FecReceiver {
             return Err(FecError::LengthTooLarge);
         }
         let (k, m, idx) = (h.data as usize, h.parity as usize, h.index as usize);
-        let first = self.extend(h.first_seq);
-        if let Some(hi) = self.hi {
+        let first = self.track.extend(h.first_seq);
+        if let Some(hi) = self.track.hi {
             if first > hi + MAX_AHEAD {
                 return Err(FecError::UnknownGroup);
             }
@@ -511,7 +472,7 @@ impl FecReceiver {
                 if overlaps {
                     return Err(FecError::InconsistentGroup);
                 }
-                if self.all_delivered(first, k) {
+                if self.track.all_delivered(first, k) {
                     self.stats.parity_ignored += 1;
                     return Ok(());
                 }
@@ -538,150 +499,6 @@ impl FecReceiver {
         self.try_recover(gi, deliver);
         self.sweep_complete();
         Ok(())
-    }
-
-    /// Extends a 16-bit sequence number to the one nearest the newest seen.
-    fn extend(&self, s: u16) -> u64 {
-        let Some(hi) = self.hi else {
-            return SEQ_BASE + u64::from(s);
-        };
-        let cand = (hi & !0xFFFF) | u64::from(s);
-        [cand.wrapping_sub(1 << 16), cand, cand + (1 << 16)]
-            .into_iter()
-            .filter(|&c| c >= SEQ_BASE / 2)
-            .min_by_key(|&c| c.abs_diff(hi))
-            .unwrap_or(cand)
-    }
-
-    /// Loss and duplicate accounting for an arriving data shard.
-    fn track_arrival(&mut self, seq: u64) -> Arrival {
-        let Some(hi) = self.hi else {
-            self.hi = Some(seq);
-            self.start = seq;
-            self.arrived = 1;
-            self.delivered = 0;
-            self.delivered_ahead = 0;
-            self.count_received();
-            return Arrival::New;
-        };
-        if seq > hi {
-            let shift = seq - hi;
-            let ahead = self.delivered_ahead;
-            let was_delivered = shift - 1 < 64 && ahead & (1 << (shift - 1)) != 0;
-            if shift > MAX_JUMP {
-                // Far beyond anything plausible: start over rather than count phantom loss.
-                self.start = seq;
-                self.arrived = 0;
-                self.delivered = 0;
-                self.delivered_ahead = 0;
-            } else {
-                // Shards whose distance from the newest crosses REORDER_DISTANCE now count
-                // as lost if they have not arrived.
-                let from = (hi + 1).saturating_sub(REORDER_DISTANCE).max(self.start);
-                let to = seq.saturating_sub(REORDER_DISTANCE);
-                let mut lost = 0;
-                for q in from..=to {
-                    if q > hi || !bit(self.arrived, hi - q) {
-                        lost += 1;
-                        self.run = if self.last_lost + 1 == q {
-                            self.run + 1
-                        } else {
-                            1
-                        };
-                        self.last_lost = q;
-                        self.window_max_burst = self.window_max_burst.max(self.run);
-                    }
-                }
-                self.window_lost += lost;
-                self.stats.lost += lost;
-                self.arrived = shl(self.arrived, shift);
-                self.delivered = shl(self.delivered, shift);
-                // Rebuilt shards at or below the new newest move into the main window.
-                let mut a = ahead;
-                while a != 0 {
-                    let j = u64::from(a.trailing_zeros());
-                    a &= a - 1;
-                    if j < shift && shift - 1 - j < WINDOW {
-                        self.delivered |= 1 << (shift - 1 - j);
-                    }
-                }
-                self.delivered_ahead = if shift >= 64 { 0 } else { ahead >> shift };
-            }
-            self.hi = Some(seq);
-            self.arrived |= 1;
-            self.count_received();
-            return if was_delivered {
-                Arrival::AlreadyDelivered
-            } else {
-                Arrival::New
-            };
-        }
-        let d = hi - seq;
-        // Shards before `start` were never counted lost, so there is nothing to net out.
-        let counted_lost = seq >= self.start && d >= REORDER_DISTANCE;
-        if d >= WINDOW {
-            self.count_received();
-            if counted_lost {
-                self.uncount_lost();
-            }
-            return Arrival::Late;
-        }
-        if bit(self.arrived, d) {
-            return Arrival::Duplicate;
-        }
-        self.arrived |= 1 << d;
-        self.count_received();
-        if counted_lost {
-            self.uncount_lost();
-        }
-        if bit(self.delivered, d) {
-            Arrival::AlreadyDelivered
-        } else {
-            Arrival::New
-        }
-    }
-
-    fn count_received(&mut self) {
-        self.window_received += 1;
-        self.stats.received += 1;
-    }
-
-    fn uncount_lost(&mut self) {
-        self.window_lost = self.window_lost.saturating_sub(1);
-        self.stats.lost = self.stats.lost.saturating_sub(1);
-    }
-
-    fn mark_delivered(&mut self, seq: u64) {
-        let hi = match self.hi {
-            Some(hi) => hi,
-            None => {
-                // Rebuilt before any data arrived: anchor the window just below it.
-                self.hi = Some(seq - 1);
-                self.start = seq;
-                seq - 1
-            }
-        };
-        if seq <= hi {
-            if hi - seq < WINDOW {
-                self.delivered |= 1 << (hi - seq);
-            }
-        } else if seq - hi - 1 < 64 {
-            self.delivered_ahead |= 1 << (seq - hi - 1);
-        }
-    }
-
-    /// Whether data shard `seq` was delivered (false if it is outside the tracked window).
-    fn is_delivered(&self, seq: u64) -> bool {
-        match self.hi {
-            None => false,
-            Some(hi) if seq <= hi => bit(self.delivered, hi - seq),
-            Some(hi) => seq - hi - 1 < 64 && self.delivered_ahead & (1 << (seq - hi - 1)) != 0,
-        }
-    }
-
-    /// Whether data shards `first..first + k` are all known delivered.
-    fn all_delivered(&self, first: u64, k: usize) -> bool {
-        (first..first + k as u64).all(|q| self.is_delivered(q))
     }
 
     /// Reserves `n` bytes of retention, evicting this receiver's oldest other groups if the
@@ -795,8 +612,8 @@ impl FecReceiver {
                 continue;
             }
             let seq = first + i as u64;
-            if !self.is_delivered(seq) {
-                self.mark_delivered(seq);
+            if !self.track.is_delivered(seq) {
+                self.track.mark_delivered(seq);
                 self.stats.data_recovered += 1;
                 deliver(&self.scratch[i][LEN_PREFIX..LEN_PREFIX + n]);
             }
@@ -810,7 +627,7 @@ impl FecReceiver {
         while i < self.groups.len() {
             let g = &self.groups[i];
             if let Some(k) = g.k.or(g.k_hint) {
-                if self.all_delivered(g.first, k) {
+                if self.track.all_delivered(g.first, k) {
                     self.finish(i, Outcome::Complete);
                     continue;
                 }
@@ -837,7 +654,7 @@ impl FecReceiver {
     fn finish(&mut self, i: usize, outcome: Outcome) {
         let mut g = self.groups.swap_remove(i);
         let missing = match g.k {
-            Some(k) => !self.all_delivered(g.first, k),
+            Some(k) => !self.track.all_delivered(g.first, k),
             None => false,
         };
         match outcome {
@@ -871,17 +688,5 @@ impl Drop for FecReceiver {
     fn drop(&mut self) {
         // Give the shared budget back what this connection still holds.
         self.budget.release(self.stats.retained_bytes);
-    }
-}
-
-fn bit(map: u128, d: u64) -> bool {
-    d < 128 && map & (1 << d) != 0
-}
-
-fn shl(map: u128, n: u64) -> u128 {
-    if n >= 128 {
-        0
-    } else {
-        map << n
     }
 }

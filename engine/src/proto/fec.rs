@@ -27,8 +27,9 @@ use std::time::Instant;
 use super::cc::Congestion;
 use super::Config;
 use crate::fec::{
-    max_protected_payload, FecConfig, FecPolicy, FecReceiver, FecSender, MalformedCounts,
-    ReceiverStats, RetentionBudget, SenderStats,
+    max_protected_payload, FecConfig, FecError, FecPolicy, FecReceiver, FecScheme, FecSender,
+    LossReport, MalformedCounts, ReceiverStats, RetentionBudget, SenderStats, SlidingReceiver,
+    SlidingSender,
 };
 use crate::wire::{self, ConnectionId, Packet, FEC_HEADER_LEN};
 
@@ -72,14 +73,119 @@ pub struct FecStats {
     pub receiver: ReceiverStats,
 }
 
+/// The sending half of the configured scheme.
+// `FecLink` boxes the whole value, so the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Tx {
+    Block(FecSender),
+    Sliding(SlidingSender),
+}
+
+impl Tx {
+    fn new(cfg: FecConfig) -> Tx {
+        match cfg.scheme {
+            FecScheme::Block => Tx::Block(FecSender::new(cfg)),
+            FecScheme::Sliding => Tx::Sliding(SlidingSender::new(cfg)),
+        }
+    }
+
+    #[cfg(test)]
+    fn parity_level(&self) -> usize {
+        match self {
+            Tx::Block(t) => t.parity_level(),
+            Tx::Sliding(t) => t.parity_level(),
+        }
+    }
+
+    fn protect(&mut self, now: Instant, payload: &[u8], out: &mut [u8]) -> Result<usize, FecError> {
+        match self {
+            Tx::Block(t) => t.protect(now, payload, out),
+            Tx::Sliding(t) => t.protect(now, payload, out),
+        }
+    }
+
+    fn poll_parity(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+        match self {
+            Tx::Block(t) => t.poll_parity(now, out),
+            Tx::Sliding(t) => t.poll_parity(now, out),
+        }
+    }
+
+    fn next_parity_len(&self) -> Option<usize> {
+        match self {
+            Tx::Block(t) => t.next_parity_len(),
+            Tx::Sliding(t) => t.next_parity_len(),
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Tx::Block(t) => t.poll_timeout(),
+            Tx::Sliding(t) => t.poll_timeout(),
+        }
+    }
+
+    fn on_loss_report(&mut self, r: LossReport) {
+        match self {
+            Tx::Block(t) => t.on_loss_report_detail(r),
+            Tx::Sliding(t) => t.on_loss_report_detail(r),
+        }
+    }
+
+    fn stats(&self) -> SenderStats {
+        match self {
+            Tx::Block(t) => t.stats(),
+            Tx::Sliding(t) => t.stats(),
+        }
+    }
+}
+
+/// The receiving half of the configured scheme.
+// `FecLink` boxes the whole value, so the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Rx {
+    Block(FecReceiver),
+    Sliding(SlidingReceiver),
+}
+
+impl Rx {
+    fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Rx::Block(r) => r.poll_timeout(),
+            Rx::Sliding(r) => r.poll_timeout(),
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        match self {
+            Rx::Block(r) => r.handle_timeout(now),
+            Rx::Sliding(r) => r.handle_timeout(now),
+        }
+    }
+
+    fn loss_report(&mut self) -> LossReport {
+        match self {
+            Rx::Block(r) => r.loss_report_detail(),
+            Rx::Sliding(r) => r.loss_report_detail(),
+        }
+    }
+
+    fn stats(&self) -> ReceiverStats {
+        match self {
+            Rx::Block(r) => r.stats(),
+            Rx::Sliding(r) => r.stats(),
+        }
+    }
+}
+
 /// Per-connection FEC state.
 pub(crate) struct FecLink {
     /// FEC settings with `max_payload` set to what the ARQ budget protects.
     cfg: FecConfig,
     /// Present when this side's policy is not `Off`.
-    tx: Option<Box<FecSender>>,
+    tx: Option<Box<Tx>>,
     /// Created on the first FEC packet from the peer (the peer may protect while we do not).
-    rx: Option<Box<FecReceiver>>,
+    rx: Option<Box<Rx>>,
     budget: RetentionBudget,
     /// Scratch for a data body.
     body: Vec<u8>,
@@ -110,7 +216,7 @@ impl FecLink {
             max_payload: max_protected_payload(cfg.max_datagram_size, FEC_HEADER_LEN),
             ..cfg.fec
         };
-        let tx = (fec.policy != FecPolicy::Off).then(|| Box::new(FecSender::new(fec)));
+        let tx = (fec.policy != FecPolicy::Off).then(|| Box::new(Tx::new(fec)));
         FecLink {
             body: vec![0u8; fec.max_parity_body()],
             cfg: fec,
@@ -144,10 +250,12 @@ impl FecLink {
     /// is rebuilt at the receiver only when its group's parity arrives, up to a group plus its
     /// parity later.
     pub(crate) fn reorder_allowance(&self) -> u64 {
-        match self.tx.as_ref() {
-            Some(tx) if tx.parity_level() > 0 => {
+        match self.tx.as_deref() {
+            Some(Tx::Block(tx)) if tx.parity_level() > 0 => {
                 (self.cfg.max_data_shards + tx.parity_level()) as u64
             }
+            // A sliding repair follows at most one repair interval later (or the tail timer).
+            Some(Tx::Sliding(tx)) => tx.repair_interval().map_or(0, |k| k as u64 + 1),
             _ => 0,
         }
     }
@@ -156,8 +264,9 @@ impl FecLink {
     /// packet is rebuilt only once its group closes (up to `group_wait` after the group's first
     /// packet) and the parity crosses the path.
     pub(crate) fn reorder_delay(&self) -> std::time::Duration {
-        match self.tx.as_ref() {
-            Some(tx) if tx.parity_level() > 0 => self.cfg.group_wait,
+        match self.tx.as_deref() {
+            Some(Tx::Block(tx)) if tx.parity_level() > 0 => self.cfg.group_wait,
+            Some(Tx::Sliding(tx)) if tx.parity_level() > 0 => self.cfg.sliding.tail_wait,
             _ => std::time::Duration::ZERO,
         }
     }
@@ -301,7 +410,7 @@ impl FecLink {
     /// The peer's loss report reached us: it steers the adaptive parity.
     pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64, max_burst: u64) {
         if let Some(tx) = self.tx.as_mut() {
-            tx.on_loss_report_detail(crate::fec::LossReport {
+            tx.on_loss_report(LossReport {
                 received,
                 lost,
                 max_burst,
@@ -313,7 +422,7 @@ impl FecLink {
     /// the last call.
     pub(crate) fn take_loss_report(&mut self) -> Option<(u64, u64, u64)> {
         self.rx.as_mut().map(|r| {
-            let l = r.loss_report_detail();
+            let l = r.loss_report();
             (l.received, l.lost, l.max_burst)
         })
     }
@@ -327,9 +436,13 @@ impl FecLink {
         local: ConnectionId,
         body: &[u8],
         parity: bool,
-    ) -> Result<(), crate::fec::FecError> {
+    ) -> Result<(), FecError> {
         let rx = self.rx.get_or_insert_with(|| {
-            Box::new(FecReceiver::with_budget(self.cfg, self.budget.clone()))
+            let budget = self.budget.clone();
+            Box::new(match self.cfg.scheme {
+                FecScheme::Block => Rx::Block(FecReceiver::with_budget(self.cfg, budget)),
+                FecScheme::Sliding => Rx::Sliding(SlidingReceiver::with_budget(self.cfg, budget)),
+            })
         });
         let mut hdr = [0u8; wire::DATA_HEADER_LEN];
         // A `Data` header for our own cid; its first 10 bytes prefix every rebuilt datagram.
@@ -344,10 +457,11 @@ impl FecLink {
             out.extend_from_slice(p);
             lens.push(FEC_HEADER_LEN + p.len());
         };
-        if parity {
-            rx.on_parity(now, body, &mut deliver)
-        } else {
-            rx.on_data(now, body, &mut deliver)
+        match (&mut **rx, parity) {
+            (Rx::Block(r), true) => r.on_parity(now, body, &mut deliver),
+            (Rx::Block(r), false) => r.on_data(now, body, &mut deliver),
+            (Rx::Sliding(r), true) => r.on_parity(now, body, &mut deliver),
+            (Rx::Sliding(r), false) => r.on_data(now, body, &mut deliver),
         }
     }
 
@@ -402,6 +516,7 @@ mod tests {
     fn adaptive_link() -> FecLink {
         let mut cfg = Config::competitive();
         cfg.fec.policy = FecPolicy::Adaptive { max_parity: 4 };
+        cfg.fec.scheme = FecScheme::Block;
         FecLink::new(&cfg)
     }
 

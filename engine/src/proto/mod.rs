@@ -236,8 +236,9 @@ impl Default for Config {
 
 impl Config {
     /// The game profile: 30 ms minimum RTO, 1 ms maximum ACK delay, immediate ACKs, redundant
-    /// retransmissions, adaptive FEC (parity 0..4 per 8 data shards, following the loss the
-    /// peer reports).
+    /// retransmissions, adaptive FEC with the sliding-window code (0..4 repairs per 16
+    /// sources plus tail repairs, following the loss the peer reports; see
+    /// [`crate::fec::FecScheme`]).
     pub fn competitive() -> Self {
         Self {
             initial_rtt: Duration::from_millis(50),

@@ -38,7 +38,7 @@
 //! | --- | --- | --- |
 //! | `0x10` | [`Data`](Packet::Data) | destination cid, packet number u64, frames to the end |
 //! | `0x20` | [`FecData`](Packet::FecData) | destination cid, opaque body (layout owned by `fec`) |
-//! | `0x21` | [`FecParity`](Packet::FecParity) | destination cid, opaque body (layout owned by `fec`) |
+//! | `0x21` | [`FecParity`](Packet::FecParity) | destination cid, opaque body: block parity or sliding-window repair (layout owned by `fec`, told apart by its codec byte) |
 //!
 //! The destination cid is the *receiver's* connection id, so an endpoint demultiplexes by reading
 //! bytes 2..10 without looking at the source address. A multi-worker server writes the owning

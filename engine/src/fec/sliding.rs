@@ -1,0 +1,831 @@
+//! The sliding-window code (the idea of RFC 8681 / Tetrys): every data datagram is a source
+//! with its own seq; a repair is a random linear combination over GF(2^8) of the most recent
+//! sources (bounded in count and age), emitted at a ratio of the sources and shortly after the
+//! sender goes quiet. The receiver keeps recent sources and pending repair equations,
+//! substitutes what it knows, solves single unknowns at once and small systems by Gaussian
+//! elimination. Byte layout in [`super::header`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use super::gf;
+use super::header::{
+    repair_coefficient, DataHeader, RepairHeader, DATA_HEADER_LEN, LEN_PREFIX, MAX_REPAIR_SOURCES,
+    PARITY_HEADER_LEN,
+};
+use super::kernel::Kernel;
+use super::policy::ParityController;
+use super::receiver::{MalformedCounts, ReceiverStats, RetentionBudget};
+use super::sender::{SenderStats, MAX_QUEUED_PARITY};
+use super::track::{Arrival, SeqTracker, WINDOW};
+use super::{FecConfig, FecError, LossReport};
+
+/// Repair equations one receiver keeps pending at most; the oldest go first.
+pub const MAX_PENDING_REPAIRS: usize = 32;
+/// A repair whose range starts further than this past the newest data is dropped.
+const MAX_AHEAD: u64 = 256;
+
+/// One source in the sender's window.
+struct Source {
+    seq: u16,
+    sent: Instant,
+    /// Length prefix + payload.
+    coded: Vec<u8>,
+}
+
+/// Sending half of the sliding-window code. Sans-IO: every call takes `now`.
+pub struct SlidingSender {
+    cfg: FecConfig,
+    next_seq: u16,
+    /// Protected sources, oldest first, at most `cfg.sliding.window`.
+    window: VecDeque<Source>,
+    spare: Vec<Vec<u8>>,
+    /// Sources sent since the last repair.
+    uncovered: usize,
+    last_source: Option<Instant>,
+    next_repair_id: u16,
+    ready: VecDeque<Vec<u8>>,
+    total_repair: u64,
+    controller: ParityController,
+    kernel: Kernel,
+    stats: SenderStats,
+}
+
+impl SlidingSender {
+    /// A sender with `config` (out-of-range fields are clamped).
+    pub fn new(config: FecConfig) -> SlidingSender {
+        let cfg = config.sanitized();
+        SlidingSender {
+            controller: ParityController::new(cfg.policy, cfg.adaptive, cfg.sliding.span),
+            cfg,
+            next_seq: 0,
+            window: VecDeque::new(),
+            spare: Vec::new(),
+            uncovered: 0,
+            last_source: None,
+            next_repair_id: 0,
+            ready: VecDeque::new(),
+            total_repair: 0,
+            kernel: Kernel::detect(),
+            stats: SenderStats::default(),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &FecConfig {
+        &self.cfg
+    }
+
+    /// Counters so far (`groups` counts repair emissions, `current_parity` the level and
+    /// `max_parity` the highest level in force at a repair,
+    /// `peak_window_parity_permille` the peak repair/data byte ratio over the whole history:
+    /// the sliding code caps `parity_cap_percent` over the whole history only).
+    pub fn stats(&self) -> SenderStats {
+        SenderStats {
+            policy_changes: self.controller.changes(),
+            current_parity: self.controller.level(),
+            ..self.stats
+        }
+    }
+
+    /// Repairs per `sliding.span` sources the policy asks for now.
+    pub fn parity_level(&self) -> usize {
+        self.controller.level()
+    }
+
+    /// Sources between two ratio-driven repairs (`None`: no repairs planned).
+    pub fn repair_interval(&self) -> Option<usize> {
+        match self.controller.level() {
+            0 => None,
+            p => Some(self.cfg.sliding.span.div_ceil(p).max(1)),
+        }
+    }
+
+    /// Writes the data body for `payload` into `out` and adds it to the window. Returns the
+    /// body length.
+    pub fn protect(
+        &mut self,
+        now: Instant,
+        payload: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, FecError> {
+        if payload.len() > self.cfg.max_payload {
+            return Err(FecError::LengthTooLarge);
+        }
+        let need = DATA_HEADER_LEN + payload.len();
+        if out.len() < need {
+            return Err(FecError::BufferTooSmall { need });
+        }
+        let protected = self.repair_interval().is_some();
+        DataHeader {
+            seq: self.next_seq,
+            index: 0,
+            protected,
+        }
+        .write(out);
+        out[DATA_HEADER_LEN..need].copy_from_slice(payload);
+        if protected {
+            let mut coded = self.spare.pop().unwrap_or_default();
+            coded.clear();
+            coded.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+            coded.extend_from_slice(payload);
+            self.window.push_back(Source {
+                seq: self.next_seq,
+                sent: now,
+                coded,
+            });
+            self.uncovered += 1;
+            self.last_source = Some(now);
+        } else {
+            // Unprotected sources break the window: the receiver does not retain them.
+            self.clear_window();
+        }
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.stats.data_shards += 1;
+        self.stats.data_bytes += need as u64;
+        self.trim(now);
+        if let Some(k) = self.repair_interval() {
+            if self.uncovered >= k {
+                self.emit(1);
+            }
+        }
+        Ok(need)
+    }
+
+    /// When the tail timer fires (sources not covered by a repair, sender quiet).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        (self.uncovered > 0)
+            .then_some(self.last_source)
+            .flatten()
+            .map(|t| t + self.cfg.sliding.tail_wait)
+    }
+
+    /// Length of the repair body `poll_parity` would hand out next, if one is queued.
+    pub fn next_parity_len(&self) -> Option<usize> {
+        self.ready.front().map(Vec::len)
+    }
+
+    /// Runs the tail timer: queues the tail repairs if it fired.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.poll_timeout().is_some_and(|t| now >= t) {
+            self.trim(now);
+            // A stalled receiver (ordered delivery blocked behind a loss) often makes the
+            // sender go quiet right after a loss: the tail carries enough repairs for the
+            // longest recent loss burst, within the configured bound.
+            let n = self
+                .controller
+                .recent_burst()
+                .clamp(1, self.cfg.sliding.tail_repairs.max(1));
+            self.emit(n);
+            self.uncovered = 0;
+        }
+    }
+
+    /// The next repair body, if one is queued. With a buffer smaller than it, `None` and the
+    /// repair stays queued.
+    pub fn poll_parity(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+        self.handle_timeout(now);
+        let len = self.ready.front()?.len();
+        if out.len() < len {
+            return None;
+        }
+        let body = self.ready.pop_front()?;
+        out[..len].copy_from_slice(&body);
+        self.stats.parity_shards_sent += 1;
+        self.stats.parity_bytes_sent += len as u64;
+        self.spare.push(body);
+        Some(len)
+    }
+
+    /// Takes a peer's [`LossReport`].
+    pub fn on_loss_report_detail(&mut self, report: LossReport) {
+        self.stats.reported_received = self.stats.reported_received.saturating_add(report.received);
+        self.stats.reported_lost = self.stats.reported_lost.saturating_add(report.lost);
+        self.controller
+            .on_loss_report(report.received, report.lost, report.max_burst);
+        if self.controller.level() == 0 {
+            self.clear_window();
+        }
+    }
+
+    fn clear_window(&mut self) {
+        for s in self.window.drain(..) {
+            self.spare.push(s.coded);
+        }
+        self.uncovered = 0;
+    }
+
+    /// Drops sources beyond the count or age bound.
+    fn trim(&mut self, now: Instant) {
+        while let Some(s) = self.window.front() {
+            let old = now.saturating_duration_since(s.sent) > self.cfg.sliding.max_age;
+            if self.window.len() > self.cfg.sliding.window || old {
+                if let Some(s) = self.window.pop_front() {
+                    self.spare.push(s.coded);
+                }
+            } else {
+                break;
+            }
+        }
+        self.uncovered = self.uncovered.min(self.window.len());
+    }
+
+    /// Queues `n` repairs over the current window, within the parity-byte cap.
+    fn emit(&mut self, n: usize) {
+        self.uncovered = 0;
+        let Some(first) = self.window.front().map(|s| s.seq) else {
+            return;
+        };
+        let count = self.window.len();
+        let sym_len = self
+            .window
+            .iter()
+            .map(|s| s.coded.len())
+            .max()
+            .unwrap_or(0)
+            .max(LEN_PREFIX);
+        let body_len = (PARITY_HEADER_LEN + sym_len) as u64;
+        self.stats.groups += 1;
+        for _ in 0..n {
+            let cap = self.stats.data_bytes * u64::from(self.cfg.parity_cap_percent) / 100;
+            if self.total_repair + body_len > cap {
+                self.stats.groups_capped += 1;
+                return;
+            }
+            let id = self.next_repair_id;
+            self.next_repair_id = id.wrapping_add(1);
+            let mut b = self.spare.pop().unwrap_or_default();
+            b.clear();
+            b.resize(PARITY_HEADER_LEN + sym_len, 0);
+            RepairHeader {
+                first_seq: first,
+                count: count as u8,
+                repair_id: id,
+            }
+            .write(&mut b);
+            let sym = &mut b[PARITY_HEADER_LEN..];
+            for (i, s) in self.window.iter().enumerate() {
+                self.kernel
+                    .mul_acc(repair_coefficient(id, i as u8), &s.coded, sym);
+            }
+            self.total_repair += body_len;
+            // The sliding code caps repair bytes over the whole history only.
+            let permille = self.total_repair * 1000 / self.stats.data_bytes.max(1);
+            self.stats.peak_window_parity_permille =
+                self.stats.peak_window_parity_permille.max(permille);
+            self.stats.max_parity = self.stats.max_parity.max(self.controller.level());
+            self.ready.push_back(b);
+            while self.ready.len() > MAX_QUEUED_PARITY {
+                if let Some(b) = self.ready.pop_front() {
+                    self.stats.parity_dropped += 1;
+                    self.spare.push(b);
+                }
+            }
+        }
+    }
+}
+
+/// A source the receiver holds.
+struct Held {
+    at: Instant,
+    coded: Vec<u8>,
+}
+
+/// A pending repair equation: `Σ c · S_seq` over its unknown sources equals `sym`.
+struct Equation {
+    at: Instant,
+    vars: Vec<(u64, u8)>,
+    sym: Vec<u8>,
+}
+
+/// Receiving half of the sliding-window code. Sans-IO.
+pub struct SlidingReceiver {
+    cfg: FecConfig,
+    budget: RetentionBudget,
+    track: SeqTracker,
+    held: BTreeMap<u64, Held>,
+    eqs: Vec<Equation>,
+    pool: Vec<Vec<u8>>,
+    /// Bytes one equation reserves (the longest symbol), so elimination never grows past it.
+    eq_reserve: usize,
+    kernel: Kernel,
+    stats: ReceiverStats,
+}
+
+impl SlidingReceiver {
+    /// A receiver with its own budget.
+    pub fn new(config: FecConfig) -> SlidingReceiver {
+        Self::with_budget(config, RetentionBudget::default())
+    }
+
+    /// A receiver drawing on a budget shared with the endpoint's other connections.
+    pub fn with_budget(config: FecConfig, budget: RetentionBudget) -> SlidingReceiver {
+        let cfg = config.sanitized();
+        SlidingReceiver {
+            eq_reserve: LEN_PREFIX + cfg.max_payload + 1,
+            cfg,
+            budget,
+            track: SeqTracker::default(),
+            held: BTreeMap::new(),
+            eqs: Vec::new(),
+            pool: Vec::new(),
+            kernel: Kernel::detect(),
+            stats: ReceiverStats::default(),
+        }
+    }
+
+    /// Counters (`groups_recovered`: solves that rebuilt sources; `groups_unrecoverable`:
+    /// repair equations dropped with sources still missing).
+    pub fn stats(&self) -> ReceiverStats {
+        ReceiverStats {
+            received: self.track.received,
+            lost: self.track.lost,
+            ..self.stats
+        }
+    }
+
+    /// The budget this receiver draws on.
+    pub fn budget(&self) -> &RetentionBudget {
+        &self.budget
+    }
+
+    /// Repair equations pending now.
+    pub fn pending_repairs(&self) -> usize {
+        self.eqs.len()
+    }
+
+    /// Sources held now.
+    pub fn held_sources(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Data shards (received, lost, longest burst) since the last call.
+    pub fn loss_report_detail(&mut self) -> LossReport {
+        self.track.take_report()
+    }
+
+    /// When the oldest held source or pending equation reaches its age limit.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let src = self.held.values().map(|h| h.at).min();
+        let eq = self.eqs.iter().map(|e| e.at).min();
+        let t = match (src, eq) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        t.map(|t| t + self.cfg.max_group_age)
+    }
+
+    /// Drops state that reached its age limit.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.expire(now);
+    }
+
+    /// Handles a data body: delivers its payload at once (unless a duplicate), holds it if
+    /// protected, and delivers any sources it lets the receiver solve. A malformed body is
+    /// dropped, counted and returned as an error.
+    pub fn on_data(
+        &mut self,
+        now: Instant,
+        body: &[u8],
+        mut deliver: impl FnMut(&[u8]),
+    ) -> Result<(), FecError> {
+        let r = self.data_inner(now, body, &mut deliver);
+        if let Err(e) = r {
+            count_malformed(&mut self.stats.malformed, e);
+        }
+        r
+    }
+
+    /// Handles a repair body: substitutes held sources, keeps it as an equation and delivers
+    /// any sources it lets the receiver solve. A malformed body is dropped, counted and
+    /// returned as an error.
+    pub fn on_parity(
+        &mut self,
+        now: Instant,
+        body: &[u8],
+        mut deliver: impl FnMut(&[u8]),
+    ) -> Result<(), FecError> {
+        let r = self.repair_inner(now, body, &mut deliver);
+        if let Err(e) = r {
+            count_malformed(&mut self.stats.malformed, e);
+        }
+        r
+    }
+
+    fn data_inner(
+        &mut self,
+        now: Instant,
+        body: &[u8],
+        deliver: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), FecError> {
+        self.expire(now);
+        let (h, payload) = DataHeader::parse(body)?;
+        if payload.len() > self.cfg.max_payload {
+            return Err(FecError::LengthTooLarge);
+        }
+        let seq = self.track.extend(h.seq);
+        match self.track.track_arrival(seq) {
+            Arrival::Duplicate | Arrival::AlreadyDelivered => {
+                self.stats.duplicates += 1;
+                return Ok(());
+            }
+            Arrival::Late => {
+                self.stats.late_data += 1;
+                self.stats.data_delivered += 1;
+                deliver(payload);
+                return Ok(());
+            }
+            Arrival::New => {}
+        }
+        self.track.mark_delivered(seq);
+        self.stats.data_delivered += 1;
+        deliver(payload);
+        if h.protected {
+            let mut coded = self.take_buf();
+            coded.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+            coded.extend_from_slice(payload);
+            self.hold(now, seq, coded);
+        }
+        self.trim_window();
+        self.solve(now, deliver);
+        Ok(())
+    }
+
+    fn repair_inner(
+        &mut self,
+        now: Instant,
+        body: &[u8],
+        deliver: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), FecError> {
+        self.expire(now);
+        let (h, symbol) = RepairHeader::parse(body)?;
+        if symbol.len() > self.eq_reserve {
+            return Err(FecError::LengthTooLarge);
+        }
+        let first = self.track.extend(h.first_seq);
+        let count = u64::from(h.count);
+        if let Some(hi) = self.track.hi {
+            if first > hi + MAX_AHEAD {
+                return Err(FecError::UnknownGroup);
+            }
+            if first + count + WINDOW <= hi + 1 {
+                self.stats.parity_ignored += 1;
+                return Ok(());
+            }
+        }
+        // Validate against held sources before keeping anything.
+        let mut useful = false;
+        for i in 0..count {
+            match self.held.get(&(first + i)) {
+                Some(s) if s.coded.len() > symbol.len() => {
+                    return Err(FecError::InconsistentGroup);
+                }
+                Some(_) => {}
+                None => useful |= !self.track.is_delivered(first + i),
+            }
+        }
+        if !useful {
+            self.stats.parity_ignored += 1;
+            return Ok(());
+        }
+        self.stats.parity_received += 1;
+        // Reserving may evict held sources, so the equation is built after it.
+        if !self.reserve(self.eq_reserve, now) {
+            return Ok(());
+        }
+        let mut sym = self.take_buf();
+        sym.extend_from_slice(symbol);
+        let mut vars = Vec::new();
+        for i in 0..h.count {
+            let seq = first + u64::from(i);
+            let c = repair_coefficient(h.repair_id, i);
+            match self.held.get(&seq) {
+                Some(s) => self.kernel.mul_acc(c, &s.coded, &mut sym),
+                None => vars.push((seq, c)),
+            }
+        }
+        if self.eqs.len() >= MAX_PENDING_REPAIRS {
+            self.drop_eq(0);
+        }
+        self.eqs.push(Equation { at: now, vars, sym });
+        self.solve(now, deliver);
+        Ok(())
+    }
+
+    /// Holds a source (if the budget allows) and substitutes it into pending equations.
+    fn hold(&mut self, now: Instant, seq: u64, coded: Vec<u8>) {
+        for e in &mut self.eqs {
+            if let Some(p) = e.vars.iter().position(|v| v.0 == seq) {
+                let (_, c) = e.vars.swap_remove(p);
+                if e.sym.len() < coded.len() {
+                    // A source longer than the repair's symbol cannot be in it: the equation
+                    // is inconsistent and is dropped below (its vars emptied).
+                    e.vars.clear();
+                    continue;
+                }
+                self.kernel.mul_acc(c, &coded, &mut e.sym);
+            }
+        }
+        if self.held.contains_key(&seq) || !self.reserve(coded.len(), now) {
+            self.recycle(coded);
+            return;
+        }
+        self.held.insert(seq, Held { at: now, coded });
+    }
+
+    /// Solves what the pending equations allow, delivering rebuilt sources.
+    fn solve(&mut self, now: Instant, deliver: &mut dyn FnMut(&[u8])) {
+        let mut eliminated = false;
+        loop {
+            self.drop_useless();
+            if let Some(i) = self.eqs.iter().position(|e| e.vars.len() == 1) {
+                self.recover(now, i, deliver);
+                eliminated = false;
+                continue;
+            }
+            if eliminated || self.eqs.len() < 2 {
+                return;
+            }
+            self.eliminate();
+            eliminated = true;
+        }
+    }
+
+    /// Gauss-Jordan elimination over the unknowns of all pending equations, in place: the
+    /// rows stay valid equations, and rows left with one unknown are solved by the caller.
+    fn eliminate(&mut self) {
+        let mut cols: Vec<u64> = self
+            .eqs
+            .iter()
+            .flat_map(|e| e.vars.iter().map(|v| v.0))
+            .collect();
+        cols.sort_unstable();
+        cols.dedup();
+        let n = cols.len();
+        let rows = self.eqs.len();
+        let mut m = vec![0u8; rows * n];
+        for (r, e) in self.eqs.iter().enumerate() {
+            for &(seq, c) in &e.vars {
+                if let Ok(j) = cols.binary_search(&seq) {
+                    m[r * n + j] ^= c;
+                }
+            }
+        }
+        let longest = self.eqs.iter().map(|e| e.sym.len()).max().unwrap_or(0);
+        for e in &mut self.eqs {
+            e.sym.resize(longest, 0);
+        }
+        let mut scratch = self.take_buf();
+        let mut rank = 0;
+        for col in 0..n {
+            let Some(p) = (rank..rows).find(|&r| m[r * n + col] != 0) else {
+                continue;
+            };
+            if p != rank {
+                for j in 0..n {
+                    m.swap(p * n + j, rank * n + j);
+                }
+                self.eqs.swap(p, rank);
+            }
+            let s = gf::inv(m[rank * n + col]);
+            for j in 0..n {
+                m[rank * n + j] = gf::mul(m[rank * n + j], s);
+            }
+            scratch.clear();
+            scratch.resize(longest, 0);
+            self.kernel.mul(s, &self.eqs[rank].sym, &mut scratch);
+            std::mem::swap(&mut scratch, &mut self.eqs[rank].sym);
+            let pivot = std::mem::take(&mut self.eqs[rank].sym);
+            for r in (0..rows).filter(|&r| r != rank) {
+                let f = m[r * n + col];
+                if f == 0 {
+                    continue;
+                }
+                for j in 0..n {
+                    m[r * n + j] ^= gf::mul(f, m[rank * n + j]);
+                }
+                self.kernel.mul_acc(f, &pivot, &mut self.eqs[r].sym);
+            }
+            self.eqs[rank].sym = pivot;
+            rank += 1;
+        }
+        self.recycle(scratch);
+        for (r, e) in self.eqs.iter_mut().enumerate() {
+            e.vars.clear();
+            e.vars.extend(
+                (0..n)
+                    .filter(|&j| m[r * n + j] != 0)
+                    .map(|j| (cols[j], m[r * n + j])),
+            );
+        }
+    }
+
+    /// Solves equation `i` (one unknown), delivers the source and substitutes it.
+    fn recover(&mut self, now: Instant, i: usize, deliver: &mut dyn FnMut(&[u8])) {
+        let e = self.eqs.swap_remove(i);
+        self.release(self.eq_reserve);
+        let (seq, c) = e.vars[0];
+        let mut coded = self.take_buf();
+        coded.resize(e.sym.len(), 0);
+        self.kernel.mul(gf::inv(c), &e.sym, &mut coded);
+        self.recycle(e.sym);
+        let n = u16::from_le_bytes([coded[0], coded[1]]) as usize;
+        let end = LEN_PREFIX + n;
+        if end > coded.len() || n > self.cfg.max_payload || coded[end..].iter().any(|&b| b != 0) {
+            // Equations that do not match any real source (corrupt or inconsistent repairs):
+            // never deliver a wrong byte, leave the source to ARQ.
+            self.stats.recovery_failures += 1;
+            self.recycle(coded);
+            return;
+        }
+        coded.truncate(end);
+        self.stats.groups_recovered += 1;
+        if !self.track.is_delivered(seq) {
+            self.track.mark_delivered(seq);
+            self.stats.data_recovered += 1;
+            deliver(&coded[LEN_PREFIX..]);
+        }
+        self.hold(now, seq, coded);
+    }
+
+    /// Drops equations without unknowns, or whose unknowns were all delivered already.
+    fn drop_useless(&mut self) {
+        let mut i = 0;
+        while i < self.eqs.len() {
+            let e = &self.eqs[i];
+            if e.vars.is_empty() || e.vars.iter().all(|v| self.track.is_delivered(v.0)) {
+                let e = self.eqs.swap_remove(i);
+                self.release(self.eq_reserve);
+                self.recycle(e.sym);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Drops equation `i`, counting it unrecoverable.
+    fn drop_eq(&mut self, i: usize) {
+        let e = self.eqs.remove(i);
+        self.release(self.eq_reserve);
+        self.stats.groups_unrecoverable += 1;
+        self.recycle(e.sym);
+    }
+
+    /// Forgets sources too far behind the newest to appear in a repair any more.
+    fn trim_window(&mut self) {
+        let Some(hi) = self.track.hi else {
+            return;
+        };
+        let keep = (MAX_REPAIR_SOURCES.min(self.cfg.sliding.window) as u64) + 16;
+        while let Some((&seq, _)) = self.held.first_key_value() {
+            if seq + keep > hi {
+                break;
+            }
+            if let Some(h) = self.held.remove(&seq) {
+                self.release(h.coded.len());
+                self.recycle(h.coded);
+            }
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        let age = self.cfg.max_group_age;
+        let old = |t: Instant| now.saturating_duration_since(t) >= age;
+        let stale: Vec<u64> = self
+            .held
+            .iter()
+            .filter(|(_, h)| old(h.at))
+            .map(|(&s, _)| s)
+            .collect();
+        for seq in stale {
+            if let Some(h) = self.held.remove(&seq) {
+                self.release(h.coded.len());
+                self.recycle(h.coded);
+            }
+        }
+        let mut i = 0;
+        while i < self.eqs.len() {
+            if old(self.eqs[i].at) {
+                self.stats.groups_expired += 1;
+                self.drop_eq(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Reserves `n` bytes, evicting this receiver's oldest sources, then oldest equations.
+    fn reserve(&mut self, n: usize, _now: Instant) -> bool {
+        loop {
+            if self.budget_try(n) {
+                return true;
+            }
+            if let Some((&seq, _)) = self.held.first_key_value() {
+                if let Some(h) = self.held.remove(&seq) {
+                    self.release(h.coded.len());
+                    self.recycle(h.coded);
+                    self.stats.groups_evicted += 1;
+                }
+            } else if !self.eqs.is_empty() {
+                self.stats.groups_evicted += 1;
+                self.drop_eq(0);
+            } else {
+                self.stats.retention_refused += 1;
+                return false;
+            }
+        }
+    }
+
+    fn budget_try(&mut self, n: usize) -> bool {
+        if self.budget.try_reserve(n) {
+            self.stats.retained_bytes += n;
+            self.stats.peak_retained_bytes = self
+                .stats
+                .peak_retained_bytes
+                .max(self.stats.retained_bytes);
+            true
+        } else {
+            false
+        }
+    }
+
+    fn release(&mut self, n: usize) {
+        self.budget.release(n);
+        self.stats.retained_bytes -= n;
+    }
+
+    fn take_buf(&mut self) -> Vec<u8> {
+        let mut b = self.pool.pop().unwrap_or_default();
+        b.clear();
+        b
+    }
+
+    fn recycle(&mut self, b: Vec<u8>) {
+        if self.pool.len() < 32 {
+            self.pool.push(b);
+        }
+    }
+}
+
+impl Drop for SlidingReceiver {
+    fn drop(&mut self) {
+        // Give the shared budget back what this connection still holds.
+        self.budget.release(self.stats.retained_bytes);
+    }
+}
+
+fn count_malformed(m: &mut MalformedCounts, e: FecError) {
+    m.count(e);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fec::FecPolicy;
+
+    fn cfg() -> FecConfig {
+        FecConfig {
+            policy: FecPolicy::Fixed { parity: 4 },
+            max_payload: 200,
+            // Tiny test payloads: let the cap not get in the way.
+            parity_cap_percent: 1000,
+            ..FecConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_lost_source_is_rebuilt_from_the_next_repair() {
+        let (mut tx, mut rx) = (SlidingSender::new(cfg()), SlidingReceiver::new(cfg()));
+        let now = Instant::now();
+        let mut buf = vec![0u8; cfg().max_parity_body()];
+        let mut got = Vec::new();
+        // Fixed 4 per span 16: one repair per 4 sources.
+        for i in 0..4u8 {
+            let n = tx.protect(now, &[i; 50], &mut buf).unwrap();
+            if i != 2 {
+                rx.on_data(now, &buf[..n], |p| got.push(p.to_vec()))
+                    .unwrap();
+            }
+        }
+        let n = tx.poll_parity(now, &mut buf).unwrap();
+        rx.on_parity(now, &buf[..n], |p| got.push(p.to_vec()))
+            .unwrap();
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[3], vec![2u8; 50]);
+        assert_eq!(rx.stats().data_recovered, 1);
+        assert_eq!(rx.pending_repairs(), 0);
+    }
+
+    #[test]
+    fn the_tail_timer_repairs_a_quiet_sender() {
+        let mut tx = SlidingSender::new(cfg());
+        let now = Instant::now();
+        let mut buf = vec![0u8; cfg().max_parity_body()];
+        tx.protect(now, &[1; 10], &mut buf).unwrap();
+        assert!(tx.poll_parity(now, &mut buf).is_none());
+        let t = tx.poll_timeout().unwrap();
+        assert_eq!(t, now + cfg().sliding.tail_wait);
+        assert!(tx.poll_parity(t, &mut buf).is_some());
+        assert_eq!(tx.poll_timeout(), None);
+    }
+}
