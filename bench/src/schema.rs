@@ -358,8 +358,8 @@ pub struct ServerInfo {
     pub sockets: Vec<SocketBuffers>,
     /// Per-worker runtime counters (empty for tokio).
     pub workers: Vec<WorkerStats>,
-    /// RUDP per-core with several workers: sessions each worker held when the round ended
-    /// (placement); absent otherwise.
+    /// RUDP per-core with several workers: sessions each worker held when every client had
+    /// finished, before they closed (placement); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions_per_worker: Option<Vec<u32>>,
     /// RUDP: datagrams a worker received for another worker's session and forwarded (0 where

@@ -519,6 +519,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     }
     // Every client is done (or gone): read the server's counters while sessions are open.
     server.fresh_sample();
+    let sessions_per_worker = server.sessions_per_worker();
     let server_wire = server.shared.wire();
     let early = server.shared.early_disconnects.load(Ordering::Relaxed);
     let server_send_errors = server.shared.send_errors.load(Ordering::Relaxed);
@@ -537,7 +538,10 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         }
     };
     let server_info = match server.shutdown() {
-        Ok(i) => Some(i),
+        Ok(mut i) => {
+            i.sessions_per_worker = sessions_per_worker;
+            Some(i)
+        }
         Err(e) => {
             errors.push(format!("{e:#}"));
             None

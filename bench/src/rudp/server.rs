@@ -163,6 +163,11 @@ impl EchoServer {
         self.server.local_addr()
     }
 
+    /// Sessions each worker holds now (per-core with several workers).
+    pub fn sessions_per_worker(&self) -> Option<Vec<u32>> {
+        self.server.sessions_per_worker()
+    }
+
     /// Wait (bounded) until every worker ticked at least twice more, so the published counters
     /// include everything up to now.
     pub fn fresh_sample(&self) {
@@ -185,7 +190,6 @@ impl EchoServer {
             .iter()
             .map(|s| socket_buffers(s, None))
             .collect();
-        let sessions_per_worker = self.server.sessions_per_worker();
         let forwarded = self.server.forwarded();
         let counters = self
             .server
@@ -202,7 +206,8 @@ impl EchoServer {
                 .iter()
                 .map(crate::udp::ricochet_server::worker_stats)
                 .collect(),
-            sessions_per_worker,
+            // Filled by the round from `sessions_per_worker` while its sessions are open.
+            sessions_per_worker: None,
             forwarded: Some(forwarded),
         })
     }
