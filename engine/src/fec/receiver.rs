@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::codec::{CauchyCodec, Codec, CodecId, RsSimdCodec, MAX_DATA_SHARDS, MAX_PARITY_SHARDS};
 use super::header::{DataHeader, ParityHeader, LEN_PREFIX};
-use super::track::{Arrival, SeqTracker, WINDOW};
+use super::track::{SeqTracker, WINDOW};
 use super::{FecConfig, FecError};
 
 /// Default retention budget of one endpoint: 1 MiB.
@@ -376,22 +376,12 @@ impl FecReceiver {
                 }
             }
         }
-        match self.track.track_arrival(seq) {
-            Arrival::Duplicate | Arrival::AlreadyDelivered => {
-                self.stats.duplicates += 1;
-                return Ok(());
-            }
-            Arrival::Late => {
-                self.stats.late_data += 1;
-                self.stats.data_delivered += 1;
-                deliver(payload);
-                return Ok(());
-            }
-            Arrival::New => {}
+        if !self
+            .track
+            .deliver_arrival(seq, payload, &mut self.stats, deliver)
+        {
+            return Ok(());
         }
-        self.track.mark_delivered(seq);
-        self.stats.data_delivered += 1;
-        deliver(payload);
         for g in &mut self.groups {
             if g.first < first {
                 let bound = (first - g.first) as usize;

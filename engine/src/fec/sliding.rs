@@ -15,9 +15,9 @@ use super::header::{
 };
 use super::kernel::Kernel;
 use super::policy::ParityController;
-use super::receiver::{MalformedCounts, ReceiverStats, RetentionBudget};
+use super::receiver::{ReceiverStats, RetentionBudget};
 use super::sender::{SenderStats, MAX_QUEUED_PARITY};
-use super::track::{Arrival, SeqTracker, WINDOW};
+use super::track::{SeqTracker, WINDOW};
 use super::{FecConfig, FecError, LossReport};
 
 /// Repair equations one receiver keeps pending at most; the oldest go first.
@@ -391,7 +391,7 @@ impl SlidingReceiver {
     ) -> Result<(), FecError> {
         let r = self.data_inner(now, body, &mut deliver);
         if let Err(e) = r {
-            count_malformed(&mut self.stats.malformed, e);
+            self.stats.malformed.count(e);
         }
         r
     }
@@ -407,7 +407,7 @@ impl SlidingReceiver {
     ) -> Result<(), FecError> {
         let r = self.repair_inner(now, body, &mut deliver);
         if let Err(e) = r {
-            count_malformed(&mut self.stats.malformed, e);
+            self.stats.malformed.count(e);
         }
         r
     }
@@ -424,22 +424,12 @@ impl SlidingReceiver {
             return Err(FecError::LengthTooLarge);
         }
         let seq = self.track.extend(h.seq);
-        match self.track.track_arrival(seq) {
-            Arrival::Duplicate | Arrival::AlreadyDelivered => {
-                self.stats.duplicates += 1;
-                return Ok(());
-            }
-            Arrival::Late => {
-                self.stats.late_data += 1;
-                self.stats.data_delivered += 1;
-                deliver(payload);
-                return Ok(());
-            }
-            Arrival::New => {}
+        if !self
+            .track
+            .deliver_arrival(seq, payload, &mut self.stats, deliver)
+        {
+            return Ok(());
         }
-        self.track.mark_delivered(seq);
-        self.stats.data_delivered += 1;
-        deliver(payload);
         if h.protected {
             let mut coded = self.take_buf();
             coded.extend_from_slice(&(payload.len() as u16).to_le_bytes());
@@ -772,10 +762,6 @@ impl Drop for SlidingReceiver {
         // Give the shared budget back what this connection still holds.
         self.budget.release(self.stats.retained_bytes);
     }
-}
-
-fn count_malformed(m: &mut MalformedCounts, e: FecError) {
-    m.count(e);
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! receivers: extends 16-bit seqs, detects duplicates, remembers which seqs were delivered
 //! (received or rebuilt) and counts loss on the wire for the peer's adaptive policy.
 
-use super::LossReport;
+use super::{LossReport, ReceiverStats};
 
 /// Base of extended sequence numbers, so `seq - index` and window arithmetic never underflow.
 pub(crate) const SEQ_BASE: u64 = 1 << 20;
@@ -166,6 +166,35 @@ impl SeqTracker {
     fn uncount_lost(&mut self) {
         self.window_lost = self.window_lost.saturating_sub(1);
         self.lost = self.lost.saturating_sub(1);
+    }
+
+    /// The arrival of data shard `seq` carrying `payload`: counts a duplicate and drops it, or
+    /// delivers it (a late shard: already given up on or rebuilt elsewhere, delivered without
+    /// being kept). `true` when the shard is new, so the receiver keeps it for recovery.
+    pub(crate) fn deliver_arrival(
+        &mut self,
+        seq: u64,
+        payload: &[u8],
+        stats: &mut ReceiverStats,
+        deliver: &mut dyn FnMut(&[u8]),
+    ) -> bool {
+        match self.track_arrival(seq) {
+            Arrival::Duplicate | Arrival::AlreadyDelivered => {
+                stats.duplicates += 1;
+                return false;
+            }
+            Arrival::Late => {
+                stats.late_data += 1;
+                stats.data_delivered += 1;
+                deliver(payload);
+                return false;
+            }
+            Arrival::New => {}
+        }
+        self.mark_delivered(seq);
+        stats.data_delivered += 1;
+        deliver(payload);
+        true
     }
 
     pub(crate) fn mark_delivered(&mut self, seq: u64) {
