@@ -293,7 +293,7 @@ fn sim_echo(cx: &mut Ctx) -> Result<()> {
             1,
             &rows,
         ));
-        body.push_str("\nFEC columns read `n/a` until the protocol core has an FEC stage.\n");
+        body.push_str("\nFEC columns read `n/a` on ARQ-only rows: no FEC stage runs there.\n");
     }
     cx.section("sim-echo", body);
     Ok(())
