@@ -117,6 +117,14 @@ impl MalformedCounts {
             + self.unknown_group
     }
 
+    /// Counts `r` if it is an error, and passes it on.
+    pub(crate) fn tally<T>(&mut self, r: Result<T, FecError>) -> Result<T, FecError> {
+        if let Err(e) = &r {
+            self.count(*e);
+        }
+        r
+    }
+
     pub(crate) fn count(&mut self, e: FecError) {
         let c = match e {
             FecError::Truncated => &mut self.truncated,
@@ -320,10 +328,7 @@ impl FecReceiver {
         mut deliver: impl FnMut(&[u8]),
     ) -> Result<(), FecError> {
         let r = self.data_inner(now, body, &mut deliver);
-        if let Err(e) = r {
-            self.stats.malformed.count(e);
-        }
-        r
+        self.stats.malformed.tally(r)
     }
 
     /// Handles a parity body: retains it and delivers any data shards it lets the receiver
@@ -335,10 +340,7 @@ impl FecReceiver {
         mut deliver: impl FnMut(&[u8]),
     ) -> Result<(), FecError> {
         let r = self.parity_inner(now, body, &mut deliver);
-        if let Err(e) = r {
-            self.stats.malformed.count(e);
-        }
-        r
+        self.stats.malformed.tally(r)
     }
 
     fn data_inner(

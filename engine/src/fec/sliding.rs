@@ -390,10 +390,7 @@ impl SlidingReceiver {
         mut deliver: impl FnMut(&[u8]),
     ) -> Result<(), FecError> {
         let r = self.data_inner(now, body, &mut deliver);
-        if let Err(e) = r {
-            self.stats.malformed.count(e);
-        }
-        r
+        self.stats.malformed.tally(r)
     }
 
     /// Handles a repair body: substitutes held sources, keeps it as an equation and delivers
@@ -406,10 +403,7 @@ impl SlidingReceiver {
         mut deliver: impl FnMut(&[u8]),
     ) -> Result<(), FecError> {
         let r = self.repair_inner(now, body, &mut deliver);
-        if let Err(e) = r {
-            self.stats.malformed.count(e);
-        }
-        r
+        self.stats.malformed.tally(r)
     }
 
     fn data_inner(
