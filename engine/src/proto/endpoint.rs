@@ -126,6 +126,9 @@ pub struct Endpoint {
     /// Cookie keys are derived per rotation period from this secret, so the endpoints of one
     /// server's workers can share it and verify each other's cookies.
     cookie_secret: [u8; 32],
+    /// The last two derived period keys (current and previous): a hello or an echo then
+    /// costs one keyed hash (the cookie), not two.
+    epoch_keys: [Option<(u64, [u8; 32])>; 2],
     stateless: VecDeque<(SocketAddr, [u8; 48], usize)>,
     dirty: VecDeque<u32>,
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
@@ -258,6 +261,7 @@ impl Endpoint {
             rate: vec![(0, 0); RATE_SLOTS].into_boxed_slice(),
             rate_salt,
             cookie_secret,
+            epoch_keys: [None; 2],
             placement: None,
             stateless: VecDeque::new(),
             dirty: VecDeque::new(),
@@ -286,6 +290,7 @@ impl Endpoint {
     pub fn set_cookie_secret(&mut self, base: Instant, secret: [u8; 32]) {
         self.base = base;
         self.cookie_secret = secret;
+        self.epoch_keys = [None; 2];
     }
 
     /// Place new server sessions with `placement` (shared by all the server's worker
@@ -601,7 +606,7 @@ impl Endpoint {
 
     /// The key that signs cookies stamped `issued_ms`, if its period is the current one (at
     /// `now_ms`) or the one before.
-    fn key_for(&self, issued_ms: u64, now_ms: u64, server: &ServerConfig) -> Option<[u8; 32]> {
+    fn key_for(&mut self, issued_ms: u64, now_ms: u64, server: &ServerConfig) -> Option<[u8; 32]> {
         let period = Self::key_period(server);
         let (e, current) = (issued_ms / period, now_ms / period);
         (e == current || e + 1 == current).then(|| self.epoch_key(e))
@@ -611,12 +616,23 @@ impl Endpoint {
         server.key_rotation.as_millis().max(1) as u64
     }
 
-    /// The cookie key of rotation period `e`.
-    fn epoch_key(&self, e: u64) -> [u8; 32] {
+    /// The cookie key of rotation period `e`, derived from the secret once per period.
+    fn epoch_key(&mut self, e: u64) -> [u8; 32] {
+        if let Some((_, k)) = self.epoch_keys.iter().flatten().find(|(pe, _)| *pe == e) {
+            return *k;
+        }
         let mut ctx = [0u8; 24];
         ctx[..16].copy_from_slice(b"ricochet cookie ");
         ctx[16..].copy_from_slice(&e.to_be_bytes());
-        *blake3::keyed_hash(&self.cookie_secret, &ctx).as_bytes()
+        let key = *blake3::keyed_hash(&self.cookie_secret, &ctx).as_bytes();
+        // Replace the empty or older slot; the newer of the two stays for the previous period.
+        let slot = match self.epoch_keys {
+            [None, _] => 0,
+            [_, None] => 1,
+            [Some((a, _)), Some((b, _))] => usize::from(b < a),
+        };
+        self.epoch_keys[slot] = Some((e, key));
+        key
     }
 
     fn cookie(
