@@ -98,6 +98,20 @@ enum Fill {
     Finished,
 }
 
+impl ClientOutcome {
+    /// Nothing counted yet.
+    fn empty() -> Self {
+        ClientOutcome {
+            warmup: RudpCounts::default(),
+            measured: RudpCounts::default(),
+            rtt_ns: new_rtt_histogram(),
+            last_measured_echo: None,
+            wire: RudpWire::default(),
+            error: None,
+        }
+    }
+}
+
 impl Echoer {
     fn new(plan: ClientPlan) -> Echoer {
         Echoer {
@@ -105,14 +119,7 @@ impl Echoer {
             plan,
             next_seq: 0,
             app_sent: 0,
-            out: ClientOutcome {
-                warmup: RudpCounts::default(),
-                measured: RudpCounts::default(),
-                rtt_ns: new_rtt_histogram(),
-                last_measured_echo: None,
-                wire: RudpWire::default(),
-                error: None,
-            },
+            out: ClientOutcome::empty(),
             reported: false,
         }
     }
@@ -214,31 +221,9 @@ impl Echoer {
             })
         });
         if let Some(st) = client.stats() {
-            self.out.wire = RudpWire {
-                bytes_sent: st.bytes_sent,
-                packets_sent: st.packets_sent,
-                segments_sent: st.segments_sent,
-                segments_retransmitted: st.segments_retransmitted,
-                packets_lost: st.packets_lost,
-                rto_count: st.rto_count,
-                app_bytes_sent: self.app_sent,
-                fec_recovered: st.fec.data_recovered,
-                fec_parity_sent: st.fec.parity_sent,
-                fec_max_parity: st.fec.max_parity as u64,
-                fec_peak_retained_bytes: st.fec.peak_retained_bytes as u64,
-            };
+            self.out.wire = super::wire_of(st, self.app_sent);
         }
-        let out = std::mem::replace(
-            &mut self.out,
-            ClientOutcome {
-                warmup: RudpCounts::default(),
-                measured: RudpCounts::default(),
-                rtt_ns: new_rtt_histogram(),
-                last_measured_echo: None,
-                wire: RudpWire::default(),
-                error: None,
-            },
-        );
+        let out = std::mem::replace(&mut self.out, ClientOutcome::empty());
         let _ = done.send(out);
     }
 }

@@ -22,3 +22,24 @@ pub mod run;
 pub mod server;
 
 pub use run::{label, run_case, run_round, summarize, FecPolicy};
+
+/// A connection's wire counters as a round records them, with `app_bytes_sent` application
+/// bytes (the client counts its own; the server sums its sessions elsewhere).
+pub(crate) fn wire_of(
+    st: &ricochet::proto::ConnectionStats,
+    app_bytes_sent: u64,
+) -> crate::schema::RudpWire {
+    crate::schema::RudpWire {
+        bytes_sent: st.bytes_sent,
+        packets_sent: st.packets_sent,
+        segments_sent: st.segments_sent,
+        segments_retransmitted: st.segments_retransmitted,
+        packets_lost: st.packets_lost,
+        rto_count: st.rto_count,
+        app_bytes_sent,
+        fec_recovered: st.fec.data_recovered,
+        fec_parity_sent: st.fec.parity_sent,
+        fec_max_parity: st.fec.max_parity as u64,
+        fec_peak_retained_bytes: st.fec.peak_retained_bytes as u64,
+    }
+}

@@ -87,20 +87,8 @@ impl Handler for Echo {
                 let st = ctx.session_stats(s)?;
                 Some((
                     s,
-                    RudpWire {
-                        bytes_sent: st.bytes_sent,
-                        packets_sent: st.packets_sent,
-                        segments_sent: st.segments_sent,
-                        segments_retransmitted: st.segments_retransmitted,
-                        packets_lost: st.packets_lost,
-                        rto_count: st.rto_count,
-                        // Summed once for all handlers in `ServerShared::wire`.
-                        app_bytes_sent: 0,
-                        fec_recovered: st.fec.data_recovered,
-                        fec_parity_sent: st.fec.parity_sent,
-                        fec_max_parity: st.fec.max_parity as u64,
-                        fec_peak_retained_bytes: st.fec.peak_retained_bytes as u64,
-                    },
+                    // Application bytes are summed once for all handlers in `ServerShared::wire`.
+                    super::wire_of(st, 0),
                 ))
             })
             .collect();
