@@ -399,7 +399,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let load = load_average();
     let endpoint = protocol(cfg)?;
     let backend = BackendKind::from_str(&cfg.backend).map_err(|e| anyhow!("{e}"))?;
-    let server = EchoServer::start(
+    let mut server = EchoServer::start(
         SocketAddr::from(([127, 0, 0, 1], 0)),
         &cfg.io_model,
         cfg.io_threads,
@@ -519,7 +519,6 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     }
     // Every client is done (or gone): read the server's counters while sessions are open.
     server.fresh_sample();
-    let sessions_per_worker = server.sessions_per_worker();
     let server_wire = server.shared.wire();
     let early = server.shared.early_disconnects.load(Ordering::Relaxed);
     let server_send_errors = server.shared.send_errors.load(Ordering::Relaxed);
@@ -538,10 +537,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         }
     };
     let server_info = match server.shutdown() {
-        Ok(mut i) => {
-            i.sessions_per_worker = sessions_per_worker;
-            Some(i)
-        }
+        Ok(i) => Some(i),
         Err(e) => {
             errors.push(format!("{e:#}"));
             None

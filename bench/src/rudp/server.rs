@@ -110,6 +110,8 @@ pub struct EchoServer {
     io_model: IoModel,
     /// Counters the handlers publish.
     pub shared: Arc<ServerShared>,
+    /// Sessions per worker at the last [`EchoServer::fresh_sample`], while sessions were open.
+    sessions_per_worker: Option<Vec<u32>>,
 }
 
 impl EchoServer {
@@ -143,6 +145,7 @@ impl EchoServer {
             server,
             io_model: cfg.udp.io_model,
             shared,
+            sessions_per_worker: None,
         })
     }
 
@@ -151,14 +154,9 @@ impl EchoServer {
         self.server.local_addr()
     }
 
-    /// Sessions each worker holds now (per-core with several workers).
-    pub fn sessions_per_worker(&self) -> Option<Vec<u32>> {
-        self.server.sessions_per_worker()
-    }
-
     /// Wait (bounded) until every worker ticked at least twice more, so the published counters
-    /// include everything up to now.
-    pub fn fresh_sample(&self) {
+    /// include everything up to now, and note the sessions each worker holds.
+    pub fn fresh_sample(&mut self) {
         let want = self.shared.ticks.load(Ordering::Acquire) + 2 * self.server.workers() as u64;
         let deadline = std::time::Instant::now() + Duration::from_secs(1);
         while self.shared.ticks.load(Ordering::Acquire) < want
@@ -166,6 +164,7 @@ impl EchoServer {
         {
             std::thread::sleep(Duration::from_millis(2));
         }
+        self.sessions_per_worker = self.server.sessions_per_worker();
     }
 
     /// Close every session, stop the workers, describe what ran.
@@ -194,8 +193,7 @@ impl EchoServer {
                 .iter()
                 .map(crate::udp::ricochet_server::worker_stats)
                 .collect(),
-            // Filled by the round from `sessions_per_worker` while its sessions are open.
-            sessions_per_worker: None,
+            sessions_per_worker: self.sessions_per_worker,
             forwarded: Some(forwarded),
         })
     }
