@@ -356,6 +356,9 @@ impl Endpoint {
         if let Some(tag) = self.worker_tag {
             // The owner's index in the low byte (see `worker_of_cid`); bit 8 keeps it non-zero.
             generation = (generation & !0x1ff) | 0x100 | u32::from(tag);
+        } else {
+            // Bit 8 clear: `worker_of_cid` reads no owner into an untagged cid.
+            generation &= !0x100;
         }
         (
             idx,
