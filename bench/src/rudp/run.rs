@@ -140,11 +140,8 @@ pub const CLIENT_PLACEMENTS: [&str; 2] = ["with-worker", "os"];
 /// The client placement when none is asked for: `with-worker` for direct rounds, `os` through
 /// the relay. Direct, a client thread on its worker's core hands its datagrams over on that
 /// core (loopback delivers in the sender's context); left to the scheduler, a thread that
-/// lands on the other core wakes its worker across cores for every datagram. Side by side on
-/// a 2-core host (1,024 B × 16, 4 clients, 3 rounds each, loaded by other builds): every
-/// client on the other worker's core cost 11.4–13.0 CPU-µs per round trip and a 2.9–3.9 ms
-/// p99, on its own worker's core 8.4–10.3 µs and 0.53–0.58 ms, unpinned 9.2–10.6 µs and
-/// 0.70–0.90 ms. Through the relay, every datagram crosses the relay's (unpinned) thread.
+/// lands on the other core wakes its worker across cores for every datagram (see the bench
+/// README for figures). Through the relay, every datagram crosses the relay's unpinned thread.
 pub fn default_client_placement(direct: bool) -> &'static str {
     if direct {
         "with-worker"
