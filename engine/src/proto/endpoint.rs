@@ -690,7 +690,8 @@ impl Endpoint {
         e.1 <= limit
     }
 
-    /// Write the next datagram (stateless replies first, then connections round-robin).
+    /// Write the next datagram (stateless replies first, then connections round-robin, up to
+    /// [`EndpointConfig::transmit_burst`] datagrams from each in a row).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if let Some((to, b, n)) = self.stateless.pop_front() {
             if buf.len() >= n {
