@@ -14,8 +14,9 @@ use crate::host::{BuildInfo, HostInfo};
 /// Version of the result schema written by this build. Version 2 added `rudp_cases` (absent
 /// from version 1 files, which still read: see [`MIN_SCHEMA_VERSION`]); version 3 added the
 /// RUDP config's `client_threads` and `server_idle`, and the RUDP server's
-/// `sessions_per_worker` and `forwarded`.
-pub const SCHEMA_VERSION: u32 = 3;
+/// `sessions_per_worker` and `forwarded`; version 4 added the RUDP config's
+/// `client_placement`.
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Oldest schema version this build reads (every later change so far only added fields).
 pub const MIN_SCHEMA_VERSION: u32 = 1;
@@ -460,6 +461,12 @@ pub struct RudpConfig {
     /// `park` (block at once) or `spin`. Absent (`balanced`) in files before schema version 3.
     #[serde(default)]
     pub server_idle: Option<String>,
+    /// Where the client threads run: `with-worker` (each client thread pinned to the core of
+    /// the server worker serving its first client, where the server pins its workers and
+    /// names them in its connection ids: per-core) or `os` (wherever the scheduler puts
+    /// them). Absent (`os`) in files before schema version 4.
+    #[serde(default)]
+    pub client_placement: Option<String>,
 }
 
 impl RudpConfig {

@@ -321,3 +321,28 @@ fn clients_sharing_threads_pass_every_check() {
     };
     assert!(validate(&c).is_err());
 }
+
+#[test]
+fn client_placement_defaults_by_route_and_is_checked() {
+    let _serial = one_at_a_time();
+    assert_eq!(
+        short(Profile::None, true).client_placement.as_deref(),
+        Some("with-worker")
+    );
+    assert_eq!(
+        short(Profile::Random, false).client_placement.as_deref(),
+        Some("os")
+    );
+    // Two workers, three client threads pinned beside the workers serving them.
+    let mut cfg = short(Profile::None, true);
+    cfg.io_threads = 2;
+    cfg.clients = 3;
+    let r = run_round(&cfg);
+    assert_ok(&r);
+    assert_eq!(r.config.client_placement.as_deref(), Some("with-worker"));
+    let c = bench::schema::RudpConfig {
+        client_placement: Some("anywhere".into()),
+        ..cfg.clone()
+    };
+    assert!(validate(&c).is_err());
+}

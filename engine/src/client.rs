@@ -32,6 +32,9 @@ use crate::proto::{
     CloseReason, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, SendError,
 };
 
+/// Room for one outgoing datagram (any UDP payload) in the send batch.
+const TRANSMIT_BUF: usize = 65_536;
+
 /// Client settings.
 #[derive(Debug, Clone)]
 pub struct ClientConfig {
@@ -129,7 +132,6 @@ pub struct Client {
     server: SocketAddr,
     config: ClientConfig,
     send_batch: SendBatch,
-    scratch: Vec<u8>,
     events: VecDeque<ClientEvent>,
     connected: bool,
     closed: Option<(CloseReason, bool)>,
@@ -181,7 +183,6 @@ impl Client {
             handle,
             server,
             send_batch,
-            scratch: vec![0; 65_536],
             config,
             events: VecDeque::new(),
             connected: false,
@@ -308,13 +309,28 @@ impl Client {
         }
     }
 
+    /// Write every datagram the endpoint has to send straight into the send batch (flushing
+    /// it when full).
     fn transmit(&mut self, now: Instant) {
-        while let Some(t) = self.endpoint.poll_transmit(now, &mut self.scratch) {
+        loop {
             if self.send_batch.is_full() && self.backend.flush(&mut self.send_batch).is_err() {
-                break;
+                // No room and the socket refuses: leave the rest queued in the protocol.
+                return;
             }
-            // A datagram the batch refuses is lost like one the network dropped: ARQ repairs it.
-            let _ = self.send_batch.push(t.destination, &self.scratch[..t.size]);
+            let endpoint = &mut self.endpoint;
+            let sent = self.send_batch.push_in_place(TRANSMIT_BUF, |buf| {
+                endpoint
+                    .poll_transmit(now, buf)
+                    .map(|t| (t.destination, t.size))
+            });
+            match sent {
+                Ok(Some(_)) => {}
+                Ok(None) => return,
+                // Oversize: lost like a datagram the network dropped; ARQ repairs it.
+                Err(ricochet_platform::Error::PayloadTooLarge { .. }) => {}
+                // Still full (a flush that sent nothing): as above.
+                Err(_) => return,
+            }
         }
     }
 
@@ -331,6 +347,18 @@ impl Client {
     /// The connection's statistics (RTT histogram, loss, retransmissions, cwnd, RTO).
     pub fn stats(&self) -> Option<&ConnectionStats> {
         self.endpoint.connection(self.handle).map(|c| c.stats())
+    }
+
+    /// The server worker that owns this session, as the server's connection id names it: a
+    /// per-core Ricochet server tags its connection ids with the worker (see
+    /// [`crate::proto::worker_of_cid`]). `None` before the handshake completes or for a server
+    /// that does not tag them (shared IO model). A load tester on the server's host can use
+    /// it to run each client on the core of the worker serving it.
+    pub fn server_worker(&self) -> Option<u8> {
+        self.endpoint
+            .connection(self.handle)
+            .filter(|c| c.state() != crate::proto::ConnectionState::Handshaking)
+            .and_then(|c| crate::proto::worker_of_cid(c.remote_cid()))
     }
 
     /// Bytes queued but not yet sent.

@@ -164,3 +164,63 @@ fn endpoints_without_a_shared_secret_refuse_each_others_cookies() {
     a.handle_datagram(now, addr(50), &echo).unwrap();
     assert_eq!(a.connection_count(), 1);
 }
+
+/// The destinations of everything `server` has to send now, in order.
+fn drain_destinations(net: &mut Net, server: usize) -> Vec<std::net::SocketAddr> {
+    let now = net.now;
+    let mut buf = vec![0u8; 65_536];
+    let mut out = Vec::new();
+    while let Some(t) = net.ep(server).poll_transmit(now, &mut buf) {
+        out.push(t.destination);
+    }
+    out
+}
+
+#[test]
+fn transmit_burst_takes_runs_from_one_connection_then_moves_on() {
+    for burst in [1usize, 3, 16] {
+        let mut net = Net::new(Impair::default(), 3);
+        let cfg = EndpointConfig {
+            transmit_burst: burst,
+            ..server_cfg()
+        };
+        let s = net.add(addr(1), Endpoint::new(cfg, net.now, 21));
+        let mut sessions = Vec::new();
+        for (i, seed) in [(2u16, 22u64), (3, 23)] {
+            let c = net.add(addr(i), Endpoint::new(client_cfg(), net.now, seed));
+            let now = net.now;
+            net.ep(c).connect(now, addr(1));
+        }
+        let limit = net.now + Duration::from_secs(1);
+        net.run_until(limit, &mut |ep, _, h, e| {
+            if ep == s && e == Event::Connected {
+                sessions.push(h);
+            }
+        });
+        assert_eq!(sessions.len(), 2, "burst {burst}: both connected");
+        // Six datagrams' worth for each session, queued in one go.
+        for &h in &sessions {
+            for _ in 0..6 {
+                net.ep(s).send(h, 0, Bytes::from(vec![7u8; 1000])).unwrap();
+            }
+        }
+        let order = drain_destinations(&mut net, s);
+        assert_eq!(order.len(), 12, "burst {burst}: {order:?}");
+        let mut runs: Vec<usize> = Vec::new();
+        for (i, d) in order.iter().enumerate() {
+            if i > 0 && order[i - 1] == *d {
+                *runs.last_mut().unwrap() += 1;
+            } else {
+                runs.push(1);
+            }
+        }
+        // Runs of `burst` (the last of a connection may be shorter), alternating while both
+        // have data.
+        let expected: Vec<usize> = match burst {
+            1 => vec![1; 12],
+            3 => vec![3; 4],
+            _ => vec![6, 6],
+        };
+        assert_eq!(runs, expected, "burst {burst}: {order:?}");
+    }
+}

@@ -193,6 +193,51 @@ fn per_core_spreads_clients_that_connect_at_once() {
     srv.shutdown().unwrap();
 }
 
+/// Answers every message with the index of the worker that handled it.
+struct NameWorker;
+impl Handler for NameWorker {
+    fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, _: Bytes) {
+        let worker = u8::try_from(ctx.worker()).expect("few workers");
+        ctx.send(s, channel, vec![worker]).expect("reply queued");
+    }
+}
+
+#[test]
+fn client_learns_which_worker_serves_it() {
+    for (model, named) in [(IoModel::PerCore, true), (IoModel::Shared, false)] {
+        let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+        cfg.udp.io_model = model;
+        cfg.udp.io_threads = 2;
+        cfg.seed = Some(11);
+        let srv = RudpServer::start(cfg, |_| NameWorker).unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let mut c = client(srv.local_addr());
+            c.send(0, &b"who"[..]).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let reply = loop {
+                assert!(Instant::now() < deadline, "no reply ({model:?})");
+                c.wait(Duration::from_millis(5)).unwrap();
+                if let Some(ClientEvent::Message { data, .. }) = c.poll_event() {
+                    break data;
+                }
+            };
+            if named {
+                assert_eq!(c.server_worker(), Some(reply[0]), "{model:?}");
+                seen.push(reply[0]);
+            } else {
+                // The shared model's one endpoint does not tag its connection ids.
+                assert_eq!(c.server_worker(), None, "{model:?}");
+            }
+        }
+        if named {
+            seen.sort_unstable();
+            assert_eq!(seen, vec![0, 0, 1, 1], "sessions placed on both workers");
+        }
+        srv.shutdown().unwrap();
+    }
+}
+
 /// Records every disconnect it sees.
 struct Recorder(Arc<Mutex<HashMap<SessionId, (CloseReason, bool)>>>);
 impl Handler for Recorder {

@@ -55,7 +55,11 @@ impl SendEntry {
 /// [`consume`]: SendBatch::consume
 #[derive(Debug)]
 pub struct SendBatch {
+    /// Payload storage. Only `buf[..used]` holds queued payloads; the rest is initialised room
+    /// kept from earlier turns, so writing a datagram in place needs no zeroing.
     buf: Vec<u8>,
+    /// Bytes of `buf` the queued entries occupy (the next payload starts here).
+    used: usize,
     entries: Vec<SendEntry>,
     head: usize,
     max_entries: usize,
@@ -83,6 +87,7 @@ impl SendBatch {
         let max_entries = max_entries.max(1);
         SendBatch {
             buf: Vec::with_capacity(max_entries * 1500),
+            used: 0,
             entries: Vec::with_capacity(max_entries),
             head: 0,
             max_entries,
@@ -192,14 +197,13 @@ impl SendBatch {
                 limit,
             });
         }
-        if let Some(seg) = self.joinable_run(&dst, self.buf.len(), payload.len()) {
-            self.buf.extend_from_slice(payload);
+        if let Some(seg) = self.joinable_run(&dst, self.used, payload.len()) {
+            self.append(payload);
             self.extend_run(seg, payload.len());
             return Ok(());
         }
         self.check_room()?;
-        let offset = self.buf.len();
-        self.buf.extend_from_slice(payload);
+        let offset = self.append(payload);
         self.entries.push(SendEntry {
             dst,
             offset,
@@ -225,10 +229,11 @@ impl SendBatch {
             });
         }
         self.check_room()?;
-        let offset = self.buf.len();
-        self.buf.resize(offset + max_len, 0);
-        let used = write(&mut self.buf[offset..]).min(max_len);
-        self.buf.truncate(offset + used);
+        let offset = self.used;
+        let room = self.room(max_len);
+        room.fill(0);
+        let used = write(room).min(max_len);
+        self.used = offset + used;
         // The bytes already sit right after the last entry: joining its run costs nothing.
         if let Some(seg) = self.joinable_run(&dst, offset, used) {
             self.extend_run(seg, used);
@@ -241,6 +246,64 @@ impl SendBatch {
             segment_size: None,
         });
         Ok(used)
+    }
+
+    /// Queue one datagram written in place, whose destination is known only once it is written
+    /// (a protocol that picks the connection to serve as it writes): `write` gets `max_len`
+    /// bytes of room and returns the destination and the bytes it used (clamped to `max_len`),
+    /// or `None` to queue nothing. Returns the bytes queued, `None` when `write` declined.
+    ///
+    /// The room is not zeroed (it may hold bytes of earlier datagrams): `write` must fill what
+    /// it reports as used. Saves the copy from a scratch buffer that [`push`](Self::push) needs.
+    ///
+    /// Fails with [`Error::BatchFull`] when no entry is free — then `write` is not called — and
+    /// with [`Error::PayloadTooLarge`] when the written datagram exceeds the limit of its
+    /// destination's family; nothing is queued then, and the batch stays usable. Joins the last
+    /// GSO run like [`push`](Self::push) when coalescing is on.
+    pub fn push_in_place(
+        &mut self,
+        max_len: usize,
+        write: impl FnOnce(&mut [u8]) -> Option<(SocketAddr, usize)>,
+    ) -> Result<Option<usize>, Error> {
+        self.check_room()?;
+        let offset = self.used;
+        let Some((dst, len)) = write(self.room(max_len)) else {
+            return Ok(None);
+        };
+        let len = len.min(max_len);
+        let limit = max_payload_for(&dst);
+        if len > limit {
+            return Err(Error::PayloadTooLarge { len, limit });
+        }
+        self.used = offset + len;
+        if let Some(seg) = self.joinable_run(&dst, offset, len) {
+            self.extend_run(seg, len);
+        } else {
+            self.entries.push(SendEntry {
+                dst,
+                offset,
+                len,
+                segment_size: None,
+            });
+        }
+        Ok(Some(len))
+    }
+
+    /// The `len` bytes of storage from `used` on, grown (zero-filled) once where too short.
+    fn room(&mut self, len: usize) -> &mut [u8] {
+        let end = self.used + len;
+        if self.buf.len() < end {
+            self.buf.resize(end, 0);
+        }
+        &mut self.buf[self.used..end]
+    }
+
+    /// Copy `payload` to the end of the queued bytes; returns its offset.
+    fn append(&mut self, payload: &[u8]) -> usize {
+        let offset = self.used;
+        self.room(payload.len()).copy_from_slice(payload);
+        self.used += payload.len();
+        offset
     }
 
     /// Queue several datagrams of `segment_size` bytes each (the last may be shorter), all to
@@ -268,8 +331,7 @@ impl SendBatch {
             });
         }
         self.check_room()?;
-        let offset = self.buf.len();
-        self.buf.extend_from_slice(payload);
+        let offset = self.append(payload);
         self.entries.push(SendEntry {
             dst,
             offset,
@@ -355,7 +417,7 @@ impl SendBatch {
 
     /// Drop everything queued, keeping the storage.
     pub fn clear(&mut self) {
-        self.buf.clear();
+        self.used = 0;
         self.entries.clear();
         self.head = 0;
     }
@@ -564,6 +626,73 @@ mod tests {
             .unwrap();
         assert_eq!(n, 3);
         assert_eq!(b.payload(&b.pending()[0]), b"xyz");
+    }
+
+    #[test]
+    fn push_in_place_queues_what_the_writer_reports() {
+        let mut b = SendBatch::new(2);
+        b.push(v4(), b"first").unwrap();
+        // The writer names the destination and the length after writing.
+        let n = b
+            .push_in_place(1500, |buf| {
+                buf[..4].copy_from_slice(b"abcd");
+                Some((other_v4(), 4))
+            })
+            .unwrap();
+        assert_eq!(n, Some(4));
+        assert_eq!(b.pending()[1].dst, other_v4());
+        assert_eq!(b.payload(&b.pending()[1]), b"abcd");
+        assert_eq!(b.payload(&b.pending()[0]), b"first");
+        // Full: the writer is not called.
+        let mut called = false;
+        let r = b.push_in_place(1500, |_| {
+            called = true;
+            Some((v4(), 1))
+        });
+        assert!(matches!(r, Err(Error::BatchFull { capacity: 2 })));
+        assert!(!called);
+        // Room reused after a clear holds stale bytes; only the reported length is queued.
+        b.clear();
+        assert_eq!(b.push_in_place(64, |_| None).unwrap(), None);
+        assert!(b.is_empty());
+        let n = b
+            .push_in_place(64, |buf| {
+                buf[0] = b'z';
+                Some((v4(), 1))
+            })
+            .unwrap();
+        assert_eq!(n, Some(1));
+        assert_eq!(b.payload(&b.pending()[0]), b"z");
+        // A length beyond the room is clamped to it.
+        let n = b.push_in_place(3, |_| Some((v4(), 10))).unwrap();
+        assert_eq!(n, Some(3));
+        assert_eq!(b.pending()[1].len, 3);
+    }
+
+    #[test]
+    fn push_in_place_refuses_oversize_and_joins_runs() {
+        let mut b = SendBatch::new(4);
+        let r = b.push_in_place(MAX_UDP_PAYLOAD_V6, |_| Some((v4(), MAX_UDP_PAYLOAD_V4 + 1)));
+        assert!(matches!(
+            r,
+            Err(Error::PayloadTooLarge { len, limit: MAX_UDP_PAYLOAD_V4 }) if len == MAX_UDP_PAYLOAD_V4 + 1
+        ));
+        assert!(b.is_empty());
+        b.set_coalescing(true);
+        for i in 0..3u8 {
+            b.push_in_place(1500, |buf| {
+                buf[..100].fill(i);
+                Some((v4(), 100))
+            })
+            .unwrap();
+        }
+        assert_eq!(b.len(), 1);
+        assert_eq!(b.pending()[0].segment_size, Some(100));
+        assert_eq!(b.datagrams(), 3);
+        assert_eq!(&b.payload(&b.pending()[0])[200..], &[2u8; 100][..]);
+        // A push after an in-place write starts where the write ended.
+        b.push(other_v4(), b"tail").unwrap();
+        assert_eq!(b.payload(&b.pending()[1]), b"tail");
     }
 
     #[test]

@@ -11,7 +11,8 @@ use crate::host::UtcTime;
 use crate::output::{render_table, result_file, thousands, write_result};
 use crate::relay::ImpairmentArgs;
 use crate::rudp::run::{
-    default_client_threads, default_drain, set_impairment, validate, DEFAULT_SERVER_IDLE,
+    default_client_placement, default_client_threads, default_drain, set_impairment, validate,
+    DEFAULT_SERVER_IDLE,
 };
 use crate::rudp::{label, run_case, FecPolicy};
 use crate::schema::{RudpCase, RudpConfig, Spread};
@@ -33,6 +34,11 @@ pub struct RudpArgs {
     /// (block at once) or spin.
     #[arg(long, default_value = DEFAULT_SERVER_IDLE, value_parser = ["balanced", "park", "spin"])]
     pub server_idle: String,
+    /// Where the client threads run: with-worker (each pinned to the core of the server
+    /// worker serving its first client) or os (the scheduler decides). Default: with-worker
+    /// for --direct, os through the relay.
+    #[arg(long, value_parser = ["with-worker", "os"])]
+    pub client_placement: Option<String>,
     /// Messages in flight per client.
     #[arg(long, default_value_t = 16)]
     pub window: usize,
@@ -103,6 +109,11 @@ impl RudpArgs {
                     .unwrap_or_else(|| default_client_threads(self.clients)),
             ),
             server_idle: Some(self.server_idle.clone()),
+            client_placement: Some(
+                self.client_placement
+                    .clone()
+                    .unwrap_or_else(|| default_client_placement(self.direct).into()),
+            ),
         };
         set_impairment(&mut cfg, &self.impairment.impairment()?);
         Ok(cfg)

@@ -45,6 +45,10 @@ pub struct ClientPlan {
     pub backend: BackendKind,
     /// Connection seed.
     pub seed: u64,
+    /// Client placement `with-worker`: the core each server worker is pinned to, by worker.
+    /// The client thread then runs on the core of the worker serving its first client.
+    /// `None`: the scheduler places the thread.
+    pub worker_cores: Option<Arc<Vec<Option<usize>>>>,
 }
 
 /// What one client reports.
@@ -298,6 +302,9 @@ pub fn run_clients(
             }
         }
     }
+    if let Some(cores) = plans.first().and_then(|p| p.worker_cores.as_deref()) {
+        pin_with_worker(&connected, cores);
+    }
     let go = start.recv();
     let epoch = match go {
         Ok(Some(epoch)) if !failed => epoch,
@@ -355,6 +362,19 @@ pub fn run_clients(
             break;
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Pin this thread to the core of the worker serving its first client (loopback hands each
+/// datagram over in the sender's context: on that core, the worker is woken there). Left to
+/// the scheduler when the server does not name the worker or did not pin it.
+fn pin_with_worker(clients: &[Client], worker_cores: &[Option<usize>]) {
+    let core = clients
+        .first()
+        .and_then(Client::server_worker)
+        .and_then(|w| worker_cores.get(usize::from(w)).copied().flatten());
+    if let Some(id) = core {
+        core_affinity::set_for_current(core_affinity::CoreId { id });
     }
 }
 

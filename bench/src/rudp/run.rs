@@ -124,6 +124,7 @@ pub fn config_for(
         seed,
         client_threads: Some(default_client_threads(clients)),
         server_idle: Some(DEFAULT_SERVER_IDLE.into()),
+        client_placement: Some(default_client_placement(direct).into()),
     };
     set_impairment(&mut cfg, &profile.impairment());
     cfg
@@ -131,6 +132,23 @@ pub fn config_for(
 
 /// The server workers' idle strategy when none is asked for.
 pub const DEFAULT_SERVER_IDLE: &str = "balanced";
+
+/// Client placements: the client threads pinned to their server worker's core, or left to
+/// the scheduler.
+pub const CLIENT_PLACEMENTS: [&str; 2] = ["with-worker", "os"];
+
+/// The client placement when none is asked for: `with-worker` for direct rounds, `os` through
+/// the relay. Direct, a client thread on its worker's core hands its datagrams over on that
+/// core (loopback delivers in the sender's context); left to the scheduler, a thread that
+/// lands on the other core wakes its worker across cores for every datagram (see the bench
+/// README for figures). Through the relay, every datagram crosses the relay's unpinned thread.
+pub fn default_client_placement(direct: bool) -> &'static str {
+    if direct {
+        "with-worker"
+    } else {
+        "os"
+    }
+}
 
 /// Client threads for `clients` clients when none are asked for: one per client (each client
 /// steps alone on its thread).
@@ -213,6 +231,11 @@ pub fn validate(cfg: &RudpConfig) -> Result<()> {
     }
     if let Some(idle) = &cfg.server_idle {
         IdleStrategy::from_str(idle).map_err(|e| anyhow!("server idle: {e}"))?;
+    }
+    if let Some(p) = &cfg.client_placement {
+        if !CLIENT_PLACEMENTS.contains(&p.as_str()) {
+            bail!("client placement {p:?}: expected with-worker or os");
+        }
     }
     if !["per-core", "shared"].contains(&cfg.io_model.as_str()) {
         bail!("IO model {:?}: expected per-core or shared", cfg.io_model);
@@ -426,6 +449,8 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let mut handles = Vec::new();
     let mut errors = Vec::new();
     let threads = cfg.resolved_client_threads();
+    let worker_cores = (cfg.client_placement.as_deref() == Some("with-worker"))
+        .then(|| Arc::new(server.worker_cores()));
     let mut groups: Vec<Vec<ClientPlan>> = (0..threads).map(|_| Vec::new()).collect();
     for i in 0..cfg.clients {
         let plan = ClientPlan {
@@ -439,6 +464,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
             endpoint: endpoint.clone(),
             backend,
             seed: cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1),
+            worker_cores: worker_cores.clone(),
         };
         // Round-robin: client i on thread i mod threads.
         groups[i % threads].push(plan);

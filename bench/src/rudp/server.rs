@@ -154,6 +154,11 @@ impl EchoServer {
         self.server.local_addr()
     }
 
+    /// The core each worker is pinned to (`None`: not pinned), by worker index.
+    pub fn worker_cores(&self) -> Vec<Option<usize>> {
+        self.server.counters().iter().map(|c| c.core).collect()
+    }
+
     /// Wait (bounded) until every worker ticked at least twice more, so the published counters
     /// include everything up to now, and note the sessions each worker holds.
     pub fn fresh_sample(&mut self) {

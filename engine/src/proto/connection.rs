@@ -116,6 +116,8 @@ pub struct Connection {
     // Sending.
     next_pn: u64,
     sent: VecDeque<SentPacket>,
+    /// Packets of `sent` in state `InFlight` (so timers need not scan `sent`).
+    in_flight_packets: usize,
     vec_pool: Vec<Vec<u64>>,
     segments: VecDeque<Segment>,
     seg_base: u64,
@@ -194,6 +196,7 @@ impl Connection {
             accept_pending: false,
             next_pn: 0,
             sent: VecDeque::new(),
+            in_flight_packets: 0,
             vec_pool: Vec::new(),
             segments: VecDeque::new(),
             seg_base: 0,
@@ -841,6 +844,7 @@ impl Connection {
                 match p.state {
                     PacketState::InFlight => {
                         p.state = PacketState::Acked;
+                        self.in_flight_packets -= 1;
                         newly = true;
                         self.cc.on_acked(p.size, p.time);
                         newest_acked = Some(newest_acked.map_or(p.time, |t| t.max(p.time)));
@@ -969,6 +973,9 @@ impl Connection {
 
     fn declare_lost(&mut self, i: usize) {
         let p = &mut self.sent[i];
+        if p.state == PacketState::InFlight {
+            self.in_flight_packets -= 1;
+        }
         p.state = PacketState::Lost;
         let pn = p.pn;
         let size = p.size;
@@ -1054,7 +1061,14 @@ impl Connection {
 
     fn pto_deadline(&self) -> Option<Instant> {
         let base = self.last_ack_eliciting_sent?;
-        let in_flight = self.sent.iter().any(|p| p.state == PacketState::InFlight);
+        debug_assert_eq!(
+            self.in_flight_packets,
+            self.sent
+                .iter()
+                .filter(|p| p.state == PacketState::InFlight)
+                .count()
+        );
+        let in_flight = self.in_flight_packets > 0;
         let blocked = self.peer_window == 0 && self.has_queued_reliable();
         if !in_flight && !blocked {
             return None;
@@ -1371,6 +1385,7 @@ impl Connection {
         let state = if ack_eliciting {
             self.cc.on_sent(len);
             self.last_ack_eliciting_sent = Some(now);
+            self.in_flight_packets += 1;
             PacketState::InFlight
         } else {
             PacketState::Untracked

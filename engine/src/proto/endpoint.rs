@@ -66,7 +66,17 @@ pub struct EndpointConfig {
     pub max_stateless_queue: usize,
     /// Bytes all connections together may retain for incomplete FEC groups (1 MiB).
     pub fec_retention_budget: usize,
+    /// Datagrams [`Endpoint::poll_transmit`] takes from one connection in a row before moving
+    /// on to the next one with something to send (round-robin; 1 = one datagram each in
+    /// turn). Default [`DEFAULT_TRANSMIT_BURST`]: a run of datagrams to one peer leaves in one
+    /// GSO send where the runtime coalesces them, which one-each-in-turn breaks up.
+    pub transmit_burst: usize,
 }
+
+/// Default [`EndpointConfig::transmit_burst`]. On the loopback echo benchmark (1,024 B × 16
+/// in flight, 4 clients, 2 workers) bursts of 16 cut the CPU per round trip from 8.6–9.3 µs
+/// (one each in turn) to 6.0–6.7 µs, and 64 did no better (6.3–7.3 µs).
+pub const DEFAULT_TRANSMIT_BURST: usize = 16;
 
 impl Default for EndpointConfig {
     fn default() -> Self {
@@ -76,6 +86,7 @@ impl Default for EndpointConfig {
             reassembly_budget: 64 << 20,
             max_stateless_queue: 1024,
             fec_retention_budget: crate::fec::DEFAULT_RETENTION_BUDGET,
+            transmit_burst: DEFAULT_TRANSMIT_BURST,
         }
     }
 }
@@ -131,6 +142,8 @@ pub struct Endpoint {
     epoch_keys: [Option<(u64, [u8; 32])>; 2],
     stateless: VecDeque<(SocketAddr, [u8; 48], usize)>,
     dirty: VecDeque<u32>,
+    /// The connection that sent the last datagram, and how many it sent in a row.
+    burst: (u32, usize),
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     due: Vec<(Instant, u32)>,
     events: VecDeque<(ConnectionHandle, Event)>,
@@ -265,6 +278,7 @@ impl Endpoint {
             placement: None,
             stateless: VecDeque::new(),
             dirty: VecDeque::new(),
+            burst: (0, 0),
             timers: BinaryHeap::new(),
             due: Vec::new(),
             events: VecDeque::new(),
@@ -356,6 +370,9 @@ impl Endpoint {
         if let Some(tag) = self.worker_tag {
             // The owner's index in the low byte (see `worker_of_cid`); bit 8 keeps it non-zero.
             generation = (generation & !0x1ff) | 0x100 | u32::from(tag);
+        } else {
+            // Bit 8 clear: `worker_of_cid` reads no owner into an untagged cid.
+            generation &= !0x100;
         }
         (
             idx,
@@ -673,7 +690,8 @@ impl Endpoint {
         e.1 <= limit
     }
 
-    /// Write the next datagram (stateless replies first, then connections round-robin).
+    /// Write the next datagram (stateless replies first, then connections round-robin, up to
+    /// [`EndpointConfig::transmit_burst`] datagrams from each in a row).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         if let Some((to, b, n)) = self.stateless.pop_front() {
             if buf.len() >= n {
@@ -699,15 +717,30 @@ impl Endpoint {
             }
             match t {
                 Some(t) => {
-                    // Back of the queue: one datagram per connection per turn (fairness).
+                    // Up to `transmit_burst` datagrams in a row, then the back of the queue
+                    // (fairness).
+                    let run = if self.burst.0 == idx {
+                        self.burst.1 + 1
+                    } else {
+                        1
+                    };
+                    self.burst = (idx, run);
                     if let Some(slot) = self.slots.get_mut(idx as usize) {
                         slot.dirty = true;
-                        self.dirty.push_back(idx);
+                        if run < self.cfg.transmit_burst {
+                            self.dirty.push_front(idx);
+                        } else {
+                            self.burst.1 = 0;
+                            self.dirty.push_back(idx);
+                        }
                     }
                     self.after(idx);
                     return Some(t);
                 }
-                None => self.after(idx),
+                None => {
+                    self.burst.1 = 0;
+                    self.after(idx);
+                }
             }
         }
         None

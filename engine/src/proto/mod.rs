@@ -96,7 +96,7 @@ pub use crate::wire::{CloseReason, ConnectionId};
 pub use connection::{Connection, ConnectionState};
 pub use endpoint::{
     worker_of_cid, worker_of_datagram, ConnectionHandle, Endpoint, EndpointConfig, EndpointStats,
-    Placement, ServerConfig,
+    Placement, ServerConfig, DEFAULT_TRANSMIT_BURST,
 };
 pub use fec::{FecStats, FEC_ARQ_OVERHEAD};
 pub use stats::{ConnectionStats, DropCause, DropCounters};

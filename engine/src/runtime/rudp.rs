@@ -306,7 +306,8 @@ impl EndpointSlot {
     }
 }
 
-/// Scratch space for one outgoing datagram (the largest UDP payload).
+/// Room for one outgoing datagram (any UDP payload): what a datagram is written into, in the
+/// send batch or, when the batch has no free entry, in the scratch buffer.
 const TRANSMIT_BUF: usize = 65_536;
 
 struct RudpService<H> {
@@ -383,10 +384,26 @@ impl<H: Handler> RudpService<H> {
                     .on_disconnect(&mut sctx, session, reason, by_peer),
             }
         }
-        while let Some(t) = ep.poll_transmit(now, &mut self.scratch) {
-            // A refused datagram (batch full mid-dispatch, oversize) is counted by the context;
-            // ARQ repairs what it carried.
-            let _ = ctx.send(t.destination, &self.scratch[..t.size]);
+        // Each datagram is written straight into the worker's send batch.
+        loop {
+            let sent = ctx.send_in_place(TRANSMIT_BUF, |buf| {
+                ep.poll_transmit(now, buf).map(|t| (t.destination, t.size))
+            });
+            match sent {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                // Oversize: the context counted it; ARQ repairs what it carried.
+                Err(platform::Error::PayloadTooLarge { .. }) => {}
+                // No room (batch full mid-dispatch): the datagram was not written. Let the
+                // endpoint write it anyway so its state moves on; the context counts the
+                // refusal, and ARQ repairs what it carried.
+                Err(_) => match ep.poll_transmit(now, &mut self.scratch) {
+                    Some(t) => {
+                        let _ = ctx.send(t.destination, &self.scratch[..t.size]);
+                    }
+                    None => break,
+                },
+            }
         }
     }
 

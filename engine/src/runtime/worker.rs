@@ -60,6 +60,27 @@ impl UdpContext<'_> {
             .inspect_err(|_| *self.send_errors += 1)
     }
 
+    /// Queue a datagram written in place whose destination `write` decides as it writes (see
+    /// [`SendBatch::push_in_place`]): `write` gets `max_len` bytes of room (not zeroed) and
+    /// returns the destination and length, or `None` to send nothing. Returns the length queued.
+    ///
+    /// Fails with [`platform::Error::BatchFull`] without calling `write` when no entry is free
+    /// (mid-dispatch), and with [`platform::Error::PayloadTooLarge`] for a datagram over its
+    /// destination's limit (counted as a send error, like [`UdpContext::send`]'s).
+    pub fn send_in_place(
+        &mut self,
+        max_len: usize,
+        write: impl FnOnce(&mut [u8]) -> Option<(SocketAddr, usize)>,
+    ) -> Result<Option<usize>, platform::Error> {
+        self.make_room()?;
+        self.send.push_in_place(max_len, write).inspect_err(|e| {
+            // A full batch leaves the datagram unwritten: the caller still has it to send.
+            if !matches!(e, platform::Error::BatchFull { .. }) {
+                *self.send_errors += 1;
+            }
+        })
+    }
+
     /// True when the next send may have to wait for room (mid-dispatch, batch full).
     pub fn is_send_batch_full(&self) -> bool {
         self.send.is_full() && self.backend.is_none()
