@@ -14,7 +14,8 @@
 //!   random linear combination over GF(2^8) of the most recent sources (at most
 //!   [`SlidingConfig::window`], none older than [`SlidingConfig::max_age`]), every
 //!   `span / level` sources and, when it goes quiet for [`SlidingConfig::tail_wait`] with
-//!   sources not yet covered, up to [`SlidingConfig::tail_repairs`] more. The receiver
+//!   sources not yet covered, up to [`SlidingConfig::tail_repairs`] more (as many as the loss
+//!   estimate asks for, [`SlidingConfig::tail_residual`], or a recent burst). The receiver
 //!   ([`SlidingReceiver`]) keeps recent sources and pending repair equations within the same
 //!   budget, substitutes known sources, solves single unknowns at once and small systems by
 //!   Gaussian elimination. A group of a few datagrams needs its own parity; a repair covers
@@ -124,9 +125,14 @@ pub struct SlidingConfig {
     /// Repairs go out this long after the last source not yet covered by one when no further
     /// source follows (1 ms), so a lost tail is repaired before ARQ would notice it.
     pub tail_wait: Duration,
-    /// Most repairs one tail carries (2): as many as the longest recent loss burst the peer
-    /// reported, at least one.
+    /// Most repairs one tail carries (2); how many it carries below that is set by
+    /// `tail_residual` and the longest recent loss burst the peer reported.
     pub tail_repairs: usize,
+    /// Chance the tail may leave its sources unrepaired: the tail carries the fewest repairs
+    /// (at least one) for which the sources sent since the last repair, plus the tail, lose
+    /// more than it repairs with at most this probability, at the adaptive policy's loss
+    /// estimate (0.05 by default). A longest recent loss burst of 3 or more raises it.
+    pub tail_residual: f64,
 }
 
 impl Default for SlidingConfig {
@@ -137,6 +143,7 @@ impl Default for SlidingConfig {
             span: 16,
             tail_wait: Duration::from_millis(1),
             tail_repairs: 2,
+            tail_residual: 0.05,
         }
     }
 }

@@ -14,7 +14,7 @@ use super::header::{
     PARITY_HEADER_LEN,
 };
 use super::kernel::Kernel;
-use super::policy::ParityController;
+use super::policy::{least_parity, ParityController};
 use super::receiver::{ReceiverStats, RetentionBudget};
 use super::sender::{SenderStats, MAX_QUEUED_PARITY};
 use super::track::{SeqTracker, WINDOW};
@@ -169,16 +169,36 @@ impl SlidingSender {
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.poll_timeout().is_some_and(|t| now >= t) {
             self.trim(now);
-            // A stalled receiver (ordered delivery blocked behind a loss) often makes the
-            // sender go quiet right after a loss: the tail carries enough repairs for the
-            // longest recent loss burst, within the configured bound.
-            let n = self
-                .controller
-                .recent_burst()
-                .clamp(1, self.cfg.sliding.tail_repairs.max(1));
+            let n = self.tail_count();
+            let before = self.ready.len() as u64 + self.stats.parity_dropped;
             self.emit(n);
+            self.stats.tail_repairs += self.ready.len() as u64 + self.stats.parity_dropped - before;
             self.uncovered = 0;
         }
+    }
+
+    /// Repairs the tail due now carries: enough that the sources not yet covered by a repair
+    /// (with the tail itself) lose more than it repairs with probability at most
+    /// `sliding.tail_residual` at the policy's loss estimate, and (a stalled receiver often
+    /// makes the sender go quiet right after a loss) at least the longest recent loss burst
+    /// of 3 or more; 1..=`sliding.tail_repairs`. Without an estimate (fixed policy) the
+    /// longest recent burst alone.
+    fn tail_count(&self) -> usize {
+        let max = self.cfg.sliding.tail_repairs.max(1);
+        let burst = self.controller.recent_burst();
+        let n = match self.controller.estimate() {
+            Some(loss) => {
+                let by_loss =
+                    least_parity(loss, self.uncovered, self.cfg.sliding.tail_residual, 1, max);
+                if burst >= 3 {
+                    by_loss.max(burst)
+                } else {
+                    by_loss
+                }
+            }
+            None => burst,
+        };
+        n.clamp(1, max)
     }
 
     /// The next repair body, if one is queued. With a buffer smaller than it, `None` and the
@@ -794,6 +814,38 @@ mod tests {
         assert_eq!(got[3], vec![2u8; 50]);
         assert_eq!(rx.stats().data_recovered, 1);
         assert_eq!(rx.pending_repairs(), 0);
+    }
+
+    /// Repairs one tail queues after a single source, at the peer's reported loss.
+    fn tail_after_one_source(received: u64, lost: u64) -> u64 {
+        let c = FecConfig {
+            policy: FecPolicy::Adaptive { max_parity: 4 },
+            ..cfg()
+        };
+        let mut tx = SlidingSender::new(c);
+        tx.on_loss_report_detail(LossReport {
+            received,
+            lost,
+            max_burst: 1,
+        });
+        let now = Instant::now();
+        let mut buf = vec![0u8; c.max_parity_body()];
+        tx.protect(now, &[1; 10], &mut buf).unwrap();
+        let t = tx.poll_timeout().unwrap();
+        let mut n = 0;
+        while tx.poll_parity(t, &mut buf).is_some() {
+            n += 1;
+        }
+        assert_eq!(tx.stats().tail_repairs, n);
+        n
+    }
+
+    #[test]
+    fn the_tail_carries_as_many_repairs_as_the_loss_estimate_asks() {
+        // 5 % loss: one source and one repair lose both with 0.25 % odds, one repair will do.
+        assert_eq!(tail_after_one_source(950, 50), 1);
+        // 30 % loss: one repair leaves 9 % odds (above the 5 % residual); the bound is 2.
+        assert_eq!(tail_after_one_source(700, 300), 2);
     }
 
     #[test]

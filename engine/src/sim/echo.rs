@@ -232,6 +232,9 @@ impl EchoScenario {
             fec_data_shards: fec_on.then_some(after.c.data_shards - before.c.data_shards),
             fec_unrecoverable: fec_on.then_some(after.c.unrecoverable - before.c.unrecoverable),
             fec_parity_shards: fec_on.then_some(after.c.parity - before.c.parity),
+            fec_parity_bytes: fec_on.then_some(after.c.parity_bytes - before.c.parity_bytes),
+            fec_tail_repairs: fec_on.then_some(after.c.tail_repairs - before.c.tail_repairs),
+            fec_data_bytes: fec_on.then_some(after.c.data_bytes - before.c.data_bytes),
             fec_peak_retained_bytes: fec_on.then_some(after.fec_peak_retained),
             checks,
             trace_hash: sim.network().trace_hash().map(hex).unwrap_or_default(),
@@ -359,6 +362,13 @@ pub struct EchoReport {
     pub fec_unrecoverable: Option<u64>,
     /// Parity shards both sides sent; `None` without FEC.
     pub fec_parity_shards: Option<u64>,
+    /// `FecData` packet bytes both sides sent; `None` without FEC.
+    pub fec_data_bytes: Option<u64>,
+    /// Parity packet bytes both sides sent; `None` without FEC.
+    pub fec_parity_bytes: Option<u64>,
+    /// Sliding repairs both sides' tail timers queued (part of `fec_parity_shards` unless
+    /// dropped unsent); `None` without FEC.
+    pub fec_tail_repairs: Option<u64>,
     /// Peak bytes FEC receivers retained for incomplete groups; `None` without FEC.
     pub fec_peak_retained_bytes: Option<u64>,
     /// Correctness counters.
@@ -612,6 +622,9 @@ impl Node {
                     data_shards: s.fec.sender.data_shards,
                     parity: s.fec.parity_sent,
                     unrecoverable: s.fec.groups_unrecoverable,
+                    tail_repairs: s.fec.sender.tail_repairs,
+                    parity_bytes: s.fec.parity_bytes,
+                    data_bytes: s.fec.data_bytes,
                 })
             })
     }
@@ -630,6 +643,9 @@ struct Counters {
     data_shards: u64,
     parity: u64,
     unrecoverable: u64,
+    tail_repairs: u64,
+    parity_bytes: u64,
+    data_bytes: u64,
 }
 
 impl Counters {
@@ -645,6 +661,9 @@ impl Counters {
             data_shards: self.data_shards + o.data_shards,
             parity: self.parity + o.parity,
             unrecoverable: self.unrecoverable + o.unrecoverable,
+            tail_repairs: self.tail_repairs + o.tail_repairs,
+            parity_bytes: self.parity_bytes + o.parity_bytes,
+            data_bytes: self.data_bytes + o.data_bytes,
         }
     }
 }
