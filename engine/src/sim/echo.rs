@@ -75,6 +75,9 @@ pub struct EchoScenario {
     pub none_delay: Duration,
     /// Connection settings of both sides (channel 0 must be reliable-ordered).
     pub config: Config,
+    /// Connection settings of the server when they differ from `config` (e.g. another FEC
+    /// scheme); `None`: the server uses `config` too.
+    pub server_config: Option<Config>,
 }
 
 impl EchoScenario {
@@ -91,6 +94,7 @@ impl EchoScenario {
             seconds: Duration::from_secs(10),
             none_delay: Duration::from_millis(1),
             config: Config::default(),
+            server_config: None,
         }
     }
 
@@ -109,10 +113,14 @@ impl EchoScenario {
         sim.network_mut().enable_trace();
         let base = sim.now();
         let cfg = Arc::new(self.config.clone());
+        let server_cfg = match &self.server_config {
+            Some(c) => Arc::new(c.clone()),
+            None => cfg.clone(),
+        };
         let server_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 7000);
         let server_ep = Endpoint::new(
             EndpointConfig {
-                connection: cfg.clone(),
+                connection: server_cfg,
                 server: Some(ServerConfig::default()),
                 ..EndpointConfig::default()
             },
@@ -181,7 +189,9 @@ impl EchoScenario {
         let app_bytes = (client_received + server_received) * self.payload as u64;
         let retransmitted = after.c.retransmitted - before.c.retransmitted;
         let recovered = after.c.recovered - before.c.recovered;
-        let fec_on = self.config.fec.policy != crate::fec::FecPolicy::Off;
+        let fec_on = std::iter::once(&self.config)
+            .chain(self.server_config.as_ref())
+            .any(|c| c.fec.policy != crate::fec::FecPolicy::Off);
         let per_1000 = |x: u64| {
             if round_trips == 0 {
                 0.0
@@ -257,7 +267,10 @@ impl EchoScenario {
                 self.config.max_message_size, self.payload
             )));
         }
-        if self.config.channels.first() != Some(&ChannelKind::ReliableOrdered) {
+        let server = self.server_config.as_ref().unwrap_or(&self.config);
+        if self.config.channels.first() != Some(&ChannelKind::ReliableOrdered)
+            || server.channels.first() != Some(&ChannelKind::ReliableOrdered)
+        {
             return Err(EchoError::Invalid(
                 "channel 0 of the connection config must be reliable-ordered".into(),
             ));
