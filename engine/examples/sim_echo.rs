@@ -14,7 +14,7 @@
 //! `--ack-frequency N`, `--ack-delay-ms MS`, and of its FEC settings: `--group-wait-ms MS`,
 //! `--data-shards N`, `--max-parity N`, `--parity-cap PERCENT`, `--scheme block|sliding`,
 //! and of the sliding code: `--sliding-window N`, `--sliding-span N`, `--tail-wait-ms MS`,
-//! `--max-age-ms MS`, `--tail-repairs N`, `--tail-residual P`.
+//! `--max-age-ms MS`, `--tail-repairs N`, `--tail-residual P`, `--tail-skip-residual P`.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -50,6 +50,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut tail_repairs = None;
     let mut redundant = None;
     let mut tail_residual = None;
+    let mut tail_skip = None;
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match a.as_str() {
@@ -81,6 +82,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--tail-wait-ms" => tail_ms = Some(value("--tail-wait-ms")?.parse()?),
             "--tail-repairs" => tail_repairs = Some(value("--tail-repairs")?.parse()?),
             "--tail-residual" => tail_residual = Some(value("--tail-residual")?.parse()?),
+            "--tail-skip-residual" => tail_skip = Some(value("--tail-skip-residual")?.parse()?),
             "--max-age-ms" => max_age_ms = Some(value("--max-age-ms")?.parse()?),
             "--ack-delay-ms" => ack_delay_ms = Some(value("--ack-delay-ms")?.parse()?),
             other => profile = Profile::from_str(other)?,
@@ -131,6 +133,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(x) = tail_residual {
         config.fec.sliding.tail_residual = x;
     }
+    if let Some(x) = tail_skip {
+        config.fec.sliding.tail_skip_residual = x;
+    }
     if let Some(n) = data_shards {
         config.fec.max_data_shards = n;
     }
@@ -178,10 +183,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             r.fec_unrecoverable.unwrap_or(0),
         );
         println!(
-            "  fec data bytes {}  parity bytes {}  tail repairs {}  wire datagrams {} bytes {}",
+            "  fec data bytes {}  parity bytes {}  tail repairs {}  tails skipped {}  parity of no use {}  wire datagrams {} bytes {}",
             r.fec_data_bytes.unwrap_or(0),
             r.fec_parity_bytes.unwrap_or(0),
             r.fec_tail_repairs.unwrap_or(0),
+            r.fec_tails_skipped.unwrap_or(0),
+            r.fec_parity_ignored.unwrap_or(0),
             r.wire_datagrams,
             r.wire_bytes,
         );

@@ -42,6 +42,9 @@ pub struct SenderStats {
     pub reported_lost: u64,
     /// Sliding code: repairs queued by the tail timer (the rest follow the ratio).
     pub tail_repairs: u64,
+    /// Sliding code: tail timer firings that queued no repair because the uncovered sources
+    /// were likely all received (`SlidingConfig::tail_skip_residual`).
+    pub tails_skipped: u64,
 }
 
 impl SenderStats {

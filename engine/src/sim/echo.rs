@@ -244,6 +244,8 @@ impl EchoScenario {
             fec_parity_shards: fec_on.then_some(after.c.parity - before.c.parity),
             fec_parity_bytes: fec_on.then_some(after.c.parity_bytes - before.c.parity_bytes),
             fec_tail_repairs: fec_on.then_some(after.c.tail_repairs - before.c.tail_repairs),
+            fec_tails_skipped: fec_on.then_some(after.c.tails_skipped - before.c.tails_skipped),
+            fec_parity_ignored: fec_on.then_some(after.c.parity_ignored - before.c.parity_ignored),
             fec_data_bytes: fec_on.then_some(after.c.data_bytes - before.c.data_bytes),
             fec_peak_retained_bytes: fec_on.then_some(after.fec_peak_retained),
             checks,
@@ -382,6 +384,12 @@ pub struct EchoReport {
     /// Sliding repairs both sides' tail timers queued (part of `fec_parity_shards` unless
     /// dropped unsent); `None` without FEC.
     pub fec_tail_repairs: Option<u64>,
+    /// Tail timer firings that queued no repair (the uncovered sources were likely all
+    /// received; a later repair covers them); `None` without FEC.
+    pub fec_tails_skipped: Option<u64>,
+    /// Parity/repairs that arrived when every source they cover was already known (no use);
+    /// `None` without FEC.
+    pub fec_parity_ignored: Option<u64>,
     /// Peak bytes FEC receivers retained for incomplete groups; `None` without FEC.
     pub fec_peak_retained_bytes: Option<u64>,
     /// Correctness counters.
@@ -636,6 +644,8 @@ impl Node {
                     parity: s.fec.parity_sent,
                     unrecoverable: s.fec.groups_unrecoverable,
                     tail_repairs: s.fec.sender.tail_repairs,
+                    tails_skipped: s.fec.sender.tails_skipped,
+                    parity_ignored: s.fec.receiver.parity_ignored,
                     parity_bytes: s.fec.parity_bytes,
                     data_bytes: s.fec.data_bytes,
                 })
@@ -657,6 +667,8 @@ struct Counters {
     parity: u64,
     unrecoverable: u64,
     tail_repairs: u64,
+    tails_skipped: u64,
+    parity_ignored: u64,
     parity_bytes: u64,
     data_bytes: u64,
 }
@@ -675,6 +687,8 @@ impl Counters {
             parity: self.parity + o.parity,
             unrecoverable: self.unrecoverable + o.unrecoverable,
             tail_repairs: self.tail_repairs + o.tail_repairs,
+            tails_skipped: self.tails_skipped + o.tails_skipped,
+            parity_ignored: self.parity_ignored + o.parity_ignored,
             parity_bytes: self.parity_bytes + o.parity_bytes,
             data_bytes: self.data_bytes + o.data_bytes,
         }
