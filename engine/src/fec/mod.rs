@@ -15,7 +15,9 @@
 //!   [`SlidingConfig::window`], none older than [`SlidingConfig::max_age`]), every
 //!   `span / level` sources and, when it goes quiet for [`SlidingConfig::tail_wait`] with
 //!   sources not yet covered, up to [`SlidingConfig::tail_repairs`] more (as many as the loss
-//!   estimate asks for, [`SlidingConfig::tail_residual`], or a recent burst). The receiver
+//!   estimate asks for, [`SlidingConfig::tail_residual`], or a recent burst; none when those
+//!   sources are likely all received, [`SlidingConfig::tail_skip_residual`], and the next
+//!   repair covers them). The receiver
 //!   ([`SlidingReceiver`]) keeps recent sources and pending repair equations within the same
 //!   budget, substitutes known sources, solves single unknowns at once and small systems by
 //!   Gaussian elimination. A group of a few datagrams needs its own parity; a repair covers
