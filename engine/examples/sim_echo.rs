@@ -14,7 +14,7 @@
 //! `--ack-frequency N`, `--ack-delay-ms MS`, and of its FEC settings: `--group-wait-ms MS`,
 //! `--data-shards N`, `--max-parity N`, `--parity-cap PERCENT`, `--scheme block|sliding`,
 //! and of the sliding code: `--sliding-window N`, `--sliding-span N`, `--tail-wait-ms MS`,
-//! `--max-age-ms MS`, `--tail-repairs N`.
+//! `--max-age-ms MS`, `--tail-repairs N`, `--tail-residual P`, `--tail-skip-residual P`.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -49,6 +49,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut max_age_ms: Option<f64> = None;
     let mut tail_repairs = None;
     let mut redundant = None;
+    let mut tail_residual = None;
+    let mut tail_skip = None;
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match a.as_str() {
@@ -79,6 +81,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--sliding-span" => span = Some(value("--sliding-span")?.parse()?),
             "--tail-wait-ms" => tail_ms = Some(value("--tail-wait-ms")?.parse()?),
             "--tail-repairs" => tail_repairs = Some(value("--tail-repairs")?.parse()?),
+            "--tail-residual" => tail_residual = Some(value("--tail-residual")?.parse()?),
+            "--tail-skip-residual" => tail_skip = Some(value("--tail-skip-residual")?.parse()?),
             "--max-age-ms" => max_age_ms = Some(value("--max-age-ms")?.parse()?),
             "--ack-delay-ms" => ack_delay_ms = Some(value("--ack-delay-ms")?.parse()?),
             other => profile = Profile::from_str(other)?,
@@ -126,6 +130,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if let Some(ms) = max_age_ms {
         config.fec.sliding.max_age = Duration::from_secs_f64(ms / 1000.0);
     }
+    if let Some(x) = tail_residual {
+        config.fec.sliding.tail_residual = x;
+    }
+    if let Some(x) = tail_skip {
+        config.fec.sliding.tail_skip_residual = x;
+    }
     if let Some(n) = data_shards {
         config.fec.max_data_shards = n;
     }
@@ -171,6 +181,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             d as f64 / g.max(1) as f64,
             p as f64 / g.max(1) as f64,
             r.fec_unrecoverable.unwrap_or(0),
+        );
+        println!(
+            "  fec data bytes {}  parity bytes {}  tail repairs {}  tails skipped {}  parity of no use {}  wire datagrams {} bytes {}",
+            r.fec_data_bytes.unwrap_or(0),
+            r.fec_parity_bytes.unwrap_or(0),
+            r.fec_tail_repairs.unwrap_or(0),
+            r.fec_tails_skipped.unwrap_or(0),
+            r.fec_parity_ignored.unwrap_or(0),
+            r.wire_datagrams,
+            r.wire_bytes,
         );
     }
     if !r.is_ok() {

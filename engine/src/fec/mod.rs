@@ -14,7 +14,10 @@
 //!   random linear combination over GF(2^8) of the most recent sources (at most
 //!   [`SlidingConfig::window`], none older than [`SlidingConfig::max_age`]), every
 //!   `span / level` sources and, when it goes quiet for [`SlidingConfig::tail_wait`] with
-//!   sources not yet covered, up to [`SlidingConfig::tail_repairs`] more. The receiver
+//!   sources not yet covered, up to [`SlidingConfig::tail_repairs`] more (as many as the loss
+//!   estimate asks for, [`SlidingConfig::tail_residual`], or a recent burst; none when those
+//!   sources are likely all received, [`SlidingConfig::tail_skip_residual`], and the next
+//!   repair covers them). The receiver
 //!   ([`SlidingReceiver`]) keeps recent sources and pending repair equations within the same
 //!   budget, substitutes known sources, solves single unknowns at once and small systems by
 //!   Gaussian elimination. A group of a few datagrams needs its own parity; a repair covers
@@ -119,14 +122,26 @@ pub struct SlidingConfig {
     /// loss older than that is ARQ's anyway).
     pub max_age: Duration,
     /// Sources per adaptive "group": the policy's parity level `p` for this many sources
-    /// sets one repair per `span / p` sources (16 by default).
+    /// sets one repair per `span / p` sources (12 by default: on the simulator's `random`
+    /// echo it repairs as fast as 16 with fewer tail repairs, see `tail_skip_residual`).
     pub span: usize,
     /// Repairs go out this long after the last source not yet covered by one when no further
     /// source follows (1 ms), so a lost tail is repaired before ARQ would notice it.
     pub tail_wait: Duration,
-    /// Most repairs one tail carries (2): as many as the longest recent loss burst the peer
-    /// reported, at least one.
+    /// Most repairs one tail carries (2); how many it carries below that is set by
+    /// `tail_residual` and the longest recent loss burst the peer reported.
     pub tail_repairs: usize,
+    /// Chance the tail may leave its sources unrepaired: the tail carries the fewest repairs
+    /// (at least one) for which the sources sent since the last repair, plus the tail, lose
+    /// more than it repairs with at most this probability, at the adaptive policy's loss
+    /// estimate (0.05 by default). A longest recent loss burst of 3 or more raises it.
+    pub tail_residual: f64,
+    /// The tail is skipped (the next repair covers its sources) when the sources sent since
+    /// the last repair are all received with probability at least 1 - this, at the adaptive
+    /// policy's loss estimate, and no loss burst of 3 or more was reported recently (0.06 by
+    /// default: at 5 % loss a tail after a single source; 0 never skips). A skipped source
+    /// may wait for the next pause; a tail after a few sources is far more often useful.
+    pub tail_skip_residual: f64,
 }
 
 impl Default for SlidingConfig {
@@ -134,9 +149,11 @@ impl Default for SlidingConfig {
         SlidingConfig {
             window: 32,
             max_age: Duration::from_millis(20),
-            span: 16,
+            span: 12,
             tail_wait: Duration::from_millis(1),
             tail_repairs: 2,
+            tail_residual: 0.05,
+            tail_skip_residual: 0.06,
         }
     }
 }

@@ -120,8 +120,17 @@ pub(crate) fn desired_parity(loss: f64, k: usize, cfg: &AdaptiveConfig, max: usi
     if loss.is_nan() || loss <= cfg.clean_loss {
         return 0;
     }
+    least_parity(loss, k, cfg.target_residual, 0, max)
+}
+
+/// The least `p` in `min..=max` for which `k` data + `p` parity shards lose more than `p`
+/// with probability at most `residual`, under independent loss at rate `loss` (`max` if none).
+pub(crate) fn least_parity(loss: f64, k: usize, residual: f64, min: usize, max: usize) -> usize {
+    if loss.is_nan() || loss <= 0.0 {
+        return min.min(max);
+    }
     let loss = loss.min(0.999);
-    for p in 0..=max {
+    for p in min..=max {
         let n = k + p;
         // P(X <= p) for X ~ Binomial(n, loss), summing the pmf term by term.
         let mut term = (1.0 - loss).powi(n as i32);
@@ -130,7 +139,7 @@ pub(crate) fn desired_parity(loss: f64, k: usize, cfg: &AdaptiveConfig, max: usi
             term *= (n - i) as f64 / (i + 1) as f64 * loss / (1.0 - loss);
             cdf += term;
         }
-        if 1.0 - cdf <= cfg.target_residual {
+        if 1.0 - cdf <= residual {
             return p;
         }
     }
@@ -151,6 +160,16 @@ mod tests {
         assert!(at(0.05) > at(0.01));
         assert_eq!(at(0.5), 4);
         assert_eq!(desired_parity(f64::NAN, 8, &cfg, 4), 0);
+    }
+
+    #[test]
+    fn least_parity_meets_the_residual_within_bounds() {
+        // 1 data shard at 5 % loss: 0 parity leaves 5 % odds, 1 parity 0.25 %.
+        assert_eq!(least_parity(0.05, 1, 0.06, 0, 2), 0);
+        assert_eq!(least_parity(0.05, 1, 0.01, 0, 2), 1);
+        // The lower bound holds even on a clean path; the upper bound caps a lossy one.
+        assert_eq!(least_parity(0.0, 8, 0.01, 1, 2), 1);
+        assert_eq!(least_parity(0.5, 8, 0.01, 1, 2), 2);
     }
 
     #[test]

@@ -40,6 +40,11 @@ pub struct SenderStats {
     pub reported_received: u64,
     /// Total `lost` the peer reported.
     pub reported_lost: u64,
+    /// Sliding code: repairs queued by the tail timer (the rest follow the ratio).
+    pub tail_repairs: u64,
+    /// Sliding code: tail timer firings that queued no repair because the uncovered sources
+    /// were likely all received (`SlidingConfig::tail_skip_residual`).
+    pub tails_skipped: u64,
 }
 
 impl SenderStats {

@@ -14,7 +14,7 @@ use super::header::{
     PARITY_HEADER_LEN,
 };
 use super::kernel::Kernel;
-use super::policy::ParityController;
+use super::policy::{least_parity, ParityController};
 use super::receiver::{ReceiverStats, RetentionBudget};
 use super::sender::{SenderStats, MAX_QUEUED_PARITY};
 use super::track::{SeqTracker, WINDOW};
@@ -43,6 +43,9 @@ pub struct SlidingSender {
     /// Sources sent since the last repair.
     uncovered: usize,
     last_source: Option<Instant>,
+    /// The tail timer was skipped for the sources up to this send time (see
+    /// `SlidingConfig::tail_skip_residual`); it waits for the next source.
+    tail_skipped_at: Option<Instant>,
     next_repair_id: u16,
     ready: VecDeque<Vec<u8>>,
     total_repair: u64,
@@ -63,6 +66,7 @@ impl SlidingSender {
             spare: Vec::new(),
             uncovered: 0,
             last_source: None,
+            tail_skipped_at: None,
             next_repair_id: 0,
             ready: VecDeque::new(),
             total_repair: 0,
@@ -152,9 +156,10 @@ impl SlidingSender {
         Ok(need)
     }
 
-    /// When the tail timer fires (sources not covered by a repair, sender quiet).
+    /// When the tail timer fires (sources not covered by a repair, sender quiet, tail not
+    /// skipped for them).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        (self.uncovered > 0)
+        (self.uncovered > 0 && self.tail_skipped_at != self.last_source)
             .then_some(self.last_source)
             .flatten()
             .map(|t| t + self.cfg.sliding.tail_wait)
@@ -169,16 +174,56 @@ impl SlidingSender {
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.poll_timeout().is_some_and(|t| now >= t) {
             self.trim(now);
-            // A stalled receiver (ordered delivery blocked behind a loss) often makes the
-            // sender go quiet right after a loss: the tail carries enough repairs for the
-            // longest recent loss burst, within the configured bound.
-            let n = self
-                .controller
-                .recent_burst()
-                .clamp(1, self.cfg.sliding.tail_repairs.max(1));
+            if self.tail_may_skip() {
+                // The sources stay uncovered: the next repair (ratio or tail) covers them.
+                self.tail_skipped_at = self.last_source;
+                self.stats.tails_skipped += 1;
+                return;
+            }
+            let n = self.tail_count();
+            let before = self.ready.len() as u64 + self.stats.parity_dropped;
             self.emit(n);
+            self.stats.tail_repairs += self.ready.len() as u64 + self.stats.parity_dropped - before;
             self.uncovered = 0;
         }
+    }
+
+    /// Whether the tail due now may be skipped: the policy has a loss estimate, no recent
+    /// loss burst of 3 or more, and the sources not yet covered are all received with
+    /// probability at least 1 - `sliding.tail_skip_residual` at that estimate.
+    fn tail_may_skip(&self) -> bool {
+        let Some(loss) = self.controller.estimate() else {
+            return false;
+        };
+        if self.controller.recent_burst() >= 3 || self.uncovered == 0 {
+            return false;
+        }
+        let any_lost = 1.0 - (1.0 - loss.clamp(0.0, 1.0)).powi(self.uncovered as i32);
+        any_lost <= self.cfg.sliding.tail_skip_residual
+    }
+
+    /// Repairs the tail due now carries: enough that the sources not yet covered by a repair
+    /// (with the tail itself) lose more than it repairs with probability at most
+    /// `sliding.tail_residual` at the policy's loss estimate, and (a stalled receiver often
+    /// makes the sender go quiet right after a loss) at least the longest recent loss burst
+    /// of 3 or more; 1..=`sliding.tail_repairs`. Without an estimate (fixed policy) the
+    /// longest recent burst alone.
+    fn tail_count(&self) -> usize {
+        let max = self.cfg.sliding.tail_repairs.max(1);
+        let burst = self.controller.recent_burst();
+        let n = match self.controller.estimate() {
+            Some(loss) => {
+                let by_loss =
+                    least_parity(loss, self.uncovered, self.cfg.sliding.tail_residual, 1, max);
+                if burst >= 3 {
+                    by_loss.max(burst)
+                } else {
+                    by_loss
+                }
+            }
+            None => burst,
+        };
+        n.clamp(1, max)
     }
 
     /// The next repair body, if one is queued. With a buffer smaller than it, `None` and the
@@ -761,7 +806,7 @@ impl Drop for SlidingReceiver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fec::FecPolicy;
+    use crate::fec::{FecPolicy, LossReport};
 
     fn cfg() -> FecConfig {
         FecConfig {
@@ -794,6 +839,67 @@ mod tests {
         assert_eq!(got[3], vec![2u8; 50]);
         assert_eq!(rx.stats().data_recovered, 1);
         assert_eq!(rx.pending_repairs(), 0);
+    }
+
+    /// A sender that heard the peer report `lost` of `received + lost` shards (no bursts).
+    fn sender_at_loss(received: u64, lost: u64) -> (SlidingSender, Vec<u8>) {
+        let c = FecConfig {
+            policy: FecPolicy::Adaptive { max_parity: 4 },
+            ..cfg()
+        };
+        let mut tx = SlidingSender::new(c);
+        tx.on_loss_report_detail(LossReport {
+            received,
+            lost,
+            max_burst: 1,
+        });
+        (tx, vec![0u8; c.max_parity_body()])
+    }
+
+    /// Repairs one tail queues after `sources` sources, at the peer's reported loss.
+    fn tail_after(sources: u8, received: u64, lost: u64) -> u64 {
+        let (mut tx, mut buf) = sender_at_loss(received, lost);
+        let now = Instant::now();
+        for i in 0..sources {
+            tx.protect(now, &[i; 10], &mut buf).unwrap();
+        }
+        let t = tx.poll_timeout().unwrap();
+        let mut n = 0;
+        while tx.poll_parity(t, &mut buf).is_some() {
+            n += 1;
+        }
+        assert_eq!(tx.stats().tail_repairs, n);
+        n
+    }
+
+    #[test]
+    fn the_tail_carries_as_many_repairs_as_the_loss_estimate_asks() {
+        // 5 % loss: two sources and one repair lose two with 0.7 % odds, one repair will do.
+        assert_eq!(tail_after(2, 950, 50), 1);
+        // 30 % loss: one repair leaves 22 % odds, two 8 % (above the 5 % residual); the
+        // bound is 2.
+        assert_eq!(tail_after(2, 700, 300), 2);
+    }
+
+    #[test]
+    fn a_tail_after_a_likely_received_source_waits_for_the_next_one() {
+        let (mut tx, mut buf) = sender_at_loss(950, 50);
+        let now = Instant::now();
+        tx.protect(now, &[1; 10], &mut buf).unwrap();
+        // One source lost with 5 % odds (at most 6 %): the tail is skipped, no timer remains.
+        let t = tx.poll_timeout().unwrap();
+        assert!(tx.poll_parity(t, &mut buf).is_none());
+        assert_eq!(tx.stats().tails_skipped, 1);
+        assert_eq!(tx.poll_timeout(), None);
+        // The next source's tail covers both (9.75 % odds that one is lost).
+        tx.protect(t, &[2; 10], &mut buf).unwrap();
+        let t2 = tx.poll_timeout().unwrap();
+        let n = tx.poll_parity(t2, &mut buf).unwrap();
+        let (h, _) = RepairHeader::parse(&buf[..n]).unwrap();
+        assert_eq!(h.count, 2);
+        assert_eq!(tx.stats().tail_repairs, 1);
+        // At 30 % loss a single source is not left waiting.
+        assert_eq!(tail_after(1, 700, 300), 2);
     }
 
     #[test]

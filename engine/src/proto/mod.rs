@@ -236,7 +236,7 @@ impl Default for Config {
 
 impl Config {
     /// The game profile: 30 ms minimum RTO, 1 ms maximum ACK delay, immediate ACKs, redundant
-    /// retransmissions, adaptive FEC with the sliding-window code (0..4 repairs per 16
+    /// retransmissions, adaptive FEC with the sliding-window code (0..4 repairs per 12
     /// sources plus tail repairs, following the loss the peer reports; see
     /// [`crate::fec::FecScheme`]).
     pub fn competitive() -> Self {

@@ -75,6 +75,9 @@ pub struct EchoScenario {
     pub none_delay: Duration,
     /// Connection settings of both sides (channel 0 must be reliable-ordered).
     pub config: Config,
+    /// Connection settings of the server when they differ from `config` (e.g. another FEC
+    /// scheme); `None`: the server uses `config` too.
+    pub server_config: Option<Config>,
 }
 
 impl EchoScenario {
@@ -91,6 +94,7 @@ impl EchoScenario {
             seconds: Duration::from_secs(10),
             none_delay: Duration::from_millis(1),
             config: Config::default(),
+            server_config: None,
         }
     }
 
@@ -109,10 +113,14 @@ impl EchoScenario {
         sim.network_mut().enable_trace();
         let base = sim.now();
         let cfg = Arc::new(self.config.clone());
+        let server_cfg = match &self.server_config {
+            Some(c) => Arc::new(c.clone()),
+            None => cfg.clone(),
+        };
         let server_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 7000);
         let server_ep = Endpoint::new(
             EndpointConfig {
-                connection: cfg.clone(),
+                connection: server_cfg,
                 server: Some(ServerConfig::default()),
                 ..EndpointConfig::default()
             },
@@ -181,7 +189,9 @@ impl EchoScenario {
         let app_bytes = (client_received + server_received) * self.payload as u64;
         let retransmitted = after.c.retransmitted - before.c.retransmitted;
         let recovered = after.c.recovered - before.c.recovered;
-        let fec_on = self.config.fec.policy != crate::fec::FecPolicy::Off;
+        let fec_on = std::iter::once(&self.config)
+            .chain(self.server_config.as_ref())
+            .any(|c| c.fec.policy != crate::fec::FecPolicy::Off);
         let per_1000 = |x: u64| {
             if round_trips == 0 {
                 0.0
@@ -232,6 +242,11 @@ impl EchoScenario {
             fec_data_shards: fec_on.then_some(after.c.data_shards - before.c.data_shards),
             fec_unrecoverable: fec_on.then_some(after.c.unrecoverable - before.c.unrecoverable),
             fec_parity_shards: fec_on.then_some(after.c.parity - before.c.parity),
+            fec_parity_bytes: fec_on.then_some(after.c.parity_bytes - before.c.parity_bytes),
+            fec_tail_repairs: fec_on.then_some(after.c.tail_repairs - before.c.tail_repairs),
+            fec_tails_skipped: fec_on.then_some(after.c.tails_skipped - before.c.tails_skipped),
+            fec_parity_ignored: fec_on.then_some(after.c.parity_ignored - before.c.parity_ignored),
+            fec_data_bytes: fec_on.then_some(after.c.data_bytes - before.c.data_bytes),
             fec_peak_retained_bytes: fec_on.then_some(after.fec_peak_retained),
             checks,
             trace_hash: sim.network().trace_hash().map(hex).unwrap_or_default(),
@@ -254,7 +269,10 @@ impl EchoScenario {
                 self.config.max_message_size, self.payload
             )));
         }
-        if self.config.channels.first() != Some(&ChannelKind::ReliableOrdered) {
+        let server = self.server_config.as_ref().unwrap_or(&self.config);
+        if self.config.channels.first() != Some(&ChannelKind::ReliableOrdered)
+            || server.channels.first() != Some(&ChannelKind::ReliableOrdered)
+        {
             return Err(EchoError::Invalid(
                 "channel 0 of the connection config must be reliable-ordered".into(),
             ));
@@ -359,6 +377,19 @@ pub struct EchoReport {
     pub fec_unrecoverable: Option<u64>,
     /// Parity shards both sides sent; `None` without FEC.
     pub fec_parity_shards: Option<u64>,
+    /// `FecData` packet bytes both sides sent; `None` without FEC.
+    pub fec_data_bytes: Option<u64>,
+    /// Parity packet bytes both sides sent; `None` without FEC.
+    pub fec_parity_bytes: Option<u64>,
+    /// Sliding repairs both sides' tail timers queued (part of `fec_parity_shards` unless
+    /// dropped unsent); `None` without FEC.
+    pub fec_tail_repairs: Option<u64>,
+    /// Tail timer firings that queued no repair (the uncovered sources were likely all
+    /// received; a later repair covers them); `None` without FEC.
+    pub fec_tails_skipped: Option<u64>,
+    /// Parity/repairs that arrived when every source they cover was already known (no use);
+    /// `None` without FEC.
+    pub fec_parity_ignored: Option<u64>,
     /// Peak bytes FEC receivers retained for incomplete groups; `None` without FEC.
     pub fec_peak_retained_bytes: Option<u64>,
     /// Correctness counters.
@@ -612,6 +643,11 @@ impl Node {
                     data_shards: s.fec.sender.data_shards,
                     parity: s.fec.parity_sent,
                     unrecoverable: s.fec.groups_unrecoverable,
+                    tail_repairs: s.fec.sender.tail_repairs,
+                    tails_skipped: s.fec.sender.tails_skipped,
+                    parity_ignored: s.fec.receiver.parity_ignored,
+                    parity_bytes: s.fec.parity_bytes,
+                    data_bytes: s.fec.data_bytes,
                 })
             })
     }
@@ -630,6 +666,11 @@ struct Counters {
     data_shards: u64,
     parity: u64,
     unrecoverable: u64,
+    tail_repairs: u64,
+    tails_skipped: u64,
+    parity_ignored: u64,
+    parity_bytes: u64,
+    data_bytes: u64,
 }
 
 impl Counters {
@@ -645,6 +686,11 @@ impl Counters {
             data_shards: self.data_shards + o.data_shards,
             parity: self.parity + o.parity,
             unrecoverable: self.unrecoverable + o.unrecoverable,
+            tail_repairs: self.tail_repairs + o.tail_repairs,
+            tails_skipped: self.tails_skipped + o.tails_skipped,
+            parity_ignored: self.parity_ignored + o.parity_ignored,
+            parity_bytes: self.parity_bytes + o.parity_bytes,
+            data_bytes: self.data_bytes + o.data_bytes,
         }
     }
 }
