@@ -306,8 +306,7 @@ impl EndpointSlot {
     }
 }
 
-/// Room for one outgoing datagram (any UDP payload): what a datagram is written into, in the
-/// send batch or, when the batch has no free entry, in the scratch buffer.
+/// Room for one outgoing datagram (any UDP payload), reserved in the send batch as it is written.
 const TRANSMIT_BUF: usize = 65_536;
 
 struct RudpService<H> {
@@ -317,7 +316,6 @@ struct RudpService<H> {
     handler: H,
     inbox: Receiver<Command>,
     directory: Directory,
-    scratch: Vec<u8>,
     stopping: bool,
     /// Datagrams this server's workers handed to another worker (all workers share it).
     forwarded: Arc<AtomicU64>,
@@ -394,15 +392,10 @@ impl<H: Handler> RudpService<H> {
                 Ok(None) => break,
                 // Oversize: the context counted it; ARQ repairs what it carried.
                 Err(platform::Error::PayloadTooLarge { .. }) => {}
-                // No room (batch full mid-dispatch): the datagram was not written. Let the
-                // endpoint write it anyway so its state moves on; the context counts the
-                // refusal, and ARQ repairs what it carried.
-                Err(_) => match ep.poll_transmit(now, &mut self.scratch) {
-                    Some(t) => {
-                        let _ = ctx.send(t.destination, &self.scratch[..t.size]);
-                    }
-                    None => break,
-                },
+                // No room (the batch is full and a flush freed nothing): the datagram was not
+                // written and stays queued in the endpoint, whose timer is then due at once,
+                // so the next turn sends it.
+                Err(_) => break,
             }
         }
     }
@@ -601,7 +594,6 @@ impl RudpServer {
                 handler: make_handler(i),
                 inbox: rx,
                 directory: directory.clone(),
-                scratch: vec![0; TRANSMIT_BUF],
                 stopping: false,
                 forwarded: forwarded.clone(),
             }
