@@ -64,6 +64,7 @@ pub mod header;
 pub mod kernel;
 mod policy;
 mod receiver;
+pub(crate) mod scheme;
 mod sender;
 mod sliding;
 mod track;

@@ -26,10 +26,10 @@ use std::time::Instant;
 
 use super::cc::Congestion;
 use super::Config;
+use crate::fec::scheme::{Rx, Tx};
 use crate::fec::{
-    max_protected_payload, FecConfig, FecError, FecPolicy, FecReceiver, FecScheme, FecSender,
-    LossReport, MalformedCounts, ReceiverStats, RetentionBudget, SenderStats, SlidingReceiver,
-    SlidingSender,
+    max_protected_payload, FecConfig, FecError, FecPolicy, LossReport, MalformedCounts,
+    ReceiverStats, RetentionBudget, SenderStats,
 };
 use crate::wire::{self, ConnectionId, Packet, FEC_HEADER_LEN};
 
@@ -71,111 +71,6 @@ pub struct FecStats {
     pub sender: SenderStats,
     /// All receiver counters.
     pub receiver: ReceiverStats,
-}
-
-/// The sending half of the configured scheme.
-// `FecLink` boxes the whole value, so the variants' size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
-enum Tx {
-    Block(FecSender),
-    Sliding(SlidingSender),
-}
-
-impl Tx {
-    fn new(cfg: FecConfig) -> Tx {
-        match cfg.scheme {
-            FecScheme::Block => Tx::Block(FecSender::new(cfg)),
-            FecScheme::Sliding => Tx::Sliding(SlidingSender::new(cfg)),
-        }
-    }
-
-    #[cfg(test)]
-    fn parity_level(&self) -> usize {
-        match self {
-            Tx::Block(t) => t.parity_level(),
-            Tx::Sliding(t) => t.parity_level(),
-        }
-    }
-
-    fn protect(&mut self, now: Instant, payload: &[u8], out: &mut [u8]) -> Result<usize, FecError> {
-        match self {
-            Tx::Block(t) => t.protect(now, payload, out),
-            Tx::Sliding(t) => t.protect(now, payload, out),
-        }
-    }
-
-    fn poll_parity(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
-        match self {
-            Tx::Block(t) => t.poll_parity(now, out),
-            Tx::Sliding(t) => t.poll_parity(now, out),
-        }
-    }
-
-    fn next_parity_len(&self) -> Option<usize> {
-        match self {
-            Tx::Block(t) => t.next_parity_len(),
-            Tx::Sliding(t) => t.next_parity_len(),
-        }
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        match self {
-            Tx::Block(t) => t.poll_timeout(),
-            Tx::Sliding(t) => t.poll_timeout(),
-        }
-    }
-
-    fn on_loss_report(&mut self, r: LossReport) {
-        match self {
-            Tx::Block(t) => t.on_loss_report_detail(r),
-            Tx::Sliding(t) => t.on_loss_report_detail(r),
-        }
-    }
-
-    fn stats(&self) -> SenderStats {
-        match self {
-            Tx::Block(t) => t.stats(),
-            Tx::Sliding(t) => t.stats(),
-        }
-    }
-}
-
-/// The receiving half of the configured scheme.
-// `FecLink` boxes the whole value, so the variants' size difference costs nothing.
-#[allow(clippy::large_enum_variant)]
-enum Rx {
-    Block(FecReceiver),
-    Sliding(SlidingReceiver),
-}
-
-impl Rx {
-    fn poll_timeout(&self) -> Option<Instant> {
-        match self {
-            Rx::Block(r) => r.poll_timeout(),
-            Rx::Sliding(r) => r.poll_timeout(),
-        }
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        match self {
-            Rx::Block(r) => r.handle_timeout(now),
-            Rx::Sliding(r) => r.handle_timeout(now),
-        }
-    }
-
-    fn loss_report(&mut self) -> LossReport {
-        match self {
-            Rx::Block(r) => r.loss_report_detail(),
-            Rx::Sliding(r) => r.loss_report_detail(),
-        }
-    }
-
-    fn stats(&self) -> ReceiverStats {
-        match self {
-            Rx::Block(r) => r.stats(),
-            Rx::Sliding(r) => r.stats(),
-        }
-    }
 }
 
 /// Per-connection FEC state.
@@ -437,13 +332,9 @@ impl FecLink {
         body: &[u8],
         parity: bool,
     ) -> Result<(), FecError> {
-        let rx = self.rx.get_or_insert_with(|| {
-            let budget = self.budget.clone();
-            Box::new(match self.cfg.scheme {
-                FecScheme::Block => Rx::Block(FecReceiver::with_budget(self.cfg, budget)),
-                FecScheme::Sliding => Rx::Sliding(SlidingReceiver::with_budget(self.cfg, budget)),
-            })
-        });
+        let rx = self
+            .rx
+            .get_or_insert_with(|| Box::new(Rx::new(self.cfg, self.budget.clone())));
         let mut hdr = [0u8; wire::DATA_HEADER_LEN];
         // A `Data` header for our own cid; its first 10 bytes prefix every rebuilt datagram.
         if wire::encode_data_header(local, 0, &mut hdr).is_err() {
@@ -457,12 +348,7 @@ impl FecLink {
             out.extend_from_slice(p);
             lens.push(FEC_HEADER_LEN + p.len());
         };
-        match (&mut **rx, parity) {
-            (Rx::Block(r), true) => r.on_parity(now, body, &mut deliver),
-            (Rx::Block(r), false) => r.on_data(now, body, &mut deliver),
-            (Rx::Sliding(r), true) => r.on_parity(now, body, &mut deliver),
-            (Rx::Sliding(r), false) => r.on_data(now, body, &mut deliver),
-        }
+        rx.receive(now, body, parity, &mut deliver)
     }
 
     /// The ARQ datagrams the last [`Self::receive`] yielded: (bytes back to back, lengths).
@@ -512,6 +398,7 @@ impl FecLink {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fec::FecScheme;
 
     fn adaptive_link() -> FecLink {
         let mut cfg = Config::competitive();

@@ -1,0 +1,151 @@
+//! The configured scheme's sender and receiver behind one type each, so the connection glue
+//! (and the fuzz bodies) drive either code without matching on the scheme themselves.
+
+use std::time::Instant;
+
+use super::{
+    FecConfig, FecError, FecReceiver, FecScheme, FecSender, LossReport, ReceiverStats,
+    RetentionBudget, SenderStats, SlidingReceiver, SlidingSender,
+};
+
+/// The sending half of the configured scheme.
+// `FecLink` boxes the whole value, so the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Tx {
+    Block(FecSender),
+    Sliding(SlidingSender),
+}
+
+impl Tx {
+    pub(crate) fn new(cfg: FecConfig) -> Tx {
+        match cfg.scheme {
+            FecScheme::Block => Tx::Block(FecSender::new(cfg)),
+            FecScheme::Sliding => Tx::Sliding(SlidingSender::new(cfg)),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn parity_level(&self) -> usize {
+        match self {
+            Tx::Block(t) => t.parity_level(),
+            Tx::Sliding(t) => t.parity_level(),
+        }
+    }
+
+    pub(crate) fn protect(
+        &mut self,
+        now: Instant,
+        payload: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, FecError> {
+        match self {
+            Tx::Block(t) => t.protect(now, payload, out),
+            Tx::Sliding(t) => t.protect(now, payload, out),
+        }
+    }
+
+    pub(crate) fn poll_parity(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+        match self {
+            Tx::Block(t) => t.poll_parity(now, out),
+            Tx::Sliding(t) => t.poll_parity(now, out),
+        }
+    }
+
+    pub(crate) fn next_parity_len(&self) -> Option<usize> {
+        match self {
+            Tx::Block(t) => t.next_parity_len(),
+            Tx::Sliding(t) => t.next_parity_len(),
+        }
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Tx::Block(t) => t.poll_timeout(),
+            Tx::Sliding(t) => t.poll_timeout(),
+        }
+    }
+
+    pub(crate) fn on_loss_report(&mut self, r: LossReport) {
+        match self {
+            Tx::Block(t) => t.on_loss_report_detail(r),
+            Tx::Sliding(t) => t.on_loss_report_detail(r),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> SenderStats {
+        match self {
+            Tx::Block(t) => t.stats(),
+            Tx::Sliding(t) => t.stats(),
+        }
+    }
+}
+
+/// The receiving half of the configured scheme.
+// `FecLink` boxes the whole value, so the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Rx {
+    Block(FecReceiver),
+    Sliding(SlidingReceiver),
+}
+
+impl Rx {
+    /// A receiver of `cfg.scheme` that retains within `budget`.
+    pub(crate) fn new(cfg: FecConfig, budget: RetentionBudget) -> Rx {
+        match cfg.scheme {
+            FecScheme::Block => Rx::Block(FecReceiver::with_budget(cfg, budget)),
+            FecScheme::Sliding => Rx::Sliding(SlidingReceiver::with_budget(cfg, budget)),
+        }
+    }
+
+    /// Feeds a data (`parity` false) or repair body; delivers what it yields.
+    pub(crate) fn receive(
+        &mut self,
+        now: Instant,
+        body: &[u8],
+        parity: bool,
+        deliver: impl FnMut(&[u8]),
+    ) -> Result<(), FecError> {
+        match (self, parity) {
+            (Rx::Block(r), true) => r.on_parity(now, body, deliver),
+            (Rx::Block(r), false) => r.on_data(now, body, deliver),
+            (Rx::Sliding(r), true) => r.on_parity(now, body, deliver),
+            (Rx::Sliding(r), false) => r.on_data(now, body, deliver),
+        }
+    }
+
+    /// Repair equations waiting for more sources (always 0 for the block code).
+    pub(crate) fn pending_repairs(&self) -> usize {
+        match self {
+            Rx::Block(_) => 0,
+            Rx::Sliding(r) => r.pending_repairs(),
+        }
+    }
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Rx::Block(r) => r.poll_timeout(),
+            Rx::Sliding(r) => r.poll_timeout(),
+        }
+    }
+
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        match self {
+            Rx::Block(r) => r.handle_timeout(now),
+            Rx::Sliding(r) => r.handle_timeout(now),
+        }
+    }
+
+    pub(crate) fn loss_report(&mut self) -> LossReport {
+        match self {
+            Rx::Block(r) => r.loss_report_detail(),
+            Rx::Sliding(r) => r.loss_report_detail(),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> ReceiverStats {
+        match self {
+            Rx::Block(r) => r.stats(),
+            Rx::Sliding(r) => r.stats(),
+        }
+    }
+}
