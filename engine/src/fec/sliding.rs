@@ -181,10 +181,7 @@ impl SlidingSender {
                 return;
             }
             let n = self.tail_count();
-            let before = self.ready.len() as u64 + self.stats.parity_dropped;
-            self.emit(n);
-            self.stats.tail_repairs += self.ready.len() as u64 + self.stats.parity_dropped - before;
-            self.uncovered = 0;
+            self.stats.tail_repairs += self.emit(n) as u64;
         }
     }
 
@@ -275,11 +272,12 @@ impl SlidingSender {
         self.uncovered = self.uncovered.min(self.window.len());
     }
 
-    /// Queues `n` repairs over the current window, within the parity-byte cap.
-    fn emit(&mut self, n: usize) {
+    /// Queues `n` repairs over the current window, within the parity-byte cap. Returns how
+    /// many it queued.
+    fn emit(&mut self, n: usize) -> usize {
         self.uncovered = 0;
         let Some(first) = self.window.front().map(|s| s.seq) else {
-            return;
+            return 0;
         };
         let count = self.window.len();
         let sym_len = self
@@ -291,11 +289,11 @@ impl SlidingSender {
             .max(LEN_PREFIX);
         let body_len = (PARITY_HEADER_LEN + sym_len) as u64;
         self.stats.groups += 1;
-        for _ in 0..n {
+        for queued in 0..n {
             let cap = self.stats.data_bytes * u64::from(self.cfg.parity_cap_percent) / 100;
             if self.total_repair + body_len > cap {
                 self.stats.groups_capped += 1;
-                return;
+                return queued;
             }
             let id = self.next_repair_id;
             self.next_repair_id = id.wrapping_add(1);
@@ -327,6 +325,7 @@ impl SlidingSender {
                 }
             }
         }
+        n
     }
 }
 
