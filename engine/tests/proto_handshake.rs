@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use proto_util::{addr, Impair, Net};
-use ricochet::proto::{CloseReason, Config, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_proto::{CloseReason, Config, Endpoint, EndpointConfig, Event, ServerConfig};
 
 fn server_cfg() -> EndpointConfig {
     EndpointConfig {
@@ -83,7 +83,7 @@ fn connect_echo_and_graceful_close() {
     assert_eq!(net.ep(s).connection_count(), 0);
     assert_eq!(net.ep(c).connection_count(), 0);
     // No server reply before the cookie echo was larger than its request.
-    assert!(net.ep(s).stats().max_stateless_reply < ricochet::wire::MIN_CLIENT_HELLO_LEN);
+    assert!(net.ep(s).stats().max_stateless_reply < ricochet_proto::wire::MIN_CLIENT_HELLO_LEN);
 }
 
 /// The cookie echo a fresh client sends after `server` (whichever worker the kernel gave the
@@ -106,7 +106,7 @@ fn echo_after_challenge(
 
 #[test]
 fn placed_cookie_names_the_least_loaded_worker_and_any_worker_verifies_it() {
-    use ricochet::proto::{worker_of_datagram, DropCause, Placement};
+    use ricochet_proto::{worker_of_datagram, DropCause, Placement};
     let now = std::time::Instant::now();
     let placement = Placement::new(2);
     let secret = [7u8; 32];
@@ -133,7 +133,7 @@ fn placed_cookie_names_the_least_loaded_worker_and_any_worker_verifies_it() {
             .expect("the named worker accepts the echo");
         // A forged name fails the cookie, whichever worker it reaches.
         let mut forged = echo.clone();
-        forged[ricochet::wire::ECHO_WORKER_OFFSET] ^= 1;
+        forged[ricochet_proto::wire::ECHO_WORKER_OFFSET] ^= 1;
         assert_eq!(
             workers[usize::from(1 - w)].handle_datagram(now, caddr, &forged),
             Err(DropCause::BadCookie)
@@ -156,10 +156,10 @@ fn endpoints_without_a_shared_secret_refuse_each_others_cookies() {
     let mut b = Endpoint::new(server_cfg(), now, 2);
     let mut client = Endpoint::new(client_cfg(), now, 3);
     let echo = echo_after_challenge(&mut client, &mut a, now);
-    assert_eq!(ricochet::proto::worker_of_datagram(&echo), None);
+    assert_eq!(ricochet_proto::worker_of_datagram(&echo), None);
     assert_eq!(
         b.handle_datagram(now, addr(50), &echo),
-        Err(ricochet::proto::DropCause::BadCookie)
+        Err(ricochet_proto::DropCause::BadCookie)
     );
     a.handle_datagram(now, addr(50), &echo).unwrap();
     assert_eq!(a.connection_count(), 1);

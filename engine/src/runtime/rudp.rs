@@ -43,7 +43,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ricochet_platform::{self as platform, BackendKind, SocketInfo, Waker};
 
-use crate::proto::{
+use ricochet_proto::{
     CloseReason, ConnectionHandle, ConnectionStats, DropCause, Endpoint, EndpointConfig,
     EndpointStats, Event, Placement, SendError, ServerConfig,
 };
@@ -407,7 +407,7 @@ impl<H: Handler> RudpService<H> {
         if self.workers <= 1 {
             return None;
         }
-        let owner = u32::from(crate::proto::worker_of_datagram(datagram)?);
+        let owner = u32::from(ricochet_proto::worker_of_datagram(datagram)?);
         (owner != self.worker && owner < self.workers).then_some(owner)
     }
 }
@@ -502,7 +502,7 @@ fn os_seed() -> u64 {
 /// The per-core steering rules: a connection packet goes to the worker tagged in its
 /// destination cid, a placed cookie echo to the worker it names (see `wire`).
 fn steer_rules() -> Vec<platform::SteerRule> {
-    use crate::wire::{self, PacketType};
+    use ricochet_proto::wire::{self, PacketType};
     vec![
         platform::SteerRule {
             kind_offset: 0,
