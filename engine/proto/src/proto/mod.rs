@@ -10,16 +10,17 @@ mod connection;
 mod endpoint;
 mod fec;
 mod recv;
+mod routing;
 mod rtt;
 mod stats;
 
 pub use crate::wire::{CloseReason, ConnectionId};
 pub use connection::{Connection, ConnectionState};
 pub use endpoint::{
-    worker_of_cid, worker_of_datagram, ConnectionHandle, Endpoint, EndpointConfig, EndpointStats,
-    Placement, ServerConfig, DEFAULT_TRANSMIT_BURST,
+    ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig, DEFAULT_TRANSMIT_BURST,
 };
 pub use fec::{FecStats, FEC_ARQ_OVERHEAD};
+pub use routing::{NoRouting, Router};
 pub use stats::{ConnectionStats, DropCause, DropCounters};
 
 /// Delivery guarantees of a channel.
