@@ -9,6 +9,7 @@ mod cc;
 mod connection;
 mod endpoint;
 mod fec;
+mod keys;
 mod recv;
 mod routing;
 mod rtt;
@@ -20,6 +21,7 @@ pub use endpoint::{
     ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig, DEFAULT_TRANSMIT_BURST,
 };
 pub use fec::{FecStats, FEC_ARQ_OVERHEAD};
+pub use keys::SessionKeys;
 pub use routing::{NoRouting, Router};
 pub use stats::{ConnectionStats, DropCause, DropCounters};
 
