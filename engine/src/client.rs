@@ -344,8 +344,8 @@ impl Client {
         self.connected
     }
 
-    /// The connection's statistics (RTT histogram, loss, retransmissions, cwnd, RTO).
-    pub fn stats(&self) -> Option<&ConnectionStats> {
+    /// The connection's statistics (RTT summary, loss, retransmissions, cwnd, RTO).
+    pub fn stats(&self) -> Option<ConnectionStats> {
         self.endpoint.connection(self.handle).map(|c| c.stats())
     }
 

@@ -225,7 +225,7 @@ impl Echoer {
             })
         });
         if let Some(st) = client.stats() {
-            self.out.wire = super::wire_of(st, self.app_sent);
+            self.out.wire = super::wire_of(&st, self.app_sent);
         }
         let out = std::mem::replace(&mut self.out, ClientOutcome::empty());
         let _ = done.send(out);

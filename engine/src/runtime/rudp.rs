@@ -52,6 +52,7 @@ use super::config::{IoModel, UdpServerConfig};
 use super::counters::WorkerCounters;
 use super::error::RuntimeError;
 use super::placement::{steer_rules, worker_of_datagram, Placement, WorkerRouter};
+use super::rtt::{self, RttPercentiles, WorkerRtt};
 use super::worker::{Service, UdpContext, WorkerSet};
 
 /// A session: the worker (endpoint) that owns it and its connection handle there.
@@ -215,9 +216,9 @@ impl ServerContext<'_> {
         Ok(())
     }
 
-    /// Statistics of a session on this worker (RTT histogram, loss, retransmissions, cwnd,
+    /// Statistics of a session on this worker (RTT summary, loss, retransmissions, cwnd,
     /// queue depth); `None` for an unknown session or one owned by another worker.
-    pub fn session_stats(&self, session: SessionId) -> Option<&ConnectionStats> {
+    pub fn session_stats(&self, session: SessionId) -> Option<ConnectionStats> {
         if session.worker != self.worker {
             return None;
         }
@@ -309,6 +310,8 @@ impl EndpointSlot {
 
 /// Room for one outgoing datagram (any UDP payload), reserved in the send batch as it is written.
 const TRANSMIT_BUF: usize = 65_536;
+/// RTT samples an endpoint keeps between two turns of its worker (which drains them).
+const RTT_SAMPLE_BUFFER: usize = 8192;
 
 struct RudpService<H> {
     worker: u32,
@@ -320,6 +323,8 @@ struct RudpService<H> {
     stopping: bool,
     /// Datagrams this server's workers handed to another worker (all workers share it).
     forwarded: Arc<AtomicU64>,
+    /// This worker's RTT histogram (fed from the endpoint's samples every turn).
+    rtt: WorkerRtt,
 }
 
 impl<H: Handler> RudpService<H> {
@@ -350,6 +355,7 @@ impl<H: Handler> RudpService<H> {
         if ep.poll_timeout().is_some_and(|t| t <= now) {
             ep.handle_timeout(now);
         }
+        self.rtt.record(ep.drain_rtt_samples());
         // Handlers send from their callbacks; new events only come from I/O and timers, so one
         // pass over the events then one over the transmits is enough.
         while let Some((handle, event)) = ep.poll_event() {
@@ -482,6 +488,7 @@ pub struct RudpServer {
     workers: WorkerSet,
     placement: Option<Placement>,
     forwarded: Arc<AtomicU64>,
+    rtt: Vec<WorkerRtt>,
 }
 
 impl fmt::Debug for RudpServer {
@@ -512,6 +519,10 @@ impl RudpServer {
         if endpoint_cfg.server.is_none() {
             endpoint_cfg.server = Some(ServerConfig::default());
         }
+        if endpoint_cfg.rtt_sample_buffer == 0 {
+            // Drained every turn into the worker's histogram.
+            endpoint_cfg.rtt_sample_buffer = RTT_SAMPLE_BUFFER;
+        }
         let n = config.udp.resolved_threads();
         if config.udp.io_model == IoModel::PerCore && n > 256 {
             return Err(RuntimeError::Config(format!(
@@ -540,7 +551,10 @@ impl RudpServer {
         let forwarded = Arc::new(AtomicU64::new(0));
         let directory: Directory = Arc::new(std::sync::OnceLock::new());
         let mut senders = Vec::with_capacity(n);
+        let mut rtts = Vec::with_capacity(n);
         let workers = WorkerSet::start(&config.udp, &steering, |i| {
+            let rtt = WorkerRtt::new();
+            rtts.push(rtt.clone());
             let (tx, rx) = mpsc::channel();
             senders.push(tx);
             let endpoint = match &shared {
@@ -570,6 +584,7 @@ impl RudpServer {
                 directory: directory.clone(),
                 stopping: false,
                 forwarded: forwarded.clone(),
+                rtt,
             }
         })?;
         let mailboxes = senders
@@ -590,6 +605,7 @@ impl RudpServer {
             workers,
             placement,
             forwarded,
+            rtt: rtts,
         })
     }
 
@@ -605,6 +621,19 @@ impl RudpServer {
     /// counts what the kernel's hash sent astray.
     pub fn forwarded(&self) -> u64 {
         self.forwarded.load(Ordering::Relaxed)
+    }
+
+    /// RTT percentiles over every session of every worker since the server started (or since
+    /// the last [`RudpServer::take_rtt`]): each worker keeps one histogram of its sessions' RTT
+    /// samples, merged here.
+    pub fn rtt(&self) -> RttPercentiles {
+        rtt::merge(&self.rtt, false)
+    }
+
+    /// Like [`RudpServer::rtt`], and empties the histograms: the next call covers what came
+    /// after this one (a measurement phase).
+    pub fn take_rtt(&self) -> RttPercentiles {
+        rtt::merge(&self.rtt, true)
     }
 
     /// The bound address.

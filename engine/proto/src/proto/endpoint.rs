@@ -72,6 +72,11 @@ pub struct EndpointConfig {
     /// turn). Default [`DEFAULT_TRANSMIT_BURST`]: a run of datagrams to one peer leaves in one
     /// GSO send where the runtime coalesces them, which one-each-in-turn breaks up.
     pub transmit_burst: usize,
+    /// RTT samples the endpoint keeps for [`Endpoint::drain_rtt_samples`] between two calls
+    /// (0, the default: none are kept). An embedder that aggregates RTT over its sessions (the
+    /// runtime's per-worker histogram) sets it and drains every turn; samples beyond it are
+    /// counted in [`EndpointStats::rtt_samples_dropped`].
+    pub rtt_sample_buffer: usize,
 }
 
 /// Default [`EndpointConfig::transmit_burst`]: a full echo window (16 datagrams) to one peer
@@ -87,6 +92,7 @@ impl Default for EndpointConfig {
             max_stateless_queue: 1024,
             fec_retention_budget: crate::fec::DEFAULT_RETENTION_BUDGET,
             transmit_burst: DEFAULT_TRANSMIT_BURST,
+            rtt_sample_buffer: 0,
         }
     }
 }
@@ -108,6 +114,8 @@ pub struct EndpointStats {
     pub connections: usize,
     /// Largest stateless reply sent.
     pub max_stateless_reply: usize,
+    /// RTT samples not kept because [`EndpointConfig::rtt_sample_buffer`] was full.
+    pub rtt_samples_dropped: u64,
 }
 
 const RATE_SLOTS: usize = 4096;
@@ -132,6 +140,8 @@ pub struct Endpoint {
     by_client: HashMap<(SocketAddr, ConnectionId), ConnectionHandle>,
     per_ip: HashMap<IpAddr, usize>,
     sessions: usize,
+    /// Handshake counters per hashed source address (allocated by the first hello: a client
+    /// endpoint never needs them).
     rate: Box<[(u64, u32)]>,
     rate_salt: u64,
     /// Cookie keys are derived per rotation period from this secret, so the endpoints of one
@@ -147,6 +157,8 @@ pub struct Endpoint {
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     due: Vec<(Instant, u32)>,
     events: VecDeque<(ConnectionHandle, Event)>,
+    /// RTT samples (µs) for [`Endpoint::drain_rtt_samples`].
+    rtt_samples: Vec<u32>,
     budget: Budget,
     fec_budget: crate::fec::RetentionBudget,
     stats: EndpointStats,
@@ -179,7 +191,7 @@ impl Endpoint {
             by_client: HashMap::new(),
             per_ip: HashMap::new(),
             sessions: 0,
-            rate: vec![(0, 0); RATE_SLOTS].into_boxed_slice(),
+            rate: Box::default(),
             rate_salt,
             cookie_secret,
             epoch_keys: [None; 2],
@@ -189,6 +201,7 @@ impl Endpoint {
             timers: BinaryHeap::new(),
             due: Vec::new(),
             events: VecDeque::new(),
+            rtt_samples: Vec::new(),
             budget,
             stats: EndpointStats::default(),
             router: Box::new(NoRouting),
@@ -231,6 +244,15 @@ impl Endpoint {
     /// Number of live connections (any state).
     pub fn connection_count(&self) -> usize {
         self.stats.connections
+    }
+
+    /// The RTT samples the connections took since the last call, oldest first (empty unless
+    /// [`EndpointConfig::rtt_sample_buffer`] is set). Each is the time from sending a packet to
+    /// the acknowledgement of it as the newest the peer had.
+    pub fn drain_rtt_samples(&mut self) -> impl Iterator<Item = Duration> + '_ {
+        self.rtt_samples
+            .drain(..)
+            .map(|us| Duration::from_micros(u64::from(us)))
     }
 
     /// Stateless replies waiting to be sent.
@@ -570,6 +592,9 @@ impl Endpoint {
         ip.hash(&mut h);
         let i = (h.finish() as usize) % RATE_SLOTS;
         let second = self.now_ms(now) / 1000;
+        if self.rate.is_empty() {
+            self.rate = vec![(0, 0); RATE_SLOTS].into_boxed_slice();
+        }
         let e = &mut self.rate[i];
         if e.0 != second {
             *e = (second, 0);
@@ -682,6 +707,31 @@ impl Endpoint {
         due.clear();
         self.due = due;
         self.clean_timers();
+        self.shrink_queues();
+    }
+
+    /// Gives back queue capacity a burst grew once the queues are mostly empty again (a server
+    /// that served a wave of traffic keeps its sessions, not the wave's buffers). Halving at a
+    /// quarter full keeps the cost amortized and never thrashes.
+    fn shrink_queues(&mut self) {
+        fn sparse(len: usize, cap: usize) -> bool {
+            cap > 64 && len < cap / 4
+        }
+        if sparse(self.timers.len(), self.timers.capacity()) {
+            self.timers.shrink_to(self.timers.len() * 2);
+        }
+        if sparse(self.dirty.len(), self.dirty.capacity()) {
+            self.dirty.shrink_to(self.dirty.len() * 2);
+        }
+        if sparse(self.events.len(), self.events.capacity()) {
+            self.events.shrink_to(self.events.len() * 2);
+        }
+        if sparse(self.stateless.len(), self.stateless.capacity()) {
+            self.stateless.shrink_to(self.stateless.len() * 2);
+        }
+        if sparse(0, self.due.capacity()) {
+            self.due = Vec::new();
+        }
     }
 
     /// After any interaction: collect events, schedule transmission and timer, free if drained.
@@ -706,6 +756,15 @@ impl Endpoint {
         while let Some(e) = conn.poll_event() {
             self.events.push_back((h, e));
         }
+        let cap = self.cfg.rtt_sample_buffer;
+        let (samples, stats) = (&mut self.rtt_samples, &mut self.stats);
+        conn.take_rtt_samples(|us| {
+            if samples.len() < cap {
+                samples.push(us);
+            } else if cap > 0 {
+                stats.rtt_samples_dropped += 1;
+            }
+        });
         if conn.is_drained() {
             slot.conn = None;
             slot.timer = None;

@@ -73,16 +73,23 @@ pub struct FecStats {
     pub receiver: ReceiverStats,
 }
 
-/// Per-connection FEC state.
+/// Per-connection FEC wiring: nothing but the shared budget until this side sends FEC or its
+/// peer does (most sessions of a server on the default settings never do), then the boxed
+/// state.
 pub(crate) struct FecLink {
+    budget: RetentionBudget,
+    state: Option<Box<FecState>>,
+}
+
+/// What a connection that sends or receives FEC holds.
+struct FecState {
     /// FEC settings with `max_payload` set to what the ARQ budget protects.
     cfg: FecConfig,
     /// Present when this side's policy is not `Off`.
     tx: Option<Box<Tx>>,
     /// Created on the first FEC packet from the peer (the peer may protect while we do not).
     rx: Option<Box<Rx>>,
-    budget: RetentionBudget,
-    /// Scratch for a data body.
+    /// Scratch for a data body (allocated on first use, given back by [`Self::trim`]).
     body: Vec<u8>,
     /// ARQ datagrams rebuilt from the last FEC packet, back to back, and their lengths.
     out: Vec<u8>,
@@ -91,38 +98,30 @@ pub(crate) struct FecLink {
     parity_flight: VecDeque<(Instant, usize)>,
     /// Parity body bytes dropped unsent (see `FecStats::parity_unsendable`).
     unsendable_bytes: u64,
-    stats: FecStats,
+    /// Parity shards dropped unsent (`FecStats::parity_unsendable`).
+    parity_unsendable: u64,
+    /// `FecData` packet bytes sent (`FecStats::data_bytes`).
+    data_bytes: u64,
 }
 
 impl std::fmt::Debug for FecLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.state.as_deref();
         f.debug_struct("FecLink")
-            .field("cfg", &self.cfg)
-            .field("sending", &self.tx.is_some())
-            .field("receiving", &self.rx.is_some())
-            .field("stats", &self.stats)
+            .field("cfg", &st.map(|s| s.cfg))
+            .field("sending", &self.sending())
+            .field("receiving", &self.receiving())
+            .field("data_bytes", &st.map_or(0, |s| s.data_bytes))
             .finish_non_exhaustive()
     }
 }
 
 impl FecLink {
     pub(crate) fn new(cfg: &Config) -> Self {
-        let fec = FecConfig {
-            max_payload: max_protected_payload(cfg.max_datagram_size, FEC_HEADER_LEN),
-            ..cfg.fec
-        };
-        let tx = (fec.policy != FecPolicy::Off).then(|| Box::new(Tx::new(fec)));
+        let state = (cfg.fec.policy != FecPolicy::Off).then(|| Box::new(FecState::new(cfg)));
         FecLink {
-            body: vec![0u8; fec.max_parity_body()],
-            cfg: fec,
-            tx,
-            rx: None,
             budget: RetentionBudget::default(),
-            out: Vec::new(),
-            out_lens: Vec::new(),
-            parity_flight: VecDeque::new(),
-            unsendable_bytes: 0,
-            stats: FecStats::default(),
+            state,
         }
     }
 
@@ -133,12 +132,176 @@ impl FecLink {
 
     /// Whether outgoing ARQ datagrams are wrapped.
     pub(crate) fn sending(&self) -> bool {
-        self.tx.is_some()
+        self.state.as_ref().is_some_and(|s| s.tx.is_some())
     }
 
     /// Whether the peer sends FEC (its shard loss then drives our loss reports).
     pub(crate) fn receiving(&self) -> bool {
-        self.rx.is_some()
+        self.state.as_ref().is_some_and(|s| s.rx.is_some())
+    }
+
+    /// Extra packets ARQ's fast retransmit tolerates while FEC may still rebuild a lost one
+    /// (see [`FecState::reorder_allowance`]).
+    pub(crate) fn reorder_allowance(&self) -> u64 {
+        self.state.as_ref().map_or(0, |s| s.reorder_allowance())
+    }
+
+    /// Extra time ARQ's time-threshold loss detection waits (see
+    /// [`FecState::reorder_delay`]).
+    pub(crate) fn reorder_delay(&self) -> std::time::Duration {
+        self.state
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |s| s.reorder_delay())
+    }
+
+    /// The ARQ datagram budget for a UDP payload limit of `udp` bytes.
+    pub(crate) fn arq_budget(&self, udp: usize) -> usize {
+        if self.sending() {
+            udp.saturating_sub(FEC_ARQ_OVERHEAD)
+        } else {
+            udp
+        }
+    }
+
+    /// Wraps an outgoing ARQ datagram (see [`FecState::seal`]); as is without FEC.
+    pub(crate) fn seal(
+        &mut self,
+        now: Instant,
+        dst: ConnectionId,
+        buf: &mut [u8],
+        len: usize,
+    ) -> usize {
+        match self.state.as_mut() {
+            Some(s) => s.seal(now, dst, buf, len),
+            None => len,
+        }
+    }
+
+    /// Size of the next parity packet, if one is ready.
+    pub(crate) fn next_parity(&self) -> Option<usize> {
+        self.state.as_ref()?.next_parity()
+    }
+
+    /// Writes the next parity packet, if any (see [`FecState::poll_parity`]).
+    pub(crate) fn poll_parity(
+        &mut self,
+        now: Instant,
+        dst: ConnectionId,
+        buf: &mut [u8],
+        cc: &mut Congestion,
+    ) -> Option<usize> {
+        self.state.as_mut()?.poll_parity(now, dst, buf, cc)
+    }
+
+    /// A packet sent at `sent` was acknowledged: parity sent no later has left the path.
+    pub(crate) fn on_acked(&mut self, sent: Instant, cc: &mut Congestion) {
+        if let Some(s) = self.state.as_mut() {
+            s.on_acked(sent, cc);
+        }
+    }
+
+    /// Retransmission timeout: no parity is in flight any more.
+    pub(crate) fn on_rto(&mut self, cc: &mut Congestion) {
+        if let Some(s) = self.state.as_mut() {
+            s.on_rto(cc);
+        }
+    }
+
+    /// Earliest FEC timer.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.state.as_ref()?.poll_timeout()
+    }
+
+    /// Runs FEC timers.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        if let Some(s) = self.state.as_mut() {
+            s.handle_timeout(now);
+        }
+    }
+
+    /// The peer's loss report reached us: it steers the adaptive parity.
+    pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64, max_burst: u64) {
+        if let Some(s) = self.state.as_mut() {
+            s.on_loss_report(received, lost, max_burst);
+        }
+    }
+
+    /// Data shards (received, lost, longest loss burst) the peer's FEC stream showed since
+    /// the last call.
+    pub(crate) fn take_loss_report(&mut self) -> Option<(u64, u64, u64)> {
+        self.state.as_mut()?.take_loss_report()
+    }
+
+    /// Feeds an FEC packet body to the receiver (created, with the state, on the first one);
+    /// see [`FecState::receive`].
+    pub(crate) fn receive(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        local: ConnectionId,
+        body: &[u8],
+        parity: bool,
+    ) -> Result<(), FecError> {
+        let budget = &self.budget;
+        self.state
+            .get_or_insert_with(|| Box::new(FecState::new(cfg)))
+            .receive(budget, now, local, body, parity)
+    }
+
+    /// The ARQ datagrams the last [`Self::receive`] yielded (see
+    /// [`FecState::take_datagrams`]).
+    pub(crate) fn take_datagrams(&mut self) -> (Vec<u8>, Vec<usize>) {
+        self.state
+            .as_mut()
+            .map_or((Vec::new(), Vec::new()), |s| s.take_datagrams())
+    }
+
+    /// Returns the buffers of [`Self::take_datagrams`].
+    pub(crate) fn restore_datagrams(&mut self, out: Vec<u8>, lens: Vec<usize>) {
+        if let Some(s) = self.state.as_mut() {
+            s.restore_datagrams(out, lens);
+        }
+    }
+
+    /// Gives back scratch and pooled buffers (the connection is idle).
+    pub(crate) fn trim(&mut self, now: Instant) {
+        if let Some(s) = self.state.as_mut() {
+            s.trim(now);
+        }
+    }
+
+    /// Current counters.
+    pub(crate) fn stats(&self) -> FecStats {
+        let mut s = self
+            .state
+            .as_ref()
+            .map_or_else(FecStats::default, |s| s.stats());
+        s.retained_bytes = self.budget.used();
+        s.peak_retained_bytes = self.budget.peak();
+        s.retention_limit = self.budget.limit();
+        s
+    }
+}
+
+impl FecState {
+    fn new(cfg: &Config) -> Self {
+        let fec = FecConfig {
+            max_payload: max_protected_payload(cfg.max_datagram_size, FEC_HEADER_LEN),
+            ..cfg.fec
+        };
+        let tx = (fec.policy != FecPolicy::Off).then(|| Box::new(Tx::new(fec)));
+        FecState {
+            body: Vec::new(),
+            cfg: fec,
+            tx,
+            rx: None,
+            out: Vec::new(),
+            out_lens: Vec::new(),
+            parity_flight: VecDeque::new(),
+            unsendable_bytes: 0,
+            parity_unsendable: 0,
+            data_bytes: 0,
+        }
     }
 
     /// Extra packets ARQ's fast retransmit tolerates while groups carry parity: a lost packet
@@ -166,15 +329,6 @@ impl FecLink {
         }
     }
 
-    /// The ARQ datagram budget for a UDP payload limit of `udp` bytes.
-    pub(crate) fn arq_budget(&self, udp: usize) -> usize {
-        if self.sending() {
-            udp.saturating_sub(FEC_ARQ_OVERHEAD)
-        } else {
-            udp
-        }
-    }
-
     /// Wraps the ARQ datagram `buf[..len]` in place into a `FecData` packet addressed to
     /// `dst`; returns the new length. Sends the datagram unwrapped if FEC is off or it does
     /// not fit (the receiver handles plain `Data` packets either way).
@@ -190,6 +344,9 @@ impl FecLink {
         };
         if len < FEC_HEADER_LEN {
             return len;
+        }
+        if self.body.is_empty() {
+            self.body = vec![0u8; self.cfg.max_parity_body()];
         }
         let Ok(n) = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body) else {
             return len;
@@ -207,7 +364,7 @@ impl FecLink {
             return len;
         }
         buf[FEC_HEADER_LEN..FEC_HEADER_LEN + n].copy_from_slice(&self.body[..n]);
-        self.stats.data_bytes += (FEC_HEADER_LEN + n) as u64;
+        self.data_bytes += (FEC_HEADER_LEN + n) as u64;
         FEC_HEADER_LEN + n
     }
 
@@ -242,8 +399,11 @@ impl FecLink {
             // The caller's buffer is below the configured datagram size: this parity can never
             // go out, drop it rather than wait for it (ARQ covers its group).
             let tx = self.tx.as_mut()?;
+            if self.body.is_empty() {
+                self.body = vec![0u8; self.cfg.max_parity_body()];
+            }
             if let Some(n) = tx.poll_parity(now, &mut self.body) {
-                self.stats.parity_unsendable += 1;
+                self.parity_unsendable += 1;
                 self.unsendable_bytes += n as u64;
             }
             return None;
@@ -325,16 +485,18 @@ impl FecLink {
     /// Feeds an FEC packet body to the receiver. The ARQ datagrams it yields (the data shard
     /// itself and any rebuilt ones) are left for [`Self::take_datagrams`]. `Err` means the
     /// body was malformed, dropped and counted.
-    pub(crate) fn receive(
+    fn receive(
         &mut self,
+        budget: &RetentionBudget,
         now: Instant,
         local: ConnectionId,
         body: &[u8],
         parity: bool,
     ) -> Result<(), FecError> {
+        let cfg = self.cfg;
         let rx = self
             .rx
-            .get_or_insert_with(|| Box::new(Rx::new(self.cfg, self.budget.clone())));
+            .get_or_insert_with(|| Box::new(Rx::new(cfg, budget.clone())));
         let mut hdr = [0u8; wire::DATA_HEADER_LEN];
         // A `Data` header for our own cid; its first 10 bytes prefix every rebuilt datagram.
         if wire::encode_data_header(local, 0, &mut hdr).is_err() {
@@ -366,9 +528,28 @@ impl FecLink {
         self.out_lens = lens;
     }
 
+    /// Gives back scratch and pooled buffers (the connection is idle); they are taken again
+    /// when FEC packets flow.
+    pub(crate) fn trim(&mut self, now: Instant) {
+        self.body = Vec::new();
+        self.out = Vec::new();
+        self.out_lens = Vec::new();
+        self.parity_flight.shrink_to_fit();
+        if let Some(tx) = self.tx.as_mut() {
+            tx.release_idle(now);
+        }
+        if let Some(rx) = self.rx.as_mut() {
+            rx.release_idle();
+        }
+    }
+
     /// Current counters.
     pub(crate) fn stats(&self) -> FecStats {
-        let mut s = self.stats;
+        let mut s = FecStats {
+            data_bytes: self.data_bytes,
+            parity_unsendable: self.parity_unsendable,
+            ..FecStats::default()
+        };
         if let Some(tx) = self.tx.as_ref() {
             let t = tx.stats();
             // The sender counts parity handed out; some may have been dropped unsendable.
@@ -388,9 +569,6 @@ impl FecLink {
             s.malformed = r.malformed;
             s.receiver = r;
         }
-        s.retained_bytes = self.budget.used();
-        s.peak_retained_bytes = self.budget.peak();
-        s.retention_limit = self.budget.limit();
         s
     }
 }
@@ -408,7 +586,10 @@ mod tests {
     }
 
     fn level(link: &FecLink) -> usize {
-        link.tx.as_ref().map_or(0, |t| t.parity_level())
+        link.state
+            .as_ref()
+            .and_then(|s| s.tx.as_ref())
+            .map_or(0, |t| t.parity_level())
     }
 
     #[test]
@@ -452,7 +633,7 @@ mod tests {
             let Ok(Packet::FecData { body, .. }) = wire::decode_packet(b) else {
                 panic!("not an FEC data packet");
             };
-            rx.receive(now, cid, body, false).unwrap();
+            rx.receive(&cfg, now, cid, body, false).unwrap();
         }
         let (received, lost, burst) = rx.take_loss_report().unwrap();
         assert_eq!((received, lost, burst), (44, 4, 3));

@@ -23,7 +23,7 @@ pub use endpoint::{
 pub use fec::{FecStats, FEC_ARQ_OVERHEAD};
 pub use keys::SessionKeys;
 pub use routing::{NoRouting, Router};
-pub use stats::{ConnectionStats, DropCause, DropCounters};
+pub use stats::{ConnectionStats, DropCause, DropCounters, RttSummary, RTT_BUCKETS};
 
 /// Delivery guarantees of a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
