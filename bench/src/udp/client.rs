@@ -275,6 +275,7 @@ enum Io {
 }
 
 /// Most bytes of batch slots per direction per client (keeps 16 clients × 64 KiB payloads sane).
+#[cfg(target_os = "linux")]
 const BATCH_BYTES: usize = 2 << 20;
 
 /// A client's socket: a plain connected one, or a platform backend (gso mode).
