@@ -23,7 +23,9 @@ pub mod wire;
 
 pub use ricochet_platform as platform;
 
-pub use client::{Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError};
+pub use client::{
+    Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError, ConnectLimit,
+};
 pub use proto::{ChannelKind, CloseReason, Config};
 pub use runtime::{
     Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId, UdpServerConfig,
