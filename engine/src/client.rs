@@ -26,7 +26,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ricochet_platform::{self as platform, Backend, BackendConfig, SendBatch, SocketConfig};
+use ricochet_platform::{
+    self as platform, Backend, BackendConfig, BackendKind, SendBatch, SocketConfig,
+};
 
 use crate::proto::{
     CloseReason, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, SendError,
@@ -411,6 +413,17 @@ impl Client {
     /// The local socket address.
     pub fn local_addr(&self) -> SocketAddr {
         self.backend.socket_info().local_addr
+    }
+
+    /// The datagram I/O backend this client runs on: never [`BackendKind::Auto`], but what
+    /// `auto` (or `RICOCHET_BACKEND`) resolved to, after any fallback.
+    pub fn backend_kind(&self) -> BackendKind {
+        self.backend.kind()
+    }
+
+    /// Why that backend was chosen (including any fallback reason).
+    pub fn selection_reason(&self) -> &str {
+        self.backend.selection_reason()
     }
 
     /// Move to a new local socket (as when a NAT rebinding or a network change gives the client

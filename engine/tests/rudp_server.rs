@@ -343,6 +343,26 @@ fn connecting_to_nothing_times_out_naming_the_limit_that_expired() {
     }
 }
 
+/// `Client::backend_kind` names the backend the client really runs on: the one asked for, and
+/// for `auto` one of the host's concrete backends.
+#[test]
+fn client_reports_its_backend() {
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let available = backends();
+    let forced = std::env::var(ricochet::platform::BACKEND_ENV).is_ok_and(|v| !v.trim().is_empty());
+    for requested in std::iter::once(BackendKind::Auto).chain(available.iter().copied()) {
+        let mut cfg = ClientConfig::default();
+        cfg.backend.kind = requested;
+        let c = Client::connect(silent.local_addr().unwrap(), cfg).unwrap();
+        let kind = c.backend_kind();
+        assert!(available.contains(&kind), "{requested} -> {kind}");
+        if requested != BackendKind::Auto && !forced {
+            assert_eq!(kind, requested, "{}", c.selection_reason());
+        }
+        assert!(!c.selection_reason().is_empty());
+    }
+}
+
 /// A client looping on `Client::step` (one submission per turn: acknowledgements leave with
 /// the next turn) keeps a window of messages in flight and gets every echo in order, with GSO
 /// and GRO on (the default) and off on both sides.
