@@ -26,7 +26,10 @@ fn readme_rust_blocks() -> Vec<String> {
 
 /// An example's code without its `//!` header and the blank line after it.
 fn example_body(source: &str) -> String {
-    let mut lines = source.lines().skip_while(|l| l.starts_with("//!")).peekable();
+    let mut lines = source
+        .lines()
+        .skip_while(|l| l.starts_with("//!"))
+        .peekable();
     if lines.peek() == Some(&"") {
         lines.next();
     }
@@ -37,8 +40,14 @@ fn example_body(source: &str) -> String {
 fn readme_examples_are_the_example_files() {
     let blocks = readme_rust_blocks();
     let examples = [
-        ("readme_server", include_str!("../examples/readme_server.rs")),
-        ("readme_client", include_str!("../examples/readme_client.rs")),
+        (
+            "readme_server",
+            include_str!("../examples/readme_server.rs"),
+        ),
+        (
+            "readme_client",
+            include_str!("../examples/readme_client.rs"),
+        ),
     ];
     assert_eq!(
         blocks.len(),
