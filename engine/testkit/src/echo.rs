@@ -1,5 +1,5 @@
 //! The deterministic simulated echo scenario: N clients × W messages in flight × B bytes,
-//! complete-message echo on a reliable-ordered channel through a [`SimNetwork`] under a named
+//! complete-message echo on a reliable-ordered channel through a [`SimNetwork`](crate::SimNetwork) under a named
 //! [`Profile`].
 //!
 //! One server [`Endpoint`] and N client `Endpoint`s run as [`SimNode`]s on the virtual clock.
@@ -14,7 +14,7 @@
 //! datagram's time, route, verdict and bytes) proves the runs were bit-identical.
 //!
 //! With [`Profile::None`] the links have no delay, and a zero-delay ping-pong never lets time
-//! advance ([`SimError::Stalled`](super::SimError::Stalled)); the scenario gives that profile
+//! advance ([`SimError::Stalled`]); the scenario gives that profile
 //! [`EchoScenario::none_delay`] (1 ms one way by default) instead. The other profiles run as
 //! defined.
 //!
