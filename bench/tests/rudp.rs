@@ -143,12 +143,10 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
     let relay =
         Relay::start(RelayConfig::new(server.local_addr(), profile.impairment()).with_seed(7))
             .unwrap();
-    let mut cc = ClientConfig {
-        endpoint,
-        seed: Some(11),
-        ..ClientConfig::default()
-    };
-    cc.backend.kind = backend.parse().unwrap();
+    let mut cc = ClientConfig::new()
+        .seed(11)
+        .backend(backend.parse().unwrap());
+    cc.endpoint = endpoint;
     let mut client = Client::connect_blocking(relay.addr(), cc, Duration::from_secs(10)).unwrap();
     for (ch, _) in kinds.iter().enumerate() {
         for &len in &SIZES {
@@ -186,7 +184,7 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
                     got.entry(channel).or_default().push(data.len());
                 }
                 ClientEvent::Disconnected { reason, .. } => panic!("disconnected: {reason:?}"),
-                ClientEvent::Connected => {}
+                _ => {}
             }
         }
     }

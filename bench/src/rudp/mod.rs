@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  client 0 ─┐                        ┌────────────────┐
-//!  client 1 ─┼─► relay (impairment) ──► RudpServer echo │  (--direct: no relay)
+//!  client 1 ─┼─► relay (impairment) ──► Server echo │  (--direct: no relay)
 //!  client N ─┘   one route per client └────────────────┘
 //! ```
 //!

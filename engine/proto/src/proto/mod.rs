@@ -219,7 +219,8 @@ pub(crate) const FRAGMENT_HEADER_MAX: usize = 1 + 1 + 8 + 4 + 4 + 4;
 /// Room kept in every data packet for an ACK frame.
 pub(crate) const ACK_RESERVE: usize = 96;
 
-/// What the application learns from a connection.
+/// What the application learns from a connection. Deliberately exhaustive: an embedder must
+/// handle every event, and a new one is a breaking change it should see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// The handshake completed.
@@ -251,6 +252,7 @@ pub struct Transmit {
 
 /// Why `send` refused a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SendError {
     /// No such channel.
     #[error("unknown channel {0}")]
