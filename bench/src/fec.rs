@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use bench::host::{command_line, BuildInfo, HostInfo, UtcTime};
-use ricochet::fec::{CauchyCodec, Codec, Kernel, RsSimdCodec, SimdLevel};
+use ricochet_proto::fec::{CauchyCodec, Codec, Kernel, RsSimdCodec, SimdLevel};
 use serde::Serialize;
 
 /// Options of `bench fec`.

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bench::relay::{DirectionCounters, Relay, RelayArgs, RelayConfig, RelayCounters, RelayHandle};
-use ricochet::sim::{Direction, ImpairedLink, Impairment, Profile, Verdict};
+use ricochet_testkit::{Direction, ImpairedLink, Impairment, Profile, Verdict};
 
 const HEADER: usize = 13;
 const RATE: f64 = 20_000.0;

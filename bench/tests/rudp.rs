@@ -12,9 +12,9 @@ use bench::relay::{Relay, RelayConfig};
 use bench::rudp::run::{config_for, run_round, validate};
 use bench::rudp::server::EchoServer;
 use bench::rudp::FecPolicy;
-use ricochet::proto::{ChannelKind, Config, EndpointConfig};
-use ricochet::sim::Profile;
 use ricochet::{Client, ClientConfig, ClientEvent};
+use ricochet_proto::{ChannelKind, Config, EndpointConfig};
+use ricochet_testkit::Profile;
 
 /// Serializes the tests that run traffic. A round checks the process's RSS for growth after
 /// its warm-up, and RSS is process-wide: a round running beside another test's 1 MiB

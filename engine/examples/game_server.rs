@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ricochet::proto::EndpointConfig;
 use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
 use ricochet::{ChannelKind, Client, ClientConfig, ClientEvent, Config};
+use ricochet_proto::EndpointConfig;
 
 /// Channel ids; both sides use [`channels`].
 const CHAT: u8 = 0;

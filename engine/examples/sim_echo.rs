@@ -1,4 +1,4 @@
-//! One deterministic simulated echo run ([`ricochet::sim::echo`]) with its loss-recovery
+//! One deterministic simulated echo run ([`ricochet_testkit::echo`]) with its loss-recovery
 //! counters, for diagnosing the protocol without a real network.
 //!
 //! ```sh
@@ -19,10 +19,10 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use ricochet::fec::{FecPolicy, FecScheme};
-use ricochet::proto::Config;
-use ricochet::sim::echo::EchoScenario;
-use ricochet::sim::Profile;
+use ricochet_proto::fec::{FecPolicy, FecScheme};
+use ricochet_proto::Config;
+use ricochet_testkit::echo::EchoScenario;
+use ricochet_testkit::Profile;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ricochet_platform::{self as platform, Backend, BackendConfig, SendBatch, SocketConfig};
 
-use crate::proto::{
+use ricochet_proto::{
     CloseReason, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, SendError,
 };
 
@@ -351,14 +351,14 @@ impl Client {
 
     /// The server worker that owns this session, as the server's connection id names it: a
     /// per-core Ricochet server tags its connection ids with the worker (see
-    /// [`crate::proto::worker_of_cid`]). `None` before the handshake completes or for a server
+    /// `worker_of_cid`). `None` before the handshake completes or for a server
     /// that does not tag them (shared IO model). A load tester on the server's host can use
     /// it to run each client on the core of the worker serving it.
     pub fn server_worker(&self) -> Option<u8> {
         self.endpoint
             .connection(self.handle)
-            .filter(|c| c.state() != crate::proto::ConnectionState::Handshaking)
-            .and_then(|c| crate::proto::worker_of_cid(c.remote_cid()))
+            .filter(|c| c.state() != ricochet_proto::ConnectionState::Handshaking)
+            .and_then(|c| crate::runtime::placement::worker_of_cid(c.remote_cid()))
     }
 
     /// Bytes queued but not yet sent.

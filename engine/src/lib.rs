@@ -1,13 +1,10 @@
 //! Ricochet: a thread-per-core UDP and reliable-UDP transport for game servers.
 //!
-//! Layers, bottom up (see `ARCHITECTURE.md` in the repository's shared notes):
+//! Layers, bottom up:
 //!
-//! - [`wire`]: byte layout of every packet; decoding never panics.
-//! - [`fec`]: Reed-Solomon forward error correction below ARQ.
-//! - [`proto`]: the sans-IO RUDP connection and endpoint (handshake, ARQ, congestion control,
-//!   channels, fragmentation). No sockets, no clock reads: time is an argument.
-//! - [`sim`]: a deterministic network (virtual clock, seeded impairments) for tests and the
-//!   benchmark relay's impairment model.
+//! - [`proto`] (the `ricochet-proto` crate): the sans-IO core: packet layout, the RUDP
+//!   connection and endpoint (handshake, ARQ, congestion control, channels, fragmentation) and
+//!   FEC. No sockets, no threads, no clock reads: time is an argument.
 //! - [`runtime`]: the thread-per-core engine: workers, timer wheel, IO models, handlers, the
 //!   raw-UDP and RUDP servers.
 //! - [`client`]: the game client, driven from a game loop; [`ClientSet`] drives many clients
@@ -15,16 +12,13 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod client;
-pub mod fec;
-pub mod proto;
 pub mod runtime;
-pub mod sim;
-pub mod wire;
 
 pub use ricochet_platform as platform;
+pub use ricochet_proto as proto;
 
 pub use client::{Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError};
-pub use proto::{ChannelKind, CloseReason, Config};
+pub use ricochet_proto::{ChannelKind, CloseReason, Config};
 pub use runtime::{
     Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId, UdpServerConfig,
 };

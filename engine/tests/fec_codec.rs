@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ricochet::fec::{CauchyCodec, Codec, CodecError, RsSimdCodec, SimdLevel};
+use ricochet_proto::fec::{CauchyCodec, Codec, CodecError, RsSimdCodec, SimdLevel};
 
 fn random_group(rng: &mut ChaCha8Rng, k: usize, len: usize) -> Vec<Vec<u8>> {
     (0..k)
@@ -154,7 +154,7 @@ fn bad_shapes_are_errors_not_panics() {
 fn recipe_cache_is_bounded_and_reused() {
     let mut rng = ChaCha8Rng::seed_from_u64(8);
     let data = random_group(&mut rng, 8, 16);
-    let mut c = CauchyCodec::with_kernel(ricochet::fec::Kernel::detect(), 4);
+    let mut c = CauchyCodec::with_kernel(ricochet_proto::fec::Kernel::detect(), 4);
     let parity = encode(&mut c, &data, 4);
     for_each_subset(12, 4, &mut |lost| {
         check_recovers(&mut c, &data, &parity, lost)

@@ -1,4 +1,4 @@
-//! FEC acceptance: 4 clients x 16 in flight x 1,024 B echo through `ricochet::sim`, 60 simulated
+//! FEC acceptance: 4 clients x 16 in flight x 1,024 B echo through `ricochet_testkit`, 60 simulated
 //! seconds per case, ARQ-only against fixed and adaptive FEC in the same test.
 //!
 //! Prints simulated round trips/s, p99 RTT, wire overhead, recovered and retransmitted per
@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use proto_util::{App, EpNode};
-use ricochet::fec::FecPolicy;
-use ricochet::proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
-use ricochet::sim::{Impairment, Profile, Simulation};
+use ricochet_proto::fec::FecPolicy;
+use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_testkit::{Impairment, Profile, Simulation};
 
 const CLIENTS: usize = 4;
 const IN_FLIGHT: usize = 16;

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use proto_util::{addr, Impair, Net};
-use ricochet::fec::{FecPolicy, FecScheme};
-use ricochet::proto::{
+use ricochet_proto::fec::{FecPolicy, FecScheme};
+use ricochet_proto::wire::{self, ConnectionId, Packet};
+use ricochet_proto::{
     Config, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, ServerConfig,
 };
-use ricochet::wire::{self, ConnectionId, Packet};
 
 fn config(policy: FecPolicy) -> Arc<Config> {
     let mut c = Config::competitive();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ricochet::fec::{
+use ricochet_proto::fec::{
     DataHeader, FecConfig, FecPolicy, FecReceiver, FecSender, ParityHeader, RetentionBudget,
 };
 
@@ -423,7 +423,7 @@ fn group_closes_on_wait_and_parity_follows() {
     while idle.poll_parity(t0, &mut body).is_some() {
         queued += 1;
     }
-    assert_eq!(queued, ricochet::fec::MAX_QUEUED_PARITY);
+    assert_eq!(queued, ricochet_proto::fec::MAX_QUEUED_PARITY);
     let st = idle.stats();
     assert!(st.parity_dropped > 0);
     assert!(st.parity_dropped + queued as u64 <= st.groups * 4);

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use proptest::prelude::*;
-use ricochet::fec::{fuzz, FecConfig, FecError, FecPolicy, FecReceiver, FecSender};
+use ricochet_proto::fec::{fuzz, FecConfig, FecError, FecPolicy, FecReceiver, FecSender};
 
 #[derive(Clone, Copy)]
 enum Kind {

@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use ricochet::fec::{FecPolicy, FecScheme};
-use ricochet::proto::Config;
-use ricochet::sim::echo::EchoScenario;
-use ricochet::sim::Profile;
+use ricochet_proto::fec::{FecPolicy, FecScheme};
+use ricochet_proto::Config;
+use ricochet_testkit::echo::EchoScenario;
+use ricochet_testkit::Profile;
 
 fn config(scheme: FecScheme) -> Config {
     let mut c = Config::competitive();

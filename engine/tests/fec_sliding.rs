@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use ricochet::fec::{
+use ricochet_proto::fec::{
     fuzz, repair_coefficient, FecConfig, FecError, FecPolicy, FecScheme, RepairHeader,
     RetentionBudget, SlidingReceiver, SlidingSender, MAX_PENDING_REPAIRS,
 };

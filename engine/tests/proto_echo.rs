@@ -1,4 +1,4 @@
-//! 4 clients x 16 in flight x 1,024 B echo through `ricochet::sim` under each named profile, plus
+//! 4 clients x 16 in flight x 1,024 B echo through `ricochet_testkit` under each named profile, plus
 //! the determinism check (same seed, same event-trace hash).
 //!
 //! Prints simulated round trips/s and RTT percentiles per profile:
@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use proto_util::{App, EpNode};
-use ricochet::fec::{FecConfig, FecPolicy};
-use ricochet::proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
-use ricochet::sim::{Impairment, Profile, Simulation};
+use ricochet_proto::fec::{FecConfig, FecPolicy};
+use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_testkit::{Impairment, Profile, Simulation};
 
 const CLIENTS: usize = 4;
 const IN_FLIGHT: usize = 16;
@@ -133,7 +133,7 @@ enum Node {
     C(EpNode<Client>),
 }
 
-impl ricochet::sim::SimNode for Node {
+impl ricochet_testkit::SimNode for Node {
     fn handle(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
         match self {
             Node::S(n) => n.handle(now, from, bytes),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use proto_util::{addr, Impair, Net};
-use ricochet::proto::{CloseReason, Config, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_proto::{CloseReason, Config, Endpoint, EndpointConfig, Event, ServerConfig};
 
 fn server_cfg() -> EndpointConfig {
     EndpointConfig {
@@ -83,7 +83,7 @@ fn connect_echo_and_graceful_close() {
     assert_eq!(net.ep(s).connection_count(), 0);
     assert_eq!(net.ep(c).connection_count(), 0);
     // No server reply before the cookie echo was larger than its request.
-    assert!(net.ep(s).stats().max_stateless_reply < ricochet::wire::MIN_CLIENT_HELLO_LEN);
+    assert!(net.ep(s).stats().max_stateless_reply < ricochet_proto::wire::MIN_CLIENT_HELLO_LEN);
 }
 
 /// The cookie echo a fresh client sends after `server` (whichever worker the kernel gave the
@@ -104,49 +104,78 @@ fn echo_after_challenge(
     buf[..t.size].to_vec()
 }
 
-#[test]
-fn placed_cookie_names_the_least_loaded_worker_and_any_worker_verifies_it() {
-    use ricochet::proto::{worker_of_datagram, DropCause, Placement};
-    let now = std::time::Instant::now();
-    let placement = Placement::new(2);
-    let secret = [7u8; 32];
-    let mut workers: Vec<Endpoint> = (0..2u8)
-        .map(|w| {
-            let mut e = Endpoint::new(server_cfg(), now, 100 + u64::from(w));
-            e.set_worker_tag(w);
-            e.set_cookie_secret(now, secret);
-            e.set_placement(placement.clone());
-            e
-        })
-        .collect();
-    let caddr = addr(50);
-    // Every hello reaches worker 0 (as when all clients hash there); the sessions still split.
-    let mut named = Vec::new();
-    for k in 0..6u64 {
-        let mut client = Endpoint::new(client_cfg(), now, 200 + k);
-        let echo = echo_after_challenge(&mut client, &mut workers[0], now);
-        let w = worker_of_datagram(&echo).expect("a placed echo names its worker");
-        named.push(w);
-        // Worker 1 accepts cookies worker 0 issued: one secret, one clock.
-        workers[usize::from(w)]
-            .handle_datagram(now, caddr, &echo)
-            .expect("the named worker accepts the echo");
-        // A forged name fails the cookie, whichever worker it reaches.
-        let mut forged = echo.clone();
-        forged[ricochet::wire::ECHO_WORKER_OFFSET] ^= 1;
-        assert_eq!(
-            workers[usize::from(1 - w)].handle_datagram(now, caddr, &forged),
-            Err(DropCause::BadCookie)
-        );
+/// A router that marks its ids, routes every session to 0x0102 and counts sessions.
+#[derive(Debug, Default)]
+struct TestRouter {
+    opened: Arc<std::sync::atomic::AtomicU32>,
+    closed: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl ricochet_proto::Router for TestRouter {
+    fn connection_id_bits(&mut self, random: u32) -> u32 {
+        (random & !0xffff) | 0xabcd
     }
+    fn route_new_session(&mut self) -> u16 {
+        0x0102
+    }
+    fn session_opened(&mut self) {
+        self.opened
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn session_closed(&mut self) {
+        self.closed
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn the_router_writes_ids_and_routes_and_sees_sessions_open_and_close() {
+    use ricochet_proto::{wire, DropCause};
+    use std::sync::atomic::Ordering;
+    let now = std::time::Instant::now();
+    let router = TestRouter::default();
+    let (opened, closed) = (router.opened.clone(), router.closed.clone());
+    let secret = [7u8; 32];
+    let mut a = Endpoint::new(server_cfg(), now, 100);
+    a.set_router(Box::new(router));
+    a.set_cookie_secret(now, secret);
+    // A second endpoint with the same secret verifies the first one's cookies.
+    let mut b = Endpoint::new(server_cfg(), now, 101);
+    b.set_cookie_secret(now, secret);
+    let mut client = Endpoint::new(client_cfg(), now, 200);
+    let echo = echo_after_challenge(&mut client, &mut a, now);
+    let route = &echo[wire::ECHO_ROUTE_OFFSET..wire::ECHO_ROUTE_OFFSET + 2];
     assert_eq!(
-        named,
-        [0, 1, 0, 1, 0, 1],
-        "least loaded first, in turn among equals"
+        route,
+        [0x01, 0x02],
+        "the echo returns the route the cookie carries"
     );
-    assert_eq!((placement.sessions(0), placement.sessions(1)), (3, 3));
-    assert_eq!(workers[0].connection_count(), 3);
-    assert_eq!(workers[1].connection_count(), 3);
+    // The route is MAC-covered: a client cannot pick another one.
+    let mut forged = echo.clone();
+    forged[wire::ECHO_ROUTE_OFFSET + 1] ^= 1;
+    assert_eq!(
+        b.handle_datagram(now, addr(50), &forged),
+        Err(DropCause::BadCookie)
+    );
+    a.handle_datagram(now, addr(50), &echo).unwrap();
+    assert_eq!(opened.load(Ordering::Relaxed), 1);
+    // The accept carries the server's id, whose upper half the router wrote.
+    let mut buf = vec![0u8; 2048];
+    let t = a.poll_transmit(now, &mut buf).expect("accept");
+    let Ok(wire::Packet::ServerAccept { server_cid, .. }) = wire::decode_packet(&buf[..t.size])
+    else {
+        panic!("expected an accept");
+    };
+    assert_eq!((server_cid.0 >> 32) & 0xffff, 0xabcd);
+    // Closing the session tells the router.
+    let (h, _) = a.poll_event().expect("connected");
+    a.close(now, h, CloseReason::Application);
+    let later = now + Duration::from_secs(10);
+    a.handle_timeout(later);
+    while a.poll_transmit(later, &mut buf).is_some() {}
+    a.handle_timeout(later + Duration::from_secs(10));
+    assert_eq!(a.connection_count(), 0);
+    assert_eq!(closed.load(Ordering::Relaxed), 1);
 }
 
 #[test]
@@ -156,10 +185,11 @@ fn endpoints_without_a_shared_secret_refuse_each_others_cookies() {
     let mut b = Endpoint::new(server_cfg(), now, 2);
     let mut client = Endpoint::new(client_cfg(), now, 3);
     let echo = echo_after_challenge(&mut client, &mut a, now);
-    assert_eq!(ricochet::proto::worker_of_datagram(&echo), None);
+    let route = ricochet_proto::wire::ECHO_ROUTE_OFFSET;
+    assert_eq!(echo[route..route + 2], [0, 0], "no router: no route");
     assert_eq!(
         b.handle_datagram(now, addr(50), &echo),
-        Err(ricochet::proto::DropCause::BadCookie)
+        Err(ricochet_proto::DropCause::BadCookie)
     );
     a.handle_datagram(now, addr(50), &echo).unwrap();
     assert_eq!(a.connection_count(), 1);

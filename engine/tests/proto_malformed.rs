@@ -12,10 +12,10 @@ use bytes::Bytes;
 use proto_util::{addr, Impair, Net};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ricochet::proto::{
+use ricochet_proto::wire::{self, frame_type, ConnectionId, Frame, Packet, Writer, VERSION};
+use ricochet_proto::{
     CloseReason, Config, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, ServerConfig,
 };
-use ricochet::wire::{self, frame_type, ConnectionId, Frame, Packet, Writer, VERSION};
 
 fn server(now: std::time::Instant, sc: ServerConfig) -> Endpoint {
     Endpoint::new(

@@ -1,4 +1,4 @@
-//! Property tests over random impairments through `ricochet::sim`: loss 0-30 %, duplication
+//! Property tests over random impairments through `ricochet_testkit`: loss 0-30 %, duplication
 //! 0-10 %, reordering 0-20 %, delay 0-100 ms, all four channel kinds mixed, message sizes
 //! 0 B-64 KiB, both directions at once. Every reliable message arrives exactly once and intact,
 //! ordered channels in order; unreliable messages are intact and never duplicated;
@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use proptest::prelude::*;
 use proto_util::{App, EpNode};
-use ricochet::proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
-use ricochet::sim::{Impairment, Simulation};
+use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_testkit::{Impairment, Simulation};
 
 const CONN_LIMIT: usize = 512 << 10;
 const ENDPOINT_BUDGET: usize = 768 << 10;

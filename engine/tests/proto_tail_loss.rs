@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proto_util::{addr, Impair, Net};
-use ricochet::proto::{Config, Event};
+use ricochet_proto::{Config, Event};
 
 const ONE_WAY: Duration = Duration::from_millis(10);
 

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use ricochet::sim::{Impairment, Profile, SimError, SimNode, Simulation, StopReason};
+use ricochet_testkit::{Impairment, Profile, SimError, SimNode, Simulation, StopReason};
 
 const DATA: u8 = 0;
 const ACK: u8 = 1;

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use ricochet::sim::{
+use ricochet_testkit::{
     BurstLoss, Direction, DropCause, ImpairedLink, Impairment, LinkCounters, Profile, Verdict,
 };
 

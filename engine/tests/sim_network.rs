@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ricochet::sim::{Impairment, Profile, SimClock, SimNetwork, Verdict};
+use ricochet_testkit::{Impairment, Profile, SimClock, SimNetwork, Verdict};
 
 fn addrs() -> Vec<SocketAddr> {
     vec![

@@ -14,7 +14,7 @@ use std::str::FromStr;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use ricochet::sim::Profile;
+use ricochet_testkit::Profile;
 
 use super::rudp::rudp_table;
 use super::Global;

@@ -14,7 +14,7 @@ use super::udp::{label, run_configs};
 use crate::rudp::run::config_for;
 use crate::rudp::{run_case, FecPolicy};
 use crate::schema::RudpCase;
-use ricochet::sim::Profile;
+use ricochet_testkit::Profile;
 
 /// The tour's RUDP rows: 4 clients × 16 × 1,024 B through the relay, no loss and `random`,
 /// with adaptive FEC where this build has it, else ARQ only (and the table says so).

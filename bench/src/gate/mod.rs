@@ -2,7 +2,7 @@
 //!
 //! Two kinds of checks, because two kinds of numbers:
 //!
-//! - **Simulator metrics** ([`ricochet::sim::echo`]) are exact functions of the code and the
+//! - **Simulator metrics** ([`ricochet_testkit::echo`]) are exact functions of the code and the
 //!   seed: the same commit gives the same numbers on any machine. They must equal the baseline
 //!   (within [`SimSuite::relative_tolerance`], 0 by default). A change that moves them is a
 //!   behaviour change: accept it with `bench gate --update-baseline` in the same commit and say

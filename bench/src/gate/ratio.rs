@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use anyhow::{anyhow, bail, Result};
-use ricochet::sim::Profile;
+use ricochet_testkit::Profile;
 use serde::{Deserialize, Serialize};
 
 use crate::rudp::run::{config_for, run_round, validate as validate_rudp, FecPolicy};

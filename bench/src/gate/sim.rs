@@ -1,13 +1,13 @@
-//! The gate's simulator suite: [`ricochet::sim::echo`] under a few profiles, exact metrics.
+//! The gate's simulator suite: [`ricochet_testkit::echo`] under a few profiles, exact metrics.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ricochet::fec::FecPolicy;
-use ricochet::sim::echo::{EchoReport, EchoScenario};
-use ricochet::sim::Profile;
+use ricochet_proto::fec::FecPolicy;
+use ricochet_testkit::echo::{EchoReport, EchoScenario};
+use ricochet_testkit::Profile;
 use serde::{Deserialize, Serialize};
 
 /// What the simulator part of the gate runs (from `ci/gate.json`).

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use ricochet::sim::{Impairment, Profile};
+use ricochet_testkit::{Impairment, Profile};
 
 use super::{Relay, RelayConfig};
 

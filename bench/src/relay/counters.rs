@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use ricochet::sim::LinkCounters;
+use ricochet_testkit::LinkCounters;
 use serde::Serialize;
 
 /// Counters of one direction of one route (or, summed, of several).

@@ -1,5 +1,5 @@
 //! The impairment relay: a UDP relay on its own thread between clients and a server that applies
-//! the simulator's impairment model ([`ricochet::sim`]) on a real clock.
+//! the simulator's impairment model ([`ricochet_testkit`]) on a real clock.
 //!
 //! ```text
 //!  client A ──┐                 ┌─ upstream socket A ──┐
@@ -22,8 +22,8 @@
 //! # Impairment
 //!
 //! Each route direction (up = client to server, down = server to client) is an
-//! [`ImpairedQueue`](ricochet::sim::ImpairedQueue) whose decisions come from a ChaCha stream
-//! keyed by (seed, route id, direction) ([`ricochet::sim::link_rng_key`]), exactly as in the
+//! [`ImpairedQueue`](ricochet_testkit::ImpairedQueue) whose decisions come from a ChaCha stream
+//! keyed by (seed, route id, direction) ([`ricochet_testkit::link_rng_key`]), exactly as in the
 //! simulator. A datagram is offered when it is received (`Instant::now()` after the receive) and
 //! each copy is sent when due. The decision stream depends only on the order of the datagrams a
 //! route direction receives, not on timing: two runs with the same seed and the same datagram
@@ -69,7 +69,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
-use ricochet::sim::Impairment;
+use ricochet_testkit::Impairment;
 
 pub use cli::{run, ImpairmentArgs, RelayArgs};
 pub use counters::{

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
-use ricochet::sim::{Direction, ImpairedLink, ImpairedQueue, Impairment};
 use ricochet_platform::SocketConfig;
+use ricochet_testkit::{Direction, ImpairedLink, ImpairedQueue, Impairment};
 
 use super::counters::{DirectionCounters, Lateness, RelayCounters, RelayErrors, RouteCounters};
 use super::sys::{self, PollFd, POLLIN, POLLOUT};

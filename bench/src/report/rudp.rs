@@ -741,7 +741,7 @@ mod tests {
     use crate::report::{render, Inputs};
     use crate::rudp::run::{config_for, summarize, FecPolicy};
     use crate::schema::{CpuUsage, Latency, RudpCounts, RudpFec, RudpRun, RudpWire};
-    use ricochet::sim::Profile;
+    use ricochet_testkit::Profile;
 
     fn round(fec: FecPolicy, payload: usize, window: usize, rt_s: f64, ok: bool) -> RudpRun {
         let cfg = config_for(

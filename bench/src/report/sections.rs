@@ -258,7 +258,7 @@ fn sim_echo(cx: &mut Ctx) -> Result<()> {
         let s = &b.sim_suite;
         let _ = writeln!(
             body,
-            "Simulated echo (`ricochet::sim::echo`): {} clients × {} in flight × {} B on a reliable-ordered channel, seed {}, {} s warm-up + {} s measured (simulated time; `none` gets {} ms one way). Exact for a seed: these are the gate's baseline values, from `{path}`.\n",
+            "Simulated echo (`ricochet_testkit::echo`): {} clients × {} in flight × {} B on a reliable-ordered channel, seed {}, {} s warm-up + {} s measured (simulated time; `none` gets {} ms one way). Exact for a seed: these are the gate's baseline values, from `{path}`.\n",
             s.clients, s.window, thousands(s.payload as u64), s.seed, s.warmup_s, s.seconds, s.none_delay_ms
         );
         body.push_str(&command_line(&b.command_line));

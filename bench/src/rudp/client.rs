@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use ricochet::proto::EndpointConfig;
 use ricochet::{Client, ClientConfig, ClientEvent, ClientSet};
 use ricochet_platform::BackendKind;
+use ricochet_proto::EndpointConfig;
 
 use super::message::{check, encode, Header, Phase};
 use crate::schema::{RudpCounts, RudpWire};

@@ -27,7 +27,7 @@ pub use run::{label, run_case, run_round, summarize, FecPolicy};
 /// A connection's wire counters as a round records them, with `app_bytes_sent` application
 /// bytes (the client counts its own; the server sums its sessions elsewhere).
 pub(crate) fn wire_of(
-    st: &ricochet::proto::ConnectionStats,
+    st: &ricochet_proto::ConnectionStats,
     app_bytes_sent: u64,
 ) -> crate::schema::RudpWire {
     crate::schema::RudpWire {

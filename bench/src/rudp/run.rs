@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
-use ricochet::proto::{Config, EndpointConfig};
 use ricochet::runtime::IdleStrategy;
-use ricochet::sim::{BurstLoss, Impairment, Profile};
 use ricochet_platform::BackendKind;
+use ricochet_proto::{Config, EndpointConfig};
+use ricochet_testkit::{BurstLoss, Impairment, Profile};
 
 use super::fleet::{Collected, Fleet};
 use super::message::HEADER_LEN;
@@ -64,11 +64,11 @@ impl FecPolicy {
 
     /// The protocol's policy, with the reference's parameters: fixed parity 2, adaptive up to
     /// 4, per group of up to 8 data shards.
-    pub fn protocol(self) -> ricochet::fec::FecPolicy {
+    pub fn protocol(self) -> ricochet_proto::fec::FecPolicy {
         match self {
-            FecPolicy::Off => ricochet::fec::FecPolicy::Off,
-            FecPolicy::Fixed => ricochet::fec::FecPolicy::Fixed { parity: 2 },
-            FecPolicy::Adaptive => ricochet::fec::FecPolicy::Adaptive { max_parity: 4 },
+            FecPolicy::Off => ricochet_proto::fec::FecPolicy::Off,
+            FecPolicy::Fixed => ricochet_proto::fec::FecPolicy::Fixed { parity: 2 },
+            FecPolicy::Adaptive => ricochet_proto::fec::FecPolicy::Adaptive { max_parity: 4 },
         }
     }
 }

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use bytes::Bytes;
-use ricochet::proto::{EndpointConfig, ServerConfig};
 use ricochet::runtime::{
     Handler, IdleStrategy, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId,
 };
 use ricochet_platform::BackendKind;
+use ricochet_proto::{EndpointConfig, ServerConfig};
 
 use crate::schema::{RudpWire, ServerInfo};
 use crate::udp::ricochet_server::socket_buffers;

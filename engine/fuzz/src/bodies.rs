@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ricochet::proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
-use ricochet::wire::{self, Frame, Packet};
+use ricochet_proto::wire::{self, Frame, Packet};
+use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
 
 /// Every decoder on arbitrary bytes: packet header, frames, ACK ranges; re-encode what decoded.
 pub fn decode_packet(data: &[u8]) {

@@ -12,6 +12,7 @@
 mod config;
 mod counters;
 mod error;
+pub(crate) mod placement;
 mod rudp;
 pub mod timer;
 mod udp;

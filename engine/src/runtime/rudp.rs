@@ -43,14 +43,15 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ricochet_platform::{self as platform, BackendKind, SocketInfo, Waker};
 
-use crate::proto::{
+use ricochet_proto::{
     CloseReason, ConnectionHandle, ConnectionStats, DropCause, Endpoint, EndpointConfig,
-    EndpointStats, Event, Placement, SendError, ServerConfig,
+    EndpointStats, Event, SendError, ServerConfig,
 };
 
 use super::config::{IoModel, UdpServerConfig};
 use super::counters::WorkerCounters;
 use super::error::RuntimeError;
+use super::placement::{steer_rules, worker_of_datagram, Placement, WorkerRouter};
 use super::worker::{Service, UdpContext, WorkerSet};
 
 /// A session: the worker (endpoint) that owns it and its connection handle there.
@@ -407,7 +408,7 @@ impl<H: Handler> RudpService<H> {
         if self.workers <= 1 {
             return None;
         }
-        let owner = u32::from(crate::proto::worker_of_datagram(datagram)?);
+        let owner = u32::from(worker_of_datagram(datagram)?);
         (owner != self.worker && owner < self.workers).then_some(owner)
     }
 }
@@ -499,30 +500,6 @@ fn os_seed() -> u64 {
     rand::rng().next_u64()
 }
 
-/// The per-core steering rules: a connection packet goes to the worker tagged in its
-/// destination cid, a placed cookie echo to the worker it names (see `wire`).
-fn steer_rules() -> Vec<platform::SteerRule> {
-    use crate::wire::{self, PacketType};
-    vec![
-        platform::SteerRule {
-            kind_offset: 0,
-            kinds: PacketType::Data as u8..=u8::MAX,
-            flag_offset: wire::CID_TAGGED_OFFSET as u16,
-            flag_mask: 0x01,
-            flag_value: 0x01,
-            index_offset: wire::CID_WORKER_OFFSET as u16,
-        },
-        platform::SteerRule {
-            kind_offset: 0,
-            kinds: PacketType::ClientCookieEcho as u8..=PacketType::ClientCookieEcho as u8,
-            flag_offset: wire::ECHO_PLACED_OFFSET as u16,
-            flag_mask: 0xff,
-            flag_value: 1,
-            index_offset: wire::ECHO_WORKER_OFFSET as u16,
-        },
-    ]
-}
-
 impl RudpServer {
     /// Bind, start the workers (each with its endpoint and `make_handler(i)`), return once
     /// every worker is up.
@@ -575,11 +552,8 @@ impl RudpServer {
                         .unwrap_or_else(os_seed);
                     let mut endpoint = Endpoint::new(endpoint_cfg.clone(), now, seed);
                     // Validated below 256 workers in `start`.
-                    endpoint.set_worker_tag(i as u8);
+                    endpoint.set_router(Box::new(WorkerRouter::new(i as u8, placement.clone())));
                     endpoint.set_cookie_secret(now, cookie_secret);
-                    if let Some(p) = &placement {
-                        endpoint.set_placement(p.clone());
-                    }
                     EndpointSlot::Owned(Box::new(Core {
                         endpoint,
                         sessions: HashSet::new(),

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ricochet::proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
 
 /// Impairments applied to every datagram (both directions).
 #[derive(Debug, Clone, Copy, Default)]
@@ -242,7 +242,7 @@ impl<A: App> EpNode<A> {
     }
 }
 
-impl<A: App> ricochet::sim::SimNode for EpNode<A> {
+impl<A: App> ricochet_testkit::SimNode for EpNode<A> {
     fn handle(&mut self, now: Instant, from: SocketAddr, bytes: &[u8]) {
         let _ = self.ep.handle_datagram(now, from, bytes);
         self.drain(now);

@@ -20,8 +20,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use ricochet::sim::echo::EchoScenario;
-//! use ricochet::sim::Profile;
+//! use ricochet_testkit::echo::EchoScenario;
+//! use ricochet_testkit::Profile;
 //!
 //! let scenario = EchoScenario {
 //!     clients: 2,
@@ -47,7 +47,7 @@ use hdrhistogram::Histogram;
 
 use super::harness::{SimError, SimNode, Simulation};
 use super::impair::{Impairment, LinkCounters, Profile};
-use crate::proto::{
+use ricochet_proto::{
     ChannelKind, Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig,
 };
 
@@ -191,7 +191,7 @@ impl EchoScenario {
         let recovered = after.c.recovered - before.c.recovered;
         let fec_on = std::iter::once(&self.config)
             .chain(self.server_config.as_ref())
-            .any(|c| c.fec.policy != crate::fec::FecPolicy::Off);
+            .any(|c| c.fec.policy != ricochet_proto::fec::FecPolicy::Off);
         let per_1000 = |x: u64| {
             if round_trips == 0 {
                 0.0

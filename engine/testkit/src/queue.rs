@@ -121,7 +121,7 @@ impl<T: Clone> ImpairedQueue<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::{Direction, Impairment, Profile};
+    use crate::{Direction, Impairment, Profile};
     use std::time::Duration;
 
     #[test]

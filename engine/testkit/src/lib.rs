@@ -62,7 +62,7 @@
 //! ```
 //! use std::net::SocketAddr;
 //! use std::time::{Duration, Instant};
-//! use ricochet::sim::{Profile, SimNode, Simulation, StopReason};
+//! use ricochet_testkit::{Profile, SimNode, Simulation, StopReason};
 //!
 //! /// Sends a numbered ping every 10 ms and counts the echoes.
 //! struct Pinger { peer: SocketAddr, next: Instant, sent: u32, echoes: u32 }

@@ -30,7 +30,7 @@
 //!
 //! ```
 //! use std::time::Instant;
-//! use ricochet::fec::{FecConfig, FecPolicy, FecReceiver, FecSender};
+//! use ricochet_proto::fec::{FecConfig, FecPolicy, FecReceiver, FecSender};
 //!
 //! let cfg = FecConfig { policy: FecPolicy::Fixed { parity: 1 }, ..FecConfig::default() };
 //! let (mut tx, mut rx) = (FecSender::new(cfg), FecReceiver::new(cfg));

@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::recv::Budget;
+use super::routing::{NoRouting, Router};
 use super::{
     CloseReason, Config, Connection, ConnectionId, DropCause, DropCounters, Event, SendError,
     Transmit,
@@ -149,105 +150,13 @@ pub struct Endpoint {
     budget: Budget,
     fec_budget: crate::fec::RetentionBudget,
     stats: EndpointStats,
-    /// Worker index stamped into every connection id this endpoint allocates.
-    worker_tag: Option<u8>,
-    /// Where new sessions go when several endpoints (workers) serve one address.
-    placement: Option<Placement>,
+    /// What goes into the ids and cookies this endpoint issues (see [`Router`]).
+    router: Box<dyn Router>,
 }
 
 /// Bits of the cookie "timestamp" (the opaque u64 a challenge carries and the client echoes)
-/// that hold the milliseconds; above them, the owner worker and a flag byte.
+/// that hold the milliseconds; the 16 above them carry the router's route.
 const COOKIE_MS_BITS: u32 = 48;
-/// Flag byte value (bits 56–63 of the cookie timestamp) saying bits 48–55 name the owner.
-const COOKIE_PLACED: u64 = 1;
-
-/// Shared between the endpoints of one server's workers: how many sessions each holds, and
-/// which should take the next one.
-///
-/// With a placement ([`Endpoint::set_placement`]) a server endpoint answers a client hello with
-/// a challenge whose (MAC-protected) cookie names the least-loaded worker; the client's cookie
-/// echo carries that name back (byte [`wire::ECHO_PLACED_OFFSET`] is 1 and byte
-/// [`wire::ECHO_WORKER_OFFSET`] is the worker), so the runtime can route the echo there, and
-/// every later datagram by the owner's tag in the connection id. Sessions then spread evenly
-/// whatever the clients' addresses and ports. Cheap to clone (reference-counted).
-#[derive(Clone, Debug)]
-pub struct Placement {
-    sessions: Arc<[AtomicU32]>,
-    /// Challenges that named the worker and whose echo has not opened a session yet.
-    pending: Arc<[AtomicU32]>,
-    next: Arc<AtomicU32>,
-}
-
-impl Placement {
-    /// A placement over `workers` workers (1–256), none holding a session.
-    pub fn new(workers: usize) -> Self {
-        let workers = workers.clamp(1, 256);
-        let counters = || (0..workers).map(|_| AtomicU32::new(0)).collect();
-        Placement {
-            sessions: counters(),
-            pending: counters(),
-            next: Arc::new(AtomicU32::new(0)),
-        }
-    }
-
-    /// Number of workers.
-    pub fn workers(&self) -> usize {
-        self.sessions.len()
-    }
-
-    /// Sessions `worker` holds now (0 for a worker outside the placement).
-    pub fn sessions(&self, worker: usize) -> u32 {
-        self.sessions
-            .get(worker)
-            .map_or(0, |n| n.load(Ordering::Relaxed))
-    }
-
-    /// The worker that should take the next session: one of those with the fewest sessions
-    /// plus handshakes in progress, taken in turn among equals, so clients that connect at
-    /// once spread too. Counts the handshake as in progress on the worker picked.
-    pub fn pick(&self) -> u8 {
-        let n = self.sessions.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed) as usize % n;
-        let (mut best, mut least) = (start, u64::MAX);
-        let mut fewest_pending = u32::MAX;
-        for k in 0..n {
-            let w = (start + k) % n;
-            let pending = self.pending[w].load(Ordering::Relaxed);
-            fewest_pending = fewest_pending.min(pending);
-            let load = u64::from(self.sessions[w].load(Ordering::Relaxed)) + u64::from(pending);
-            if load < least {
-                least = load;
-                best = w;
-            }
-        }
-        // Handshakes that never finish (lost or spoofed hellos) leave their count behind; they
-        // land evenly, so taking the common part off every worker keeps the counts bounded.
-        if fewest_pending > 0 {
-            for c in self.pending.iter() {
-                let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                    Some(v.saturating_sub(fewest_pending))
-                });
-            }
-        }
-        self.pending[best].fetch_add(1, Ordering::Relaxed);
-        // `new` caps the workers at 256.
-        best as u8
-    }
-
-    fn opened(&self, worker: u8) {
-        let w = usize::from(worker);
-        if let (Some(n), Some(p)) = (self.sessions.get(w), self.pending.get(w)) {
-            n.fetch_add(1, Ordering::Relaxed);
-            let _ = p.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
-        }
-    }
-
-    fn closed(&self, worker: u8) {
-        if let Some(n) = self.sessions.get(usize::from(worker)) {
-            let _ = n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1));
-        }
-    }
-}
 
 impl Endpoint {
     /// A new endpoint. `now` is the base of its cookie clock; `seed` drives connection ids,
@@ -274,7 +183,6 @@ impl Endpoint {
             rate_salt,
             cookie_secret,
             epoch_keys: [None; 2],
-            placement: None,
             stateless: VecDeque::new(),
             dirty: VecDeque::new(),
             burst: (0, 0),
@@ -283,15 +191,14 @@ impl Endpoint {
             events: VecDeque::new(),
             budget,
             stats: EndpointStats::default(),
-            worker_tag: None,
+            router: Box::new(NoRouting),
         }
     }
 
-    /// Stamp `worker` (below 256) into every connection id allocated from now on, so a
-    /// datagram that reaches another worker of the same server can be forwarded to its owner
-    /// ([`worker_of_cid`]).
-    pub fn set_worker_tag(&mut self, worker: u8) {
-        self.worker_tag = Some(worker);
+    /// Route this endpoint's connection ids and cookies with `router` (see [`Router`]). Call
+    /// it before the first connection is opened: ids already issued keep their bits.
+    pub fn set_router(&mut self, router: Box<dyn Router>) {
+        self.router = router;
     }
 
     /// Verify and issue cookies with `secret`, counting milliseconds from `base`.
@@ -304,13 +211,6 @@ impl Endpoint {
         self.base = base;
         self.cookie_secret = secret;
         self.epoch_keys = [None; 2];
-    }
-
-    /// Place new server sessions with `placement` (shared by all the server's worker
-    /// endpoints; see [`Placement`]). Needs a worker tag ([`Self::set_worker_tag`]) to count
-    /// this endpoint's sessions.
-    pub fn set_placement(&mut self, placement: Placement) {
-        self.placement = Some(placement);
     }
 
     /// Counters.
@@ -365,14 +265,7 @@ impl Endpoint {
                 (self.slots.len() - 1) as u32
             }
         };
-        let mut generation: u32 = self.rng.random::<u32>() | 1;
-        if let Some(tag) = self.worker_tag {
-            // The owner's index in the low byte (see `worker_of_cid`); bit 8 keeps it non-zero.
-            generation = (generation & !0x1ff) | 0x100 | u32::from(tag);
-        } else {
-            // Bit 8 clear: `worker_of_cid` reads no owner into an untagged cid.
-            generation &= !0x100;
-        }
+        let generation = self.router.connection_id_bits(self.rng.random::<u32>() | 1);
         (
             idx,
             ConnectionId((u64::from(generation) << 32) | u64::from(idx)),
@@ -512,9 +405,7 @@ impl Endpoint {
         match packet {
             Packet::ClientHello { client_cid, nonce } => {
                 let mut timestamp = now_ms & ((1 << COOKIE_MS_BITS) - 1);
-                if let (Some(p), Some(_)) = (&self.placement, self.worker_tag) {
-                    timestamp |= (COOKIE_PLACED << 56) | (u64::from(p.pick()) << COOKIE_MS_BITS);
-                }
+                timestamp |= u64::from(self.router.route_new_session()) << COOKIE_MS_BITS;
                 let key = self.epoch_key(now_ms / Self::key_period(&server));
                 let cookie = self.cookie(key, from, timestamp, nonce, client_cid);
                 let reply = Packet::ServerChallenge {
@@ -583,9 +474,7 @@ impl Endpoint {
                     .insert((from, client_cid), ConnectionHandle(cid.0));
                 *self.per_ip.entry(from.ip()).or_insert(0) += 1;
                 self.sessions += 1;
-                if let (Some(p), Some(tag)) = (&self.placement, self.worker_tag) {
-                    p.opened(tag);
-                }
+                self.router.session_opened();
                 self.stats.connections += 1;
                 self.stats.accepted += 1;
                 self.touch(idx);
@@ -830,9 +719,7 @@ impl Endpoint {
                     }
                 }
                 self.sessions -= 1;
-                if let (Some(p), Some(tag)) = (&self.placement, self.worker_tag) {
-                    p.closed(tag);
-                }
+                self.router.session_closed();
             }
             self.stats.connections -= 1;
             self.free.push(idx);
@@ -852,29 +739,4 @@ impl Endpoint {
 
 fn constant_time_eq(a: &[u8; COOKIE_LEN], b: &[u8; COOKIE_LEN]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// The worker index stamped into `cid` by an endpoint with a worker tag
-/// ([`Endpoint::set_worker_tag`]); `None` for an untagged cid.
-pub fn worker_of_cid(cid: ConnectionId) -> Option<u8> {
-    let generation = cid.0 >> 32;
-    (generation & 0x100 != 0).then_some((generation & 0xff) as u8)
-}
-
-/// The worker that should handle `datagram` in a multi-worker server, read from its bytes: the
-/// owner tagged in a connection packet's destination cid, or the worker a placed cookie echo
-/// names ([`Placement`]). `None` when the datagram names none (a hello, an untagged cid,
-/// something malformed): any worker may take it.
-pub fn worker_of_datagram(datagram: &[u8]) -> Option<u8> {
-    let ty = *datagram.first()?;
-    if ty == wire::PacketType::ClientCookieEcho as u8 {
-        let placed = *datagram.get(wire::ECHO_PLACED_OFFSET)?;
-        return (u64::from(placed) == COOKIE_PLACED)
-            .then(|| datagram.get(wire::ECHO_WORKER_OFFSET).copied())
-            .flatten();
-    }
-    if ty >= wire::PacketType::Data as u8 {
-        return worker_of_cid(wire::peek_cid(datagram)?);
-    }
-    None
 }

@@ -24,10 +24,10 @@
 //! | `0x05` | [`Refuse`](Packet::Refuse) | client cid, reason u8 | 11 |
 //!
 //! The challenge's timestamp is the server's own token, opaque to the client, which echoes it
-//! unchanged: bits 0–47 are milliseconds on the server's cookie clock; a server that runs
-//! several workers sets the top byte (offset [`ECHO_PLACED_OFFSET`] of the echo) to 1 and the
-//! next byte ([`ECHO_WORKER_OFFSET`]) to the worker that will own the session, so the echo can be
-//! steered there (`proto::Placement`); the cookie covers all 64 bits.
+//! unchanged: bits 0–47 are milliseconds on the server's cookie clock; the top 16 bits (offset
+//! [`ECHO_ROUTE_OFFSET`] of the echo, big-endian) are a route the server's
+//! [`Router`](crate::Router) chose, so an embedder that runs several endpoints can steer the echo
+//! to the one that will own the session (0: no route); the cookie covers all 64 bits.
 //!
 //! Client hellos are padded so that every server reply sent before the client has proved its
 //! address (challenge, refuse, accept) is smaller than the datagram that caused it: no amplification.
@@ -41,9 +41,10 @@
 //! | `0x21` | [`FecParity`](Packet::FecParity) | destination cid, opaque body: block parity or sliding-window repair (layout owned by `fec`, told apart by its codec byte) |
 //!
 //! The destination cid is the *receiver's* connection id, so an endpoint demultiplexes by reading
-//! bytes 2..10 without looking at the source address. A multi-worker server writes the owning
-//! worker into the cids it allocates: bit 0 of byte [`CID_TAGGED_OFFSET`] (4) set, worker index
-//! in byte [`CID_WORKER_OFFSET`] (5); its sockets steer on those bytes.
+//! bytes [`CID_OFFSET`]`..+8` without looking at the source address. A cid is opaque to everyone
+//! but its issuer: the endpoint keeps its slot index in the low 32 bits, and the embedder's
+//! [`Router`](crate::Router) writes the high 32 bits (a multi-worker server writes the owning
+//! worker there, and its sockets steer on those bytes).
 //!
 //! # Frames (inside `Data`)
 //!
@@ -76,16 +77,13 @@ pub const VERSION: u8 = 2;
 pub const MIN_CLIENT_HELLO_LEN: usize = 256;
 /// Size of a handshake cookie (a truncated keyed BLAKE3 MAC).
 pub const COOKIE_LEN: usize = 16;
-/// Offset in a `ClientCookieEcho` of the byte that is 1 when the echoed cookie names the worker
-/// that will own the session (the timestamp's top byte).
-pub const ECHO_PLACED_OFFSET: usize = 18;
-/// Offset in a `ClientCookieEcho` of the named worker's index.
-pub const ECHO_WORKER_OFFSET: usize = 19;
-/// Offset in a connection packet (`Data`, `FecData`, `FecParity`) of the byte whose bit 0 says
-/// the destination cid carries its owner worker's index.
-pub const CID_TAGGED_OFFSET: usize = 4;
-/// Offset in a connection packet of the owner worker's index (when tagged).
-pub const CID_WORKER_OFFSET: usize = 5;
+/// Offset in a `ClientCookieEcho` of the 16-bit route (big-endian) the server's
+/// [`Router`](crate::Router) put into the cookie (the timestamp's top two bytes).
+pub const ECHO_ROUTE_OFFSET: usize = 18;
+/// Offset in every connection packet (`Data`, `FecData`, `FecParity`) and in every handshake
+/// packet of the 8-byte (big-endian) connection id: the receiver's in a connection packet, the
+/// client's in a handshake packet.
+pub const CID_OFFSET: usize = 2;
 /// Size of the `Data` packet header (type, version, destination cid, packet number).
 pub const DATA_HEADER_LEN: usize = 18;
 /// Size of the `FecData` / `FecParity` header (type, version, destination cid).
@@ -427,7 +425,7 @@ impl<'a> Writer<'a> {
 /// Read the destination connection id of a connection packet (`Data`, `FecData`, `FecParity`)
 /// or the client cid of a server handshake reply, without decoding the rest.
 pub fn peek_cid(datagram: &[u8]) -> Option<ConnectionId> {
-    let b = datagram.get(2..10)?;
+    let b = datagram.get(CID_OFFSET..CID_OFFSET + 8)?;
     let mut a = [0u8; 8];
     a.copy_from_slice(b);
     Some(ConnectionId(u64::from_be_bytes(a)))
@@ -845,7 +843,7 @@ pub fn datagram_overhead(message_id: u64, len: usize) -> usize {
     1 + 1 + varint_len(message_id) + varint_len(len as u64)
 }
 
-/// Encode one frame (ACK frames are usually written with [`encode_ack`]). Atomic: on error
+/// Encode one frame (ACK frames are usually written with [`encode_ack`]). All or nothing: on error
 /// nothing is left in `w`, so a caller can try a frame and move on when it does not fit.
 pub fn encode_frame(f: &Frame<'_>, w: &mut Writer<'_>) -> Result<(), WireError> {
     let start = w.pos;
@@ -922,7 +920,7 @@ fn encode_frame_inner(f: &Frame<'_>, w: &mut Writer<'_>) -> Result<(), WireError
 }
 
 /// Encode an ACK frame from inclusive ranges sorted highest first and disjoint with gaps ≥ 1
-/// (at most [`MAX_ACK_RANGES`]; extra ranges are left out). Atomic like [`encode_frame`];
+/// (at most [`MAX_ACK_RANGES`]; extra ranges are left out). All or nothing like [`encode_frame`];
 /// [`ack_len`] gives the size.
 pub fn encode_ack(
     ack_delay_us: u64,

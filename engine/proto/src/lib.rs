@@ -1,0 +1,90 @@
+//! The sans-IO core of Ricochet: the byte layout of every packet ([`wire`]), the reliable-UDP
+//! connection and endpoint (handshake, ARQ, congestion control, channels, fragmentation), and
+//! forward error correction below ARQ ([`fec`]).
+//!
+//! Nothing here opens a socket, starts a thread, reads a clock or an environment variable: every
+//! entry point takes `now: Instant`, inputs arrive through `handle_datagram`, outputs leave through
+//! `poll_transmit` (one datagram written into the caller's buffer), timers through `poll_timeout` /
+//! `handle_timeout`, and what the application must know through `poll_event`. How a multi-worker
+//! server spreads its sessions is the embedder's business, behind the [`Router`] trait. The same
+//! code runs over io_uring, kqueue, the simulator and the benchmark's relay.
+//!
+//! # Loss recovery
+//!
+//! Packet numbers are never reused: lost *data* (a fragment) is put into a new packet. ACK frames
+//! carry up to 32 ranges and the ack delay, so every ACK of a new largest packet is an unambiguous
+//! RTT sample (smoothed RTT, variance and minimum as in RFC 6298 / RFC 9002). A packet is lost
+//! when three later packets were acknowledged (fast retransmit), or when a later packet was
+//! acknowledged and 9/8 of an RTT has passed (time threshold, tolerates reordering). While FEC
+//! groups carry parity both thresholds wait a group longer (its packets and its wait), since
+//! the peer rebuilds a lost packet once the group's parity arrives. A packet declared lost is
+//! kept for two loss delays: a late ACK then counts as a spurious loss
+//! ([`ConnectionStats::packets_spurious_lost`]) and still settles its fragments. When ACKs
+//! stop, a tail-loss probe fires two smoothed RTTs plus the peer's ACK delay after the last
+//! ack-eliciting packet (RFC 8985; never later than the RTO, and independent of its floor): it
+//! sends a copy of the oldest unacknowledged fragment, so a lost last packet, or a lost repair
+//! blocking an ordered channel, is repaired without waiting for the RTO. If that also goes
+//! unanswered the RTO declares everything in flight lost and backs off (doubling, capped). The
+//! minimum RTO is configurable: 30 ms in [`Config::competitive`]. With
+//! [`Config::redundant_retransmit`] (competitive) each repaired fragment goes out in two
+//! consecutive packets, so only a double loss costs another detection.
+//!
+//! # Congestion control
+//!
+//! NewReno on bytes in flight (slow start, additive increase, one multiplicative decrease of
+//! factor 0.7 per round trip of losses, collapse to the minimum window after an RTO), on by
+//! default, off with [`Config::congestion_control`] = `false`; optional pacing spreads a window
+//! over the smoothed RTT. Unreliable datagrams count against the window like reliable ones.
+//!
+//! **Random (non-congestion) loss.** Plain NewReno treats every loss as congestion: at 5 %
+//! random loss with a few dozen packets per RTT it cuts the window almost every round trip and
+//! settles near `1.2/sqrt(p)` packets, far below what the path carries. With
+//! [`Config::loss_tolerant`] (the default) a fast-retransmit loss only reduces the window when
+//! the path also shows queueing: the smoothed RTT exceeds the minimum RTT by more than
+//! `max(min_rtt / 8, 2 ms)`. Congestion loss from a filling queue always comes with that delay,
+//! random loss on an idle path does not, so the window stays open under random loss and still
+//! shrinks when a bottleneck queue builds. The same rule applies to an RTO: with queueing it
+//! collapses the window (persistent loss is treated as congestion); without, it is a lost probe
+//! or ACK after a small flight (a window-1 multi-fragment message under random loss), and
+//! collapsing to the minimum window would make the next message slow-start again. The RTO
+//! timer itself still backs off. Set `loss_tolerant = false` for textbook NewReno.
+//!
+//! What random loss still costs is latency, not window: a fragment lost on an ordered channel
+//! holds back every later message until its repair arrives, and the repair cannot arrive
+//! sooner than one round trip after the original (the loss is seen through the ACKs of later
+//! packets). In the simulated echo of `bench gate` (4 clients x 16 messages in flight, 10 ms
+//! one way, 5 % loss and 5 % of packets 15 ms late per direction) more than half of the round
+//! trips wait behind such a loss or delay in one direction or the other, so the median round
+//! trip is two path RTTs whatever the window; shortening it below that takes redundancy sent
+//! ahead of the loss, i.e. FEC ([`Config::fec`]). About half of the losses declared there are
+//! spurious (the 15 ms-late packets); repeating them costs bytes, not latency.
+//!
+//! # Channels
+//!
+//! Each channel has its own message ids, queues and reassembly, so a lost fragment on one
+//! channel never delays another (no head-of-line blocking across channels). Kinds:
+//! [`ChannelKind::ReliableOrdered`], [`ChannelKind::ReliableUnordered`],
+//! [`ChannelKind::Unreliable`], [`ChannelKind::UnreliableSequenced`] (older messages dropped once
+//! a newer one was delivered). Messages larger than a datagram are fragmented; reassembly is
+//! bounded per connection ([`Config::reassembly_limit`]) and per endpoint
+//! ([`EndpointConfig::reassembly_budget`]); an unreliable message whose fragments do not all
+//! arrive within [`Config::unreliable_timeout`] is dropped.
+//!
+//! # FEC seam
+//!
+//! Every outgoing ARQ datagram passes through one function (`Connection::seal_outgoing`) and
+//! every incoming ARQ datagram through one function (`Connection::receive_arq`); `FecData` /
+//! `FecParity` packets are routed to `Connection::receive_fec`. That is where the `fec` module
+//! wraps and unwraps. With FEC on ([`Config::fec`]), every ARQ datagram leaves as a `FecData`
+//! packet, parity follows as `FecParity` packets right after its group closes (counted against
+//! the congestion window), and every delivered or rebuilt ARQ datagram enters `receive_arq` as
+//! if received; the ARQ datagram budget is [`Config::arq_datagram_size`]. Layout, overhead and
+//! the congestion accounting of parity: see [`FecStats`] and the `fec` submodule. A connection
+//! accepts FEC packets from its peer whatever its own policy, so only the sender decides.
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+pub mod fec;
+mod proto;
+pub mod wire;
+
+pub use proto::*;

@@ -1,0 +1,50 @@
+//! How the embedder routes a server's sessions when several endpoints serve one address.
+
+use std::fmt;
+
+/// Decides what an endpoint writes into the connection ids it allocates and the cookies it
+/// issues, so that the embedder can steer datagrams to the endpoint that owns their session.
+///
+/// A server that runs one [`Endpoint`](crate::Endpoint) per worker thread implements this (the
+/// `ricochet` runtime tags each id with its worker and places new sessions on the least-loaded
+/// worker); a lone endpoint uses [`NoRouting`]. The protocol never interprets what a router
+/// writes: a connection id is opaque to everyone but the endpoint that allocated it, and the
+/// route a cookie carries is covered by the cookie's MAC, so a client cannot choose it.
+///
+/// Install one with [`Endpoint::set_router`](crate::Endpoint::set_router) before the first
+/// connection is opened.
+pub trait Router: Send + fmt::Debug {
+    /// The upper 32 bits of a new local connection id. The endpoint keeps the lower 32 bits
+    /// (its slot index) and passes 32 fresh random bits with bit 0 set; return them with the
+    /// embedder's routing bits written in. Every datagram to this connection carries the id at
+    /// [`wire::CID_OFFSET`](crate::wire::CID_OFFSET) (big-endian), where a socket filter can read
+    /// them. Keep most bits random: they are what stops a stale id from reaching a newer
+    /// connection in the same slot.
+    fn connection_id_bits(&mut self, random: u32) -> u32;
+
+    /// A route for the session that a client hello may open, chosen when the server answers the
+    /// hello: 16 bits that the challenge's cookie carries and the client's cookie echo returns at
+    /// [`wire::ECHO_ROUTE_OFFSET`](crate::wire::ECHO_ROUTE_OFFSET) (big-endian), so the echo can
+    /// be steered to the endpoint that should own the session. 0 means no route.
+    fn route_new_session(&mut self) -> u16 {
+        0
+    }
+
+    /// This endpoint accepted a session (server side).
+    fn session_opened(&mut self) {}
+
+    /// A session this endpoint accepted has ended.
+    fn session_closed(&mut self) {}
+}
+
+/// The router of a lone endpoint: random connection ids, no routes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct NoRouting;
+
+impl Router for NoRouting {
+    fn connection_id_bits(&mut self, random: u32) -> u32 {
+        // Bit 8 is what the ricochet runtime sets on ids that carry a worker index; a lone
+        // endpoint's ids leave it clear so they never read as routed.
+        random & !0x100
+    }
+}
