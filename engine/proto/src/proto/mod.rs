@@ -64,6 +64,13 @@ pub struct Config {
     pub max_rto: Duration,
     /// Longest this side delays an ACK.
     pub max_ack_delay: Duration,
+    /// Shortest wait for a tail-loss probe (the first probe timeout; the RTO proper keeps
+    /// `min_rto`). On a short path two smoothed RTTs plus the ACK delay come to a millisecond or
+    /// two, less than a host's scheduling hiccups (a tick or two for a runnable thread, 4 ms
+    /// each at HZ 250): the peer's answer is then late, not lost, and a probe there is a
+    /// spurious retransmission. A lost tail on such a path waits this long instead of two RTTs
+    /// (still under the RTO); on paths whose two RTTs exceed it, it changes nothing.
+    pub min_probe_timeout: Duration,
     /// ACK immediately after this many ack-eliciting packets.
     pub ack_frequency: u32,
     /// Fast retransmit after this many later packets were acknowledged.
@@ -126,6 +133,7 @@ impl Default for Config {
             min_rto: Duration::from_millis(100),
             max_rto: Duration::from_secs(5),
             max_ack_delay: Duration::from_millis(5),
+            min_probe_timeout: Duration::from_millis(10),
             ack_frequency: 2,
             packet_threshold: 3,
             congestion_control: true,
