@@ -23,20 +23,36 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ricochet_platform::{self as platform, Backend, BackendConfig, SendBatch, SocketConfig};
+use ricochet_platform::{
+    self as platform, Backend, BackendConfig, BackendKind, SendBatch, SocketConfig,
+};
 
 use ricochet_proto::{
-    CloseReason, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, SendError,
+    ChannelKind, CloseReason, Config, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig,
+    Event, SendError,
 };
+
+use crate::profile::{with_channels, Profile};
+use crate::stats::SessionStats;
 
 /// Room for one outgoing datagram (any UDP payload) in the send batch.
 const TRANSMIT_BUF: usize = 65_536;
 
-/// Client settings.
+/// Client settings: start from [`ClientConfig::new`] and change what you need with the builder
+/// methods; the fields stay open for tuning beyond them.
+///
+/// ```
+/// use ricochet::{ClientConfig, Profile};
+///
+/// let config = ClientConfig::new().profile(Profile::Game);
+/// # let _ = config;
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientConfig {
     /// Protocol settings; must match the server's channel list.
     pub endpoint: EndpointConfig,
@@ -75,8 +91,71 @@ impl Default for ClientConfig {
     }
 }
 
+impl ClientConfig {
+    /// The defaults: [`Profile::Default`], automatic backend, an ephemeral local port.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Tune the session for `profile` (use the server's). Keeps the channels.
+    pub fn profile(self, profile: Profile) -> Self {
+        self.session(|c| *c = with_channels(profile.config(), c))
+    }
+
+    /// The session's channels, by id: the same kinds in the same order as the server's.
+    pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
+        let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
+        self.session(|c| c.channels = kinds)
+    }
+
+    /// Change any protocol setting of the session (see [`Config`]).
+    pub fn session(mut self, tune: impl FnOnce(&mut Config)) -> Self {
+        tune(Arc::make_mut(&mut self.endpoint.connection));
+        self
+    }
+
+    /// The datagram I/O backend (automatic by default).
+    pub fn backend(mut self, backend: BackendKind) -> Self {
+        self.backend.kind = backend;
+        self
+    }
+
+    /// Bind this local address instead of an ephemeral port.
+    pub fn bind(mut self, local: SocketAddr) -> Self {
+        self.bind = Some(local);
+        self
+    }
+
+    /// Seed connection ids and nonces from `seed` (reproducible tests); by default from the OS.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+}
+
+/// Which time limit ended a connection attempt (see [`ClientError::TimedOut`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectLimit {
+    /// The `timeout` given to [`Client::connect_blocking`].
+    Caller,
+    /// The protocol's own handshake limit, [`crate::Config::handshake_timeout`] (in
+    /// [`ClientConfig::endpoint`]); the connection attempt is over whatever the caller waits.
+    Handshake,
+}
+
+impl std::fmt::Display for ConnectLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConnectLimit::Caller => "the caller's connect timeout",
+            ConnectLimit::Handshake => "the handshake timeout (Config::handshake_timeout)",
+        })
+    }
+}
+
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The server refused the connection (server full, too many from this address, ...).
     #[error("the server refused the connection: {0:?}")]
@@ -84,9 +163,14 @@ pub enum ClientError {
     /// The server speaks another protocol version.
     #[error("the server speaks another protocol version")]
     VersionMismatch,
-    /// No answer within the handshake timeout.
-    #[error("connecting timed out after {0:?}")]
-    TimedOut(Duration),
+    /// The handshake did not complete in time.
+    #[error("connecting timed out: {which} of {limit:?} expired")]
+    TimedOut {
+        /// The limit that expired.
+        limit: Duration,
+        /// Whose limit it was: the caller's or the handshake's own.
+        which: ConnectLimit,
+    },
     /// The connection is closed; nothing more can be sent.
     #[error("the connection is closed ({reason:?}, by peer: {by_peer})")]
     Closed {
@@ -105,6 +189,7 @@ pub enum ClientError {
 
 /// What happened on the connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClientEvent {
     /// The handshake completed.
     Connected,
@@ -194,6 +279,9 @@ impl Client {
 
     /// Connect and wait until the handshake completes, fails, or `timeout` passes. The
     /// [`ClientEvent::Connected`] event is not queued: returning `Ok` says it.
+    ///
+    /// The handshake also gives up on its own after [`crate::Config::handshake_timeout`]; the
+    /// error's [`ConnectLimit`] says which of the two limits expired.
     pub fn connect_blocking(
         server: SocketAddr,
         config: ClientConfig,
@@ -210,13 +298,19 @@ impl Client {
             if let Some((reason, _)) = client.closed {
                 return Err(match reason {
                     CloseReason::VersionMismatch => ClientError::VersionMismatch,
-                    CloseReason::HandshakeTimeout => ClientError::TimedOut(timeout),
+                    CloseReason::HandshakeTimeout => ClientError::TimedOut {
+                        limit: client.config.endpoint.connection.handshake_timeout,
+                        which: ConnectLimit::Handshake,
+                    },
                     other => ClientError::Refused(other),
                 });
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(ClientError::TimedOut(timeout));
+                return Err(ClientError::TimedOut {
+                    limit: timeout,
+                    which: ConnectLimit::Caller,
+                });
             }
             client.wait(deadline - now)?;
         }
@@ -344,8 +438,16 @@ impl Client {
         self.connected
     }
 
-    /// The connection's statistics (RTT summary, loss, retransmissions, cwnd, RTO).
-    pub fn stats(&self) -> Option<ConnectionStats> {
+    /// The session's counters and path estimates (RTT, loss, retransmissions, congestion
+    /// window); `None` once the session is gone.
+    pub fn stats(&self) -> Option<SessionStats> {
+        self.detail().map(|d| SessionStats::from(&d))
+    }
+
+    /// Every counter the protocol core keeps for the session (for benchmarks and diagnostics;
+    /// its shape follows the protocol core, not this crate's API promise).
+    #[doc(hidden)]
+    pub fn detail(&self) -> Option<ConnectionStats> {
         self.endpoint.connection(self.handle).map(|c| c.stats())
     }
 
@@ -378,6 +480,17 @@ impl Client {
         self.backend.socket_info().local_addr
     }
 
+    /// The datagram I/O backend this client runs on: never [`BackendKind::Auto`], but what
+    /// `auto` (or `RICOCHET_BACKEND`) resolved to, after any fallback.
+    pub fn backend_kind(&self) -> BackendKind {
+        self.backend.kind()
+    }
+
+    /// Why that backend was chosen (including any fallback reason).
+    pub fn selection_reason(&self) -> &str {
+        self.backend.selection_reason()
+    }
+
     /// Move to a new local socket (as when a NAT rebinding or a network change gives the client
     /// a new address); the session continues, identified by its connection id.
     pub fn rebind(&mut self) -> Result<(), ClientError> {
@@ -397,6 +510,7 @@ impl Client {
 /// A member of a [`ClientSet`] failed, or the set's wait did.
 #[derive(Debug, thiserror::Error)]
 #[error("client {index:?} of the set: {source}")]
+#[non_exhaustive]
 pub struct ClientSetError {
     /// The member's index in the set; `None` when the wait over every member failed.
     pub index: Option<usize>,

@@ -21,7 +21,9 @@
 //! kept for two loss delays: a late ACK then counts as a spurious loss
 //! ([`ConnectionStats::packets_spurious_lost`]) and still settles its fragments. When ACKs
 //! stop, a tail-loss probe fires two smoothed RTTs plus the peer's ACK delay after the last
-//! ack-eliciting packet (RFC 8985; never later than the RTO, and independent of its floor): it
+//! ack-eliciting packet (RFC 8985; at least [`Config::min_probe_timeout`], 10 ms, so that a
+//! short path's scheduling hiccups draw no spurious probe; never later than the RTO, and
+//! independent of its floor): it
 //! sends a copy of the oldest unacknowledged fragment, so a lost last packet, or a lost repair
 //! blocking an ordered channel, is repaired without waiting for the RTO. If that also goes
 //! unanswered the RTO declares everything in flight lost and backs off (doubling, capped). The
@@ -52,12 +54,12 @@
 //! What random loss still costs is latency, not window: a fragment lost on an ordered channel
 //! holds back every later message until its repair arrives, and the repair cannot arrive
 //! sooner than one round trip after the original (the loss is seen through the ACKs of later
-//! packets). In the simulated echo of `bench gate` (4 clients x 16 messages in flight, 10 ms
-//! one way, 5 % loss and 5 % of packets 15 ms late per direction) more than half of the round
-//! trips wait behind such a loss or delay in one direction or the other, so the median round
-//! trip is two path RTTs whatever the window; shortening it below that takes redundancy sent
-//! ahead of the loss, i.e. FEC ([`Config::fec`]). About half of the losses declared there are
-//! spurious (the 15 ms-late packets); repeating them costs bytes, not latency.
+//! packets). With many messages in flight on a lossy path (the `random` profile of `bench gate`:
+//! 5 % loss and 5 % of packets 15 ms late per direction), a large share of the round trips wait
+//! behind such a loss or delay in one direction or the other and take at least two path RTTs,
+//! whatever the window; shortening them takes redundancy sent ahead of the loss, i.e. FEC
+//! ([`Config::fec`]). Packets that are only late are declared lost too; repeating them costs
+//! bytes, not latency.
 //!
 //! # Channels
 //!

@@ -23,6 +23,6 @@ pub use config::{IdleStrategy, IoModel, UdpServerConfig};
 pub use counters::WorkerCounters;
 pub use error::RuntimeError;
 pub use rtt::RttPercentiles;
-pub use rudp::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+pub use rudp::{Handler, Server, ServerConfig, ServerContext, SessionId};
 pub use timer::{TimerId, TimerWheel};
 pub use udp::{DatagramHandler, UdpContext, UdpServer};

@@ -38,6 +38,7 @@ pub const FEC_ARQ_OVERHEAD: usize = crate::fec::PARITY_HEADER_LEN + crate::fec::
 
 /// FEC counters of one connection (both directions), in [`super::ConnectionStats::fec`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
 pub struct FecStats {
     /// Data shards this side rebuilt from parity and handed to ARQ.
     pub data_recovered: u64,
@@ -55,11 +56,12 @@ pub struct FecStats {
     pub max_parity: usize,
     /// Times the adaptive policy changed the parity level.
     pub policy_changes: u64,
-    /// Bytes retained for incomplete groups by every connection of the endpoint's budget.
+    /// Bytes this connection retains for incomplete groups now.
     pub retained_bytes: usize,
     /// Peak of `retained_bytes` (never above `retention_limit`).
     pub peak_retained_bytes: usize,
-    /// The retention budget's limit.
+    /// The limit of the retention budget this connection draws on: its endpoint's, shared by
+    /// all the endpoint's connections (see [`crate::Endpoint::fec_budget`]).
     pub retention_limit: usize,
     /// Loss of data shards this side observed on the wire, before recovery (fraction).
     pub realized_loss: f64,
@@ -73,10 +75,12 @@ pub struct FecStats {
     pub receiver: ReceiverStats,
 }
 
-/// Per-connection FEC wiring: nothing but the shared budget until this side sends FEC or its
-/// peer does (most sessions of a server on the default settings never do), then the boxed
+/// Per-connection FEC wiring: nothing but the retention budget until this side sends FEC or
+/// its peer does (most sessions of a server on the default settings never do), then the boxed
 /// state.
 pub(crate) struct FecLink {
+    /// The budget a new receiver starts with (the endpoint swaps its shared budget in here for
+    /// each call while no receiver exists).
     budget: RetentionBudget,
     state: Option<Box<FecState>>,
 }
@@ -125,9 +129,27 @@ impl FecLink {
         }
     }
 
-    /// Share the endpoint's retention budget (before any FEC packet arrived).
-    pub(crate) fn set_budget(&mut self, budget: RetentionBudget) {
-        self.budget = budget;
+    /// Start from an empty retention budget of `limit` bytes (before any FEC packet arrived).
+    pub(crate) fn set_budget_limit(&mut self, limit: usize) {
+        self.budget = RetentionBudget::new(limit);
+    }
+
+    /// The retention budget receiving draws on: the receiver's once it exists, else the one a
+    /// new receiver starts with (the endpoint swaps its shared budget in here for each call).
+    pub(crate) fn budget_mut(&mut self) -> &mut RetentionBudget {
+        match self.state.as_mut().and_then(|s| s.rx.as_mut()) {
+            Some(rx) => rx.budget_mut(),
+            None => &mut self.budget,
+        }
+    }
+
+    /// Bytes the receiver retains now.
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.rx().map_or(0, |rx| rx.retained_bytes())
+    }
+
+    fn rx(&self) -> Option<&Rx> {
+        self.state.as_ref()?.rx.as_deref()
     }
 
     /// Whether outgoing ARQ datagrams are wrapped.
@@ -137,7 +159,7 @@ impl FecLink {
 
     /// Whether the peer sends FEC (its shard loss then drives our loss reports).
     pub(crate) fn receiving(&self) -> bool {
-        self.state.as_ref().is_some_and(|s| s.rx.is_some())
+        self.rx().is_some()
     }
 
     /// Extra packets ARQ's fast retransmit tolerates while FEC may still rebuild a lost one
@@ -242,7 +264,7 @@ impl FecLink {
         body: &[u8],
         parity: bool,
     ) -> Result<(), FecError> {
-        let budget = &self.budget;
+        let budget = self.budget;
         self.state
             .get_or_insert_with(|| Box::new(FecState::new(cfg)))
             .receive(budget, now, local, body, parity)
@@ -276,8 +298,6 @@ impl FecLink {
             .state
             .as_ref()
             .map_or_else(FecStats::default, |s| s.stats());
-        s.retained_bytes = self.budget.used();
-        s.peak_retained_bytes = self.budget.peak();
         s.retention_limit = self.budget.limit();
         s
     }
@@ -487,7 +507,7 @@ impl FecState {
     /// body was malformed, dropped and counted.
     fn receive(
         &mut self,
-        budget: &RetentionBudget,
+        budget: RetentionBudget,
         now: Instant,
         local: ConnectionId,
         body: &[u8],
@@ -496,7 +516,7 @@ impl FecState {
         let cfg = self.cfg;
         let rx = self
             .rx
-            .get_or_insert_with(|| Box::new(Rx::new(cfg, budget.clone())));
+            .get_or_insert_with(|| Box::new(Rx::new(cfg, budget)));
         let mut hdr = [0u8; wire::DATA_HEADER_LEN];
         // A `Data` header for our own cid; its first 10 bytes prefix every rebuilt datagram.
         if wire::encode_data_header(local, 0, &mut hdr).is_err() {
@@ -530,7 +550,7 @@ impl FecState {
 
     /// Gives back scratch and pooled buffers (the connection is idle); they are taken again
     /// when FEC packets flow.
-    pub(crate) fn trim(&mut self, now: Instant) {
+    fn trim(&mut self, now: Instant) {
         self.body = Vec::new();
         self.out = Vec::new();
         self.out_lens = Vec::new();
@@ -543,8 +563,8 @@ impl FecState {
         }
     }
 
-    /// Current counters.
-    pub(crate) fn stats(&self) -> FecStats {
+    /// Current counters (the retention limit is the link's to fill in).
+    fn stats(&self) -> FecStats {
         let mut s = FecStats {
             data_bytes: self.data_bytes,
             parity_unsendable: self.parity_unsendable,
@@ -568,6 +588,11 @@ impl FecState {
             s.realized_loss = r.realized_loss();
             s.malformed = r.malformed;
             s.receiver = r;
+        }
+        if let Some(rx) = self.rx.as_ref() {
+            let r = rx.stats();
+            s.retained_bytes = r.retained_bytes;
+            s.peak_retained_bytes = r.peak_retained_bytes;
         }
         s
     }
@@ -613,7 +638,7 @@ mod tests {
         };
         let mut tx = FecLink::new(&cfg);
         let mut rx = FecLink::new(&cfg);
-        let now = Instant::now();
+        let now = ricochet_testkit::SimClock::new().now();
         let cid = ConnectionId(7);
         let mut bodies = Vec::new();
         for i in 0..48u8 {

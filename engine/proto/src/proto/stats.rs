@@ -4,6 +4,7 @@ use std::time::Duration;
 
 /// Why an incoming datagram (or part of it) was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DropCause {
     /// Did not decode (truncated, bad length, bad fragment, unknown frame or packet type).
     Malformed,
@@ -59,6 +60,7 @@ impl DropCause {
 
 /// Counters of dropped datagrams by cause.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DropCounters {
     counts: [u64; 13],
 }
@@ -87,6 +89,7 @@ pub const RTT_BUCKETS: usize = 28;
 /// bounds (within a factor of 2); exact percentiles across many sessions come from the
 /// runtime's per-worker histogram, fed by [`crate::Endpoint::drain_rtt_samples`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RttSummary {
     /// Samples recorded.
     pub samples: u64,
@@ -171,6 +174,7 @@ impl RttSummary {
 /// Statistics of one connection: a small `Copy` value computed when asked for
 /// ([`crate::Connection::stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
 pub struct ConnectionStats {
     /// RTT samples (every acknowledgement of a new largest packet is one).
     pub rtt: RttSummary,

@@ -48,7 +48,7 @@
 //!
 //! # Frames (inside `Data`)
 //!
-//! `v` = variable-length integer ([QUIC encoding](varint): the top two bits of the first byte
+//! `v` = variable-length integer (QUIC encoding, RFC 9000 §16: the top two bits of the first byte
 //! give the length, 1/2/4/8 bytes, values up to 2^62 − 1).
 //!
 //! | type | name | fields |
@@ -101,6 +101,7 @@ const COOKIE_ECHO_BODY_LEN: usize = 2 + 8 + 8 + 8 + COOKIE_LEN;
 
 /// Why decoding or encoding failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// The input ended before the structure did.
     #[error("truncated input")]
@@ -190,6 +191,7 @@ impl fmt::Debug for ConnectionId {
 
 /// Why a connection or handshake ended, as carried on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CloseReason {
     /// The application closed the connection normally.
     Application,
