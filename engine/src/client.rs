@@ -158,7 +158,7 @@ impl std::fmt::Display for ConnectLimit {
 #[non_exhaustive]
 pub enum ClientError {
     /// The server refused the connection (server full, too many from this address, ...).
-    #[error("the server refused the connection: {0:?}")]
+    #[error("the server refused the connection: {0}")]
     Refused(CloseReason),
     /// The server speaks another protocol version.
     #[error("the server speaks another protocol version")]

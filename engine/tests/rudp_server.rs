@@ -494,3 +494,44 @@ fn idle_client_set_step_returns_after_its_timeout() {
     assert!(empty.is_empty() && empty.get(0).is_none());
     srv.shutdown().unwrap();
 }
+
+/// The per-address limit holds per server, not per worker: 2 workers, 3 sessions per address,
+/// 5 clients from 127.0.0.1. The refused clients' error names the setting to raise.
+#[test]
+fn per_address_limit_counts_across_workers_and_names_its_setting() {
+    let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap()).max_sessions_per_address(3);
+    cfg.udp.io_threads = 2;
+    cfg.seed = Some(9);
+    let server = Server::start(cfg, |_| Echo).unwrap();
+    let addr = server.local_addr();
+    let mut connected = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..5 {
+        let cfg = ClientConfig::new().seed(rand_seed(addr));
+        match Client::connect_blocking(addr, cfg, Duration::from_secs(10)) {
+            Ok(c) => connected.push(c),
+            Err(e) => refused.push(e),
+        }
+    }
+    assert_eq!(connected.len(), 3);
+    assert_eq!(refused.len(), 2);
+    for e in &refused {
+        assert!(
+            matches!(
+                e,
+                ricochet::ClientError::Refused(CloseReason::TooManyFromAddress)
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("max_sessions_per_address"), "{e}");
+    }
+    // Both workers hold some: the limit was not simply one worker's.
+    let per_worker = server
+        .sessions_per_worker()
+        .expect("per-core with 2 workers");
+    assert_eq!(per_worker.iter().sum::<u32>(), 3);
+    assert_eq!(server.session_count(), 3);
+    assert!(per_worker.iter().all(|&n| n > 0), "{per_worker:?}");
+    drop(connected);
+    server.shutdown().unwrap();
+}

@@ -51,7 +51,9 @@ use ricochet_proto::{
 use super::config::{IdleStrategy, IoModel, UdpServerConfig};
 use super::counters::WorkerCounters;
 use super::error::RuntimeError;
-use super::placement::{steer_rules, worker_of_datagram, Placement, WorkerRouter};
+use super::placement::{
+    steer_rules, worker_of_datagram, Admission, CountingRouter, Placement, WorkerRouter,
+};
 use super::rtt::{self, RttPercentiles, WorkerRtt};
 use super::worker::{Service, UdpContext, WorkerSet};
 use crate::profile::{with_channels, Profile};
@@ -160,17 +162,25 @@ impl ServerConfig {
         self
     }
 
-    /// Sessions this server holds at most; clients beyond are refused with
-    /// [`CloseReason::ServerFull`].
+    /// Sessions this server holds at most, counted over all its workers (default 16,384);
+    /// clients beyond are refused with [`CloseReason::ServerFull`].
     pub fn max_sessions(mut self, sessions: usize) -> Self {
         self.listen().max_sessions = sessions;
         self
     }
 
-    /// Sessions from one IP address at most (players behind one NAT share an address); more
-    /// are refused with [`CloseReason::TooManyFromAddress`].
+    /// Sessions from one IP address at most, counted over all workers (default 2,048: players
+    /// behind one NAT share an address); more are refused with
+    /// [`CloseReason::TooManyFromAddress`].
     pub fn max_sessions_per_address(mut self, sessions: usize) -> Self {
         self.listen().max_sessions_per_address = sessions;
+        self
+    }
+
+    /// Handshake packets accepted per source IP per second, per worker (default 4,096; two per
+    /// connect plus retries): what a crowd behind one address connecting at once needs.
+    pub fn max_handshakes_per_address(mut self, packets: u32) -> Self {
+        self.listen().max_handshakes_per_address = packets;
         self
     }
 
@@ -588,6 +598,7 @@ pub struct Server {
     placement: Option<Placement>,
     forwarded: Arc<AtomicU64>,
     rtt: Vec<WorkerRtt>,
+    admission: Admission,
 }
 
 impl fmt::Debug for Server {
@@ -629,10 +640,14 @@ impl Server {
             )));
         }
         let now = Instant::now();
+        // The session limits hold per server: every endpoint's router counts in this one table.
+        let admission = Admission::default();
         let shared = (config.udp.io_model == IoModel::Shared).then(|| {
             let seed = config.seed.unwrap_or_else(os_seed);
+            let mut endpoint = Endpoint::new(endpoint_cfg.clone(), now, seed);
+            endpoint.set_router(Box::new(CountingRouter::new(admission.clone())));
             Arc::new(Mutex::new(Core {
-                endpoint: Endpoint::new(endpoint_cfg.clone(), now, seed),
+                endpoint,
                 sessions: HashSet::new(),
             }))
         });
@@ -665,7 +680,11 @@ impl Server {
                         .unwrap_or_else(os_seed);
                     let mut endpoint = Endpoint::new(endpoint_cfg.clone(), now, seed);
                     // Validated below 256 workers in `start`.
-                    endpoint.set_router(Box::new(WorkerRouter::new(i as u8, placement.clone())));
+                    endpoint.set_router(Box::new(WorkerRouter::new(
+                        i as u8,
+                        placement.clone(),
+                        admission.clone(),
+                    )));
                     endpoint.set_cookie_secret(now, cookie_secret);
                     EndpointSlot::Owned(Box::new(Core {
                         endpoint,
@@ -705,6 +724,7 @@ impl Server {
             placement,
             forwarded,
             rtt: rtts,
+            admission,
         })
     }
 
@@ -720,6 +740,12 @@ impl Server {
     /// counts what the kernel's hash sent astray.
     pub fn forwarded(&self) -> u64 {
         self.forwarded.load(Ordering::Relaxed)
+    }
+
+    /// Sessions the server holds now, over all its workers (what
+    /// [`ServerConfig::max_sessions`] limits).
+    pub fn session_count(&self) -> usize {
+        self.admission.sessions()
     }
 
     /// RTT percentiles over every session of every worker since the server started (or since

@@ -25,15 +25,22 @@ use crate::wire::{self, Packet, COOKIE_LEN};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnectionHandle(pub u64);
 
-/// Listening-side settings.
+/// Listening-side settings. The defaults admit a thousand players behind one address (a NAT,
+/// a LAN event, a load test) connecting at once, twice over.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Sessions at most; more are refused with [`CloseReason::ServerFull`].
+    /// Sessions at most (default 16,384); more are refused with [`CloseReason::ServerFull`].
+    /// Counted per endpoint, or across all the endpoints of a server where its [`Router`]
+    /// counts them ([`Router::admit_session`]; the `ricochet` runtime does, so the limit is the
+    /// server's whatever its worker count).
     pub max_sessions: usize,
-    /// Sessions per source IP; more are refused with [`CloseReason::TooManyFromAddress`].
+    /// Sessions per source IP (default 2,048: players behind one NAT share an address); more
+    /// are refused with [`CloseReason::TooManyFromAddress`]. Counted like `max_sessions`.
     pub max_sessions_per_address: usize,
-    /// Handshake packets accepted per source IP per second (a fixed-size table of counters, no
-    /// per-peer state); the rest are dropped silently.
+    /// Handshake packets (hellos and cookie echoes, two per connect plus retries) accepted per
+    /// source IP per second and per endpoint (default 4,096), in a fixed-size table of
+    /// counters with no per-peer state; the rest are dropped silently, so a client behind a
+    /// busier address sees its handshake time out.
     pub max_handshakes_per_address: u32,
     /// How long a cookie stays valid.
     pub cookie_lifetime: Duration,
@@ -44,9 +51,9 @@ pub struct ServerConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
-            max_sessions: 4096,
-            max_sessions_per_address: 256,
-            max_handshakes_per_address: 64,
+            max_sessions: 16_384,
+            max_sessions_per_address: 2_048,
+            max_handshakes_per_address: 4_096,
             cookie_lifetime: Duration::from_secs(10),
             key_rotation: Duration::from_secs(30),
         }
@@ -458,14 +465,18 @@ impl Endpoint {
                         return r;
                     }
                 }
-                if self.sessions >= server.max_sessions {
-                    self.refuse(from, client_cid, CloseReason::ServerFull);
-                    return Ok(());
-                }
-                if self.per_ip.get(&from.ip()).copied().unwrap_or(0)
-                    >= server.max_sessions_per_address
-                {
-                    self.refuse(from, client_cid, CloseReason::TooManyFromAddress);
+                let verdict = match self.router.admit_session(from.ip(), &server) {
+                    Some(v) => v,
+                    None if self.sessions >= server.max_sessions => Err(CloseReason::ServerFull),
+                    None if self.per_ip.get(&from.ip()).copied().unwrap_or(0)
+                        >= server.max_sessions_per_address =>
+                    {
+                        Err(CloseReason::TooManyFromAddress)
+                    }
+                    None => Ok(()),
+                };
+                if let Err(reason) = verdict {
+                    self.refuse(from, client_cid, reason);
                     return Ok(());
                 }
                 let (idx, cid) = self.alloc();
@@ -767,6 +778,7 @@ impl Endpoint {
                 }
                 self.sessions -= 1;
                 self.router.session_closed();
+                self.router.release_session(key.0.ip());
             }
             self.stats.connections -= 1;
             self.free.push(idx);

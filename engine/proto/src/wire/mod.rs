@@ -213,6 +213,33 @@ pub enum CloseReason {
     Unknown(u8),
 }
 
+impl std::fmt::Display for CloseReason {
+    /// What happened, naming the setting that decided it where there is one (so a refused
+    /// client's error says what the server's operator can raise).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Application => f.write_str("closed by the application"),
+            Self::IdleTimeout => {
+                f.write_str("nothing arrived within the idle timeout (Config::idle_timeout)")
+            }
+            Self::VersionMismatch => f.write_str("the peer speaks another protocol version"),
+            Self::ServerFull => {
+                f.write_str("the server is full (its session limit, ServerConfig::max_sessions)")
+            }
+            Self::TooManyFromAddress => f.write_str(
+                "too many sessions from this address (the server's \
+                 ServerConfig::max_sessions_per_address)",
+            ),
+            Self::HandshakeTimeout => {
+                f.write_str("the handshake did not complete in time (Config::handshake_timeout)")
+            }
+            Self::ProtocolViolation => f.write_str("the peer violated the protocol"),
+            Self::Shutdown => f.write_str("the peer is shutting down"),
+            Self::Unknown(c) => write!(f, "unknown reason code {c}"),
+        }
+    }
+}
+
 impl CloseReason {
     /// Wire code.
     pub fn to_u8(self) -> u8 {
