@@ -535,3 +535,72 @@ fn per_address_limit_counts_across_workers_and_names_its_setting() {
     drop(connected);
     server.shutdown().unwrap();
 }
+
+/// `ClientSet::connect` connects many clients at once from one thread; then every member
+/// echoes one message through the set, and a set that cannot connect names the member.
+#[test]
+fn client_set_connects_many_at_once() {
+    let srv = server(IoModel::PerCore, 2, BackendKind::Auto);
+    let addr = srv.local_addr();
+    let n = 300;
+    let cfg = ClientConfig::new().seed(rand_seed(addr));
+    let t0 = Instant::now();
+    let mut set = ClientSet::connect(addr, &cfg, n, Duration::from_secs(20)).expect("all connect");
+    let took = t0.elapsed();
+    assert_eq!(set.len(), n);
+    assert_eq!(set.connected(), n);
+    assert_eq!(srv.session_count(), n);
+    assert!(
+        set.poll_event().is_none(),
+        "Connected events are not queued"
+    );
+    for i in 0..n {
+        set.get_mut(i)
+            .unwrap()
+            .send(0, Bytes::from(message(i, 64)))
+            .unwrap();
+    }
+    let mut got = vec![false; n];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.iter().any(|g| !g) {
+        assert!(
+            Instant::now() < deadline,
+            "echoed {} of {n}",
+            got.iter().filter(|g| **g).count()
+        );
+        set.step(Duration::from_millis(50)).unwrap();
+        while let Some((i, e)) = set.poll_event() {
+            match e {
+                ClientEvent::Message { channel: 0, data } => {
+                    assert_eq!(&data[..], &message(i, 64)[..]);
+                    assert!(!got[i], "member {i} echoed twice");
+                    got[i] = true;
+                }
+                other => panic!("member {i}: unexpected event {other:?}"),
+            }
+        }
+    }
+    eprintln!("{n} clients connected in {took:?}");
+    drop(set);
+    srv.shutdown().unwrap();
+
+    // Two sessions per address: the third member is refused, and the error says which.
+    let cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap()).max_sessions_per_address(2);
+    let srv = Server::start(cfg, |_| Echo).unwrap();
+    let err = ClientSet::connect(
+        srv.local_addr(),
+        &ClientConfig::new(),
+        3,
+        Duration::from_secs(10),
+    )
+    .expect_err("the third is refused");
+    assert!(
+        matches!(
+            err.source,
+            ricochet::ClientError::Refused(CloseReason::TooManyFromAddress)
+        ),
+        "{err}"
+    );
+    assert!(err.index.is_some(), "{err}");
+    srv.shutdown().unwrap();
+}

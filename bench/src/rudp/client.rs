@@ -237,7 +237,7 @@ impl Echoer {
 /// share one wait through a [`ClientSet`].
 enum Clients {
     One(Box<Client>),
-    Set(ClientSet),
+    Set(Box<ClientSet>),
 }
 
 impl Clients {
@@ -266,7 +266,7 @@ impl Clients {
     fn into_vec(self) -> Vec<Client> {
         match self {
             Clients::One(c) => vec![*c],
-            Clients::Set(s) => s.into_clients(),
+            Clients::Set(s) => (*s).into_clients(),
         }
     }
 }
@@ -319,7 +319,7 @@ pub fn run_clients(
         for c in connected {
             set.push(c);
         }
-        Clients::Set(set)
+        Clients::Set(Box::new(set))
     };
     let warmup = plans.first().map_or(Duration::ZERO, |p| p.warmup);
     let measured = plans.first().map_or(Duration::ZERO, |p| p.measured);
