@@ -3,6 +3,8 @@
 //! - [`udp`]: the closed-loop UDP echo (message format, accounting, clients, servers, runs).
 //! - [`relay`]: the impairment relay (the simulator's impairment model on real sockets).
 //! - [`rudp`]: the RUDP complete-message echo over the relay (or direct).
+//! - [`scale`]: many sessions on one server (`bench sessions`) and the game tick (`bench game`),
+//!   the server in a child process.
 //! - [`schema`]: the versioned JSON result schema; [`host`]: host/build metadata and process
 //!   usage; [`kernel`]: kernel counters; [`output`]: result paths and text tables.
 //! - [`gate`]: the CI regression gate; [`report`]: `PERFORMANCE.md` from `results/`.
@@ -16,5 +18,6 @@ pub mod output;
 pub mod relay;
 pub mod report;
 pub mod rudp;
+pub mod scale;
 pub mod schema;
 pub mod udp;
