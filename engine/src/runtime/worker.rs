@@ -259,6 +259,13 @@ impl<S: Service> Worker<S> {
                 last_work = now;
             } else if outcome.sent > 0 {
                 last_work = now;
+            } else if timeout == Some(Duration::ZERO)
+                && !stopping
+                && self.settings.idle == IdleStrategy::Balanced
+            {
+                // An empty spin turn: let a runnable thread of this core (a client, the game's
+                // own threads) have it before looking again. Returns at once when none waits.
+                std::thread::yield_now();
             }
             self.fire_timers(now);
             let service_done = {
