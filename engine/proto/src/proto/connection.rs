@@ -13,7 +13,7 @@ use super::recv::{Budget, Need, Receiver};
 use super::rtt::RttEstimator;
 use super::{
     ChannelKind, CloseReason, Config, ConnectionId, ConnectionStats, DropCause, Event, SendError,
-    Transmit,
+    SessionKeys, Transmit,
 };
 use crate::wire::{self, Frame, Packet, Writer, MAX_ACK_RANGES};
 
@@ -158,6 +158,8 @@ pub struct Connection {
     events: VecDeque<Event>,
     stats: ConnectionStats,
     fec: FecLink,
+    /// This session's packet keys; `None` in insecure mode.
+    keys: Option<SessionKeys>,
 }
 
 impl Connection {
@@ -168,6 +170,7 @@ impl Connection {
         remote: SocketAddr,
         now: Instant,
         budget: Budget,
+        keys: Option<SessionKeys>,
     ) -> Self {
         let channels = cfg
             .channels
@@ -235,19 +238,33 @@ impl Connection {
             events: VecDeque::new(),
             stats,
             fec: FecLink::new(&cfg),
+            keys,
             cfg,
         }
     }
 
     /// A client connection that starts the handshake with `server` on the first `poll_transmit`.
+    ///
+    /// `keys` protect every packet after the handshake (the connect token's session keys);
+    /// `None` is the insecure mode: packets are neither encrypted nor authenticated, and both
+    /// peers must agree on it.
     pub fn client(
         cfg: Arc<Config>,
         local_cid: ConnectionId,
         server: SocketAddr,
         nonce: u64,
         now: Instant,
+        keys: Option<SessionKeys>,
     ) -> Self {
-        Self::client_with_budget(cfg, local_cid, server, nonce, now, Budget::unlimited())
+        Self::client_with_budget(
+            cfg,
+            local_cid,
+            server,
+            nonce,
+            now,
+            Budget::unlimited(),
+            keys,
+        )
     }
 
     pub(crate) fn client_with_budget(
@@ -257,22 +274,35 @@ impl Connection {
         nonce: u64,
         now: Instant,
         budget: Budget,
+        keys: Option<SessionKeys>,
     ) -> Self {
-        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, budget);
+        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, budget, keys);
         c.nonce = nonce;
         c
     }
 
     /// A server connection for a client that proved its address (valid cookie echo). It sends
     /// the accept on the first `poll_transmit` and reports [`Event::Connected`].
+    ///
+    /// `keys` as for [`Connection::client`]: the same session keys on both sides, or `None`
+    /// on both.
     pub fn server(
         cfg: Arc<Config>,
         local_cid: ConnectionId,
         client_cid: ConnectionId,
         client: SocketAddr,
         now: Instant,
+        keys: Option<SessionKeys>,
     ) -> Self {
-        Self::server_with_budget(cfg, local_cid, client_cid, client, now, Budget::unlimited())
+        Self::server_with_budget(
+            cfg,
+            local_cid,
+            client_cid,
+            client,
+            now,
+            Budget::unlimited(),
+            keys,
+        )
     }
 
     pub(crate) fn server_with_budget(
@@ -282,8 +312,9 @@ impl Connection {
         client: SocketAddr,
         now: Instant,
         budget: Budget,
+        keys: Option<SessionKeys>,
     ) -> Self {
-        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, budget);
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, budget, keys);
         c.remote_cid = client_cid;
         c.state = ConnectionState::Established;
         c.accept_pending = true;
@@ -309,6 +340,12 @@ impl Connection {
     /// The peer's current address (follows the peer when its address changes).
     pub fn remote_addr(&self) -> SocketAddr {
         self.remote
+    }
+
+    /// True when this session's packets are protected (it has session keys); false in the
+    /// insecure mode.
+    pub fn is_secure(&self) -> bool {
+        self.keys.is_some()
     }
 
     /// Life-cycle state.

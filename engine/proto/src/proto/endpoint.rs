@@ -17,7 +17,7 @@ use super::recv::Budget;
 use super::routing::{NoRouting, Router};
 use super::{
     CloseReason, Config, Connection, ConnectionId, DropCause, DropCounters, Event, SendError,
-    Transmit,
+    SessionKeys, Transmit,
 };
 use crate::wire::{self, Packet, COOKIE_LEN};
 
@@ -72,6 +72,14 @@ pub struct EndpointConfig {
     /// turn). Default [`DEFAULT_TRANSMIT_BURST`]: a run of datagrams to one peer leaves in one
     /// GSO send where the runtime coalesces them, which one-each-in-turn breaks up.
     pub transmit_burst: usize,
+    /// **Test and benchmark path, not for production.** `Some`: every session's packets are
+    /// protected with keys derived from this secret and the session's client connection id and
+    /// nonce ([`SessionKeys::derive_for_test`]); client and server endpoints must hold the same
+    /// secret. Both of those inputs cross the network in clear, so whoever holds the secret can
+    /// read and forge every session of every endpoint that shares it; connect tokens, which
+    /// hand each session its own random keys, are the production path. `None` (the default):
+    /// the insecure mode, no packet protection.
+    pub test_session_secret: Option<[u8; 32]>,
 }
 
 /// Default [`EndpointConfig::transmit_burst`]: a full echo window (16 datagrams) to one peer
@@ -87,6 +95,7 @@ impl Default for EndpointConfig {
             max_stateless_queue: 1024,
             fec_retention_budget: crate::fec::DEFAULT_RETENTION_BUDGET,
             transmit_burst: DEFAULT_TRANSMIT_BURST,
+            test_session_secret: None,
         }
     }
 }
@@ -278,6 +287,10 @@ impl Endpoint {
     pub fn connect(&mut self, now: Instant, server: SocketAddr) -> ConnectionHandle {
         let (idx, cid) = self.alloc();
         let nonce = self.rng.random();
+        let keys = self
+            .cfg
+            .test_session_secret
+            .map(|s| SessionKeys::derive_for_test(&s, cid, nonce));
         let mut conn = Connection::client_with_budget(
             self.cfg.connection.clone(),
             cid,
@@ -285,6 +298,7 @@ impl Endpoint {
             nonce,
             now,
             self.budget.clone(),
+            keys,
         );
         conn.set_fec_budget(self.fec_budget.clone());
         self.slots[idx as usize].conn = Some(conn);
@@ -458,6 +472,10 @@ impl Endpoint {
                     return Ok(());
                 }
                 let (idx, cid) = self.alloc();
+                let keys = self
+                    .cfg
+                    .test_session_secret
+                    .map(|s| SessionKeys::derive_for_test(&s, client_cid, nonce));
                 let mut conn = Connection::server_with_budget(
                     self.cfg.connection.clone(),
                     cid,
@@ -465,6 +483,7 @@ impl Endpoint {
                     from,
                     now,
                     self.budget.clone(),
+                    keys,
                 );
                 conn.set_fec_budget(self.fec_budget.clone());
                 let slot = &mut self.slots[idx as usize];
