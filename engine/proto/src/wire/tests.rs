@@ -132,8 +132,30 @@ proptest! {
         roundtrip_packet(match which {
             0 => Packet::Data { dst_cid, packet_number: pn, payload: &body },
             1 => Packet::FecData { dst_cid, body: &body },
-            _ => Packet::FecParity { dst_cid, body: &body },
+            _ => Packet::FecParity { dst_cid, number: pn, body: &body },
         });
+        // The clear header names the same cid and number (FecData: once its body holds the
+        // FEC data header and a packet number).
+        let mut buf = vec![0u8; 1300];
+        let p = match which {
+            0 => Packet::Data { dst_cid, packet_number: pn, payload: &body },
+            1 => Packet::FecData { dst_cid, body: &body },
+            _ => Packet::FecParity { dst_cid, number: pn, body: &body },
+        };
+        let n = encode_packet(&p, &mut buf).unwrap();
+        let h = clear_header(&buf[..n]);
+        if which == 1 {
+            if body.len() >= 11 {
+                let h = h.unwrap();
+                prop_assert_eq!(h.len, FEC_DATA_CLEAR_LEN);
+                prop_assert_eq!(h.number, u64::from_be_bytes(body[3..11].try_into().unwrap()));
+            } else {
+                prop_assert_eq!(h, Err(WireError::Truncated));
+            }
+        } else {
+            let h = h.unwrap();
+            prop_assert_eq!((h.dst_cid, h.number, h.len), (dst_cid, pn, DATA_HEADER_LEN));
+        }
     }
 
     #[test]
