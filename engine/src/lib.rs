@@ -17,7 +17,9 @@ pub mod runtime;
 pub use ricochet_platform as platform;
 pub use ricochet_proto as proto;
 
-pub use client::{Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError};
+pub use client::{
+    Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError, ConnectLimit,
+};
 pub use ricochet_proto::{ChannelKind, CloseReason, Config};
 pub use runtime::{
     Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId, UdpServerConfig,

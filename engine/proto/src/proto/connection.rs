@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::cc::Congestion;
 use super::fec::FecLink;
 use super::protect::{NumberSpace, Protection};
-use super::recv::{Budget, Need, Receiver};
+use super::recv::{Budget, Need, Receiver, SharedBudgets};
 use super::rtt::RttEstimator;
 use super::{
     ChannelKind, CloseReason, Config, ConnectionId, ConnectionStats, DropCause, Event, SendError,
@@ -172,7 +172,6 @@ impl Connection {
         local_cid: ConnectionId,
         remote: SocketAddr,
         now: Instant,
-        budget: Budget,
         keys: Option<SessionKeys>,
     ) -> Self {
         let channels = cfg
@@ -229,7 +228,7 @@ impl Connection {
             ack_deadline: None,
             ack_immediate: false,
             last_recv: now,
-            receiver: Receiver::new(&cfg, budget),
+            receiver: Receiver::new(&cfg, Budget::unlimited()),
             lr_received: 0,
             lr_base: None,
             lr_due: now + cfg.loss_report_interval,
@@ -260,27 +259,7 @@ impl Connection {
         now: Instant,
         keys: Option<SessionKeys>,
     ) -> Self {
-        Self::client_with_budget(
-            cfg,
-            local_cid,
-            server,
-            nonce,
-            now,
-            Budget::unlimited(),
-            keys,
-        )
-    }
-
-    pub(crate) fn client_with_budget(
-        cfg: Arc<Config>,
-        local_cid: ConnectionId,
-        server: SocketAddr,
-        nonce: u64,
-        now: Instant,
-        budget: Budget,
-        keys: Option<SessionKeys>,
-    ) -> Self {
-        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, budget, keys);
+        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, keys);
         c.nonce = nonce;
         c
     }
@@ -298,27 +277,7 @@ impl Connection {
         now: Instant,
         keys: Option<SessionKeys>,
     ) -> Self {
-        Self::server_with_budget(
-            cfg,
-            local_cid,
-            client_cid,
-            client,
-            now,
-            Budget::unlimited(),
-            keys,
-        )
-    }
-
-    pub(crate) fn server_with_budget(
-        cfg: Arc<Config>,
-        local_cid: ConnectionId,
-        client_cid: ConnectionId,
-        client: SocketAddr,
-        now: Instant,
-        budget: Budget,
-        keys: Option<SessionKeys>,
-    ) -> Self {
-        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, budget, keys);
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, keys);
         c.remote_cid = client_cid;
         c.state = ConnectionState::Established;
         c.accept_pending = true;
@@ -326,9 +285,26 @@ impl Connection {
         c
     }
 
-    /// Share the endpoint's FEC retention budget (call before any datagram arrives).
-    pub(crate) fn set_fec_budget(&mut self, budget: crate::fec::RetentionBudget) {
-        self.fec.set_budget(budget);
+    /// Draw on budgets of these limits (reassembly, FEC retention) until the endpoint lends
+    /// its shared ones (call before any datagram arrives).
+    pub(crate) fn set_budget_limits(&mut self, reassembly: usize, fec: usize) {
+        self.receiver.budget = Budget::new(reassembly);
+        self.fec.set_budget_limit(fec);
+    }
+
+    /// Swap the endpoint's shared budgets with the ones this connection draws on. The endpoint
+    /// calls it before and after each call into the connection, so for the length of the call
+    /// the connection draws on the shared budgets: their limits hold over all the endpoint's
+    /// connections, with no shared counter.
+    pub(crate) fn swap_budgets(&mut self, shared: &mut SharedBudgets) {
+        std::mem::swap(&mut self.receiver.budget, &mut shared.reassembly);
+        std::mem::swap(self.fec.budget_mut(), &mut shared.fec);
+    }
+
+    /// Bytes this connection holds against the shared budgets: (reassembly, FEC retention).
+    /// The endpoint takes them back when the connection ends.
+    pub(crate) fn held_bytes(&self) -> (usize, usize) {
+        (self.receiver.bytes, self.fec.retained_bytes())
     }
 
     /// This side's connection id (the peer writes it in every packet).

@@ -5,7 +5,6 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +12,7 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::recv::Budget;
+use super::recv::{Budget, SharedBudgets};
 use super::routing::{NoRouting, Router};
 use super::{
     CloseReason, Config, Connection, ConnectionId, DropCause, DropCounters, Event, SendError,
@@ -156,8 +155,9 @@ pub struct Endpoint {
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     due: Vec<(Instant, u32)>,
     events: VecDeque<(ConnectionHandle, Event)>,
-    budget: Budget,
-    fec_budget: crate::fec::RetentionBudget,
+    /// The reassembly and FEC retention budgets all connections share (lent to each
+    /// connection for the length of a call, see `with_conn`).
+    shared: SharedBudgets,
     stats: EndpointStats,
     /// What goes into the ids and cookies this endpoint issues (see [`Router`]).
     router: Box<dyn Router>,
@@ -174,12 +174,12 @@ impl Endpoint {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let cookie_secret = rng.random();
         let rate_salt = rng.random();
-        let budget = Budget {
-            used: Arc::new(AtomicUsize::new(0)),
-            limit: cfg.reassembly_budget,
+        let shared = SharedBudgets {
+            reassembly: Budget::new(cfg.reassembly_budget),
+            fec: crate::fec::RetentionBudget::new(cfg.fec_retention_budget),
         };
         Self {
-            fec_budget: crate::fec::RetentionBudget::new(cfg.fec_retention_budget),
+            shared,
             cfg,
             base: now,
             rng,
@@ -198,7 +198,6 @@ impl Endpoint {
             timers: BinaryHeap::new(),
             due: Vec::new(),
             events: VecDeque::new(),
-            budget,
             stats: EndpointStats::default(),
             router: Box::new(NoRouting),
         }
@@ -229,12 +228,12 @@ impl Endpoint {
 
     /// The FEC retention budget all connections share (current and peak bytes retained).
     pub fn fec_budget(&self) -> &crate::fec::RetentionBudget {
-        &self.fec_budget
+        &self.shared.fec
     }
 
     /// Bytes all connections hold in reassembly now.
     pub fn reassembly_bytes(&self) -> usize {
-        self.budget.used.load(Ordering::Relaxed)
+        self.shared.reassembly.used
     }
 
     /// Number of live connections (any state).
@@ -291,16 +290,9 @@ impl Endpoint {
             .cfg
             .test_session_secret
             .map(|s| SessionKeys::derive_for_test(&s, cid, nonce));
-        let mut conn = Connection::client_with_budget(
-            self.cfg.connection.clone(),
-            cid,
-            server,
-            nonce,
-            now,
-            self.budget.clone(),
-            keys,
-        );
-        conn.set_fec_budget(self.fec_budget.clone());
+        let mut conn =
+            Connection::client(self.cfg.connection.clone(), cid, server, nonce, now, keys);
+        conn.set_budget_limits(self.cfg.reassembly_budget, self.cfg.fec_retention_budget);
         self.slots[idx as usize].conn = Some(conn);
         self.stats.connections += 1;
         self.touch(idx);
@@ -321,9 +313,7 @@ impl Endpoint {
     /// Close a connection gracefully with `reason`.
     pub fn close(&mut self, now: Instant, h: ConnectionHandle, reason: CloseReason) {
         if let Some(idx) = self.index_of(h) {
-            if let Some(c) = self.slots[idx as usize].conn.as_mut() {
-                c.close(now, reason);
-            }
+            self.with_conn(idx, |c| c.close(now, reason));
             self.touch(idx);
         }
     }
@@ -381,10 +371,9 @@ impl Endpoint {
                 Err(_) => Err(DropCause::Malformed),
             };
         }
-        let r = match self.slots[idx as usize].conn.as_mut() {
-            Some(c) => c.handle_datagram(now, from, datagram),
-            None => Err(DropCause::UnknownConnection),
-        };
+        let r = self
+            .with_conn(idx, |c| c.handle_datagram(now, from, datagram))
+            .unwrap_or(Err(DropCause::UnknownConnection));
         self.touch(idx);
         r
     }
@@ -453,10 +442,9 @@ impl Endpoint {
                 if let Some(&h) = self.by_client.get(&(from, client_cid)) {
                     // A retransmitted echo: the existing connection re-sends its accept.
                     if let Some(idx) = self.index_of(h) {
-                        let r = match self.slots[idx as usize].conn.as_mut() {
-                            Some(c) => c.handle_datagram(now, from, datagram),
-                            None => Ok(()),
-                        };
+                        let r = self
+                            .with_conn(idx, |c| c.handle_datagram(now, from, datagram))
+                            .unwrap_or(Ok(()));
                         self.touch(idx);
                         return r;
                     }
@@ -476,16 +464,15 @@ impl Endpoint {
                     .cfg
                     .test_session_secret
                     .map(|s| SessionKeys::derive_for_test(&s, client_cid, nonce));
-                let mut conn = Connection::server_with_budget(
+                let mut conn = Connection::server(
                     self.cfg.connection.clone(),
                     cid,
                     client_cid,
                     from,
                     now,
-                    self.budget.clone(),
                     keys,
                 );
-                conn.set_fec_budget(self.fec_budget.clone());
+                conn.set_budget_limits(self.cfg.reassembly_budget, self.cfg.fec_retention_budget);
                 let slot = &mut self.slots[idx as usize];
                 slot.conn = Some(conn);
                 slot.accepted_for = Some((from, client_cid));
@@ -611,14 +598,7 @@ impl Endpoint {
             }
         }
         while let Some(idx) = self.dirty.pop_front() {
-            let t = match self
-                .slots
-                .get_mut(idx as usize)
-                .and_then(|s| s.conn.as_mut())
-            {
-                Some(c) => c.poll_transmit(now, buf),
-                None => None,
-            };
+            let t = self.with_conn(idx, |c| c.poll_transmit(now, buf)).flatten();
             if let Some(slot) = self.slots.get_mut(idx as usize) {
                 slot.dirty = false;
             }
@@ -693,14 +673,22 @@ impl Endpoint {
                 continue;
             }
             slot.timer = None;
-            if let Some(c) = slot.conn.as_mut() {
-                c.handle_timeout(now);
-            }
+            self.with_conn(idx, |c| c.handle_timeout(now));
             self.touch(idx);
         }
         due.clear();
         self.due = due;
         self.clean_timers();
+    }
+
+    /// Runs `f` on connection `idx` with the shared budgets lent to it (see
+    /// `Connection::swap_budgets`); `None` if the slot is empty.
+    fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection) -> R) -> Option<R> {
+        let conn = self.slots.get_mut(idx as usize)?.conn.as_mut()?;
+        conn.swap_budgets(&mut self.shared);
+        let r = f(conn);
+        conn.swap_budgets(&mut self.shared);
+        Some(r)
     }
 
     /// After any interaction: collect events, schedule transmission and timer, free if drained.
@@ -726,6 +714,10 @@ impl Endpoint {
             self.events.push_back((h, e));
         }
         if conn.is_drained() {
+            // What it still holds goes back to the shared budgets.
+            let (reassembly, fec) = conn.held_bytes();
+            self.shared.reassembly.used = self.shared.reassembly.used.saturating_sub(reassembly);
+            self.shared.fec.release(fec);
             slot.conn = None;
             slot.timer = None;
             slot.dirty = false;

@@ -1,0 +1,24 @@
+//! The README's server, verbatim below this header (`engine/tests/readme.rs` checks): an echo
+//! server with the game profile that shuts down on Ctrl-C or SIGTERM.
+//! `cargo run --release -p ricochet --example readme_server`
+
+use bytes::Bytes;
+use ricochet::{Config, Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use signal_hook::{consts::SIGINT, consts::SIGTERM, iterator::Signals};
+
+struct Echo;
+impl Handler for Echo {
+    fn on_message(&mut self, ctx: &mut ServerContext, id: SessionId, ch: u8, data: Bytes) {
+        let _ = ctx.send(id, ch, data); // replies leave batched, once per loop turn
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut config = RudpServerConfig::new("0.0.0.0:7777".parse()?);
+    config.endpoint.connection = std::sync::Arc::new(Config::competitive()); // the game profile
+    let server = RudpServer::start(config, |_worker| Echo)?;
+    println!("listening on {}", server.local_addr());
+    Signals::new([SIGINT, SIGTERM])?.forever().next(); // wait for Ctrl-C or `kill`
+    server.shutdown()?; // says goodbye to every client
+    Ok(())
+}
