@@ -15,8 +15,8 @@ use crate::host::{BuildInfo, HostInfo};
 /// from version 1 files, which still read: see [`MIN_SCHEMA_VERSION`]); version 3 added the
 /// RUDP config's `client_threads` and `server_idle`, and the RUDP server's
 /// `sessions_per_worker` and `forwarded`; version 4 added the RUDP config's
-/// `client_placement`.
-pub const SCHEMA_VERSION: u32 = 4;
+/// `client_placement`; version 5 added the RUDP config's `security`.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Oldest schema version this build reads (every later change so far only added fields).
 pub const MIN_SCHEMA_VERSION: u32 = 1;
@@ -467,9 +467,19 @@ pub struct RudpConfig {
     /// them). Absent (`os`) in files before schema version 4.
     #[serde(default)]
     pub client_placement: Option<String>,
+    /// Packet protection: `secure` (every session's packets sealed, keys from the protocol's
+    /// test path) or `insecure`. Absent (`insecure`: there was no protection) in files before
+    /// schema version 5.
+    #[serde(default)]
+    pub security: Option<String>,
 }
 
 impl RudpConfig {
+    /// Whether this round protects its sessions' packets.
+    pub fn is_secure(&self) -> bool {
+        self.security.as_deref() == Some("secure")
+    }
+
     /// The client threads this round runs: `client_threads`, or one per client when absent,
     /// at most one per client.
     pub fn resolved_client_threads(&self) -> usize {

@@ -201,7 +201,10 @@ fn connection_packet_roundtrip() {
             if body.len() >= 11 {
                 let h = h.unwrap();
                 assert_eq!(h.len, FEC_DATA_CLEAR_LEN);
-                assert_eq!(h.number, u64::from_be_bytes(body[3..11].try_into().unwrap()));
+                assert_eq!(
+                    h.number,
+                    u64::from_be_bytes(body[3..11].try_into().unwrap())
+                );
             } else {
                 assert_eq!(h, Err(WireError::Truncated));
             }
