@@ -602,9 +602,7 @@ impl Connection {
         };
         p.window(space).check(h.number)?;
         let mut buf = std::mem::take(&mut self.open_buf);
-        buf.clear();
-        buf.extend_from_slice(datagram);
-        let opened = p.rx.open_packet(space, h.number, &mut buf, h.len);
+        let opened = p.rx.open_packet(space, h.number, datagram, h.len, &mut buf);
         let r = match opened {
             Ok(n) => {
                 p.window(space).mark(h.number);

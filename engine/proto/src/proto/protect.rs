@@ -4,7 +4,7 @@
 //! # What is protected
 //!
 //! Every `Data`, `FecData` and `FecParity` packet of a session with keys is sealed with
-//! AES-128-GCM (`ring`): the clear header is the associated data, everything after it is
+//! AES-128-GCM (`aws-lc-rs`): the clear header is the associated data, everything after it is
 //! encrypted, and a 16-byte tag follows (layouts in [`crate::wire`]). Each direction has its
 //! own key and IV, derived from that direction's session key ([`SessionKeys`]) with BLAKE3's
 //! key derivation, so the keys a connect token carries are never used directly and could serve
@@ -16,6 +16,21 @@
 //! number (each ARQ datagram leaves once, as one or the other, and packet numbers are never
 //! reused), `FecParity` packets their own counter with the top bit of the nonce number set
 //! ([`NumberSpace::Parity`]), so the two spaces cannot collide.
+//!
+//! # Why AES-128-GCM from aws-lc-rs
+//!
+//! Chosen by measurement (`bench crypto --features aead-candidates` runs the candidates side
+//! by side): `aws-lc-rs`, `ring` and RustCrypto's `aes-gcm` and `chacha20poly1305`, each with
+//! AES-128-GCM, AES-256-GCM and ChaCha20-Poly1305 where it has them. Both machines the project
+//! measures on have AES hardware (AES-NI and VAES on x86-64, the ARMv8 crypto extensions on
+//! Apple silicon), where AES-GCM from the assembly-backed crates costs a fraction of
+//! ChaCha20-Poly1305 and of the portable RustCrypto code (whose `aes` 0.8 uses the ARMv8
+//! instructions only when built with a cfg flag). Of the two assembly-backed crates,
+//! aws-lc-rs is the faster at datagram sizes, and it can open a borrowed datagram into another
+//! buffer, which saves the copy every in-place AEAD needs on receive. It builds from source
+//! with the platform's C compiler on Linux and macOS, and keeps the `libc` crate out of this
+//! crate's dependency tree. AES-128 rather than AES-256: the larger key buys nothing against
+//! the attacks in scope and costs time per packet.
 //!
 //! # Receiving
 //!
@@ -32,7 +47,7 @@
 //! sees packet numbers and can link a session's packets by its connection id. Handshake
 //! packets are outside this layer.
 
-use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 
 use super::{DropCause, SessionKeys};
 
@@ -90,7 +105,7 @@ impl PacketKey {
         iv.copy_from_slice(&okm[16..16 + aead::NONCE_LEN]);
         let key = match UnboundKey::new(&aead::AES_128_GCM, &okm[..16]) {
             Ok(k) => k,
-            // AES-128 takes 16 bytes and gets 16: ring refuses only a wrong length.
+            // AES-128 takes 16 bytes and gets 16: only a wrong length is refused.
             Err(_) => unreachable!("AES-128-GCM key length is 16"),
         };
         PacketKey {
@@ -116,14 +131,14 @@ impl PacketKey {
             .seal_in_place_separate_tag(self.nonce(number), Aad::from(aad), body)
         {
             Ok(tag) => out.copy_from_slice(tag.as_ref()),
-            // ring refuses only inputs beyond GCM's 64 GiB limit; packets are datagrams.
+            // Only inputs beyond GCM's 64 GiB limit are refused; packets are datagrams.
             Err(_) => unreachable!("a datagram is far below the AES-GCM input limit"),
         }
         out
     }
 
     /// Verifies `tag` over `aad` and `body` and decrypts `body` in place. On failure `body` is
-    /// unspecified (ring clears it) and must be discarded.
+    /// unspecified and must be discarded.
     pub fn open(
         &self,
         number: u64,
@@ -132,14 +147,27 @@ impl PacketKey {
         tag: &[u8; TAG_LEN],
     ) -> Result<(), Unauthenticated> {
         self.key
-            .open_in_place_separate_tag(
-                self.nonce(number),
-                Aad::from(aad),
-                aead::Tag::from(*tag),
-                body,
-                0..,
-            )
+            .open_in_place_separate_tag(self.nonce(number), Aad::from(aad), tag, body)
             .map(|_| ())
+            .map_err(|_| Unauthenticated)
+    }
+
+    /// Verifies `tag` over `aad` and `ciphertext` and decrypts `ciphertext` into `out` (of
+    /// the same length), leaving the input untouched: a received datagram is opened without
+    /// copying it first. On failure `out` is unspecified and must be discarded.
+    pub fn open_to(
+        &self,
+        number: u64,
+        aad: &[u8],
+        ciphertext: &[u8],
+        tag: &[u8; TAG_LEN],
+        out: &mut [u8],
+    ) -> Result<(), Unauthenticated> {
+        if out.len() != ciphertext.len() {
+            return Err(Unauthenticated);
+        }
+        self.key
+            .open_separate_gather(self.nonce(number), Aad::from(aad), ciphertext, tag, out)
             .map_err(|_| Unauthenticated)
     }
 
@@ -163,25 +191,37 @@ impl PacketKey {
         Some(len + TAG_LEN)
     }
 
-    /// Opens the sealed packet `buf` (clear header `buf[..header]`, tag at the end) in place;
-    /// returns the plaintext length (header included, tag removed).
+    /// Opens the sealed packet `packet` (clear header `packet[..header]`, tag at the end) into
+    /// `out`: the header, then the plaintext; returns the plaintext packet's length (header
+    /// included, tag removed), the bytes of `out` to read. `out` grows as needed and is meant
+    /// to be reused.
     pub fn open_packet(
         &self,
         space: NumberSpace,
         number: u64,
-        buf: &mut [u8],
+        packet: &[u8],
         header: usize,
+        out: &mut Vec<u8>,
     ) -> Result<usize, Unauthenticated> {
-        let len = buf.len();
+        let len = packet.len();
         if len < header + TAG_LEN {
             return Err(Unauthenticated);
         }
-        let (aad, rest) = buf.split_at_mut(header);
-        let (body, tag) = rest.split_at_mut(len - header - TAG_LEN);
-        let mut t = [0u8; TAG_LEN];
-        t.copy_from_slice(tag);
-        self.open(space.nonce_number(number), aad, body, &t)?;
-        Ok(len - TAG_LEN)
+        let n = len - TAG_LEN;
+        if out.len() < n {
+            out.resize(n, 0);
+        }
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&packet[n..]);
+        out[..header].copy_from_slice(&packet[..header]);
+        self.open_to(
+            space.nonce_number(number),
+            &packet[..header],
+            &packet[header..n],
+            &tag,
+            &mut out[header..n],
+        )?;
+        Ok(n)
     }
 }
 
@@ -320,33 +360,42 @@ mod tests {
         assert_eq!(buf[..18], plain[..18], "the header stays in clear");
         assert_ne!(buf[18..64], plain[18..], "the body is encrypted");
         let sealed = buf.clone();
+        let mut out = Vec::new();
         let m = k
-            .open_packet(NumberSpace::Data, 9, &mut buf, 18)
+            .open_packet(NumberSpace::Data, 9, &buf, 18, &mut out)
             .expect("opens");
-        assert_eq!(buf[..m], plain[..]);
+        assert_eq!(out[..m], plain[..]);
         // Any flipped bit, header or body or tag, fails.
         for bit in 0..sealed.len() * 8 {
             let mut f = sealed.clone();
             f[bit / 8] ^= 1 << (bit % 8);
             assert_eq!(
-                k.open_packet(NumberSpace::Data, 9, &mut f, 18),
+                k.open_packet(NumberSpace::Data, 9, &f, 18, &mut out),
                 Err(Unauthenticated),
                 "bit {bit}"
             );
         }
         // Another number, the other space, another key, a truncation: all fail.
-        let mut f = sealed.clone();
-        assert!(k.open_packet(NumberSpace::Data, 10, &mut f, 18).is_err());
-        let mut f = sealed.clone();
-        assert!(k.open_packet(NumberSpace::Parity, 9, &mut f, 18).is_err());
-        let mut f = sealed.clone();
-        assert!(PacketKey::new(&[4; 32])
-            .open_packet(NumberSpace::Data, 9, &mut f, 18)
+        let f = sealed.clone();
+        assert!(k
+            .open_packet(NumberSpace::Data, 10, &f, 18, &mut out)
             .is_err());
-        let mut f = sealed[..sealed.len() - 1].to_vec();
-        assert!(k.open_packet(NumberSpace::Data, 9, &mut f, 18).is_err());
-        let mut f = sealed[..10].to_vec();
-        assert!(k.open_packet(NumberSpace::Data, 9, &mut f, 18).is_err());
+        let f = sealed.clone();
+        assert!(k
+            .open_packet(NumberSpace::Parity, 9, &f, 18, &mut out)
+            .is_err());
+        let f = sealed.clone();
+        assert!(PacketKey::new(&[4; 32])
+            .open_packet(NumberSpace::Data, 9, &f, 18, &mut out)
+            .is_err());
+        let f = sealed[..sealed.len() - 1].to_vec();
+        assert!(k
+            .open_packet(NumberSpace::Data, 9, &f, 18, &mut out)
+            .is_err());
+        let f = sealed[..10].to_vec();
+        assert!(k
+            .open_packet(NumberSpace::Data, 9, &f, 18, &mut out)
+            .is_err());
         // No room for the tag: refused, not truncated.
         let mut small = plain.clone();
         assert_eq!(
@@ -366,15 +415,16 @@ mod tests {
         let n =
             c.tx.seal_packet(NumberSpace::Data, 0, &mut buf, 18, 40)
                 .unwrap();
-        let mut reflected = buf[..n].to_vec();
+        let reflected = buf[..n].to_vec();
+        let mut out = Vec::new();
         // A client packet reflected back at the client does not open with its receive key.
         assert!(c
             .rx
-            .open_packet(NumberSpace::Data, 0, &mut reflected, 18)
+            .open_packet(NumberSpace::Data, 0, &reflected, 18, &mut out)
             .is_err());
         assert!(s
             .rx
-            .open_packet(NumberSpace::Data, 0, &mut buf[..n], 18)
+            .open_packet(NumberSpace::Data, 0, &buf[..n], 18, &mut out)
             .is_ok());
     }
 
