@@ -600,15 +600,10 @@ impl Connection {
         } else {
             NumberSpace::Data
         };
-        p.window(space).check(h.number)?;
         let mut buf = std::mem::take(&mut self.open_buf);
-        let opened = p.rx.open_packet(space, h.number, datagram, h.len, &mut buf);
-        let r = match opened {
-            Ok(n) => {
-                p.window(space).mark(h.number);
-                self.receive_open(now, from, h.ty, &buf[..n])
-            }
-            Err(_) => Err(DropCause::Unauthenticated),
+        let r = match p.open(space, h.number, datagram, h.len, &mut buf) {
+            Ok(n) => self.receive_open(now, from, h.ty, &buf[..n]),
+            Err(cause) => Err(cause),
         };
         self.open_buf = buf;
         r
@@ -1498,8 +1493,8 @@ impl Connection {
     /// Seals the connection packet `buf[..len]` in place with this side's packet key and
     /// returns its length with the tag; without keys it is left as is. Every budget leaves
     /// room for the tag.
-    fn protect(&self, buf: &mut [u8], len: usize) -> usize {
-        let Some(p) = self.protection.as_deref() else {
+    fn protect(&mut self, buf: &mut [u8], len: usize) -> usize {
+        let Some(p) = self.protection.as_deref_mut() else {
             return len;
         };
         let sealed = wire::clear_header(&buf[..len]).ok().and_then(|h| {
@@ -1508,7 +1503,7 @@ impl Connection {
             } else {
                 NumberSpace::Data
             };
-            p.tx.seal_packet(space, h.number, buf, h.len, len)
+            p.seal(space, h.number, buf, h.len, len)
         });
         debug_assert!(sealed.is_some(), "no room for the tag: a budget is wrong");
         // Unreachable by the budgets; sent unsealed, the peer drops it as unauthenticated and

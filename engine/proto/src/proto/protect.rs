@@ -32,6 +32,16 @@
 //! crate's dependency tree. AES-128 rather than AES-256: the larger key buys nothing against
 //! the attacks in scope and costs time per packet.
 //!
+//! # Key generations
+//!
+//! AES-GCM's confidentiality degrades with the number of packets one key seals (RFC 9001
+//! §6.6 limits it to 2^23 per key). Every [`KEY_GENERATION_PACKETS`] packet numbers of a space
+//! use a new key, derived from the direction's session key, the space and the generation
+//! `number >> 22`. The generation follows from the number in clear, so no key-phase bit and
+//! no handshake are needed, and a reordered packet from the previous generation still opens.
+//! A receiver derives at most the generations next to the largest it authenticated (one
+//! below, one above): a forged packet with a far number fails without costing a derivation.
+//!
 //! # Receiving
 //!
 //! A packet is checked against the replay window of its number space, then opened; only a
@@ -56,6 +66,11 @@ pub const TAG_LEN: usize = 16;
 
 /// Packets the replay window remembers below the largest authenticated number.
 pub const REPLAY_WINDOW: u64 = 1024;
+
+/// Packets one key seals at most: numbers `g << 22 .. (g + 1) << 22` of a space use key
+/// generation `g` (see the module docs). Half of RFC 9001 §6.6's confidentiality limit for
+/// AES-GCM (2^23 packets per key).
+pub const KEY_GENERATION_PACKETS: u64 = 1 << 22;
 
 /// The two packet-number spaces of a direction (one replay window each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,9 +113,26 @@ impl PacketKey {
     /// The AEAD, as `bench crypto` names it.
     pub const ALGORITHM: &'static str = "AES-128-GCM";
 
-    /// The key of one direction, from that direction's session key.
+    /// The key of one direction's data space, generation 0, from that direction's session
+    /// key (what `bench crypto` measures).
     pub fn new(secret: &[u8; 32]) -> Self {
-        let okm = blake3::derive_key("ricochet 2026 packet protection AES-128-GCM key+iv", secret);
+        Self::derive(secret, NumberSpace::Data, 0)
+    }
+
+    /// The key of one direction's `space` and key `generation`, from that direction's session
+    /// key.
+    pub fn derive(secret: &[u8; 32], space: NumberSpace, generation: u64) -> Self {
+        let mut material = [0u8; 32 + 1 + 8];
+        material[..32].copy_from_slice(secret);
+        material[32] = match space {
+            NumberSpace::Data => 0,
+            NumberSpace::Parity => 1,
+        };
+        material[33..].copy_from_slice(&generation.to_be_bytes());
+        let okm = blake3::derive_key(
+            "ricochet 2026 packet protection AES-128-GCM key+iv",
+            &material,
+        );
         let mut iv = [0u8; aead::NONCE_LEN];
         iv.copy_from_slice(&okm[16..16 + aead::NONCE_LEN]);
         let key = match UnboundKey::new(&aead::AES_128_GCM, &okm[..16]) {
@@ -307,12 +339,64 @@ impl ReplayWindow {
     }
 }
 
-/// A session's protection state on one side: the key it seals with, the key it opens with,
+/// One direction's keys: the session key they derive from, and the generations in use per
+/// space (at most three: a receiver may see the previous, the current and the next one, and
+/// holding all three means a forged packet can make it derive each at most once).
+struct DirectionKeys {
+    secret: [u8; 32],
+    slots: [[Option<(u64, PacketKey)>; 3]; 2],
+}
+
+impl std::fmt::Debug for DirectionKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DirectionKeys { .. }")
+    }
+}
+
+impl DirectionKeys {
+    fn new(secret: &[u8; 32]) -> Self {
+        DirectionKeys {
+            secret: *secret,
+            slots: [[None, None, None], [None, None, None]],
+        }
+    }
+
+    /// The key of `space` for packet `number`, derived on first use in place of the oldest
+    /// generation held.
+    fn key(&mut self, space: NumberSpace, number: u64) -> &PacketKey {
+        let generation = number / KEY_GENERATION_PACKETS;
+        let slots = &mut self.slots[space as usize];
+        let held = slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|(g, _)| *g == generation));
+        let i = match held {
+            Some(i) => i,
+            None => {
+                let i = slots
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, s)| s.as_ref().map(|(g, _)| *g))
+                    .map_or(0, |(i, _)| i);
+                slots[i] = Some((
+                    generation,
+                    PacketKey::derive(&self.secret, space, generation),
+                ));
+                i
+            }
+        };
+        match &slots[i] {
+            Some((_, k)) => k,
+            None => unreachable!("the slot holds or was just given a key"),
+        }
+    }
+}
+
+/// A session's protection state on one side: the keys it seals with, the keys it opens with,
 /// and a replay window per number space.
 #[derive(Debug)]
 pub(crate) struct Protection {
-    pub(crate) tx: PacketKey,
-    pub(crate) rx: PacketKey,
+    tx: DirectionKeys,
+    rx: DirectionKeys,
     data: ReplayWindow,
     parity: ReplayWindow,
 }
@@ -326,18 +410,61 @@ impl Protection {
             (&keys.server_to_client, &keys.client_to_server)
         };
         Protection {
-            tx: PacketKey::new(tx),
-            rx: PacketKey::new(rx),
+            tx: DirectionKeys::new(tx),
+            rx: DirectionKeys::new(rx),
             data: ReplayWindow::new(),
             parity: ReplayWindow::new(),
         }
     }
 
-    pub(crate) fn window(&mut self, space: NumberSpace) -> &mut ReplayWindow {
+    fn window(&mut self, space: NumberSpace) -> &mut ReplayWindow {
         match space {
             NumberSpace::Data => &mut self.data,
             NumberSpace::Parity => &mut self.parity,
         }
+    }
+
+    /// Seals the packet `buf[..len]` (clear header `buf[..header]`, number `number` in
+    /// `space`) in place; `None` if `buf` has no room for the tag.
+    pub(crate) fn seal(
+        &mut self,
+        space: NumberSpace,
+        number: u64,
+        buf: &mut [u8],
+        header: usize,
+        len: usize,
+    ) -> Option<usize> {
+        self.tx
+            .key(space, number)
+            .seal_packet(space, number, buf, header, len)
+    }
+
+    /// Checks `packet` (number `number` in `space`, clear header `packet[..header]`) against
+    /// the replay window and opens it into `out`; only then does the number enter the window.
+    /// Returns the plaintext length, or why the packet is dropped: nothing changed then.
+    pub(crate) fn open(
+        &mut self,
+        space: NumberSpace,
+        number: u64,
+        packet: &[u8],
+        header: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, DropCause> {
+        let window = self.window(space);
+        window.check(number)?;
+        // Only the generations next to the largest authenticated one are derived.
+        let current = window.largest().unwrap_or(0) / KEY_GENERATION_PACKETS;
+        let generation = number / KEY_GENERATION_PACKETS;
+        if generation + 1 < current || generation > current + 1 {
+            return Err(DropCause::Unauthenticated);
+        }
+        let n = self
+            .rx
+            .key(space, number)
+            .open_packet(space, number, packet, header, out)
+            .map_err(|_| DropCause::Unauthenticated)?;
+        self.window(space).mark(number);
+        Ok(n)
     }
 }
 
@@ -410,21 +537,70 @@ mod tests {
             client_to_server: [1; 32],
             server_to_client: [2; 32],
         };
-        let (c, s) = (Protection::new(&keys, true), Protection::new(&keys, false));
+        let (mut c, mut s) = (Protection::new(&keys, true), Protection::new(&keys, false));
         let mut buf = vec![5u8; 40 + TAG_LEN];
-        let n =
-            c.tx.seal_packet(NumberSpace::Data, 0, &mut buf, 18, 40)
-                .unwrap();
-        let reflected = buf[..n].to_vec();
+        let n = c.seal(NumberSpace::Data, 0, &mut buf, 18, 40).unwrap();
         let mut out = Vec::new();
         // A client packet reflected back at the client does not open with its receive key.
-        assert!(c
-            .rx
-            .open_packet(NumberSpace::Data, 0, &reflected, 18, &mut out)
+        assert_eq!(
+            c.open(NumberSpace::Data, 0, &buf[..n], 18, &mut out),
+            Err(DropCause::Unauthenticated)
+        );
+        assert_eq!(
+            s.open(NumberSpace::Data, 0, &buf[..n], 18, &mut out),
+            Ok(40)
+        );
+        // Once: the same packet again is a replay.
+        assert_eq!(
+            s.open(NumberSpace::Data, 0, &buf[..n], 18, &mut out),
+            Err(DropCause::Replay)
+        );
+    }
+
+    #[test]
+    fn key_generations_follow_the_packet_number() {
+        let keys = SessionKeys {
+            client_to_server: [1; 32],
+            server_to_client: [2; 32],
+        };
+        let (mut c, mut s) = (Protection::new(&keys, true), Protection::new(&keys, false));
+        let g = KEY_GENERATION_PACKETS;
+        let mut out = Vec::new();
+        let sealed = |c: &mut Protection, number: u64| {
+            let mut buf = vec![9u8; 30 + TAG_LEN];
+            let n = c.seal(NumberSpace::Data, number, &mut buf, 18, 30).unwrap();
+            buf.truncate(n);
+            buf
+        };
+        // Numbers of different generations are sealed with different keys.
+        let a = sealed(&mut c, g - 1);
+        let b = sealed(&mut c, g);
+        assert!(PacketKey::derive(&[1; 32], NumberSpace::Data, 0)
+            .open_packet(NumberSpace::Data, g, &b, 18, &mut out)
             .is_err());
-        assert!(s
-            .rx
-            .open_packet(NumberSpace::Data, 0, &buf[..n], 18, &mut out)
+        assert!(PacketKey::derive(&[1; 32], NumberSpace::Data, 1)
+            .open_packet(NumberSpace::Data, g, &b, 18, &mut out)
+            .is_ok());
+        // Across the boundary, in either order, both open.
+        assert_eq!(s.open(NumberSpace::Data, g, &b, 18, &mut out), Ok(30));
+        assert_eq!(s.open(NumberSpace::Data, g - 1, &a, 18, &mut out), Ok(30));
+        // A number two generations ahead is refused unopened; one ahead is derived.
+        let far = sealed(&mut c, 3 * g);
+        assert_eq!(
+            s.open(NumberSpace::Data, 3 * g, &far, 18, &mut out),
+            Err(DropCause::Unauthenticated)
+        );
+        let next = sealed(&mut c, 2 * g + 5);
+        assert_eq!(
+            s.open(NumberSpace::Data, 2 * g + 5, &next, 18, &mut out),
+            Ok(30)
+        );
+        assert_eq!(s.open(NumberSpace::Data, 3 * g, &far, 18, &mut out), Ok(30));
+        // The sender went back to an older generation (a retransmitted close, say): still
+        // the right key.
+        let back = sealed(&mut c, g + 1);
+        assert!(PacketKey::derive(&[1; 32], NumberSpace::Data, 1)
+            .open_packet(NumberSpace::Data, g + 1, &back, 18, &mut out)
             .is_ok());
     }
 
