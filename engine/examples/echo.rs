@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
 use ricochet::{Client, ClientConfig, ClientEvent};
 
 /// The whole server: send every message back on the channel it came on.
@@ -49,13 +49,11 @@ fn run_client(server: SocketAddr, seconds: f64) -> Result<(), Box<dyn std::error
                 ClientEvent::Disconnected { reason, .. } => {
                     return Err(format!("{reason:?}").into())
                 }
-                ClientEvent::Connected => {}
+                _ => {}
             }
         }
     }
-    let s = client
-        .stats()
-        .map(|s| (s.packets_sent, s.segments_retransmitted));
+    let s = client.stats().map(|s| (s.packets_sent, s.retransmitted));
     println!(
         "{next_echo} round trips in {seconds} s, mean RTT {:?}; (packets sent, retransmitted) = {s:?}",
         rtt_total / next_echo.max(1) as u32
@@ -81,7 +79,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return run_client(addr.parse()?, seconds);
     }
     let bind = flag("--serve").unwrap_or_else(|| "127.0.0.1:0".into());
-    let server = RudpServer::start(RudpServerConfig::new(bind.parse()?), |_| Echo)?;
+    let server = Server::start(ServerConfig::new(bind.parse()?), |_| Echo)?;
     println!(
         "echo server on {} ({} workers, {})",
         server.local_addr(),

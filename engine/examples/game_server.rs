@@ -8,30 +8,24 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
-use ricochet::{ChannelKind, Client, ClientConfig, ClientEvent, Config};
-use ricochet_proto::EndpointConfig;
+use ricochet::{
+    ChannelKind, Client, ClientConfig, ClientEvent, Handler, Profile, Server, ServerConfig,
+    ServerContext, SessionId,
+};
 
-/// Channel ids; both sides use [`channels`].
+/// Channel ids, into [`CHANNELS`].
 const CHAT: u8 = 0;
 const STATE: u8 = 1;
 
-fn channels() -> EndpointConfig {
-    EndpointConfig {
-        connection: Arc::new(Config {
-            channels: vec![
-                ChannelKind::ReliableOrdered,
-                ChannelKind::UnreliableSequenced,
-            ],
-            ..Config::competitive()
-        }),
-        ..EndpointConfig::default()
-    }
-}
+/// Inputs and chat go reliable and ordered; world snapshots go unreliable-sequenced (a late
+/// snapshot is worthless once a newer one arrived).
+const CHANNELS: [ChannelKind; 2] = [
+    ChannelKind::ReliableOrdered,
+    ChannelKind::UnreliableSequenced,
+];
 
 /// The world: a tick counter and each player's chat line count. One worker owns it.
 #[derive(Default)]
@@ -103,19 +97,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: f64 = flag("--seconds").map_or(Ok(3.0), |s| s.parse())?;
     let n: usize = flag("--clients").map_or(Ok(4), |s| s.parse())?;
 
-    let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse()?);
-    cfg.udp.io_threads = 1; // one world, one worker
-    cfg.udp.tick = Some(Duration::from_millis(50));
-    cfg.endpoint = EndpointConfig {
-        server: cfg.endpoint.server.clone(),
-        ..channels()
-    };
-    let server = RudpServer::start(cfg, |_| World::default())?;
+    let cfg = ServerConfig::new("127.0.0.1:0".parse()?)
+        .profile(Profile::Game)
+        .channels(CHANNELS)
+        .workers(1) // one world, one worker
+        .tick(Duration::from_millis(50));
+    let server = Server::start(cfg, |_| World::default())?;
 
-    let client_cfg = ClientConfig {
-        endpoint: channels(),
-        ..ClientConfig::default()
-    };
+    let client_cfg = ClientConfig::new()
+        .profile(Profile::Game)
+        .channels(CHANNELS);
     let mut players = (0..n)
         .map(|_| {
             Client::connect_blocking(
@@ -154,7 +145,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     ClientEvent::Disconnected { reason, .. } => {
                         return Err(format!("{reason:?}").into())
                     }
-                    ClientEvent::Connected => {}
+                    _ => {}
                 }
             }
         }
@@ -163,7 +154,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     for (i, (c, s)) in players.iter().zip(&seen).enumerate() {
-        let rtt = c.stats().map_or(Duration::ZERO, |st| st.srtt);
+        let rtt = c.stats().map_or(Duration::ZERO, |st| st.rtt);
         println!(
             "player {i}: {} snapshots (last tick {}, {} stale), {} chat lines, RTT {rtt:?}",
             s.snapshots, s.last_tick, s.stale, s.chat

@@ -2,12 +2,11 @@
 //! with the game profile, sends one message and prints what comes back until the server leaves.
 //! `cargo run --release -p ricochet --example readme_client` (with `readme_server` running)
 
-use ricochet::{Client, ClientConfig, ClientEvent, Config};
-use std::{sync::Arc, time::Duration};
+use ricochet::{Client, ClientConfig, ClientEvent, Profile};
+use std::time::Duration;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut config = ClientConfig::default();
-    config.endpoint.connection = Arc::new(Config::competitive()); // the game profile
+    let config = ClientConfig::new().profile(Profile::Game);
     let server = "127.0.0.1:7777".parse()?;
     let mut client = Client::connect_blocking(server, config, Duration::from_secs(5))?;
     client.send(0, &b"hello"[..])?; // channel 0: reliable, ordered

@@ -3,7 +3,7 @@
 //! `cargo run --release -p ricochet --example readme_server`
 
 use bytes::Bytes;
-use ricochet::{Config, Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::{Handler, Profile, Server, ServerConfig, ServerContext, SessionId};
 use signal_hook::{consts::SIGINT, consts::SIGTERM, iterator::Signals};
 
 struct Echo;
@@ -14,9 +14,8 @@ impl Handler for Echo {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut config = RudpServerConfig::new("0.0.0.0:7777".parse()?);
-    config.endpoint.connection = std::sync::Arc::new(Config::competitive()); // the game profile
-    let server = RudpServer::start(config, |_worker| Echo)?;
+    let config = ServerConfig::new("0.0.0.0:7777".parse()?).profile(Profile::Game);
+    let server = Server::start(config, |_worker| Echo)?;
     println!("listening on {}", server.local_addr());
     Signals::new([SIGINT, SIGTERM])?.forever().next(); // wait for Ctrl-C or `kill`
     server.shutdown()?; // says goodbye to every client

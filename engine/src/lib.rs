@@ -12,7 +12,9 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod client;
+mod profile;
 pub mod runtime;
+mod stats;
 
 pub use ricochet_platform as platform;
 pub use ricochet_proto as proto;
@@ -20,7 +22,10 @@ pub use ricochet_proto as proto;
 pub use client::{
     Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError, ConnectLimit,
 };
-pub use ricochet_proto::{ChannelKind, CloseReason, Config};
+pub use profile::Profile;
+pub use ricochet_platform::BackendKind;
+pub use ricochet_proto::{ChannelKind, CloseReason, Config, SendError};
 pub use runtime::{
-    Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId, UdpServerConfig,
+    Handler, IdleStrategy, IoModel, RuntimeError, Server, ServerConfig, ServerContext, SessionId,
 };
+pub use stats::SessionStats;

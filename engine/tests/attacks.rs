@@ -1,4 +1,4 @@
-//! The attack suite: a running `RudpServer` and `Client` on loopback with protected sessions,
+//! The attack suite: a running `Server` and `Client` on loopback with protected sessions,
 //! and an attacker who sits on the path between them (a tap that forwards, records, holds and
 //! injects datagrams) or off it (its own socket). Every forged, replayed, truncated or
 //! bit-flipped packet must be dropped, counted by its cause, and change nothing: the session
@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
 use ricochet::{Client, ClientConfig, ClientEvent, IoModel};
 use ricochet_proto::fec::FecPolicy;
 use ricochet_proto::wire::{self, ConnectionId, Frame, PacketType, Writer, TAG_LEN};
@@ -73,8 +73,8 @@ fn protocol(fec: FecPolicy) -> Config {
     c
 }
 
-fn start_server(fec: FecPolicy) -> (RudpServer, Arc<Mutex<Observed>>) {
-    let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+fn start_server(fec: FecPolicy) -> (Server, Arc<Mutex<Observed>>) {
+    let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap());
     cfg.udp.io_model = IoModel::PerCore;
     cfg.udp.io_threads = 1;
     cfg.udp.tick = Some(Duration::from_millis(2));
@@ -83,7 +83,7 @@ fn start_server(fec: FecPolicy) -> (RudpServer, Arc<Mutex<Observed>>) {
     cfg.seed = Some(11);
     let seen = Arc::new(Mutex::new(Observed::default()));
     let s = seen.clone();
-    let srv = RudpServer::start(cfg, move |_| Echo { seen: s.clone() }).unwrap();
+    let srv = Server::start(cfg, move |_| Echo { seen: s.clone() }).unwrap();
     (srv, seen)
 }
 
@@ -92,10 +92,7 @@ fn observed(o: &Arc<Mutex<Observed>>) -> Observed {
 }
 
 fn connect(to: SocketAddr, fec: FecPolicy, seed: u64) -> Client {
-    let mut cfg = ClientConfig {
-        seed: Some(seed),
-        ..ClientConfig::default()
-    };
+    let mut cfg = ClientConfig::new().seed(seed);
     cfg.endpoint.connection = Arc::new(protocol(fec));
     cfg.endpoint.test_session_secret = Some(SECRET);
     let c = Client::connect_blocking(to, cfg, Duration::from_secs(10)).expect("connects");
@@ -383,7 +380,7 @@ impl Session {
     }
 
     fn client_drops(&self) -> DropCounters {
-        self.client.stats().expect("connected").drops.clone()
+        self.client.detail().expect("connected").drops.clone()
     }
 
     fn client_received(&self) -> u64 {
@@ -549,7 +546,7 @@ fn largest_pn(packets: &[Vec<u8>]) -> u64 {
         .unwrap_or(0)
 }
 
-fn session(fec: FecPolicy) -> (RudpServer, Session) {
+fn session(fec: FecPolicy) -> (Server, Session) {
     let (srv, seen) = start_server(fec);
     let tap = Tap::start(srv.local_addr());
     let client = connect(tap.addr(), fec, 5);

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ricochet::platform::BackendKind;
-use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
 use ricochet::{Client, ClientConfig, ClientEvent, ClientSet, CloseReason, IoModel};
 
 struct Echo;
@@ -17,20 +17,17 @@ impl Handler for Echo {
     }
 }
 
-fn server(model: IoModel, workers: usize, backend: BackendKind) -> RudpServer {
-    let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+fn server(model: IoModel, workers: usize, backend: BackendKind) -> Server {
+    let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap());
     cfg.udp.io_model = model;
     cfg.udp.io_threads = workers;
     cfg.udp.backend.kind = backend;
     cfg.seed = Some(7);
-    RudpServer::start(cfg, |_| Echo).unwrap()
+    Server::start(cfg, |_| Echo).unwrap()
 }
 
 fn client(addr: SocketAddr) -> Client {
-    let cfg = ClientConfig {
-        seed: Some(rand_seed(addr)),
-        ..ClientConfig::default()
-    };
+    let cfg = ClientConfig::new().seed(rand_seed(addr));
     Client::connect_blocking(addr, cfg, Duration::from_secs(10)).expect("connects")
 }
 
@@ -205,11 +202,11 @@ impl Handler for NameWorker {
 #[test]
 fn client_learns_which_worker_serves_it() {
     for (model, named) in [(IoModel::PerCore, true), (IoModel::Shared, false)] {
-        let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+        let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap());
         cfg.udp.io_model = model;
         cfg.udp.io_threads = 2;
         cfg.seed = Some(11);
-        let srv = RudpServer::start(cfg, |_| NameWorker).unwrap();
+        let srv = Server::start(cfg, |_| NameWorker).unwrap();
         let mut seen = Vec::new();
         for _ in 0..4 {
             let mut c = client(srv.local_addr());
@@ -258,10 +255,10 @@ fn shutdown_closes_open_sessions_with_a_reason_on_both_sides() {
     for model in [IoModel::PerCore, IoModel::Shared] {
         let seen = Arc::new(Mutex::new(HashMap::new()));
         let s2 = seen.clone();
-        let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+        let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap());
         cfg.udp.io_model = model;
         cfg.udp.io_threads = 2;
-        let srv = RudpServer::start(cfg, move |_| Recorder(s2.clone())).unwrap();
+        let srv = Server::start(cfg, move |_| Recorder(s2.clone())).unwrap();
         let mut clients: Vec<Client> = (0..4).map(|_| client(srv.local_addr())).collect();
         // Keep the clients answering while the server shuts down on another thread.
         let stopper = std::thread::spawn(move || srv.shutdown());
@@ -370,18 +367,15 @@ fn client_reports_its_backend() {
 fn step_loop_echoes_in_order_with_offloads_on_and_off() {
     for backend in backends() {
         for offload in [true, false] {
-            let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+            let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap());
             cfg.udp.io_threads = 1;
             cfg.udp.backend.kind = backend;
             cfg.udp.gso = offload;
             cfg.udp.backend.gro = offload;
             cfg.seed = Some(11);
-            let srv = RudpServer::start(cfg, |_| Echo).unwrap();
-            let mut ccfg = ClientConfig {
-                seed: Some(rand_seed(srv.local_addr())),
-                gso: offload,
-                ..ClientConfig::default()
-            };
+            let srv = Server::start(cfg, |_| Echo).unwrap();
+            let mut ccfg = ClientConfig::new().seed(rand_seed(srv.local_addr()));
+            ccfg.gso = offload;
             ccfg.backend.gro = offload;
             ccfg.backend.kind = backend;
             let mut c = Client::connect_blocking(srv.local_addr(), ccfg, Duration::from_secs(10))
@@ -427,10 +421,7 @@ fn client_set_drives_several_clients_from_one_thread() {
         let addr = srv.local_addr();
         let mut set = ClientSet::new();
         for _ in 0..5 {
-            let mut cfg = ClientConfig {
-                seed: Some(rand_seed(addr)),
-                ..ClientConfig::default()
-            };
+            let mut cfg = ClientConfig::new().seed(rand_seed(addr));
             cfg.backend.kind = backend;
             let c = Client::connect_blocking(addr, cfg, Duration::from_secs(10)).expect("connects");
             assert_eq!(set.push(c), set.len() - 1);

@@ -6,14 +6,14 @@
 //! carry it from then on. On Linux the sockets' reuseport BPF program reads those bytes, so
 //! every datagram of a session reaches its worker directly, even after the client's address
 //! changes; elsewhere a datagram that lands on the wrong worker is forwarded to the owner
-//! ([`RudpServer::forwarded`]). A handler reaches a session on another worker through that
+//! ([`Server::forwarded`]). A handler reaches a session on another worker through that
 //! worker's command queue.
 //!
 //! Shared: one endpoint behind a lock, served by every thread (the baseline).
 //!
 //! ```no_run
 //! use bytes::Bytes;
-//! use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+//! use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
 //!
 //! struct Echo;
 //! impl Handler for Echo {
@@ -23,7 +23,7 @@
 //! }
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let server = RudpServer::start(RudpServerConfig::new("0.0.0.0:7777".parse()?), |_| Echo)?;
+//! let server = Server::start(ServerConfig::new("0.0.0.0:7777".parse()?), |_| Echo)?;
 //! println!("serving on {}", server.local_addr());
 //! # server.shutdown()?;
 //! # Ok(())
@@ -36,7 +36,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
@@ -44,15 +44,17 @@ use rand_chacha::ChaCha8Rng;
 use ricochet_platform::{self as platform, BackendKind, SocketInfo, Waker};
 
 use ricochet_proto::{
-    CloseReason, ConnectionHandle, ConnectionStats, DropCause, Endpoint, EndpointConfig,
-    EndpointStats, Event, SendError, ServerConfig,
+    ChannelKind, CloseReason, Config, ConnectionHandle, ConnectionStats, DropCause, Endpoint,
+    EndpointConfig, EndpointStats, Event, SendError, ServerConfig as ListenConfig,
 };
 
-use super::config::{IoModel, UdpServerConfig};
+use super::config::{IdleStrategy, IoModel, UdpServerConfig};
 use super::counters::WorkerCounters;
 use super::error::RuntimeError;
 use super::placement::{steer_rules, worker_of_datagram, Placement, WorkerRouter};
 use super::worker::{Service, UdpContext, WorkerSet};
+use crate::profile::{with_channels, Profile};
+use crate::stats::SessionStats;
 
 /// A session: the worker (endpoint) that owns it and its connection handle there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -69,9 +71,23 @@ impl fmt::Display for SessionId {
     }
 }
 
-/// Configuration of an RUDP server.
+/// Configuration of a [`Server`]: start from [`ServerConfig::new`] and change what you need with
+/// the builder methods; the fields stay open for tuning beyond them.
+///
+/// ```
+/// use std::time::Duration;
+/// use ricochet::{ChannelKind, Profile, ServerConfig};
+///
+/// let config = ServerConfig::new("0.0.0.0:7777".parse().unwrap())
+///     .profile(Profile::Game)
+///     .channels([ChannelKind::ReliableOrdered, ChannelKind::UnreliableSequenced])
+///     .max_sessions(2_000)
+///     .tick(Duration::from_millis(16));
+/// # let _ = config;
+/// ```
 #[derive(Debug, Clone)]
-pub struct RudpServerConfig {
+#[non_exhaustive]
+pub struct ServerConfig {
     /// Sockets, IO model, workers, backend, idle strategy, tick.
     pub udp: UdpServerConfig,
     /// Protocol settings (connection config, session limits, handshake limits, budgets).
@@ -81,17 +97,93 @@ pub struct RudpServerConfig {
     pub seed: Option<u64>,
 }
 
-impl RudpServerConfig {
-    /// Defaults for a server on `bind`: per-core, one worker per core, default protocol config.
+impl ServerConfig {
+    /// Defaults for a server on `bind`: per-core, one worker per core, [`Profile::Default`].
     pub fn new(bind: SocketAddr) -> Self {
-        RudpServerConfig {
+        ServerConfig {
             udp: UdpServerConfig::new(bind),
             endpoint: EndpointConfig {
-                server: Some(ServerConfig::default()),
+                server: Some(ListenConfig::default()),
                 ..EndpointConfig::default()
             },
             seed: None,
         }
+    }
+
+    /// Tune every session for `profile` (clients should use the same one). Keeps the channels.
+    pub fn profile(self, profile: Profile) -> Self {
+        self.session(|c| *c = with_channels(profile.config(), c))
+    }
+
+    /// The channels every session has, by id (clients must list the same kinds in the same
+    /// order). Default: reliable-ordered, reliable-unordered, unreliable, unreliable-sequenced.
+    pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
+        let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
+        self.session(|c| c.channels = kinds)
+    }
+
+    /// Change any protocol setting of every session (see [`Config`]).
+    pub fn session(mut self, tune: impl FnOnce(&mut Config)) -> Self {
+        tune(Arc::make_mut(&mut self.endpoint.connection));
+        self
+    }
+
+    /// Worker threads; 0 (the default) means one per available core.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.udp.io_threads = workers;
+        self
+    }
+
+    /// The IO model ([`IoModel::PerCore`] by default).
+    pub fn io_model(mut self, io_model: IoModel) -> Self {
+        self.udp.io_model = io_model;
+        self
+    }
+
+    /// The datagram I/O backend (automatic by default: io_uring where it can be set up, else
+    /// epoll with `recvmmsg`/`sendmmsg`, kqueue on macOS).
+    pub fn backend(mut self, backend: BackendKind) -> Self {
+        self.udp.backend.kind = backend;
+        self
+    }
+
+    /// What idle workers do ([`IdleStrategy::Balanced`] by default).
+    pub fn idle(mut self, idle: IdleStrategy) -> Self {
+        self.udp.idle = idle;
+        self
+    }
+
+    /// Call [`Handler::on_tick`] every `tick` on every worker.
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.udp.tick = Some(tick);
+        self
+    }
+
+    /// Sessions this server holds at most; clients beyond are refused with
+    /// [`CloseReason::ServerFull`].
+    pub fn max_sessions(mut self, sessions: usize) -> Self {
+        self.listen().max_sessions = sessions;
+        self
+    }
+
+    /// Sessions from one IP address at most (players behind one NAT share an address); more
+    /// are refused with [`CloseReason::TooManyFromAddress`].
+    pub fn max_sessions_per_address(mut self, sessions: usize) -> Self {
+        self.listen().max_sessions_per_address = sessions;
+        self
+    }
+
+    /// Seed connection ids and cookie keys from `seed` (reproducible tests); by default each
+    /// worker draws from the OS.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    fn listen(&mut self) -> &mut ListenConfig {
+        self.endpoint
+            .server
+            .get_or_insert_with(ListenConfig::default)
     }
 }
 
@@ -215,9 +307,16 @@ impl ServerContext<'_> {
         Ok(())
     }
 
-    /// Statistics of a session on this worker (RTT histogram, loss, retransmissions, cwnd,
-    /// queue depth); `None` for an unknown session or one owned by another worker.
-    pub fn session_stats(&self, session: SessionId) -> Option<&ConnectionStats> {
+    /// Counters and path estimates of a session on this worker (RTT, loss, retransmissions,
+    /// congestion window); `None` for an unknown session or one owned by another worker.
+    pub fn session_stats(&self, session: SessionId) -> Option<SessionStats> {
+        self.session_detail(session).map(SessionStats::from)
+    }
+
+    /// Every counter the protocol core keeps for a session on this worker (for benchmarks
+    /// and diagnostics; its shape follows the protocol core, not this crate's API promise).
+    #[doc(hidden)]
+    pub fn session_detail(&self, session: SessionId) -> Option<&ConnectionStats> {
         if session.worker != self.worker {
             return None;
         }
@@ -476,17 +575,17 @@ impl<H: Handler> Service for RudpService<H> {
     }
 }
 
-/// A running RUDP server. Dropping it stops the workers; [`RudpServer::shutdown`] closes every
+/// A running RUDP server. Dropping it stops the workers; [`Server::shutdown`] closes every
 /// session with [`CloseReason::Shutdown`] (clients learn why), then joins the workers.
-pub struct RudpServer {
+pub struct Server {
     workers: WorkerSet,
     placement: Option<Placement>,
     forwarded: Arc<AtomicU64>,
 }
 
-impl fmt::Debug for RudpServer {
+impl fmt::Debug for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RudpServer")
+        f.debug_struct("Server")
             .field("local_addr", &self.workers.local_addr)
             .field("io_model", &self.workers.io_model)
             .field("backend", &self.workers.backend_kind)
@@ -500,17 +599,17 @@ fn os_seed() -> u64 {
     rand::rng().next_u64()
 }
 
-impl RudpServer {
+impl Server {
     /// Bind, start the workers (each with its endpoint and `make_handler(i)`), return once
     /// every worker is up.
-    pub fn start<H, F>(config: RudpServerConfig, mut make_handler: F) -> Result<Self, RuntimeError>
+    pub fn start<H, F>(config: ServerConfig, mut make_handler: F) -> Result<Self, RuntimeError>
     where
         H: Handler,
         F: FnMut(usize) -> H,
     {
         let mut endpoint_cfg = config.endpoint.clone();
         if endpoint_cfg.server.is_none() {
-            endpoint_cfg.server = Some(ServerConfig::default());
+            endpoint_cfg.server = Some(ListenConfig::default());
         }
         let n = config.udp.resolved_threads();
         if config.udp.io_model == IoModel::PerCore && n > 256 {
@@ -586,7 +685,7 @@ impl RudpServer {
             backend = %workers.backend_kind,
             "ricochet RUDP server started"
         );
-        Ok(RudpServer {
+        Ok(Server {
             workers,
             placement,
             forwarded,

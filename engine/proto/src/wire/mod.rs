@@ -117,6 +117,7 @@ const COOKIE_ECHO_BODY_LEN: usize = 2 + 8 + 8 + 8 + COOKIE_LEN;
 
 /// Why decoding or encoding failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// The input ended before the structure did.
     #[error("truncated input")]
@@ -206,6 +207,7 @@ impl fmt::Debug for ConnectionId {
 
 /// Why a connection or handshake ended, as carried on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CloseReason {
     /// The application closed the connection normally.
     Application,
