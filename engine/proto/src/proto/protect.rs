@@ -82,6 +82,16 @@ pub enum NumberSpace {
 }
 
 impl NumberSpace {
+    /// The space of a connection packet's number: `FecParity` packets count parity, every
+    /// other packet carries an ARQ packet number.
+    pub fn of(ty: crate::wire::PacketType) -> Self {
+        if ty == crate::wire::PacketType::FecParity {
+            NumberSpace::Parity
+        } else {
+            NumberSpace::Data
+        }
+    }
+
     /// The number the nonce is made from: the parity space has the top bit set (packet
     /// numbers stay below 2^62, so the spaces never meet).
     fn nonce_number(self, number: u64) -> u64 {
