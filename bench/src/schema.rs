@@ -16,8 +16,8 @@ use crate::host::{BuildInfo, HostInfo};
 /// RUDP config's `client_threads` and `server_idle`, and the RUDP server's
 /// `sessions_per_worker` and `forwarded`; version 4 added the RUDP config's
 /// `client_placement`; version 5 added the RUDP config's `clients_process`, the round's
-/// `client_process` and the wire counters' `tail_loss_probes`; version 6 added
-/// `sessions_runs` (`bench sessions`) and `game_runs` (`bench game`).
+/// `client_process`, the wire counters' `tail_loss_probes` and the RUDP config's `security`;
+/// version 6 added `sessions_runs` (`bench sessions`) and `game_runs` (`bench game`).
 pub const SCHEMA_VERSION: u32 = 6;
 
 /// Oldest schema version this build reads (every later change so far only added fields).
@@ -481,9 +481,19 @@ pub struct RudpConfig {
     /// (`in-process`) in files before schema version 5.
     #[serde(default)]
     pub clients_process: Option<String>,
+    /// Packet protection: `secure` (every session's packets sealed, keys from the protocol's
+    /// test path) or `insecure`. Absent (`insecure`: there was no protection) in files before
+    /// schema version 5.
+    #[serde(default)]
+    pub security: Option<String>,
 }
 
 impl RudpConfig {
+    /// Whether this round protects its sessions' packets.
+    pub fn is_secure(&self) -> bool {
+        self.security.as_deref() == Some("secure")
+    }
+
     /// The client threads this round runs: `client_threads`, or one per client when absent,
     /// at most one per client.
     pub fn resolved_client_threads(&self) -> usize {

@@ -97,4 +97,13 @@ fn heap_bytes_per_session_idle_loaded_and_idle_again() {
     );
     // Allocation is deterministic: the same run holds the same bytes.
     assert_eq!(per_session(&idle, empty), idle_b);
+
+    // Protected sessions (keys, replay windows) after the same load, idle again.
+    let secure = SessionsScenario {
+        test_session_secret: Some([9; 32]),
+        ..after.clone()
+    };
+    let secure_b = per_session(&secure, empty);
+    eprintln!("heap per protected session, idle after the load: {secure_b} B");
+    assert!(secure_b <= 4 * 1024, "protected: {secure_b} B per session");
 }

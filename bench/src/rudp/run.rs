@@ -126,10 +126,14 @@ pub fn config_for(
         server_idle: Some(DEFAULT_SERVER_IDLE.into()),
         client_placement: Some(default_client_placement(direct, false).into()),
         clients_process: Some(DEFAULT_CLIENTS_PROCESS.into()),
+        security: Some("secure".into()),
     };
     set_impairment(&mut cfg, &profile.impairment());
     cfg
 }
+
+/// Security modes a round may ask for: packets sealed, or the insecure mode.
+pub const SECURITY_MODES: [&str; 2] = ["secure", "insecure"];
 
 /// The server workers' idle strategy when none is asked for.
 pub const DEFAULT_SERVER_IDLE: &str = "balanced";
@@ -210,8 +214,19 @@ pub fn protocol(cfg: &RudpConfig) -> Result<EndpointConfig> {
     };
     // The policy is the round's, whatever the profile's default (competitive: adaptive).
     connection.fec.policy = FecPolicy::from_str(&cfg.fec)?.protocol();
+    // Secure rounds: server and clients share a secret the sessions' keys derive from (the
+    // protocol's test path; a real deployment hands keys out in connect tokens). The cost per
+    // packet is the same either way.
+    let test_session_secret = cfg.is_secure().then(|| {
+        let mut s = [0u8; 32];
+        s[..8].copy_from_slice(&cfg.seed.to_le_bytes());
+        let label = b"bench rudp secret";
+        s[8..8 + label.len()].copy_from_slice(label);
+        s
+    });
     Ok(EndpointConfig {
         connection: Arc::new(connection),
+        test_session_secret,
         ..EndpointConfig::default()
     })
 }
@@ -219,6 +234,11 @@ pub fn protocol(cfg: &RudpConfig) -> Result<EndpointConfig> {
 /// Check a configuration before running it.
 pub fn validate(cfg: &RudpConfig) -> Result<()> {
     FecPolicy::from_str(&cfg.fec)?.available()?;
+    if let Some(s) = cfg.security.as_deref() {
+        if !SECURITY_MODES.contains(&s) {
+            bail!("security {s:?}: expected secure or insecure");
+        }
+    }
     if cfg.payload < HEADER_LEN || cfg.payload > 1 << 20 {
         bail!(
             "payload must be {HEADER_LEN} B (the message header) to 1 MiB, got {}",
@@ -715,8 +735,9 @@ pub fn label(cfg: &RudpConfig) -> String {
     } else {
         cfg.profile.clone()
     };
+    let insecure = if cfg.is_secure() { "" } else { " · insecure" };
     format!(
-        "{fec} · {net} · {}×{} {}",
+        "{fec} · {net} · {}×{} {}{insecure}",
         cfg.io_model, cfg.io_threads, cfg.backend
     )
 }

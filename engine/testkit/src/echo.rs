@@ -78,6 +78,9 @@ pub struct EchoScenario {
     /// Connection settings of the server when they differ from `config` (e.g. another FEC
     /// scheme); `None`: the server uses `config` too.
     pub server_config: Option<Config>,
+    /// Protect every session's packets (keys from the test path,
+    /// `EndpointConfig::test_session_secret`, seeded by `seed`); `false`: the insecure mode.
+    pub secure: bool,
 }
 
 impl EchoScenario {
@@ -95,6 +98,7 @@ impl EchoScenario {
             none_delay: Duration::from_millis(1),
             config: Config::default(),
             server_config: None,
+            secure: true,
         }
     }
 
@@ -118,10 +122,17 @@ impl EchoScenario {
             None => cfg.clone(),
         };
         let server_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 7000);
+        let secret = self.secure.then(|| {
+            let mut s = [0u8; 32];
+            s[..8].copy_from_slice(&self.seed.to_le_bytes());
+            s[8..16].copy_from_slice(b"echo key");
+            s
+        });
         let server_ep = Endpoint::new(
             EndpointConfig {
                 connection: server_cfg,
                 server: Some(ServerConfig::default()),
+                test_session_secret: secret,
                 ..EndpointConfig::default()
             },
             base,
@@ -137,6 +148,7 @@ impl EchoScenario {
             let mut ep = Endpoint::new(
                 EndpointConfig {
                     connection: cfg.clone(),
+                    test_session_secret: secret,
                     ..EndpointConfig::default()
                 },
                 base,

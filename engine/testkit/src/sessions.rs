@@ -65,6 +65,9 @@ pub struct SessionsScenario {
     pub config: Config,
     /// The server's limits.
     pub server: ServerConfig,
+    /// Protect every session's packets with keys derived from this secret
+    /// ([`EndpointConfig::test_session_secret`]); `None`: the insecure mode.
+    pub test_session_secret: Option<[u8; 32]>,
 }
 
 impl SessionsScenario {
@@ -84,6 +87,7 @@ impl SessionsScenario {
             settle_after_load: Duration::ZERO,
             config: Config::default(),
             server: ServerConfig::default(),
+            test_session_secret: None,
         }
     }
 
@@ -99,6 +103,7 @@ impl SessionsScenario {
             EndpointConfig {
                 connection: cfg.clone(),
                 server: Some(self.server.clone()),
+                test_session_secret: self.test_session_secret,
                 ..EndpointConfig::default()
             },
             base,
@@ -111,6 +116,7 @@ impl SessionsScenario {
             let ep = Endpoint::new(
                 EndpointConfig {
                     connection: cfg.clone(),
+                    test_session_secret: self.test_session_secret,
                     ..EndpointConfig::default()
                 },
                 base,

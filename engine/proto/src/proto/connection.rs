@@ -9,12 +9,13 @@ use bytes::Bytes;
 
 use super::cc::Congestion;
 use super::fec::FecLink;
+use super::protect::{NumberSpace, Protection};
 use super::recv::{Budget, Need, Receiver, SharedBudgets};
 use super::rtt::RttEstimator;
 use super::stats::Counters;
 use super::{
     ChannelKind, CloseReason, Config, ConnectionId, ConnectionStats, DropCause, Event, SendError,
-    Transmit,
+    SessionKeys, Transmit,
 };
 use crate::wire::{self, Frame, Packet, Writer, MAX_ACK_RANGES};
 
@@ -172,6 +173,10 @@ pub struct Connection {
     /// Data moved since the last [`Connection::trim`]: buffers may hold capacity to give back.
     trim_pending: bool,
     fec: FecLink,
+    /// Packet keys and replay windows; `None` in the insecure mode.
+    protection: Option<Box<Protection>>,
+    /// Where a received packet is opened (it arrives borrowed, and opens in place).
+    open_buf: Vec<u8>,
 }
 
 impl Connection {
@@ -181,6 +186,7 @@ impl Connection {
         local_cid: ConnectionId,
         remote: SocketAddr,
         now: Instant,
+        keys: Option<SessionKeys>,
     ) -> Self {
         let channels = cfg
             .channels
@@ -247,34 +253,45 @@ impl Connection {
             last_data: now,
             // The handshake grows the event and packet queues too.
             trim_pending: true,
-            fec: FecLink::new(&cfg),
+            fec: FecLink::new(&cfg, if keys.is_some() { wire::TAG_LEN } else { 0 }),
+            protection: keys.map(|k| Box::new(Protection::new(&k, side == Side::Client))),
+            open_buf: Vec::new(),
             cfg,
         }
     }
 
     /// A client connection that starts the handshake with `server` on the first `poll_transmit`.
+    ///
+    /// `keys` protect every packet after the handshake (the connect token's session keys);
+    /// `None` is the insecure mode: packets are neither encrypted nor authenticated, and both
+    /// peers must agree on it.
     pub fn client(
         cfg: Arc<Config>,
         local_cid: ConnectionId,
         server: SocketAddr,
         nonce: u64,
         now: Instant,
+        keys: Option<SessionKeys>,
     ) -> Self {
-        let mut c = Self::new(cfg, Side::Client, local_cid, server, now);
+        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, keys);
         c.nonce = nonce;
         c
     }
 
     /// A server connection for a client that proved its address (valid cookie echo). It sends
     /// the accept on the first `poll_transmit` and reports [`Event::Connected`].
+    ///
+    /// `keys` as for [`Connection::client`]: the same session keys on both sides, or `None`
+    /// on both.
     pub fn server(
         cfg: Arc<Config>,
         local_cid: ConnectionId,
         client_cid: ConnectionId,
         client: SocketAddr,
         now: Instant,
+        keys: Option<SessionKeys>,
     ) -> Self {
-        let mut c = Self::new(cfg, Side::Server, local_cid, client, now);
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, keys);
         c.remote_cid = client_cid;
         c.state = ConnectionState::Established;
         c.accept_pending = true;
@@ -317,6 +334,12 @@ impl Connection {
     /// The peer's current address (follows the peer when its address changes).
     pub fn remote_addr(&self) -> SocketAddr {
         self.remote
+    }
+
+    /// True when this session's packets are protected (it has session keys); false in the
+    /// insecure mode.
+    pub fn is_secure(&self) -> bool {
+        self.protection.is_some()
     }
 
     /// Life-cycle state.
@@ -410,6 +433,7 @@ impl Connection {
         }
         self.recv_ranges.shrink_to_fit();
         self.events.shrink_to_fit();
+        self.open_buf = Vec::new();
         self.fec.trim(now);
     }
 
@@ -572,15 +596,22 @@ impl Connection {
         if self.state == ConnectionState::Closed {
             return Err(DropCause::Closed);
         }
+        if datagram.first().is_some_and(|&t| {
+            t == wire::PacketType::Data as u8
+                || t == wire::PacketType::FecData as u8
+                || t == wire::PacketType::FecParity as u8
+        }) {
+            return self.receive_protected(now, from, datagram);
+        }
         let packet = match wire::decode_packet(datagram) {
             Ok(p) => p,
             Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
             Err(_) => return Err(DropCause::Malformed),
         };
         match packet {
-            Packet::Data { .. } => self.receive_arq(now, from, datagram),
-            Packet::FecData { .. } | Packet::FecParity { .. } => {
-                self.receive_fec(now, from, datagram)
+            // Connection packets went to `receive_protected` above.
+            Packet::Data { .. } | Packet::FecData { .. } | Packet::FecParity { .. } => {
+                Err(DropCause::Malformed)
             }
             Packet::ServerChallenge {
                 client_cid,
@@ -642,7 +673,56 @@ impl Connection {
         }
     }
 
-    /// FEC seam (incoming): FEC packets land here. The FEC receiver unwraps them and every ARQ
+    /// Every connection packet (`Data`, `FecData`, `FecParity`) enters here. In a session with
+    /// keys it is checked against the replay window and opened first: a replayed, too old,
+    /// forged, damaged or truncated packet is dropped with its cause before anything else
+    /// happens (no path update, no ACK processing, no packet-number or FEC state change), and
+    /// only an authenticated packet's number enters the replay window.
+    fn receive_protected(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let h = match wire::clear_header(datagram) {
+            Ok(h) => h,
+            Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
+            Err(_) => return Err(DropCause::Malformed),
+        };
+        if h.dst_cid != self.local_cid {
+            return Err(DropCause::UnknownConnection);
+        }
+        let Some(p) = self.protection.as_deref_mut() else {
+            return self.receive_open(now, from, h.ty, datagram);
+        };
+        let mut buf = std::mem::take(&mut self.open_buf);
+        let r = match p.open(NumberSpace::of(h.ty), h.number, datagram, h.len, &mut buf) {
+            Ok(n) => self.receive_open(now, from, h.ty, &buf[..n]),
+            Err(cause) => Err(cause),
+        };
+        // An oversize datagram (forged ones included) does not leave its buffer behind.
+        if buf.capacity() <= self.cfg.max_datagram_size {
+            self.open_buf = buf;
+        }
+        r
+    }
+
+    /// An opened (or, in the insecure mode, plain) connection packet goes to ARQ or FEC.
+    fn receive_open(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        ty: wire::PacketType,
+        packet: &[u8],
+    ) -> Result<(), DropCause> {
+        if ty == wire::PacketType::Data {
+            self.receive_arq(now, from, packet)
+        } else {
+            self.receive_fec(now, from, packet)
+        }
+    }
+
+    /// FEC seam (incoming): FEC packets land here (opened). The FEC receiver unwraps them and every ARQ
     /// datagram it delivers or rebuilds goes to [`Self::receive_arq`] as if received. A
     /// malformed FEC body is dropped and counted (`Malformed` here, by kind in
     /// [`ConnectionStats::fec`]); the connection carries on.
@@ -654,7 +734,7 @@ impl Connection {
     ) -> Result<(), DropCause> {
         let (dst_cid, body, parity) = match wire::decode_packet(datagram) {
             Ok(Packet::FecData { dst_cid, body }) => (dst_cid, body, false),
-            Ok(Packet::FecParity { dst_cid, body }) => (dst_cid, body, true),
+            Ok(Packet::FecParity { dst_cid, body, .. }) => (dst_cid, body, true),
             _ => return Err(DropCause::Malformed),
         };
         if dst_cid != self.local_cid {
@@ -1329,6 +1409,7 @@ impl Connection {
             .fec
             .poll_parity(now, self.remote_cid, buf, &mut self.cc)
         {
+            let size = self.protect(buf, size);
             return Some(Transmit {
                 destination: self.remote,
                 size,
@@ -1499,9 +1580,27 @@ impl Connection {
 
     /// FEC seam (outgoing): every ARQ datagram leaves through here. Without FEC it is sent as is;
     /// with FEC it becomes a `FecData` packet in place (`buf` must hold
-    /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group.
+    /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group. Either way it is then sealed
+    /// (FEC below packet protection: see the `fec` submodule).
     fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> usize {
-        self.fec.seal(now, self.remote_cid, buf, len)
+        let len = self.fec.seal(now, self.remote_cid, buf, len);
+        self.protect(buf, len)
+    }
+
+    /// Seals the connection packet `buf[..len]` in place with this side's packet key and
+    /// returns its length with the tag; without keys it is left as is. Every budget leaves
+    /// room for the tag.
+    fn protect(&mut self, buf: &mut [u8], len: usize) -> usize {
+        let Some(p) = self.protection.as_deref_mut() else {
+            return len;
+        };
+        let sealed = wire::clear_header(&buf[..len])
+            .ok()
+            .and_then(|h| p.seal(NumberSpace::of(h.ty), h.number, buf, h.len, len));
+        debug_assert!(sealed.is_some(), "no room for the tag: a budget is wrong");
+        // Unreachable by the budgets; sent unsealed, the peer drops it as unauthenticated and
+        // ARQ repairs it like a loss.
+        sealed.unwrap_or(len)
     }
 
     /// Writes queued fragments, channels in turn; true when it wrote any.

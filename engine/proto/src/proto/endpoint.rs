@@ -16,7 +16,7 @@ use super::recv::{Budget, SharedBudgets};
 use super::routing::{NoRouting, Router};
 use super::{
     CloseReason, Config, Connection, ConnectionId, DropCause, DropCounters, Event, SendError,
-    Transmit,
+    SessionKeys, Transmit,
 };
 use crate::wire::{self, Packet, COOKIE_LEN};
 
@@ -83,6 +83,14 @@ pub struct EndpointConfig {
     /// runtime's per-worker histogram) sets it and drains every turn; samples beyond it are
     /// counted in [`EndpointStats::rtt_samples_dropped`].
     pub rtt_sample_buffer: usize,
+    /// **Test and benchmark path, not for production.** `Some`: every session's packets are
+    /// protected with keys derived from this secret and the session's client connection id and
+    /// nonce ([`SessionKeys::derive_for_test`]); client and server endpoints must hold the same
+    /// secret. Both of those inputs cross the network in clear, so whoever holds the secret can
+    /// read and forge every session of every endpoint that shares it; connect tokens, which
+    /// hand each session its own random keys, are the production path. `None` (the default):
+    /// the insecure mode, no packet protection.
+    pub test_session_secret: Option<[u8; 32]>,
 }
 
 /// Default [`EndpointConfig::transmit_burst`]: a full echo window (16 datagrams) to one peer
@@ -99,6 +107,7 @@ impl Default for EndpointConfig {
             fec_retention_budget: crate::fec::DEFAULT_RETENTION_BUDGET,
             transmit_burst: DEFAULT_TRANSMIT_BURST,
             rtt_sample_buffer: 0,
+            test_session_secret: None,
         }
     }
 }
@@ -307,7 +316,12 @@ impl Endpoint {
     pub fn connect(&mut self, now: Instant, server: SocketAddr) -> ConnectionHandle {
         let (idx, cid) = self.alloc();
         let nonce = self.rng.random();
-        let mut conn = Connection::client(self.cfg.connection.clone(), cid, server, nonce, now);
+        let keys = self
+            .cfg
+            .test_session_secret
+            .map(|s| SessionKeys::derive_for_test(&s, cid, nonce));
+        let mut conn =
+            Connection::client(self.cfg.connection.clone(), cid, server, nonce, now, keys);
         conn.set_budget_limits(self.cfg.reassembly_budget, self.cfg.fec_retention_budget);
         self.slots[idx as usize].conn = Some(conn);
         self.stats.connections += 1;
@@ -480,8 +494,18 @@ impl Endpoint {
                     return Ok(());
                 }
                 let (idx, cid) = self.alloc();
-                let mut conn =
-                    Connection::server(self.cfg.connection.clone(), cid, client_cid, from, now);
+                let keys = self
+                    .cfg
+                    .test_session_secret
+                    .map(|s| SessionKeys::derive_for_test(&s, client_cid, nonce));
+                let mut conn = Connection::server(
+                    self.cfg.connection.clone(),
+                    cid,
+                    client_cid,
+                    from,
+                    now,
+                    keys,
+                );
                 conn.set_budget_limits(self.cfg.reassembly_budget, self.cfg.fec_retention_budget);
                 let slot = &mut self.slots[idx as usize];
                 slot.conn = Some(conn);

@@ -8,11 +8,25 @@
 //! shared 10 bytes (packet number and frames); the `FecData` packet repeats those 10 bytes with
 //! its own type, then the 3-byte FEC data header, then the protected bytes. The receiver
 //! rebuilds the ARQ datagram by putting a `Data` header with its own cid in front of every
-//! delivered or recovered payload. So each data datagram costs 3 bytes more than without FEC,
-//! and the ARQ datagram budget is the UDP payload limit minus [`FEC_ARQ_OVERHEAD`] (8 B:
-//! 1,192 B of 1,200), sized so a parity packet (10 + 6-byte parity header + 2-byte length
-//! prefix + the longest protected payload) still fits the UDP payload limit. The reference
-//! spends 26 B.
+//! delivered or recovered payload. So each data datagram costs 3 bytes more than without FEC.
+//! A parity packet carries an 8-byte parity number after the shared 10 bytes (its
+//! packet-protection nonce), then the 6-byte parity header, a 2-byte length prefix and the
+//! coded shard, as long as the longest protected payload. The ARQ datagram budget is the UDP
+//! payload limit minus [`FEC_ARQ_OVERHEAD`] (16 B) and the tag ([`crate::wire::TAG_LEN`],
+//! reserved whether or not the session seals), sized so the parity packet fits the UDP payload
+//! limit with its tag.
+//!
+//! # FEC below packet protection
+//!
+//! FEC works on plaintext ARQ datagrams and every packet it emits, `FecData` and `FecParity`
+//! alike, is then sealed on its own (FEC first, encryption second); the receiver opens each
+//! packet before FEC sees it. So only authenticated shards and repairs ever enter the FEC
+//! receiver: a forged repair cannot be combined into a rebuilt datagram, nor can a forged data
+//! header move the FEC sequence, shrink the retained groups or fake the loss the receiver
+//! reports. A rebuilt datagram is a combination of authenticated packets, so it is as authentic
+//! as they are, and it still passes ARQ's duplicate checks. The other order (encrypt each
+//! datagram, then FEC over ciphertext) would leave the FEC headers and repairs unauthenticated
+//! unless each FEC packet carried a second tag.
 //!
 //! # Congestion control
 //!
@@ -31,10 +45,13 @@ use crate::fec::{
     max_protected_payload, FecConfig, FecError, FecPolicy, LossReport, MalformedCounts,
     ReceiverStats, RetentionBudget, SenderStats,
 };
-use crate::wire::{self, ConnectionId, Packet, FEC_HEADER_LEN};
+use crate::wire::{self, ConnectionId, Packet, FEC_HEADER_LEN, FEC_PARITY_HEADER_LEN, TAG_LEN};
 
-/// Bytes the ARQ datagram budget gives up when FEC is on (see the module docs).
-pub const FEC_ARQ_OVERHEAD: usize = crate::fec::PARITY_HEADER_LEN + crate::fec::header::LEN_PREFIX;
+/// Bytes the ARQ datagram budget gives up when FEC is on (see the module docs): the parity
+/// number, the parity header and the coded shard's length prefix.
+pub const FEC_ARQ_OVERHEAD: usize = (FEC_PARITY_HEADER_LEN - FEC_HEADER_LEN)
+    + crate::fec::PARITY_HEADER_LEN
+    + crate::fec::header::LEN_PREFIX;
 
 /// FEC counters of one connection (both directions), in [`super::ConnectionStats::fec`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -82,6 +99,8 @@ pub(crate) struct FecLink {
     /// The budget a new receiver starts with (the endpoint swaps its shared budget in here for
     /// each call while no receiver exists).
     budget: RetentionBudget,
+    /// Tag bytes the connection appends to every FEC packet (0 in the insecure mode).
+    tag: usize,
     state: Option<Box<FecState>>,
 }
 
@@ -106,6 +125,10 @@ struct FecState {
     parity_unsendable: u64,
     /// `FecData` packet bytes sent (`FecStats::data_bytes`).
     data_bytes: u64,
+    /// Number of the next parity packet (its packet-protection nonce).
+    next_parity_number: u64,
+    /// Tag bytes the connection appends to every FEC packet (0 in the insecure mode).
+    tag: usize,
 }
 
 impl std::fmt::Debug for FecLink {
@@ -121,10 +144,13 @@ impl std::fmt::Debug for FecLink {
 }
 
 impl FecLink {
-    pub(crate) fn new(cfg: &Config) -> Self {
-        let state = (cfg.fec.policy != FecPolicy::Off).then(|| Box::new(FecState::new(cfg)));
+    /// `tag`: bytes of authentication tag the connection appends to each FEC packet it seals
+    /// (0 without keys); room for a tag is reserved either way.
+    pub(crate) fn new(cfg: &Config, tag: usize) -> Self {
+        let state = (cfg.fec.policy != FecPolicy::Off).then(|| Box::new(FecState::new(cfg, tag)));
         FecLink {
             budget: RetentionBudget::default(),
+            tag,
             state,
         }
     }
@@ -176,8 +202,10 @@ impl FecLink {
             .map_or(std::time::Duration::ZERO, |s| s.reorder_delay())
     }
 
-    /// The ARQ datagram budget for a UDP payload limit of `udp` bytes.
+    /// The ARQ datagram budget for a UDP payload limit of `udp` bytes (room for the tag is
+    /// always left, see [`Config::arq_datagram_size`]).
     pub(crate) fn arq_budget(&self, udp: usize) -> usize {
+        let udp = udp.saturating_sub(TAG_LEN);
         if self.sending() {
             udp.saturating_sub(FEC_ARQ_OVERHEAD)
         } else {
@@ -264,9 +292,9 @@ impl FecLink {
         body: &[u8],
         parity: bool,
     ) -> Result<(), FecError> {
-        let budget = self.budget;
+        let (budget, tag) = (self.budget, self.tag);
         self.state
-            .get_or_insert_with(|| Box::new(FecState::new(cfg)))
+            .get_or_insert_with(|| Box::new(FecState::new(cfg, tag)))
             .receive(budget, now, local, body, parity)
     }
 
@@ -304,9 +332,12 @@ impl FecLink {
 }
 
 impl FecState {
-    fn new(cfg: &Config) -> Self {
+    fn new(cfg: &Config, tag: usize) -> Self {
         let fec = FecConfig {
-            max_payload: max_protected_payload(cfg.max_datagram_size, FEC_HEADER_LEN),
+            max_payload: max_protected_payload(
+                cfg.max_datagram_size,
+                FEC_PARITY_HEADER_LEN + TAG_LEN,
+            ),
             ..cfg.fec
         };
         let tx = (fec.policy != FecPolicy::Off).then(|| Box::new(Tx::new(fec)));
@@ -321,6 +352,8 @@ impl FecState {
             unsendable_bytes: 0,
             parity_unsendable: 0,
             data_bytes: 0,
+            next_parity_number: 0,
+            tag,
         }
     }
 
@@ -371,7 +404,7 @@ impl FecState {
         let Ok(n) = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body) else {
             return len;
         };
-        if FEC_HEADER_LEN + n > buf.len() {
+        if FEC_HEADER_LEN + n + TAG_LEN > buf.len() {
             // Cannot happen with the budget from `arq_budget`; the datagram is already part of
             // the group, so the receiver will count it lost and ARQ repairs it.
             return len;
@@ -384,7 +417,7 @@ impl FecState {
             return len;
         }
         buf[FEC_HEADER_LEN..FEC_HEADER_LEN + n].copy_from_slice(&self.body[..n]);
-        self.data_bytes += (FEC_HEADER_LEN + n) as u64;
+        self.data_bytes += (FEC_HEADER_LEN + n + self.tag) as u64;
         FEC_HEADER_LEN + n
     }
 
@@ -401,7 +434,7 @@ impl FecState {
         self.tx
             .as_ref()
             .and_then(|t| t.next_parity_len())
-            .map(|n| FEC_HEADER_LEN + n)
+            .map(|n| FEC_PARITY_HEADER_LEN + n + self.tag)
     }
 
     /// Writes the next parity packet into `buf` if one is ready and the congestion window has
@@ -415,7 +448,7 @@ impl FecState {
     ) -> Option<usize> {
         self.close_expired(now);
         let size = self.next_parity()?;
-        if size > buf.len() {
+        if size - self.tag + TAG_LEN > buf.len() {
             // The caller's buffer is below the configured datagram size: this parity can never
             // go out, drop it rather than wait for it (ARQ covers its group).
             let tx = self.tx.as_mut()?;
@@ -433,17 +466,19 @@ impl FecState {
         }
         let p = Packet::FecParity {
             dst_cid: dst,
+            number: self.next_parity_number,
             body: &[],
         };
-        wire::encode_packet(&p, &mut buf[..FEC_HEADER_LEN]).ok()?;
+        wire::encode_packet(&p, &mut buf[..FEC_PARITY_HEADER_LEN]).ok()?;
+        let end = buf.len() - TAG_LEN;
         let n = self
             .tx
             .as_mut()?
-            .poll_parity(now, &mut buf[FEC_HEADER_LEN..])?;
-        let size = FEC_HEADER_LEN + n;
+            .poll_parity(now, &mut buf[FEC_PARITY_HEADER_LEN..end])?;
+        self.next_parity_number += 1;
         cc.on_sent(size);
         self.parity_flight.push_back((now, size));
-        Some(size)
+        Some(FEC_PARITY_HEADER_LEN + n)
     }
 
     /// A packet sent at `sent` was acknowledged: parity sent no later has left the path.
@@ -574,8 +609,8 @@ impl FecState {
             let t = tx.stats();
             // The sender counts parity handed out; some may have been dropped unsendable.
             s.parity_sent = t.parity_shards_sent - s.parity_unsendable;
-            s.parity_bytes =
-                t.parity_bytes_sent - self.unsendable_bytes + s.parity_sent * FEC_HEADER_LEN as u64;
+            s.parity_bytes = t.parity_bytes_sent - self.unsendable_bytes
+                + s.parity_sent * (FEC_PARITY_HEADER_LEN + self.tag) as u64;
             s.current_parity = t.current_parity;
             s.max_parity = t.max_parity;
             s.policy_changes = t.policy_changes;
@@ -607,7 +642,7 @@ mod tests {
         let mut cfg = Config::competitive();
         cfg.fec.policy = FecPolicy::Adaptive { max_parity: 4 };
         cfg.fec.scheme = FecScheme::Block;
-        FecLink::new(&cfg)
+        FecLink::new(&cfg, 0)
     }
 
     fn level(link: &FecLink) -> usize {
@@ -636,8 +671,8 @@ mod tests {
             c.fec.policy = FecPolicy::Fixed { parity: 1 };
             c
         };
-        let mut tx = FecLink::new(&cfg);
-        let mut rx = FecLink::new(&cfg);
+        let mut tx = FecLink::new(&cfg, 0);
+        let mut rx = FecLink::new(&cfg, 0);
         let now = ricochet_testkit::SimClock::new().now();
         let cid = ConnectionId(7);
         let mut bodies = Vec::new();

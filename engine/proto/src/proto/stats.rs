@@ -12,9 +12,11 @@ pub enum DropCause {
     VersionMismatch,
     /// No connection with that id.
     UnknownConnection,
-    /// A packet number already received (duplicate or replay).
+    /// An ARQ packet number already received (a duplicate, or a datagram FEC already
+    /// rebuilt).
     Duplicate,
-    /// A packet number older than the replay window.
+    /// A packet number older than the replay window (protected sessions) or than the
+    /// received ranges ARQ tracks.
     TooOld,
     /// Cookie invalid or expired.
     BadCookie,
@@ -33,11 +35,17 @@ pub enum DropCause {
     FecUnsupported,
     /// The connection is closed.
     Closed,
+    /// A protected session's packet whose tag did not verify: forged, damaged, truncated, or
+    /// sealed with another key. Dropped before it changed anything.
+    Unauthenticated,
+    /// A protected session's packet number already authenticated once (a replay), in the
+    /// replay window. Dropped before it was opened.
+    Replay,
 }
 
 impl DropCause {
     /// All causes, in counter order.
-    pub const ALL: [DropCause; 13] = [
+    pub const ALL: [DropCause; 15] = [
         Self::Malformed,
         Self::VersionMismatch,
         Self::UnknownConnection,
@@ -51,6 +59,8 @@ impl DropCause {
         Self::NotListening,
         Self::FecUnsupported,
         Self::Closed,
+        Self::Unauthenticated,
+        Self::Replay,
     ];
 
     fn index(self) -> usize {
@@ -62,7 +72,7 @@ impl DropCause {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DropCounters {
-    counts: [u64; 13],
+    counts: [u64; DropCause::ALL.len()],
 }
 
 impl DropCounters {
