@@ -407,6 +407,11 @@ pub struct UdpRun {
     pub kernel: Option<KernelCounters>,
 }
 
+/// [`RudpConfig::admission`] of the secure path.
+pub const ADMISSION_TOKENS: &str = "tokens";
+/// [`RudpConfig::admission`] of insecure mode.
+pub const ADMISSION_INSECURE: &str = "insecure";
+
 /// What an RUDP echo round was asked to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -467,9 +472,17 @@ pub struct RudpConfig {
     /// them). Absent (`os`) in files before schema version 4.
     #[serde(default)]
     pub client_placement: Option<String>,
+    /// How the server admits the clients: `tokens` (connect tokens, the secure path) or
+    /// `insecure`. Absent in files from before connect tokens, whose runs were insecure.
+    #[serde(default)]
+    pub admission: Option<String>,
 }
 
 impl RudpConfig {
+    /// True when the round runs in insecure mode (also for files from before tokens).
+    pub fn insecure(&self) -> bool {
+        self.admission.as_deref() != Some(ADMISSION_TOKENS)
+    }
     /// The client threads this round runs: `client_threads`, or one per client when absent,
     /// at most one per client.
     pub fn resolved_client_threads(&self) -> usize {

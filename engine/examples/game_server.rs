@@ -9,12 +9,13 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
 use ricochet::{ChannelKind, Client, ClientConfig, ClientEvent, Config};
-use ricochet_proto::EndpointConfig;
+use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
+use ricochet_proto::{EndpointConfig, Peer, Refusal};
 
 /// Channel ids; both sides use [`channels`].
 const CHAT: u8 = 0;
@@ -33,6 +34,11 @@ fn channels() -> EndpointConfig {
     }
 }
 
+/// The game's protocol id.
+const PROTOCOL_ID: u64 = 0x6761_6d65;
+/// Most players in the world.
+const MAX_PLAYERS: usize = 64;
+
 /// The world: a tick counter and each player's chat line count. One worker owns it.
 #[derive(Default)]
 struct World {
@@ -41,7 +47,18 @@ struct World {
 }
 
 impl Handler for World {
-    fn on_connect(&mut self, _: &mut ServerContext<'_>, s: SessionId) {
+    fn on_accept(&mut self, _: &mut ServerContext<'_>, peer: &Peer) -> Result<(), Refusal> {
+        // The backend put the player's name in the token's user data.
+        if self.players.len() >= MAX_PLAYERS {
+            return Err(Refusal::new(1, "the match is full"));
+        }
+        if peer.user_data.is_empty() {
+            return Err(Refusal::new(2, "a player needs a name"));
+        }
+        Ok(())
+    }
+
+    fn on_connect(&mut self, _: &mut ServerContext<'_>, s: SessionId, _: &Peer) {
         self.players.insert(s, 0);
     }
 
@@ -103,7 +120,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: f64 = flag("--seconds").map_or(Ok(3.0), |s| s.parse())?;
     let n: usize = flag("--clients").map_or(Ok(4), |s| s.parse())?;
 
-    let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse()?);
+    // In a real deployment the key comes from a secret store the backend shares.
+    let key = TokenKey::generate(&mut rand::rng());
+    let mut cfg = RudpServerConfig::secure("127.0.0.1:0".parse()?, key.clone(), PROTOCOL_ID);
     cfg.udp.io_threads = 1; // one world, one worker
     cfg.udp.tick = Some(Duration::from_millis(50));
     cfg.endpoint = EndpointConfig {
@@ -116,15 +135,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         endpoint: channels(),
         ..ClientConfig::default()
     };
-    let mut players = (0..n)
-        .map(|_| {
-            Client::connect_blocking(
-                server.local_addr(),
-                client_cfg.clone(),
-                Duration::from_secs(5),
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    // What the backend does for each player who logs in: a token for this server.
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH)?;
+    let mut players = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("player {i}");
+        let params = TokenParams {
+            protocol_id: PROTOCOL_ID,
+            client_id: i as u64,
+            server_addresses: &[server.local_addr()],
+            expires_unix: now.as_secs() + 30,
+            user_data: name.as_bytes(),
+        };
+        let token = ConnectToken::generate(&key, &params, &mut rand::rng())?;
+        players.push(Client::connect_blocking(
+            &token,
+            client_cfg.clone(),
+            Duration::from_secs(5),
+        )?);
+    }
     let mut seen: Vec<Seen> = (0..n).map(|_| Seen::default()).collect();
 
     // The game loop: 60 frames a second; every second each player says something.

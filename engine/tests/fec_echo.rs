@@ -76,7 +76,7 @@ impl App for Role {
             Role::Server { handles } => match e {
                 Event::Connected => handles.push(h),
                 Event::Message { channel, data } => ep.send(h, channel, data).expect("echo"),
-                Event::Closed { .. } => {}
+                Event::Closed { .. } | Event::Incoming(_) => {}
             },
             Role::Client(c) => match e {
                 Event::Connected => {
@@ -101,6 +101,7 @@ impl App for Role {
                     c.send_one(now, ep);
                 }
                 Event::Closed { .. } => c.closed = true,
+                Event::Incoming(_) => unreachable!("a client endpoint"),
             },
         }
     }
@@ -148,7 +149,7 @@ fn run(imp: Impairment, cfg: Config, seed: u64, secs: u64) -> Outcome {
     let server_addr: SocketAddr = "10.0.0.1:7000".parse().expect("addr");
     let scfg = EndpointConfig {
         connection: cfg.clone(),
-        server: Some(ServerConfig::default()),
+        server: Some(ServerConfig::insecure()),
         ..EndpointConfig::default()
     };
     sim.add_node(

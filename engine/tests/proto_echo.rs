@@ -123,6 +123,7 @@ impl App for Client {
                 self.send_one(now, ep);
             }
             Event::Closed { .. } => self.closed = true,
+            Event::Incoming(_) => unreachable!("no accept hook"),
         }
     }
 }
@@ -179,7 +180,7 @@ fn run(imp: Impairment, cfg: Config, seed: u64, secs: u64) -> Outcome {
     let server_addr: SocketAddr = "10.0.0.1:7000".parse().unwrap();
     let scfg = EndpointConfig {
         connection: cfg.clone(),
-        server: Some(ServerConfig::default()),
+        server: Some(ServerConfig::insecure()),
         ..EndpointConfig::default()
     };
     sim.add_node(

@@ -12,7 +12,7 @@ use ricochet_proto::{CloseReason, Config, Endpoint, EndpointConfig, Event, Serve
 fn server_cfg() -> EndpointConfig {
     EndpointConfig {
         connection: Arc::new(Config::default()),
-        server: Some(ServerConfig::default()),
+        server: Some(ServerConfig::insecure()),
         ..EndpointConfig::default()
     }
 }

@@ -7,8 +7,36 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ricochet::platform::BackendKind;
+use ricochet::proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
 use ricochet::{Client, ClientConfig, ClientEvent, ClientSet, CloseReason, IoModel};
+
+const PROTOCOL_ID: u64 = 0x7465_7374;
+
+fn key() -> TokenKey {
+    TokenKey::from_bytes([0x42; 32])
+}
+
+/// A server config on a free loopback port that admits clients by token.
+fn secure_cfg() -> RudpServerConfig {
+    RudpServerConfig::secure("127.0.0.1:0".parse().unwrap(), key(), PROTOCOL_ID)
+}
+
+/// A token for the server at `addr`, valid for a minute.
+fn token(addr: SocketAddr) -> ConnectToken {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let params = TokenParams {
+        protocol_id: PROTOCOL_ID,
+        client_id: rand_seed(addr),
+        server_addresses: &[addr],
+        expires_unix: now + 60,
+        user_data: b"",
+    };
+    ConnectToken::generate(&key(), &params, &mut rand::rng()).unwrap()
+}
 
 struct Echo;
 impl Handler for Echo {
@@ -18,7 +46,7 @@ impl Handler for Echo {
 }
 
 fn server(model: IoModel, workers: usize, backend: BackendKind) -> RudpServer {
-    let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+    let mut cfg = secure_cfg();
     cfg.udp.io_model = model;
     cfg.udp.io_threads = workers;
     cfg.udp.backend.kind = backend;
@@ -31,7 +59,7 @@ fn client(addr: SocketAddr) -> Client {
         seed: Some(rand_seed(addr)),
         ..ClientConfig::default()
     };
-    Client::connect_blocking(addr, cfg, Duration::from_secs(10)).expect("connects")
+    Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10)).expect("connects")
 }
 
 fn rand_seed(addr: SocketAddr) -> u64 {
@@ -205,7 +233,7 @@ impl Handler for NameWorker {
 #[test]
 fn client_learns_which_worker_serves_it() {
     for (model, named) in [(IoModel::PerCore, true), (IoModel::Shared, false)] {
-        let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+        let mut cfg = secure_cfg();
         cfg.udp.io_model = model;
         cfg.udp.io_threads = 2;
         cfg.seed = Some(11);
@@ -258,7 +286,7 @@ fn shutdown_closes_open_sessions_with_a_reason_on_both_sides() {
     for model in [IoModel::PerCore, IoModel::Shared] {
         let seen = Arc::new(Mutex::new(HashMap::new()));
         let s2 = seen.clone();
-        let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+        let mut cfg = secure_cfg();
         cfg.udp.io_model = model;
         cfg.udp.io_threads = 2;
         let srv = RudpServer::start(cfg, move |_| Recorder(s2.clone())).unwrap();
@@ -306,8 +334,12 @@ fn connecting_to_nothing_times_out_clearly() {
         handshake_timeout: Duration::from_millis(300),
         ..ricochet::Config::default()
     });
-    let err = Client::connect_blocking(silent.local_addr().unwrap(), cfg, Duration::from_secs(5))
-        .unwrap_err();
+    let err = Client::connect_blocking(
+        &token(silent.local_addr().unwrap()),
+        cfg,
+        Duration::from_secs(5),
+    )
+    .unwrap_err();
     assert!(matches!(err, ricochet::ClientError::TimedOut(_)), "{err}");
 }
 
@@ -318,7 +350,7 @@ fn connecting_to_nothing_times_out_clearly() {
 fn step_loop_echoes_in_order_with_offloads_on_and_off() {
     for backend in backends() {
         for offload in [true, false] {
-            let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+            let mut cfg = secure_cfg();
             cfg.udp.io_threads = 1;
             cfg.udp.backend.kind = backend;
             cfg.udp.gso = offload;
@@ -332,8 +364,9 @@ fn step_loop_echoes_in_order_with_offloads_on_and_off() {
             };
             ccfg.backend.gro = offload;
             ccfg.backend.kind = backend;
-            let mut c = Client::connect_blocking(srv.local_addr(), ccfg, Duration::from_secs(10))
-                .expect("connects");
+            let mut c =
+                Client::connect_blocking(&token(srv.local_addr()), ccfg, Duration::from_secs(10))
+                    .expect("connects");
             let total = 400;
             let window = 16;
             let (mut sent, mut got) = (0, 0);
@@ -380,7 +413,8 @@ fn client_set_drives_several_clients_from_one_thread() {
                 ..ClientConfig::default()
             };
             cfg.backend.kind = backend;
-            let c = Client::connect_blocking(addr, cfg, Duration::from_secs(10)).expect("connects");
+            let c = Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10))
+                .expect("connects");
             assert_eq!(set.push(c), set.len() - 1);
         }
         let n = set.len();

@@ -15,7 +15,7 @@ use crate::rudp::run::{
     DEFAULT_SERVER_IDLE,
 };
 use crate::rudp::{label, run_case, FecPolicy};
-use crate::schema::{RudpCase, RudpConfig, Spread};
+use crate::schema::{RudpCase, RudpConfig, Spread, ADMISSION_INSECURE, ADMISSION_TOKENS};
 
 /// Flags of `bench rudp` (the reference benchmark's flags).
 #[derive(Debug, Clone, Args)]
@@ -63,6 +63,10 @@ pub struct RudpArgs {
     /// No relay: clients talk to the server directly (no impairment).
     #[arg(long)]
     pub direct: bool,
+    /// Insecure mode: the server admits clients without connect tokens and nothing protects
+    /// the packets (the default is the secure path, with tokens minted in place).
+    #[arg(long)]
+    pub insecure: bool,
     /// Measured seconds per round (the drain follows).
     #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
@@ -113,6 +117,14 @@ impl RudpArgs {
                 self.client_placement
                     .clone()
                     .unwrap_or_else(|| default_client_placement(self.direct).into()),
+            ),
+            admission: Some(
+                if self.insecure {
+                    ADMISSION_INSECURE
+                } else {
+                    ADMISSION_TOKENS
+                }
+                .into(),
             ),
         };
         set_impairment(&mut cfg, &self.impairment.impairment()?);

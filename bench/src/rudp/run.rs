@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use ricochet::runtime::IdleStrategy;
 use ricochet_platform::BackendKind;
+use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet_proto::{Config, EndpointConfig};
 use ricochet_testkit::{BurstLoss, Impairment, Profile};
 
@@ -20,7 +21,7 @@ use crate::host::{peak_rss_kib, CpuTimes};
 use crate::relay::{Relay, RelayConfig, RelayCounters};
 use crate::schema::{
     finite, CpuUsage, Latency, RssOverTime, RudpCase, RudpConfig, RudpCounts, RudpFec, RudpRelay,
-    RudpRelayDirection, RudpRun, RudpSummary, RudpWire, Spread,
+    RudpRelayDirection, RudpRun, RudpSummary, RudpWire, Spread, ADMISSION_TOKENS,
 };
 use crate::udp::tracker::new_rtt_histogram;
 
@@ -125,9 +126,31 @@ pub fn config_for(
         client_threads: Some(default_client_threads(clients)),
         server_idle: Some(DEFAULT_SERVER_IDLE.into()),
         client_placement: Some(default_client_placement(direct).into()),
+        admission: Some(ADMISSION_TOKENS.into()),
     };
     set_impairment(&mut cfg, &profile.impairment());
     cfg
+}
+
+/// The protocol id of the bench's tokens.
+pub const BENCH_PROTOCOL_ID: u64 = 0x0062_656e_6368;
+
+/// A token for client `client_id` to the server at `addresses`, valid for an hour: what a
+/// game's backend would issue.
+pub fn mint_token(
+    key: &TokenKey,
+    client_id: u64,
+    addresses: &[SocketAddr],
+) -> Result<ConnectToken> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let params = TokenParams {
+        protocol_id: BENCH_PROTOCOL_ID,
+        client_id,
+        server_addresses: addresses,
+        expires_unix: now.as_secs() + 3600,
+        user_data: b"",
+    };
+    Ok(ConnectToken::generate(key, &params, &mut rand::rng())?)
 }
 
 /// The server workers' idle strategy when none is asked for.
@@ -422,6 +445,8 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let load = load_average();
     let endpoint = protocol(cfg)?;
     let backend = BackendKind::from_str(&cfg.backend).map_err(|e| anyhow!("{e}"))?;
+    // The backend's key, drawn per round; the clients' tokens are minted in place below.
+    let key = (!cfg.insecure()).then(|| TokenKey::generate(&mut rand::rng()));
     let mut server = EchoServer::start(
         SocketAddr::from(([127, 0, 0, 1], 0)),
         &cfg.io_model,
@@ -429,6 +454,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         &cfg.backend,
         cfg.server_idle.as_deref().unwrap_or(DEFAULT_SERVER_IDLE),
         endpoint.clone(),
+        key.clone(),
         cfg.seed,
     )?;
     let relay = if cfg.direct {
@@ -452,10 +478,21 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let worker_cores = (cfg.client_placement.as_deref() == Some("with-worker"))
         .then(|| Arc::new(server.worker_cores()));
     let mut groups: Vec<Vec<ClientPlan>> = (0..threads).map(|_| Vec::new()).collect();
+    // Through the relay a token lists its front door (where the client goes) and the server
+    // (what the server checks).
+    let mut addresses = vec![target];
+    if target != server.local_addr() {
+        addresses.push(server.local_addr());
+    }
     for i in 0..cfg.clients {
+        let token = match &key {
+            Some(key) => Some(mint_token(key, i as u64, &addresses)?),
+            None => None,
+        };
         let plan = ClientPlan {
             id: i as u32,
             server: target,
+            token,
             payload: cfg.payload,
             window: cfg.window,
             warmup: Duration::from_secs_f64(cfg.warmup_s),

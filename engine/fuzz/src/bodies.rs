@@ -58,7 +58,7 @@ fn connected(base: Instant, cfg: Arc<Config>) -> (Endpoint, Endpoint, Connection
     let mut server = Endpoint::new(
         EndpointConfig {
             connection: cfg.clone(),
-            server: Some(ServerConfig::default()),
+            server: Some(ServerConfig::insecure()),
             reassembly_budget: 1 << 20,
             ..EndpointConfig::default()
         },
@@ -151,7 +151,7 @@ pub fn endpoint_handshake(data: &[u8]) {
     let base = Instant::now();
     let mut server = Endpoint::new(
         EndpointConfig {
-            server: Some(ServerConfig::default()),
+            server: Some(ServerConfig::insecure()),
             ..EndpointConfig::default()
         },
         base,

@@ -85,6 +85,7 @@
 
 pub mod fec;
 mod proto;
+pub mod token;
 pub mod wire;
 
 pub use proto::*;

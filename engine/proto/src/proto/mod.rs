@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+mod admission;
 mod cc;
 mod connection;
 mod endpoint;
@@ -16,6 +17,9 @@ mod rtt;
 mod stats;
 
 pub use crate::wire::{CloseReason, ConnectionId};
+pub use admission::{
+    Admission, LedgerRefusal, Peer, Refusal, TokenAdmission, TokenLedger, UsedTokens,
+};
 pub use connection::{Connection, ConnectionState};
 pub use endpoint::{
     ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig, DEFAULT_TRANSMIT_BURST,
@@ -222,6 +226,9 @@ pub(crate) const ACK_RESERVE: usize = 96;
 /// What the application learns from a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
+    /// Server with [`ServerConfig::accept_hook`]: a client passed every check and waits for
+    /// the application's [`Endpoint::accept`] or [`Endpoint::refuse`].
+    Incoming(Peer),
     /// The handshake completed.
     Connected,
     /// A complete message arrived.

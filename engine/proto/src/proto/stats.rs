@@ -34,11 +34,17 @@ pub enum DropCause {
     FecUnsupported,
     /// The connection is closed.
     Closed,
+    /// A handshake packet or stateless reset whose tag, proof or seal does not verify.
+    Unauthenticated,
+    /// A token handshake reached a server that was not told the wall-clock time
+    /// ([`Endpoint::set_unix_time`](crate::Endpoint::set_unix_time)), so it cannot check
+    /// expiry.
+    NoClock,
 }
 
 impl DropCause {
     /// All causes, in counter order.
-    pub const ALL: [DropCause; 13] = [
+    pub const ALL: [DropCause; 15] = [
         Self::Malformed,
         Self::VersionMismatch,
         Self::UnknownConnection,
@@ -52,6 +58,8 @@ impl DropCause {
         Self::NotListening,
         Self::FecUnsupported,
         Self::Closed,
+        Self::Unauthenticated,
+        Self::NoClock,
     ];
 
     fn index(self) -> usize {
@@ -62,7 +70,7 @@ impl DropCause {
 /// Counters of dropped datagrams by cause.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DropCounters {
-    counts: [u64; 13],
+    counts: [u64; 15],
 }
 
 impl DropCounters {

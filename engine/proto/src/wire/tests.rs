@@ -30,6 +30,7 @@ fn handshake_sizes_prevent_amplification() {
         &Packet::ClientHello {
             client_cid: ConnectionId(1),
             nonce: 2,
+            token: None,
         },
         &mut buf,
     )
@@ -41,12 +42,20 @@ fn handshake_sizes_prevent_amplification() {
             nonce: 2,
             timestamp: 3,
             cookie: [4; COOKIE_LEN],
+            token: None,
         },
         &mut buf,
     )
     .unwrap();
     assert_eq!(echo, MIN_CLIENT_HELLO_LEN);
-    for reply in [CHALLENGE_LEN, ACCEPT_LEN, REFUSE_LEN] {
+    let largest_refuse = REFUSE_LEN + MAX_REFUSE_MESSAGE + HANDSHAKE_TAG_LEN;
+    for reply in [
+        CHALLENGE_LEN + HANDSHAKE_TAG_LEN,
+        ACCEPT_LEN,
+        SEALED_ACCEPT_LEN,
+        largest_refuse,
+        RESET_LEN,
+    ] {
         assert!(reply < MIN_CLIENT_HELLO_LEN);
     }
     // A hello cut short of its padding is rejected.
@@ -54,6 +63,41 @@ fn handshake_sizes_prevent_amplification() {
         decode_packet(&buf[..MIN_CLIENT_HELLO_LEN - 1]),
         Err(WireError::Unpadded)
     );
+    // With a token, hello and echo have their own (larger) fixed sizes.
+    let (nonce, sealed) = ([5u8; NONCE_LEN], [6u8; SEALED_LEN]);
+    let t = TokenSection {
+        protocol_id: 7,
+        expires_unix: 8,
+        nonce: &nonce,
+        sealed: &sealed,
+        proof: [9; HANDSHAKE_TAG_LEN],
+    };
+    let n = encode_packet(
+        &Packet::ClientHello {
+            client_cid: ConnectionId(1),
+            nonce: 2,
+            token: Some(t),
+        },
+        &mut buf,
+    )
+    .unwrap();
+    assert_eq!(n, TOKEN_HELLO_LEN);
+    let n = encode_packet(
+        &Packet::ClientCookieEcho {
+            client_cid: ConnectionId(1),
+            nonce: 2,
+            timestamp: 3,
+            cookie: [4; COOKIE_LEN],
+            token: Some(t),
+        },
+        &mut buf,
+    )
+    .unwrap();
+    assert_eq!(n, TOKEN_ECHO_LEN);
+    // A token section cut short is truncated; an unknown mode is refused.
+    assert_eq!(decode_packet(&buf[..n - 1]), Err(WireError::Truncated));
+    buf[COOKIE_ECHO_BODY_LEN] = 2;
+    assert_eq!(decode_packet(&buf[..n]), Err(WireError::UnknownMode(2)));
 }
 
 #[test]
@@ -115,14 +159,28 @@ proptest! {
 
     #[test]
     fn handshake_roundtrip(cid in any::<u64>(), scid in any::<u64>(), nonce in any::<u64>(), ts in any::<u64>(),
-                           cookie in any::<[u8; 16]>(), reason in arb_reason(), which in 0..5u8) {
+                           cookie in any::<[u8; 16]>(), reason in arb_reason(), which in 0..9u8,
+                           tagged in any::<bool>(), tag in any::<[u8; 16]>(), big in any::<[u8; 24]>(),
+                           message in proptest::collection::vec(any::<u8>(), 0..=MAX_REFUSE_MESSAGE)) {
         let c = ConnectionId(cid);
+        let sealed_token = [big[0]; SEALED_LEN];
+        let sealed_accept = [big[1]; SEALED_ACCEPT_BODY_LEN];
+        let token = tagged.then_some(TokenSection {
+            protocol_id: scid,
+            expires_unix: ts,
+            nonce: &big,
+            sealed: &sealed_token,
+            proof: tag,
+        });
+        let tag = tagged.then_some(tag);
         roundtrip_packet(match which {
-            0 => Packet::ClientHello { client_cid: c, nonce },
-            1 => Packet::ServerChallenge { client_cid: c, nonce, timestamp: ts, cookie },
-            2 => Packet::ClientCookieEcho { client_cid: c, nonce, timestamp: ts, cookie },
+            0 => Packet::ClientHello { client_cid: c, nonce, token },
+            1 => Packet::ServerChallenge { client_cid: c, nonce, timestamp: ts, cookie, tag },
+            2 => Packet::ClientCookieEcho { client_cid: c, nonce, timestamp: ts, cookie, token },
             3 => Packet::ServerAccept { client_cid: c, server_cid: ConnectionId(scid) },
-            _ => Packet::Refuse { client_cid: c, reason },
+            4 => Packet::SealedAccept { client_cid: c, nonce: &big, sealed: &sealed_accept },
+            5 => Packet::StatelessReset { cid: c, token: cookie },
+            _ => Packet::Refuse { client_cid: c, reason, message: &message, tag },
         });
     }
 
