@@ -45,7 +45,7 @@ enum Command {
     Matrix(MatrixArgs),
     /// CI regression gate: exact simulator metrics and same-run wall-clock ratios vs a baseline.
     Gate(GateArgs),
-    /// Regenerate PERFORMANCE.md's generated sections and charts from results/.
+    /// Regenerate PERFORMANCE.md's generated sections and charts from results/ (not results/local/).
     Report(ReportArgs),
 }
 

@@ -33,7 +33,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ricochet_platform::{self as platform, Backend, BackendConfig, SendBatch, SocketConfig};
+use ricochet_platform::{
+    self as platform, Backend, BackendConfig, BackendKind, SendBatch, SocketConfig,
+};
 
 use ricochet_proto::token::ConnectToken;
 use ricochet_proto::{
@@ -83,8 +85,29 @@ impl Default for ClientConfig {
     }
 }
 
+/// Which time limit ended a connection attempt (see [`ClientError::TimedOut`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectLimit {
+    /// The `timeout` given to [`Client::connect_blocking`].
+    Caller,
+    /// The protocol's own handshake limit, [`crate::Config::handshake_timeout`] (in
+    /// [`ClientConfig::endpoint`]); the connection attempt is over whatever the caller waits.
+    Handshake,
+}
+
+impl std::fmt::Display for ConnectLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConnectLimit::Caller => "the caller's connect timeout",
+            ConnectLimit::Handshake => "the handshake timeout (Config::handshake_timeout)",
+        })
+    }
+}
+
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
     /// The server refused the connection: server full, too many from this address, or its
     /// connect token was refused (required, invalid, expired, for another server, reused).
@@ -104,9 +127,14 @@ pub enum ClientError {
     /// The server speaks another protocol version.
     #[error("the server speaks another protocol version")]
     VersionMismatch,
-    /// No answer within the handshake timeout.
-    #[error("connecting timed out after {0:?}")]
-    TimedOut(Duration),
+    /// The handshake did not complete in time.
+    #[error("connecting timed out: {which} of {limit:?} expired")]
+    TimedOut {
+        /// The limit that expired.
+        limit: Duration,
+        /// Whose limit it was: the caller's or the handshake's own.
+        which: ConnectLimit,
+    },
     /// The connection is closed; nothing more can be sent.
     #[error("the connection is closed ({reason:?}, by peer: {by_peer})")]
     Closed {
@@ -242,6 +270,10 @@ impl Client {
 
     /// Connect with `token` and wait until the handshake completes, fails, or `timeout`
     /// passes. The [`ClientEvent::Connected`] event is not queued: returning `Ok` says it.
+    ///
+    /// The handshake also gives up on its own after [`crate::Config::handshake_timeout`] (per
+    /// server address the token lists); the error's [`ConnectLimit`] says which of the two
+    /// limits expired.
     pub fn connect_blocking(
         token: &ConnectToken,
         config: ClientConfig,
@@ -270,7 +302,10 @@ impl Client {
             if let Some((reason, _)) = self.closed {
                 return Err(match reason {
                     CloseReason::VersionMismatch => ClientError::VersionMismatch,
-                    CloseReason::HandshakeTimeout => ClientError::TimedOut(timeout),
+                    CloseReason::HandshakeTimeout => ClientError::TimedOut {
+                        limit: self.config.endpoint.connection.handshake_timeout,
+                        which: ConnectLimit::Handshake,
+                    },
                     CloseReason::Rejected(code) => ClientError::Rejected {
                         code,
                         message: self.refusal_message(),
@@ -280,7 +315,10 @@ impl Client {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(ClientError::TimedOut(timeout));
+                return Err(ClientError::TimedOut {
+                    limit: timeout,
+                    which: ConnectLimit::Caller,
+                });
             }
             self.wait(deadline - now)?;
         }
@@ -454,6 +492,17 @@ impl Client {
     /// The local socket address.
     pub fn local_addr(&self) -> SocketAddr {
         self.backend.socket_info().local_addr
+    }
+
+    /// The datagram I/O backend this client runs on: never [`BackendKind::Auto`], but what
+    /// `auto` (or `RICOCHET_BACKEND`) resolved to, after any fallback.
+    pub fn backend_kind(&self) -> BackendKind {
+        self.backend.kind()
+    }
+
+    /// Why that backend was chosen (including any fallback reason).
+    pub fn selection_reason(&self) -> &str {
+        self.backend.selection_reason()
     }
 
     /// Move to a new local socket (as when a NAT rebinding or a network change gives the client

@@ -325,22 +325,70 @@ fn shutdown_closes_open_sessions_with_a_reason_on_both_sides() {
     }
 }
 
+/// Connecting to a socket that never answers fails with the limit that really expired: the
+/// handshake's own when it is the shorter, the caller's when that is.
 #[test]
-fn connecting_to_nothing_times_out_clearly() {
-    // A bound socket that never answers.
+fn connecting_to_nothing_times_out_naming_the_limit_that_expired() {
+    use ricochet::{ClientError, ConnectLimit};
+    // A bound socket that never answers (and, being bound, draws no ICMP error either).
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut cfg = ClientConfig::default();
-    cfg.endpoint.connection = Arc::new(ricochet::Config {
-        handshake_timeout: Duration::from_millis(300),
-        ..ricochet::Config::default()
-    });
-    let err = Client::connect_blocking(
-        &token(silent.local_addr().unwrap()),
-        cfg,
-        Duration::from_secs(5),
-    )
-    .unwrap_err();
-    assert!(matches!(err, ricochet::ClientError::TimedOut(_)), "{err}");
+    let server = silent.local_addr().unwrap();
+    let config = |handshake_timeout| {
+        let mut cfg = ClientConfig::default();
+        cfg.endpoint.connection = Arc::new(ricochet::Config {
+            handshake_timeout,
+            ..ricochet::Config::default()
+        });
+        cfg
+    };
+    let short = Duration::from_millis(300);
+    let long = Duration::from_secs(10);
+    let cases = [
+        // (handshake timeout, caller's timeout, expected limit)
+        (short, long, (short, ConnectLimit::Handshake)),
+        (long, short, (short, ConnectLimit::Caller)),
+    ];
+    for (handshake, caller, expected) in cases {
+        let started = Instant::now();
+        let err = Client::connect_blocking(&token(server), config(handshake), caller).unwrap_err();
+        let waited = started.elapsed();
+        match &err {
+            ClientError::TimedOut { limit, which } => {
+                assert_eq!((*limit, *which), expected, "{err}")
+            }
+            other => panic!("expected TimedOut, got {other}"),
+        }
+        assert!(
+            waited >= short && waited < long,
+            "returned after {waited:?}"
+        );
+        let text = err.to_string();
+        let name = match expected.1 {
+            ConnectLimit::Handshake => "handshake_timeout",
+            _ => "caller",
+        };
+        assert!(text.contains(name) && text.contains("300ms"), "{text}");
+    }
+}
+
+/// `Client::backend_kind` names the backend the client really runs on: the one asked for, and
+/// for `auto` one of the host's concrete backends.
+#[test]
+fn client_reports_its_backend() {
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let available = backends();
+    let forced = std::env::var(ricochet::platform::BACKEND_ENV).is_ok_and(|v| !v.trim().is_empty());
+    for requested in std::iter::once(BackendKind::Auto).chain(available.iter().copied()) {
+        let mut cfg = ClientConfig::default();
+        cfg.backend.kind = requested;
+        let c = Client::connect(&token(silent.local_addr().unwrap()), cfg).unwrap();
+        let kind = c.backend_kind();
+        assert!(available.contains(&kind), "{requested} -> {kind}");
+        if requested != BackendKind::Auto && !forced {
+            assert_eq!(kind, requested, "{}", c.selection_reason());
+        }
+        assert!(!c.selection_reason().is_empty());
+    }
 }
 
 /// A client looping on `Client::step` (one submission per turn: acknowledgements leave with

@@ -1,5 +1,5 @@
-//! The RUDP complete-message echo (`bench rudp`, `bench matrix rudp`): the reference experiment
-//! of `shared/reference/rudp-performance.md` on Ricochet.
+//! The RUDP complete-message echo (`bench rudp`, `bench matrix rudp`): the reference library's
+//! RUDP experiment (its figures are in `PERFORMANCE.md`, labelled) run on Ricochet.
 //!
 //! ```text
 //!  client 0 ─┐                        ┌────────────────┐

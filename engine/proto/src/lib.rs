@@ -52,12 +52,12 @@
 //! What random loss still costs is latency, not window: a fragment lost on an ordered channel
 //! holds back every later message until its repair arrives, and the repair cannot arrive
 //! sooner than one round trip after the original (the loss is seen through the ACKs of later
-//! packets). In the simulated echo of `bench gate` (4 clients x 16 messages in flight, 10 ms
-//! one way, 5 % loss and 5 % of packets 15 ms late per direction) more than half of the round
-//! trips wait behind such a loss or delay in one direction or the other, so the median round
-//! trip is two path RTTs whatever the window; shortening it below that takes redundancy sent
-//! ahead of the loss, i.e. FEC ([`Config::fec`]). About half of the losses declared there are
-//! spurious (the 15 ms-late packets); repeating them costs bytes, not latency.
+//! packets). With many messages in flight on a lossy path (the `random` profile of `bench gate`:
+//! 5 % loss and 5 % of packets 15 ms late per direction), a large share of the round trips wait
+//! behind such a loss or delay in one direction or the other and take at least two path RTTs,
+//! whatever the window; shortening them takes redundancy sent ahead of the loss, i.e. FEC
+//! ([`Config::fec`]). Packets that are only late are declared lost too; repeating them costs
+//! bytes, not latency.
 //!
 //! # Channels
 //!

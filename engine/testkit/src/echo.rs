@@ -1,5 +1,5 @@
 //! The deterministic simulated echo scenario: N clients × W messages in flight × B bytes,
-//! complete-message echo on a reliable-ordered channel through a [`SimNetwork`] under a named
+//! complete-message echo on a reliable-ordered channel through a [`SimNetwork`](crate::SimNetwork) under a named
 //! [`Profile`].
 //!
 //! One server [`Endpoint`] and N client `Endpoint`s run as [`SimNode`]s on the virtual clock.
@@ -18,7 +18,7 @@
 //! wall clock; [`EchoScenario::insecure`] runs the same traffic in insecure mode.
 //!
 //! With [`Profile::None`] the links have no delay, and a zero-delay ping-pong never lets time
-//! advance ([`SimError::Stalled`](super::SimError::Stalled)); the scenario gives that profile
+//! advance ([`SimError::Stalled`]); the scenario gives that profile
 //! [`EchoScenario::none_delay`] (1 ms one way by default) instead. The other profiles run as
 //! defined.
 //!
@@ -292,6 +292,13 @@ impl EchoScenario {
             fec_parity_ignored: fec_on.then_some(after.c.parity_ignored - before.c.parity_ignored),
             fec_data_bytes: fec_on.then_some(after.c.data_bytes - before.c.data_bytes),
             fec_peak_retained_bytes: fec_on.then_some(after.fec_peak_retained),
+            fec_retention_limit: fec_on.then_some(after.fec_retention_limit),
+            fec_final_parity: fec_on.then(|| after.fec.final_parity.clone()),
+            fec_parity_permille: fec_on.then_some((
+                after.fec.peak_window_permille,
+                after.fec.peak_total_permille,
+            )),
+            fec_malformed: fec_on.then_some(after.fec.malformed),
             checks,
             trace_hash: sim.network().trace_hash().map(hex).unwrap_or_default(),
         })
@@ -436,6 +443,18 @@ pub struct EchoReport {
     pub fec_parity_ignored: Option<u64>,
     /// Peak bytes FEC receivers retained for incomplete groups; `None` without FEC.
     pub fec_peak_retained_bytes: Option<u64>,
+    /// The FEC retention budget of each endpoint (what `fec_peak_retained_bytes` must stay
+    /// within); `None` without FEC.
+    pub fec_retention_limit: Option<u64>,
+    /// The parity level of the last group each FEC sender closed, one entry per connection that
+    /// protected data (adaptive FEC settles at 0 on a clean path); `None` without FEC.
+    pub fec_final_parity: Option<Vec<usize>>,
+    /// The highest parity/data ratio (per mille) any FEC sender saw over its cap window, and
+    /// over its whole run; `None` without FEC.
+    pub fec_parity_permille: Option<(u64, u64)>,
+    /// Malformed FEC bodies the receivers dropped (our own packets: must be 0); `None` without
+    /// FEC.
+    pub fec_malformed: Option<u64>,
     /// Correctness counters.
     pub checks: EchoChecks,
     /// Hex BLAKE3 hash of the network's event trace over the whole run.
@@ -668,35 +687,37 @@ impl Node {
         }
     }
 
-    /// Sums of the connections' loss-recovery counters.
-    fn connection_counters(&self) -> Counters {
+    /// This node's live connections.
+    fn connections(&self) -> impl Iterator<Item = &ricochet_proto::Connection> {
         let handles: &[ConnectionHandle] = match &self.role {
             Role::Server(s) => &s.handles,
             Role::Client(c) => std::slice::from_ref(&c.handle),
         };
-        handles
-            .iter()
-            .filter_map(|&h| self.ep.connection(h))
-            .fold(Counters::default(), |acc, c| {
-                let s = c.stats();
-                acc.add(&Counters {
-                    retransmitted: s.segments_retransmitted,
-                    lost: s.packets_lost,
-                    spurious: s.packets_spurious_lost,
-                    tlp: s.tail_loss_probes,
-                    rto: s.rto_count,
-                    recovered: s.fec.data_recovered,
-                    groups: s.fec.sender.groups,
-                    data_shards: s.fec.sender.data_shards,
-                    parity: s.fec.parity_sent,
-                    unrecoverable: s.fec.groups_unrecoverable,
-                    tail_repairs: s.fec.sender.tail_repairs,
-                    tails_skipped: s.fec.sender.tails_skipped,
-                    parity_ignored: s.fec.receiver.parity_ignored,
-                    parity_bytes: s.fec.parity_bytes,
-                    data_bytes: s.fec.data_bytes,
-                })
+        handles.iter().filter_map(|&h| self.ep.connection(h))
+    }
+
+    /// Sums of the connections' loss-recovery counters.
+    fn connection_counters(&self) -> Counters {
+        self.connections().fold(Counters::default(), |acc, c| {
+            let s = c.stats();
+            acc.add(&Counters {
+                retransmitted: s.segments_retransmitted,
+                lost: s.packets_lost,
+                spurious: s.packets_spurious_lost,
+                tlp: s.tail_loss_probes,
+                rto: s.rto_count,
+                recovered: s.fec.data_recovered,
+                groups: s.fec.sender.groups,
+                data_shards: s.fec.sender.data_shards,
+                parity: s.fec.parity_sent,
+                unrecoverable: s.fec.groups_unrecoverable,
+                tail_repairs: s.fec.sender.tail_repairs,
+                tails_skipped: s.fec.sender.tails_skipped,
+                parity_ignored: s.fec.receiver.parity_ignored,
+                parity_bytes: s.fec.parity_bytes,
+                data_bytes: s.fec.data_bytes,
             })
+        })
     }
 }
 
@@ -778,8 +799,40 @@ impl SimNode for Node {
 struct Snapshot {
     wire: Wire,
     c: Counters,
-    /// The largest FEC retention peak of any endpoint.
+    /// The largest FEC retention peak of any endpoint, and the retention limit.
     fec_peak_retained: u64,
+    fec_retention_limit: u64,
+    fec: FecState,
+}
+
+/// FEC state that is not a counter (levels, peaks), over every connection.
+#[derive(Debug, Clone, Default)]
+struct FecState {
+    final_parity: Vec<usize>,
+    peak_window_permille: u64,
+    peak_total_permille: u64,
+    malformed: u64,
+}
+
+impl FecState {
+    fn of(sim: &Simulation<Node>) -> Self {
+        let mut st = FecState::default();
+        for (_, n) in sim.nodes() {
+            for c in n.connections() {
+                let f = c.stats().fec;
+                st.malformed += f.malformed.total();
+                if f.sender.data_shards > 0 {
+                    st.final_parity.push(f.current_parity);
+                    st.peak_window_permille = st
+                        .peak_window_permille
+                        .max(f.sender.peak_window_parity_permille);
+                    let total = f.sender.parity_bytes_sent * 1000 / f.sender.data_bytes.max(1);
+                    st.peak_total_permille = st.peak_total_permille.max(total);
+                }
+            }
+        }
+        st
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -827,10 +880,17 @@ impl Snapshot {
             .map(|(_, n)| n.ep.fec_budget().peak() as u64)
             .max()
             .unwrap_or(0);
+        let fec_retention_limit = sim
+            .nodes()
+            .map(|(_, n)| n.ep.fec_budget().limit() as u64)
+            .max()
+            .unwrap_or(0);
         Snapshot {
             wire: Wire::of(&sim.network().total_counters()),
             c,
             fec_peak_retained,
+            fec_retention_limit,
+            fec: FecState::of(sim),
         }
     }
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::admission::{tags_equal, HandshakeKeys, Peer};
 use super::cc::Congestion;
 use super::fec::FecLink;
-use super::recv::{Budget, Need, Receiver};
+use super::recv::{Budget, Need, Receiver, SharedBudgets};
 use super::rtt::RttEstimator;
 use super::{
     ChannelKind, CloseReason, Config, ConnectionId, ConnectionStats, DropCause, Event, SendError,
@@ -212,7 +212,6 @@ impl Connection {
         local_cid: ConnectionId,
         remote: SocketAddr,
         now: Instant,
-        budget: Budget,
     ) -> Self {
         let channels = cfg
             .channels
@@ -273,7 +272,7 @@ impl Connection {
             ack_deadline: None,
             ack_immediate: false,
             last_recv: now,
-            receiver: Receiver::new(&cfg, budget),
+            receiver: Receiver::new(&cfg, Budget::unlimited()),
             lr_received: 0,
             lr_base: None,
             lr_due: now + cfg.loss_report_interval,
@@ -297,18 +296,7 @@ impl Connection {
         nonce: u64,
         now: Instant,
     ) -> Self {
-        Self::client_with_budget(cfg, local_cid, server, nonce, now, Budget::unlimited())
-    }
-
-    pub(crate) fn client_with_budget(
-        cfg: Arc<Config>,
-        local_cid: ConnectionId,
-        server: SocketAddr,
-        nonce: u64,
-        now: Instant,
-        budget: Budget,
-    ) -> Self {
-        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, budget);
+        let mut c = Self::new(cfg, Side::Client, local_cid, server, now);
         c.nonce = nonce;
         c
     }
@@ -323,17 +311,6 @@ impl Connection {
         nonce: u64,
         now: Instant,
     ) -> Self {
-        Self::client_with_token_budget(cfg, local_cid, token, nonce, now, Budget::unlimited())
-    }
-
-    pub(crate) fn client_with_token_budget(
-        cfg: Arc<Config>,
-        local_cid: ConnectionId,
-        token: &ConnectToken,
-        nonce: u64,
-        now: Instant,
-        budget: Budget,
-    ) -> Self {
         // A token always lists a server (`from_bytes` and `generate` check it); one whose list
         // was emptied since is sent to an unroutable address and times out.
         let first = token
@@ -341,7 +318,7 @@ impl Connection {
             .first()
             .copied()
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let mut c = Self::client_with_budget(cfg, local_cid, first, nonce, now, budget);
+        let mut c = Self::client(cfg, local_cid, first, nonce, now);
         c.secure = Some(Box::new(Secure {
             keys: token.keys.clone(),
             hk: HandshakeKeys::new(&token.keys),
@@ -361,14 +338,7 @@ impl Connection {
         client: SocketAddr,
         now: Instant,
     ) -> Self {
-        let mut c = Self::new(
-            cfg,
-            Side::Server,
-            local_cid,
-            client,
-            now,
-            Budget::unlimited(),
-        );
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now);
         c.remote_cid = client_cid;
         c.state = ConnectionState::Established;
         c.accept_pending = true;
@@ -385,10 +355,9 @@ impl Connection {
         client_cid: ConnectionId,
         client: SocketAddr,
         now: Instant,
-        budget: Budget,
         admit: ServerAdmit,
     ) -> Self {
-        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, budget);
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now);
         c.remote_cid = client_cid;
         c.nonce = admit.nonce;
         c.accept_packet = Some(Box::new((admit.accept, admit.accept_len)));
@@ -463,9 +432,26 @@ impl Connection {
         &self.refusal_message
     }
 
-    /// Share the endpoint's FEC retention budget (call before any datagram arrives).
-    pub(crate) fn set_fec_budget(&mut self, budget: crate::fec::RetentionBudget) {
-        self.fec.set_budget(budget);
+    /// Draw on budgets of these limits (reassembly, FEC retention) until the endpoint lends
+    /// its shared ones (call before any datagram arrives).
+    pub(crate) fn set_budget_limits(&mut self, reassembly: usize, fec: usize) {
+        self.receiver.budget = Budget::new(reassembly);
+        self.fec.set_budget_limit(fec);
+    }
+
+    /// Swap the endpoint's shared budgets with the ones this connection draws on. The endpoint
+    /// calls it before and after each call into the connection, so for the length of the call
+    /// the connection draws on the shared budgets: their limits hold over all the endpoint's
+    /// connections, with no shared counter.
+    pub(crate) fn swap_budgets(&mut self, shared: &mut SharedBudgets) {
+        std::mem::swap(&mut self.receiver.budget, &mut shared.reassembly);
+        std::mem::swap(self.fec.budget_mut(), &mut shared.fec);
+    }
+
+    /// Bytes this connection holds against the shared budgets: (reassembly, FEC retention).
+    /// The endpoint takes them back when the connection ends.
+    pub(crate) fn held_bytes(&self) -> (usize, usize) {
+        (self.receiver.bytes, self.fec.retained_bytes())
     }
 
     /// This side's connection id (the peer writes it in every packet).

@@ -7,7 +7,6 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,7 @@ use super::admission::{
     UsedTokens,
 };
 use super::connection::ServerAdmit;
-use super::recv::Budget;
+use super::recv::{Budget, SharedBudgets};
 use super::routing::{NoRouting, Router};
 use super::{
     CloseReason, Config, Connection, ConnectionId, DropCause, DropCounters, Event, SendError,
@@ -222,8 +221,9 @@ pub struct Endpoint {
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     due: Vec<(Instant, u32)>,
     events: VecDeque<(ConnectionHandle, Event)>,
-    budget: Budget,
-    fec_budget: crate::fec::RetentionBudget,
+    /// The reassembly and FEC retention budgets all connections share (lent to each
+    /// connection for the length of a call, see `with_conn`).
+    shared: SharedBudgets,
     stats: EndpointStats,
     /// What goes into the ids and cookies this endpoint issues (see [`Router`]).
     router: Box<dyn Router>,
@@ -250,9 +250,9 @@ impl Endpoint {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let cookie_secret = rng.random();
         let rate_salt = rng.random();
-        let budget = Budget {
-            used: Arc::new(AtomicUsize::new(0)),
-            limit: cfg.reassembly_budget,
+        let shared = SharedBudgets {
+            reassembly: Budget::new(cfg.reassembly_budget),
+            fec: crate::fec::RetentionBudget::new(cfg.fec_retention_budget),
         };
         let (tokens, used_capacity) = match cfg.server.as_ref().map(|s| &s.admission) {
             Some(Admission::Tokens(t)) => (
@@ -271,7 +271,7 @@ impl Endpoint {
             _ => (None, 0),
         };
         Self {
-            fec_budget: crate::fec::RetentionBudget::new(cfg.fec_retention_budget),
+            shared,
             cfg,
             base: now,
             rng,
@@ -290,7 +290,6 @@ impl Endpoint {
             timers: BinaryHeap::new(),
             due: Vec::new(),
             events: VecDeque::new(),
-            budget,
             stats: EndpointStats::default(),
             router: Box::new(NoRouting),
             tokens,
@@ -348,12 +347,12 @@ impl Endpoint {
 
     /// The FEC retention budget all connections share (current and peak bytes retained).
     pub fn fec_budget(&self) -> &crate::fec::RetentionBudget {
-        &self.fec_budget
+        &self.shared.fec
     }
 
     /// Bytes all connections hold in reassembly now.
     pub fn reassembly_bytes(&self) -> usize {
-        self.budget.used.load(Ordering::Relaxed)
+        self.shared.reassembly.used
     }
 
     /// Number of live connections (any state).
@@ -408,14 +407,7 @@ impl Endpoint {
     pub fn connect(&mut self, now: Instant, server: SocketAddr) -> ConnectionHandle {
         let (idx, cid) = self.alloc();
         let nonce = self.rng.random();
-        let conn = Connection::client_with_budget(
-            self.cfg.connection.clone(),
-            cid,
-            server,
-            nonce,
-            now,
-            self.budget.clone(),
-        );
+        let conn = Connection::client(self.cfg.connection.clone(), cid, server, nonce, now);
         self.start_client(idx, conn)
     }
 
@@ -425,19 +417,13 @@ impl Endpoint {
     pub fn connect_with_token(&mut self, now: Instant, token: &ConnectToken) -> ConnectionHandle {
         let (idx, cid) = self.alloc();
         let nonce = self.rng.random();
-        let conn = Connection::client_with_token_budget(
-            self.cfg.connection.clone(),
-            cid,
-            token,
-            nonce,
-            now,
-            self.budget.clone(),
-        );
+        let conn =
+            Connection::client_with_token(self.cfg.connection.clone(), cid, token, nonce, now);
         self.start_client(idx, conn)
     }
 
     fn start_client(&mut self, idx: u32, mut conn: Connection) -> ConnectionHandle {
-        conn.set_fec_budget(self.fec_budget.clone());
+        conn.set_budget_limits(self.cfg.reassembly_budget, self.cfg.fec_retention_budget);
         let cid = conn.local_cid();
         self.slots[idx as usize].conn = Some(conn);
         self.stats.connections += 1;
@@ -498,9 +484,7 @@ impl Endpoint {
     /// Close a connection gracefully with `reason`.
     pub fn close(&mut self, now: Instant, h: ConnectionHandle, reason: CloseReason) {
         if let Some(idx) = self.index_of(h) {
-            if let Some(c) = self.slots[idx as usize].conn.as_mut() {
-                c.close(now, reason);
-            }
+            self.with_conn(idx, |c| c.close(now, reason));
             self.touch(idx);
         }
     }
@@ -570,10 +554,9 @@ impl Endpoint {
                 Err(_) => Err(DropCause::Malformed),
             };
         }
-        let r = match self.slots[idx as usize].conn.as_mut() {
-            Some(c) => c.handle_datagram(now, from, datagram),
-            None => Err(DropCause::UnknownConnection),
-        };
+        let r = self
+            .with_conn(idx, |c| c.handle_datagram(now, from, datagram))
+            .unwrap_or(Err(DropCause::UnknownConnection));
         self.touch(idx);
         r
     }
@@ -618,15 +601,11 @@ impl Endpoint {
         let Some(&idx) = self.by_remote.get(&cid) else {
             return Err(DropCause::UnknownConnection);
         };
-        let r = match self
-            .slots
-            .get_mut(idx as usize)
-            .and_then(|s| s.conn.as_mut())
-        {
-            // The connection decodes it again: it can be driven without an endpoint too.
-            Some(c) => c.handle_datagram(now, SocketAddr::from(([0, 0, 0, 0], 0)), datagram),
-            None => Err(DropCause::UnknownConnection),
-        };
+        // The connection decodes it again: it can be driven without an endpoint too.
+        let unused = SocketAddr::from(([0, 0, 0, 0], 0));
+        let r = self
+            .with_conn(idx, |c| c.handle_datagram(now, unused, datagram))
+            .unwrap_or(Err(DropCause::UnknownConnection));
         self.touch(idx);
         r
     }
@@ -714,10 +693,9 @@ impl Endpoint {
                 if let Some(&h) = self.by_client.get(&(from, client_cid)) {
                     // A retransmitted echo: the existing connection re-sends its accept.
                     if let Some(idx) = self.index_of(h) {
-                        let r = match self.slots[idx as usize].conn.as_mut() {
-                            Some(c) => c.handle_datagram(now, from, datagram),
-                            None => Ok(()),
-                        };
+                        let r = self
+                            .with_conn(idx, |c| c.handle_datagram(now, from, datagram))
+                            .unwrap_or(Ok(()));
                         self.touch(idx);
                         return r;
                     }
@@ -894,7 +872,6 @@ impl Endpoint {
             client_cid,
             from,
             now,
-            self.budget.clone(),
             ServerAdmit {
                 nonce,
                 accept,
@@ -904,7 +881,7 @@ impl Endpoint {
                 hook: accept_hook,
             },
         );
-        conn.set_fec_budget(self.fec_budget.clone());
+        conn.set_budget_limits(self.cfg.reassembly_budget, self.cfg.fec_retention_budget);
         let slot = &mut self.slots[idx as usize];
         slot.conn = Some(conn);
         slot.accepted_for = Some((from, client_cid));
@@ -1043,14 +1020,7 @@ impl Endpoint {
             }
         }
         while let Some(idx) = self.dirty.pop_front() {
-            let t = match self
-                .slots
-                .get_mut(idx as usize)
-                .and_then(|s| s.conn.as_mut())
-            {
-                Some(c) => c.poll_transmit(now, buf),
-                None => None,
-            };
+            let t = self.with_conn(idx, |c| c.poll_transmit(now, buf)).flatten();
             if let Some(slot) = self.slots.get_mut(idx as usize) {
                 slot.dirty = false;
             }
@@ -1125,14 +1095,22 @@ impl Endpoint {
                 continue;
             }
             slot.timer = None;
-            if let Some(c) = slot.conn.as_mut() {
-                c.handle_timeout(now);
-            }
+            self.with_conn(idx, |c| c.handle_timeout(now));
             self.touch(idx);
         }
         due.clear();
         self.due = due;
         self.clean_timers();
+    }
+
+    /// Runs `f` on connection `idx` with the shared budgets lent to it (see
+    /// `Connection::swap_budgets`); `None` if the slot is empty.
+    fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection) -> R) -> Option<R> {
+        let conn = self.slots.get_mut(idx as usize)?.conn.as_mut()?;
+        conn.swap_budgets(&mut self.shared);
+        let r = f(conn);
+        conn.swap_budgets(&mut self.shared);
+        Some(r)
     }
 
     /// After any interaction: collect events, schedule transmission and timer, free if drained.
@@ -1163,6 +1141,10 @@ impl Endpoint {
             self.by_remote.insert(conn.remote_cid(), idx);
         }
         if conn.is_drained() {
+            // What it still holds goes back to the shared budgets.
+            let (reassembly, fec) = conn.held_bytes();
+            self.shared.reassembly.used = self.shared.reassembly.used.saturating_sub(reassembly);
+            self.shared.fec.release(fec);
             slot.conn = None;
             slot.timer = None;
             slot.dirty = false;

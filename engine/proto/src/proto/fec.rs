@@ -55,11 +55,12 @@ pub struct FecStats {
     pub max_parity: usize,
     /// Times the adaptive policy changed the parity level.
     pub policy_changes: u64,
-    /// Bytes retained for incomplete groups by every connection of the endpoint's budget.
+    /// Bytes this connection retains for incomplete groups now.
     pub retained_bytes: usize,
     /// Peak of `retained_bytes` (never above `retention_limit`).
     pub peak_retained_bytes: usize,
-    /// The retention budget's limit.
+    /// The limit of the retention budget this connection draws on: its endpoint's, shared by
+    /// all the endpoint's connections (see [`crate::Endpoint::fec_budget`]).
     pub retention_limit: usize,
     /// Loss of data shards this side observed on the wire, before recovery (fraction).
     pub realized_loss: f64,
@@ -126,9 +127,23 @@ impl FecLink {
         }
     }
 
-    /// Share the endpoint's retention budget (before any FEC packet arrived).
-    pub(crate) fn set_budget(&mut self, budget: RetentionBudget) {
-        self.budget = budget;
+    /// Start from an empty retention budget of `limit` bytes (before any FEC packet arrived).
+    pub(crate) fn set_budget_limit(&mut self, limit: usize) {
+        self.budget = RetentionBudget::new(limit);
+    }
+
+    /// The retention budget receiving draws on: the receiver's once it exists, else the one a
+    /// new receiver starts with (the endpoint swaps its shared budget in here for each call).
+    pub(crate) fn budget_mut(&mut self) -> &mut RetentionBudget {
+        match self.rx.as_mut() {
+            Some(rx) => rx.budget_mut(),
+            None => &mut self.budget,
+        }
+    }
+
+    /// Bytes the receiver retains now.
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.rx.as_ref().map_or(0, |rx| rx.retained_bytes())
     }
 
     /// Whether outgoing ARQ datagrams are wrapped.
@@ -334,7 +349,7 @@ impl FecLink {
     ) -> Result<(), FecError> {
         let rx = self
             .rx
-            .get_or_insert_with(|| Box::new(Rx::new(self.cfg, self.budget.clone())));
+            .get_or_insert_with(|| Box::new(Rx::new(self.cfg, self.budget)));
         let mut hdr = [0u8; wire::DATA_HEADER_LEN];
         // A `Data` header for our own cid; its first 10 bytes prefix every rebuilt datagram.
         if wire::encode_data_header(local, 0, &mut hdr).is_err() {
@@ -388,8 +403,11 @@ impl FecLink {
             s.malformed = r.malformed;
             s.receiver = r;
         }
-        s.retained_bytes = self.budget.used();
-        s.peak_retained_bytes = self.budget.peak();
+        if let Some(rx) = self.rx.as_ref() {
+            let r = rx.stats();
+            s.retained_bytes = r.retained_bytes;
+            s.peak_retained_bytes = r.peak_retained_bytes;
+        }
         s.retention_limit = self.budget.limit();
         s
     }
@@ -432,7 +450,7 @@ mod tests {
         };
         let mut tx = FecLink::new(&cfg);
         let mut rx = FecLink::new(&cfg);
-        let now = Instant::now();
+        let now = ricochet_testkit::SimClock::new().now();
         let cid = ConnectionId(7);
         let mut bodies = Vec::new();
         for i in 0..48u8 {

@@ -71,7 +71,7 @@
 //!
 //! # Frames (inside `Data`)
 //!
-//! `v` = variable-length integer ([QUIC encoding](varint): the top two bits of the first byte
+//! `v` = variable-length integer (QUIC encoding, RFC 9000 §16: the top two bits of the first byte
 //! give the length, 1/2/4/8 bytes, values up to 2^62 − 1).
 //!
 //! | type | name | fields |
