@@ -183,6 +183,8 @@ pub struct Client {
     events: VecDeque<ClientEvent>,
     connected: bool,
     closed: Option<(CloseReason, bool)>,
+    /// The server application's message with its refusal, once refused.
+    refusal_message: Bytes,
 }
 
 impl std::fmt::Debug for Client {
@@ -263,6 +265,7 @@ impl Client {
             events: VecDeque::new(),
             connected: false,
             closed: None,
+            refusal_message: Bytes::new(),
         };
         client.drive(Some(Duration::ZERO), true)?;
         Ok(client)
@@ -327,10 +330,7 @@ impl Client {
     /// The message the server application gave with its refusal ([`CloseReason::Rejected`]);
     /// empty otherwise.
     pub fn refusal_message(&self) -> Bytes {
-        self.endpoint
-            .connection(self.handle)
-            .map(|c| Bytes::copy_from_slice(c.refusal_message()))
-            .unwrap_or_default()
+        self.refusal_message.clone()
     }
 
     /// Queue a message on `channel`.
@@ -411,9 +411,14 @@ impl Client {
                     ClientEvent::Connected
                 }
                 Event::Message { channel, data } => ClientEvent::Message { channel, data },
-                Event::Closed { reason, by_peer } => {
+                Event::Closed {
+                    reason,
+                    by_peer,
+                    message,
+                } => {
                     self.connected = false;
                     self.closed = Some((reason, by_peer));
+                    self.refusal_message = message;
                     ClientEvent::Disconnected { reason, by_peer }
                 }
                 // Only a server's endpoint reports incoming clients.

@@ -347,7 +347,10 @@ fn version_mismatch_and_server_full_are_refused_with_reason() {
     let limit = net.now + Duration::from_secs(1);
     net.run_until(limit, &mut |ep, _, h, e| {
         if ep == c2 && h == h2 {
-            if let Event::Closed { reason, by_peer } = e {
+            if let Event::Closed {
+                reason, by_peer, ..
+            } = e
+            {
                 closed = Some((reason, by_peer));
             }
         }

@@ -482,7 +482,9 @@ impl<H: Handler> RudpService<H> {
                 Event::Message { channel, data } => {
                     self.handler.on_message(&mut sctx, session, channel, data)
                 }
-                Event::Closed { reason, by_peer } => self
+                Event::Closed {
+                    reason, by_peer, ..
+                } => self
                     .handler
                     .on_disconnect(&mut sctx, session, reason, by_peer),
             }

@@ -156,7 +156,7 @@ pub struct Connection {
     peer: Option<Peer>,
     /// Token mode: keys and reset token.
     secure: Option<Box<Secure>>,
-    /// Client: the message of an application refusal.
+    /// Client: the message of an application refusal (moves into `Event::Closed`).
     refusal_message: Bytes,
     // Sending.
     next_pn: u64,
@@ -426,12 +426,6 @@ impl Connection {
         self.peer.as_ref()
     }
 
-    /// Client side: the message the server application gave with its refusal
-    /// ([`CloseReason::Rejected`]); empty otherwise.
-    pub fn refusal_message(&self) -> &[u8] {
-        &self.refusal_message
-    }
-
     /// Draw on budgets of these limits (reassembly, FEC retention) until the endpoint lends
     /// its shared ones (call before any datagram arrives).
     pub(crate) fn set_budget_limits(&mut self, reassembly: usize, fec: usize) {
@@ -577,7 +571,11 @@ impl Connection {
             return;
         }
         self.state = ConnectionState::Closed;
-        self.events.push_back(Event::Closed { reason, by_peer });
+        self.events.push_back(Event::Closed {
+            reason,
+            by_peer,
+            message: std::mem::take(&mut self.refusal_message),
+        });
         // Free send-side memory at once; a closed connection never sends data again.
         for c in &mut self.channels {
             c.queue.clear();

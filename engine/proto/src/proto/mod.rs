@@ -244,6 +244,9 @@ pub enum Event {
         reason: CloseReason,
         /// True when the peer (or the server, for a refused handshake) decided it.
         by_peer: bool,
+        /// The server application's message with a refusal ([`CloseReason::Rejected`]);
+        /// empty otherwise.
+        message: Bytes,
     },
 }
 
