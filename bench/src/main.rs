@@ -47,6 +47,10 @@ enum Command {
     Gate(GateArgs),
     /// Regenerate PERFORMANCE.md's generated sections and charts from results/ (not results/local/).
     Report(ReportArgs),
+    /// The separate client process of `bench rudp --clients-process separate` (started by the
+    /// bench itself; talks JSON lines on standard input and output).
+    #[command(name = "rudp-clients", hide = true)]
+    RudpClients,
 }
 
 fn main() -> ExitCode {
@@ -68,6 +72,10 @@ fn main() -> ExitCode {
         Some(Command::Matrix(a)) => commands::matrix::run(a, &cli.global),
         Some(Command::Gate(a)) => commands::gate::run(a, &cli.global),
         Some(Command::Report(a)) => commands::report::run(a, &cli.global),
+        Some(Command::RudpClients) => {
+            bench::rudp::fleet::serve_clients_process(std::io::stdin().lock(), std::io::stdout())
+                .map(|()| true)
+        }
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

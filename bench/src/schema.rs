@@ -15,8 +15,9 @@ use crate::host::{BuildInfo, HostInfo};
 /// from version 1 files, which still read: see [`MIN_SCHEMA_VERSION`]); version 3 added the
 /// RUDP config's `client_threads` and `server_idle`, and the RUDP server's
 /// `sessions_per_worker` and `forwarded`; version 4 added the RUDP config's
-/// `client_placement`.
-pub const SCHEMA_VERSION: u32 = 4;
+/// `client_placement`; version 5 added the RUDP config's `clients_process`, the round's
+/// `client_process` and the wire counters' `tail_loss_probes`.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Oldest schema version this build reads (every later change so far only added fields).
 pub const MIN_SCHEMA_VERSION: u32 = 1;
@@ -472,6 +473,12 @@ pub struct RudpConfig {
     /// them). Absent (`os`) in files before schema version 4.
     #[serde(default)]
     pub client_placement: Option<String>,
+    /// Where the clients run: `in-process` (threads of the bench process, beside the server
+    /// and the relay) or `separate` (a child process of the same binary, as an outside load
+    /// generator: its own address space, scheduled by the OS, never pinned). Absent
+    /// (`in-process`) in files before schema version 5.
+    #[serde(default)]
+    pub clients_process: Option<String>,
     /// How the server admits the clients: `tokens` (connect tokens, the secure path) or
     /// `insecure`. Absent in files from before connect tokens, whose runs were insecure.
     #[serde(default)]
@@ -489,6 +496,11 @@ impl RudpConfig {
         self.client_threads
             .unwrap_or(self.clients)
             .clamp(1, self.clients.max(1))
+    }
+
+    /// True when the clients run in a separate process (`clients_process` = `separate`).
+    pub fn separate_clients(&self) -> bool {
+        self.clients_process.as_deref() == Some("separate")
     }
 }
 
@@ -557,6 +569,9 @@ pub struct RudpWire {
     /// Sum of the connections' peak FEC retention, bytes.
     #[serde(default)]
     pub fec_peak_retained_bytes: u64,
+    /// Tail-loss probes sent (`ConnectionStats::tail_loss_probes`; absent before schema 5).
+    #[serde(default)]
+    pub tail_loss_probes: u64,
 }
 
 impl RudpWire {
@@ -573,6 +588,7 @@ impl RudpWire {
         self.fec_parity_sent += o.fec_parity_sent;
         self.fec_max_parity = self.fec_max_parity.max(o.fec_max_parity);
         self.fec_peak_retained_bytes += o.fec_peak_retained_bytes;
+        self.tail_loss_probes += o.tail_loss_probes;
     }
 }
 
@@ -659,7 +675,8 @@ pub struct RudpRun {
     pub round_trips_per_s: f64,
     /// RTT of measured-phase messages, send call to complete echo.
     pub rtt_us: Option<Latency>,
-    /// Process CPU from the measured start to the end of the drain (clients, server, relay).
+    /// Process CPU from the measured start to the end of the drain (clients, server, relay;
+    /// with a separate client process, both processes' CPU over the bench's wall time).
     pub cpu: CpuUsage,
     /// Process CPU per measured round trip, µs.
     pub cpu_us_per_round_trip: Option<f64>,
@@ -680,6 +697,21 @@ pub struct RudpRun {
     /// Resident set size over the round (added within schema 2: absent from older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss: Option<RssOverTime>,
+    /// The separate client process's own figures (`clients_process` = `separate`; absent
+    /// otherwise and before schema 5). Its CPU is also in `cpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_process: Option<ClientProcess>,
+}
+
+/// What the separate client process reports about itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientProcess {
+    /// The client process's CPU from its measured start to its last client's end; `percent`
+    /// is over its own wall time.
+    pub cpu: CpuUsage,
+    /// Its peak resident set size (`VmHWM`) at that point, KiB.
+    pub peak_rss_kib: Option<u64>,
 }
 
 /// Growth bound of [`RssOverTime`]: RSS at the end of the measured phase may exceed RSS at the

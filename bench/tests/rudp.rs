@@ -149,12 +149,10 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
     // address.
     let token =
         bench::rudp::run::mint_token(&key, 1, &[relay.addr(), server.local_addr()]).unwrap();
-    let mut cc = ClientConfig {
-        endpoint,
-        seed: Some(11),
-        ..ClientConfig::default()
-    };
-    cc.backend.kind = backend.parse().unwrap();
+    let mut cc = ClientConfig::new()
+        .seed(11)
+        .backend(backend.parse().unwrap());
+    cc.endpoint = endpoint;
     let mut client = Client::connect_blocking(&token, cc, Duration::from_secs(10)).unwrap();
     for (ch, _) in kinds.iter().enumerate() {
         for &len in &SIZES {
@@ -192,7 +190,7 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
                     got.entry(channel).or_default().push(data.len());
                 }
                 ClientEvent::Disconnected { reason, .. } => panic!("disconnected: {reason:?}"),
-                ClientEvent::Connected => {}
+                _ => {}
             }
         }
     }
@@ -351,4 +349,42 @@ fn client_placement_defaults_by_route_and_is_checked() {
         ..cfg.clone()
     };
     assert!(validate(&c).is_err());
+}
+
+#[test]
+fn separate_client_process_runs_direct_and_through_the_relay() {
+    let _serial = one_at_a_time();
+    // The test binary is not the bench: the bench binary plays the client process.
+    bench::rudp::fleet::set_client_executable(env!("CARGO_BIN_EXE_bench"));
+    for (profile, direct) in [(Profile::None, true), (Profile::Burst, false)] {
+        let mut cfg = short(profile, direct);
+        cfg.clients_process = Some("separate".into());
+        cfg.client_placement = Some("os".into());
+        cfg.client_threads = Some(1);
+        let r = run_round(&cfg);
+        assert_ok(&r);
+        assert_eq!(r.relay.is_some(), !direct);
+        // Only the child reports these, after its clients finished.
+        let p = r.client_process.expect("the client process's own figures");
+        let child_cpu = p.cpu.user_s + p.cpu.sys_s;
+        assert!(child_cpu > 0.0, "{p:?}");
+        assert!(p.peak_rss_kib.is_some_and(|k| k > 0));
+        // The round's CPU is both processes'.
+        assert!(
+            r.cpu.user_s + r.cpu.sys_s >= child_cpu,
+            "{:?} vs {p:?}",
+            r.cpu
+        );
+    }
+    // In process, nothing of the kind.
+    let r = run_round(&short(Profile::None, true));
+    assert!(r.client_process.is_none());
+    // Placement is what an outside load generator cannot do.
+    let mut cfg = short(Profile::None, true);
+    cfg.clients_process = Some("separate".into());
+    assert_eq!(cfg.client_placement.as_deref(), Some("with-worker"));
+    assert!(validate(&cfg).is_err());
+    cfg.clients_process = Some("elsewhere".into());
+    cfg.client_placement = Some("os".into());
+    assert!(validate(&cfg).is_err());
 }

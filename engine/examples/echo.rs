@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use ricochet::proto::token::{ConnectToken, TokenKey, TokenParams};
-use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
 use ricochet::{Client, ClientConfig, ClientEvent};
 
 /// The development key (public: never use it for a server others can reach).
@@ -85,13 +85,11 @@ fn run_client(
                 ClientEvent::Disconnected { reason, .. } => {
                     return Err(format!("{reason:?}").into())
                 }
-                ClientEvent::Connected => {}
+                _ => {}
             }
         }
     }
-    let s = client
-        .stats()
-        .map(|s| (s.packets_sent, s.segments_retransmitted));
+    let s = client.stats().map(|s| (s.packets_sent, s.retransmitted));
     println!(
         "{next_echo} round trips in {seconds} s, mean RTT {:?}; (packets sent, retransmitted) = {s:?}",
         rtt_total / next_echo.max(1) as u32
@@ -121,11 +119,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| "127.0.0.1:0".into())
         .parse()?;
     let cfg = if insecure {
-        RudpServerConfig::insecure(bind)
+        ServerConfig::new(bind).insecure()
     } else {
-        RudpServerConfig::secure(bind, TokenKey::from_bytes(DEV_KEY), PROTOCOL_ID)
+        ServerConfig::new(bind).tokens(TokenKey::from_bytes(DEV_KEY), PROTOCOL_ID)
     };
-    let server = RudpServer::start(cfg, |_| Echo)?;
+    let server = Server::start(cfg, |_| Echo)?;
     println!(
         "echo server on {} ({} workers, {})",
         server.local_addr(),

@@ -8,31 +8,24 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
-use ricochet::{ChannelKind, Client, ClientConfig, ClientEvent, Config};
-use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
-use ricochet_proto::{EndpointConfig, Peer, Refusal};
+use ricochet::{
+    backend, ChannelKind, Client, ClientConfig, ClientEvent, Handler, Peer, Profile, Refusal,
+    Server, ServerConfig, ServerContext, SessionId, TokenKey,
+};
 
-/// Channel ids; both sides use [`channels`].
+/// Channel ids, into [`CHANNELS`].
 const CHAT: u8 = 0;
 const STATE: u8 = 1;
 
-fn channels() -> EndpointConfig {
-    EndpointConfig {
-        connection: Arc::new(Config {
-            channels: vec![
-                ChannelKind::ReliableOrdered,
-                ChannelKind::UnreliableSequenced,
-            ],
-            ..Config::competitive()
-        }),
-        ..EndpointConfig::default()
-    }
-}
+/// Inputs and chat go reliable and ordered; world snapshots go unreliable-sequenced (a late
+/// snapshot is worthless once a newer one arrived).
+const CHANNELS: [ChannelKind; 2] = [
+    ChannelKind::ReliableOrdered,
+    ChannelKind::UnreliableSequenced,
+];
 
 /// The game's protocol id.
 const PROTOCOL_ID: u64 = 0x6761_6d65;
@@ -122,32 +115,32 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // In a real deployment the key comes from a secret store the backend shares.
     let key = TokenKey::generate(&mut rand::rng());
-    let mut cfg = RudpServerConfig::secure("127.0.0.1:0".parse()?, key.clone(), PROTOCOL_ID);
-    cfg.udp.io_threads = 1; // one world, one worker
-    cfg.udp.tick = Some(Duration::from_millis(50));
-    cfg.endpoint = EndpointConfig {
-        server: cfg.endpoint.server.clone(),
-        ..channels()
-    };
-    let server = RudpServer::start(cfg, |_| World::default())?;
+    let cfg = ServerConfig::new("127.0.0.1:0".parse()?)
+        .tokens(key.clone(), PROTOCOL_ID)
+        .profile(Profile::Game)
+        .channels(CHANNELS)
+        .workers(1) // one world, one worker
+        .tick(Duration::from_millis(50));
+    let server = Server::start(cfg, |_| World::default())?;
 
-    let client_cfg = ClientConfig {
-        endpoint: channels(),
-        ..ClientConfig::default()
-    };
-    // What the backend does for each player who logs in: a token for this server.
-    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH)?;
+    let client_cfg = ClientConfig::new()
+        .profile(Profile::Game)
+        .channels(CHANNELS);
+    // What the backend does for each player who logs in: a token for this server, with the
+    // player's name for the server application.
     let mut players = Vec::with_capacity(n);
     for i in 0..n {
         let name = format!("player {i}");
-        let params = TokenParams {
-            protocol_id: PROTOCOL_ID,
-            client_id: i as u64,
-            server_addresses: &[server.local_addr()],
-            expires_unix: now.as_secs() + 30,
-            user_data: name.as_bytes(),
-        };
-        let token = ConnectToken::generate(&key, &params, &mut rand::rng())?;
+        let valid_for = Duration::from_secs(30);
+        let servers = [server.local_addr()];
+        let token = backend::issue_token(
+            &key,
+            PROTOCOL_ID,
+            i as u64,
+            &servers,
+            valid_for,
+            name.as_bytes(),
+        )?;
         players.push(Client::connect_blocking(
             &token,
             client_cfg.clone(),
@@ -183,7 +176,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     ClientEvent::Disconnected { reason, .. } => {
                         return Err(format!("{reason:?}").into())
                     }
-                    ClientEvent::Connected => {}
+                    _ => {}
                 }
             }
         }
@@ -192,7 +185,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     for (i, (c, s)) in players.iter().zip(&seen).enumerate() {
-        let rtt = c.stats().map_or(Duration::ZERO, |st| st.srtt);
+        let rtt = c.stats().map_or(Duration::ZERO, |st| st.rtt);
         println!(
             "player {i}: {} snapshots (last tick {}, {} stale), {} chat lines, RTT {rtt:?}",
             s.snapshots, s.last_tick, s.stale, s.chat

@@ -3,8 +3,8 @@
 //! comes back until the server leaves.
 //! `cargo run --release -p ricochet --example readme_client` (with `readme_server` running)
 
-use ricochet::{backend, Client, ClientConfig, ClientEvent, Config, TokenKey};
-use std::{sync::Arc, time::Duration};
+use ricochet::{backend, Client, ClientConfig, ClientEvent, Profile, TokenKey};
+use std::time::Duration;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Local development: mint the token here. In production your backend issues it (HTTPS).
@@ -12,8 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = "127.0.0.1:7777".parse()?;
     let (player, valid_for) = (1, Duration::from_secs(30));
     let token = backend::issue_token(&key, 0x5249_4343, player, &[server], valid_for, b"")?;
-    let mut config = ClientConfig::default();
-    config.endpoint.connection = Arc::new(Config::competitive()); // the game profile
+    let config = ClientConfig::new().profile(Profile::Game);
     let mut client = Client::connect_blocking(&token, config, Duration::from_secs(5))?;
     client.send(0, &b"hello"[..])?; // channel 0: reliable, ordered
     while client.is_connected() {

@@ -4,7 +4,7 @@
 //! `cargo run --release -p ricochet --example readme_server`
 
 use bytes::Bytes;
-use ricochet::{Config, Handler, RudpServer, RudpServerConfig, ServerContext, SessionId, TokenKey};
+use ricochet::{Handler, Profile, Server, ServerConfig, ServerContext, SessionId, TokenKey};
 use signal_hook::{consts::SIGINT, consts::SIGTERM, iterator::Signals};
 
 // The key your backend seals connect tokens with: a development key (the client knows it too).
@@ -18,10 +18,10 @@ impl Handler for Echo {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (bind, game) = ("127.0.0.1:7777".parse()?, 0x5249_4343); // tokens name both
-    let mut config = RudpServerConfig::secure(bind, TokenKey::from_bytes(KEY), game);
-    config.endpoint.connection = std::sync::Arc::new(Config::competitive()); // the game profile
-    let server = RudpServer::start(config, |_worker| Echo)?;
+    let config = ServerConfig::new("127.0.0.1:7777".parse()?) // the address tokens name
+        .tokens(TokenKey::from_bytes(KEY), 0x5249_4343) // the backend's key, your game's id
+        .profile(Profile::Game);
+    let server = Server::start(config, |_worker| Echo)?;
     println!("listening on {}", server.local_addr());
     Signals::new([SIGINT, SIGTERM])?.forever().next(); // wait for Ctrl-C or `kill`
     server.shutdown()?; // says goodbye to every client

@@ -13,7 +13,7 @@
 //! # let token_bytes: Vec<u8> = Vec::new();
 //! // The bytes the backend sent over HTTPS after the player logged in.
 //! let token = ConnectToken::from_bytes(&token_bytes)?;
-//! let mut client = Client::connect_blocking(&token, ClientConfig::default(), Duration::from_secs(5))?;
+//! let mut client = Client::connect_blocking(&token, ClientConfig::new(), Duration::from_secs(5))?;
 //! client.send(0, &b"hello"[..])?;
 //! loop {
 //!     client.update()?; // once per frame: receive, run timers, send
@@ -30,6 +30,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -39,14 +40,27 @@ use ricochet_platform::{
 
 use ricochet_proto::token::ConnectToken;
 use ricochet_proto::{
-    CloseReason, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, SendError,
+    ChannelKind, CloseReason, Config, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig,
+    Event, SendError,
 };
+
+use crate::profile::{with_channels, Profile};
+use crate::stats::SessionStats;
 
 /// Room for one outgoing datagram (any UDP payload) in the send batch.
 const TRANSMIT_BUF: usize = 65_536;
 
-/// Client settings.
+/// Client settings: start from [`ClientConfig::new`] and change what you need with the builder
+/// methods; the fields stay open for tuning beyond them.
+///
+/// ```
+/// use ricochet::{ClientConfig, Profile};
+///
+/// let config = ClientConfig::new().profile(Profile::Game);
+/// # let _ = config;
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientConfig {
     /// Protocol settings; must match the server's channel list.
     pub endpoint: EndpointConfig,
@@ -82,6 +96,48 @@ impl Default for ClientConfig {
             seed: None,
             gso: true,
         }
+    }
+}
+
+impl ClientConfig {
+    /// The defaults: [`Profile::Default`], automatic backend, an ephemeral local port.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Tune the session for `profile` (use the server's). Keeps the channels.
+    pub fn profile(self, profile: Profile) -> Self {
+        self.session(|c| *c = with_channels(profile.config(), c))
+    }
+
+    /// The session's channels, by id: the same kinds in the same order as the server's.
+    pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
+        let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
+        self.session(|c| c.channels = kinds)
+    }
+
+    /// Change any protocol setting of the session (see [`Config`]).
+    pub fn session(mut self, tune: impl FnOnce(&mut Config)) -> Self {
+        tune(Arc::make_mut(&mut self.endpoint.connection));
+        self
+    }
+
+    /// The datagram I/O backend (automatic by default).
+    pub fn backend(mut self, backend: BackendKind) -> Self {
+        self.backend.kind = backend;
+        self
+    }
+
+    /// Bind this local address instead of an ephemeral port.
+    pub fn bind(mut self, local: SocketAddr) -> Self {
+        self.bind = Some(local);
+        self
+    }
+
+    /// Seed connection ids and nonces from `seed` (reproducible tests); by default from the OS.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
     }
 }
 
@@ -153,6 +209,7 @@ pub enum ClientError {
 
 /// What happened on the connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClientEvent {
     /// The handshake completed.
     Connected,
@@ -462,8 +519,16 @@ impl Client {
         self.connected
     }
 
-    /// The connection's statistics (RTT histogram, loss, retransmissions, cwnd, RTO).
-    pub fn stats(&self) -> Option<&ConnectionStats> {
+    /// The session's counters and path estimates (RTT, loss, retransmissions, congestion
+    /// window); `None` once the session is gone.
+    pub fn stats(&self) -> Option<SessionStats> {
+        self.detail().map(SessionStats::from)
+    }
+
+    /// Every counter the protocol core keeps for the session (for benchmarks and diagnostics;
+    /// its shape follows the protocol core, not this crate's API promise).
+    #[doc(hidden)]
+    pub fn detail(&self) -> Option<&ConnectionStats> {
         self.endpoint.connection(self.handle).map(|c| c.stats())
     }
 
@@ -529,6 +594,7 @@ impl Client {
 /// A member of a [`ClientSet`] failed, or the set's wait did.
 #[derive(Debug, thiserror::Error)]
 #[error("client {index:?} of the set: {source}")]
+#[non_exhaustive]
 pub struct ClientSetError {
     /// The member's index in the set; `None` when the wait over every member failed.
     pub index: Option<usize>,
@@ -552,7 +618,7 @@ pub struct ClientSetError {
 /// // One token per bot, from the backend (or minted with the key in a test rig).
 /// let mut set = ClientSet::new();
 /// for token in &tokens {
-///     let c = Client::connect_blocking(token, ClientConfig::default(), Duration::from_secs(5))?;
+///     let c = Client::connect_blocking(token, ClientConfig::new(), Duration::from_secs(5))?;
 ///     set.push(c);
 /// }
 /// for i in 0..set.len() {

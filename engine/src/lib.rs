@@ -15,7 +15,9 @@
 
 pub mod backend;
 pub mod client;
+mod profile;
 pub mod runtime;
+mod stats;
 
 pub use ricochet_platform as platform;
 pub use ricochet_proto as proto;
@@ -23,8 +25,11 @@ pub use ricochet_proto as proto;
 pub use client::{
     Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError, ConnectLimit,
 };
+pub use profile::Profile;
+pub use ricochet_platform::BackendKind;
 pub use ricochet_proto::token::{ConnectToken, TokenKey};
-pub use ricochet_proto::{ChannelKind, CloseReason, Config, Peer, Refusal};
+pub use ricochet_proto::{ChannelKind, CloseReason, Config, Peer, Refusal, SendError};
 pub use runtime::{
-    Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId, UdpServerConfig,
+    Handler, IdleStrategy, IoModel, RuntimeError, Server, ServerConfig, ServerContext, SessionId,
 };
+pub use stats::SessionStats;

@@ -1,6 +1,8 @@
 //! Tail loss: when the last packet of a burst is lost no later packet is acknowledged, so
 //! only a timer can find the loss. The tail-loss probe (two smoothed RTTs plus the ACK delay)
-//! must repair it well before the conservative minimum RTO of `Config::default()` (100 ms).
+//! must repair it well before the conservative minimum RTO of `Config::default()` (100 ms),
+//! and must not fire when nothing was lost and the peer only answered late (a receiver
+//! thread that was not scheduled for a few milliseconds, on a sub-millisecond path).
 
 mod proto_util;
 
@@ -215,4 +217,63 @@ fn redundant_retransmission_survives_a_lost_repair() {
     // detection.
     assert!(with < Duration::from_millis(40), "delivered after {with:?}");
     assert!(with < without, "{with:?} vs {without:?}");
+}
+
+/// A clean, loopback-like path (50 µs one way) whose server stops reading for 8 ms while the
+/// client has messages in flight, as a server thread that is not scheduled for two ticks:
+/// nothing is lost, every answer is only late. Two smoothed RTTs plus the ACK delay come to
+/// about 1.2 ms here; the probe's 10 ms floor keeps it from firing, so the pause costs no
+/// retransmission (before the floor, each such pause drew a probe and a repeated fragment).
+#[test]
+fn a_paused_peer_on_a_short_clean_path_draws_no_probe() {
+    for cfg in [Config::competitive(), Config::default()] {
+        assert_eq!(cfg.min_probe_timeout, Duration::from_millis(10));
+        let cfg = Arc::new(cfg);
+        let mut net = Net::new(
+            Impair {
+                delay: Duration::from_micros(50),
+                ..Impair::default()
+            },
+            11,
+        );
+        let (_, c) = net.add_pair(cfg);
+        let now = net.now;
+        let h = net.ep(c).connect(now, addr(1));
+        // Four messages in flight, each echo answered by the next message (a closed loop), for
+        // 200 ms: the RTT estimate settles near 100 µs.
+        for _ in 0..4 {
+            net.ep(c).send(h, 0, Bytes::from(vec![7u8; 1000])).unwrap();
+        }
+        let mut echo = |ep: usize, net: &mut Net, h2, e| {
+            if let Event::Message { channel, data } = e {
+                let _ = net.ep(ep).send(h2, channel, data);
+            }
+        };
+        let limit = net.now + Duration::from_millis(200);
+        net.run_until(limit, &mut echo);
+        let before = net.ep(c).connection(h).expect("connection").stats().clone();
+        assert!(
+            before.srtt < Duration::from_millis(1),
+            "srtt {:?}",
+            before.srtt
+        );
+        // The server's thread stalls for 8 ms: what the client sends meanwhile waits for it.
+        net.hold = Some((addr(1), net.now + Duration::from_millis(8)));
+        let limit = net.now + Duration::from_millis(100);
+        net.run_until(limit, &mut echo);
+        let after = net.ep(c).connection(h).expect("connection").stats().clone();
+        assert!(
+            after.segments_sent > before.segments_sent + 100,
+            "the echo did not resume after the pause"
+        );
+        assert_eq!(
+            after.tail_loss_probes, before.tail_loss_probes,
+            "a probe fired"
+        );
+        assert_eq!(
+            after.segments_retransmitted, before.segments_retransmitted,
+            "a fragment was sent again"
+        );
+        assert_eq!(after.rto_count, 0);
+    }
 }

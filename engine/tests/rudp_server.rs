@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ricochet::platform::BackendKind;
 use ricochet::proto::token::{ConnectToken, TokenKey, TokenParams};
-use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
 use ricochet::{Client, ClientConfig, ClientEvent, ClientSet, CloseReason, IoModel};
 
 const PROTOCOL_ID: u64 = 0x7465_7374;
@@ -18,8 +18,8 @@ fn key() -> TokenKey {
 }
 
 /// A server config on a free loopback port that admits clients by token.
-fn secure_cfg() -> RudpServerConfig {
-    RudpServerConfig::secure("127.0.0.1:0".parse().unwrap(), key(), PROTOCOL_ID)
+fn secure_cfg() -> ServerConfig {
+    ServerConfig::new("127.0.0.1:0".parse().unwrap()).tokens(key(), PROTOCOL_ID)
 }
 
 /// A token for the server at `addr`, valid for a minute.
@@ -45,20 +45,17 @@ impl Handler for Echo {
     }
 }
 
-fn server(model: IoModel, workers: usize, backend: BackendKind) -> RudpServer {
+fn server(model: IoModel, workers: usize, backend: BackendKind) -> Server {
     let mut cfg = secure_cfg();
     cfg.udp.io_model = model;
     cfg.udp.io_threads = workers;
     cfg.udp.backend.kind = backend;
     cfg.seed = Some(7);
-    RudpServer::start(cfg, |_| Echo).unwrap()
+    Server::start(cfg, |_| Echo).unwrap()
 }
 
 fn client(addr: SocketAddr) -> Client {
-    let cfg = ClientConfig {
-        seed: Some(rand_seed(addr)),
-        ..ClientConfig::default()
-    };
+    let cfg = ClientConfig::new().seed(rand_seed(addr));
     Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10)).expect("connects")
 }
 
@@ -237,7 +234,7 @@ fn client_learns_which_worker_serves_it() {
         cfg.udp.io_model = model;
         cfg.udp.io_threads = 2;
         cfg.seed = Some(11);
-        let srv = RudpServer::start(cfg, |_| NameWorker).unwrap();
+        let srv = Server::start(cfg, |_| NameWorker).unwrap();
         let mut seen = Vec::new();
         for _ in 0..4 {
             let mut c = client(srv.local_addr());
@@ -289,7 +286,7 @@ fn shutdown_closes_open_sessions_with_a_reason_on_both_sides() {
         let mut cfg = secure_cfg();
         cfg.udp.io_model = model;
         cfg.udp.io_threads = 2;
-        let srv = RudpServer::start(cfg, move |_| Recorder(s2.clone())).unwrap();
+        let srv = Server::start(cfg, move |_| Recorder(s2.clone())).unwrap();
         let mut clients: Vec<Client> = (0..4).map(|_| client(srv.local_addr())).collect();
         // Keep the clients answering while the server shuts down on another thread.
         let stopper = std::thread::spawn(move || srv.shutdown());
@@ -404,12 +401,9 @@ fn step_loop_echoes_in_order_with_offloads_on_and_off() {
             cfg.udp.gso = offload;
             cfg.udp.backend.gro = offload;
             cfg.seed = Some(11);
-            let srv = RudpServer::start(cfg, |_| Echo).unwrap();
-            let mut ccfg = ClientConfig {
-                seed: Some(rand_seed(srv.local_addr())),
-                gso: offload,
-                ..ClientConfig::default()
-            };
+            let srv = Server::start(cfg, |_| Echo).unwrap();
+            let mut ccfg = ClientConfig::new().seed(rand_seed(srv.local_addr()));
+            ccfg.gso = offload;
             ccfg.backend.gro = offload;
             ccfg.backend.kind = backend;
             let mut c =
@@ -456,10 +450,7 @@ fn client_set_drives_several_clients_from_one_thread() {
         let addr = srv.local_addr();
         let mut set = ClientSet::new();
         for _ in 0..5 {
-            let mut cfg = ClientConfig {
-                seed: Some(rand_seed(addr)),
-                ..ClientConfig::default()
-            };
+            let mut cfg = ClientConfig::new().seed(rand_seed(addr));
             cfg.backend.kind = backend;
             let c = Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10))
                 .expect("connects");

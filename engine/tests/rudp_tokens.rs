@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use ricochet::proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet::proto::{Endpoint, EndpointConfig};
-use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
 use ricochet::{Client, ClientConfig, ClientError, ClientEvent, CloseReason, Peer, Refusal};
 
 const PROTOCOL_ID: u64 = 0x746f_6b65_6e73;
@@ -66,10 +66,10 @@ impl Handler for Gate {
     }
 }
 
-fn secure_cfg(bind: &str) -> RudpServerConfig {
-    let mut cfg = RudpServerConfig::secure(bind.parse().unwrap(), key(), PROTOCOL_ID);
-    cfg.udp.io_threads = 2;
-    cfg
+fn secure_cfg(bind: &str) -> ServerConfig {
+    ServerConfig::new(bind.parse().unwrap())
+        .tokens(key(), PROTOCOL_ID)
+        .workers(2)
 }
 
 fn client_cfg() -> ClientConfig {
@@ -103,7 +103,7 @@ fn echo(c: &mut Client, msg: &'static [u8]) {
 fn refused_tokens_and_refused_players_get_clear_errors() {
     let gate = Gate::default();
     let g = gate.clone();
-    let srv = RudpServer::start(secure_cfg("127.0.0.1:0"), move |_| g.clone()).unwrap();
+    let srv = Server::start(secure_cfg("127.0.0.1:0"), move |_| g.clone()).unwrap();
     let addr = srv.local_addr();
 
     // A good token gets in, and on_connect sees who it names.
@@ -158,9 +158,8 @@ fn refused_tokens_and_refused_players_get_clear_errors() {
     srv.shutdown().unwrap();
 
     // A server that believes clients reach it elsewhere refuses tokens for this address.
-    let mut cfg = secure_cfg("127.0.0.1:0");
-    cfg.public_addresses = vec!["127.0.0.2:7777".parse().unwrap()];
-    let srv = RudpServer::start(cfg, |_| Gate::default()).unwrap();
+    let cfg = secure_cfg("127.0.0.1:0").public_address("127.0.0.2:7777".parse().unwrap());
+    let srv = Server::start(cfg, |_| Gate::default()).unwrap();
     assert_eq!(
         refused(&token(5, srv.local_addr())),
         CloseReason::TokenWrongServer
@@ -168,8 +167,8 @@ fn refused_tokens_and_refused_players_get_clear_errors() {
     srv.shutdown().unwrap();
 
     // A server bound to every address must be told its public one.
-    let err = RudpServer::start(secure_cfg("0.0.0.0:0"), |_| Gate::default()).unwrap_err();
-    assert!(err.to_string().contains("public_addresses"), "{err}");
+    let err = Server::start(secure_cfg("0.0.0.0:0"), |_| Gate::default()).unwrap_err();
+    assert!(err.to_string().contains("public_address"), "{err}");
 }
 
 /// Datagrams a flooder sends, from its own socket on the player's IP (127.0.0.1): replays of a
@@ -199,7 +198,7 @@ fn flood(target: SocketAddr, stop: Arc<AtomicBool>, sent: Arc<AtomicU64>) -> Joi
 
 #[test]
 fn a_spoofed_hello_flood_from_the_players_ip_does_not_stop_the_player() {
-    let srv = RudpServer::start(secure_cfg("127.0.0.1:0"), |_| Gate::default()).unwrap();
+    let srv = Server::start(secure_cfg("127.0.0.1:0"), |_| Gate::default()).unwrap();
     let addr = srv.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
@@ -294,9 +293,8 @@ impl Drop for Front {
 fn after_a_server_restart_the_client_sees_reset_within_100_ms_of_its_next_packet() {
     let front = Front::start();
     let server_at = |front: &Front| {
-        let mut cfg = secure_cfg("127.0.0.1:0");
-        cfg.public_addresses = vec![front.addr];
-        let srv = RudpServer::start(cfg, |_| Gate::default()).unwrap();
+        let cfg = secure_cfg("127.0.0.1:0").public_address(front.addr);
+        let srv = Server::start(cfg, |_| Gate::default()).unwrap();
         *front.server.lock().unwrap() = srv.local_addr();
         srv
     };

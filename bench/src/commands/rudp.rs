@@ -12,7 +12,7 @@ use crate::output::{render_table, result_file, thousands, write_result};
 use crate::relay::ImpairmentArgs;
 use crate::rudp::run::{
     default_client_placement, default_client_threads, default_drain, set_impairment, validate,
-    DEFAULT_SERVER_IDLE,
+    CLIENTS_PROCESSES, DEFAULT_CLIENTS_PROCESS, DEFAULT_SERVER_IDLE,
 };
 use crate::rudp::{label, run_case, FecPolicy};
 use crate::schema::{RudpCase, RudpConfig, Spread, ADMISSION_INSECURE, ADMISSION_TOKENS};
@@ -36,9 +36,14 @@ pub struct RudpArgs {
     pub server_idle: String,
     /// Where the client threads run: with-worker (each pinned to the core of the server
     /// worker serving its first client) or os (the scheduler decides). Default: with-worker
-    /// for --direct, os through the relay.
+    /// for --direct with the clients in process, else os.
     #[arg(long, value_parser = ["with-worker", "os"])]
     pub client_placement: Option<String>,
+    /// Where the clients run: in-process (threads of this process, beside the server) or
+    /// separate (a child process of this binary, as an outside load generator; its threads
+    /// are never pinned, so the placement is os).
+    #[arg(long, default_value = DEFAULT_CLIENTS_PROCESS, value_parser = CLIENTS_PROCESSES)]
+    pub clients_process: String,
     /// Messages in flight per client.
     #[arg(long, default_value_t = 16)]
     pub window: usize,
@@ -113,11 +118,11 @@ impl RudpArgs {
                     .unwrap_or_else(|| default_client_threads(self.clients)),
             ),
             server_idle: Some(self.server_idle.clone()),
-            client_placement: Some(
-                self.client_placement
-                    .clone()
-                    .unwrap_or_else(|| default_client_placement(self.direct).into()),
-            ),
+            client_placement: Some(self.client_placement.clone().unwrap_or_else(|| {
+                let separate = self.clients_process == "separate";
+                default_client_placement(self.direct, separate).into()
+            })),
+            clients_process: Some(self.clients_process.clone()),
             admission: Some(
                 if self.insecure {
                     ADMISSION_INSECURE

@@ -805,6 +805,7 @@ mod tests {
             }),
             relay: None,
             rss: None,
+            client_process: None,
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  client 0 ─┐                        ┌────────────────┐
-//!  client 1 ─┼─► relay (impairment) ──► RudpServer echo │  (--direct: no relay)
+//!  client 1 ─┼─► relay (impairment) ──► Server echo │  (--direct: no relay)
 //!  client N ─┘   one route per client └────────────────┘
 //! ```
 //!
@@ -17,6 +17,7 @@
 //! metrics (see `bench/README.md`).
 
 pub mod client;
+pub mod fleet;
 pub mod message;
 pub mod run;
 pub mod server;
@@ -41,5 +42,6 @@ pub(crate) fn wire_of(
         fec_parity_sent: st.fec.parity_sent,
         fec_max_parity: st.fec.max_parity as u64,
         fec_peak_retained_bytes: st.fec.peak_retained_bytes as u64,
+        tail_loss_probes: st.tail_loss_probes,
     }
 }

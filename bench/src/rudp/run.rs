@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +14,7 @@ use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet_proto::{Config, EndpointConfig};
 use ricochet_testkit::{BurstLoss, Impairment, Profile};
 
-use super::client::{run_clients, ClientOutcome, ClientPlan};
+use super::fleet::{Collected, Fleet};
 use super::message::HEADER_LEN;
 use super::server::EchoServer;
 use crate::host::{peak_rss_kib, CpuTimes};
@@ -125,7 +125,8 @@ pub fn config_for(
         seed,
         client_threads: Some(default_client_threads(clients)),
         server_idle: Some(DEFAULT_SERVER_IDLE.into()),
-        client_placement: Some(default_client_placement(direct).into()),
+        client_placement: Some(default_client_placement(direct, false).into()),
+        clients_process: Some(DEFAULT_CLIENTS_PROCESS.into()),
         admission: Some(ADMISSION_TOKENS.into()),
     };
     set_impairment(&mut cfg, &profile.impairment());
@@ -160,13 +161,22 @@ pub const DEFAULT_SERVER_IDLE: &str = "balanced";
 /// the scheduler.
 pub const CLIENT_PLACEMENTS: [&str; 2] = ["with-worker", "os"];
 
-/// The client placement when none is asked for: `with-worker` for direct rounds, `os` through
-/// the relay. Direct, a client thread on its worker's core hands its datagrams over on that
-/// core (loopback delivers in the sender's context); left to the scheduler, a thread that
-/// lands on the other core wakes its worker across cores for every datagram (see the bench
-/// README for figures). Through the relay, every datagram crosses the relay's unpinned thread.
-pub fn default_client_placement(direct: bool) -> &'static str {
-    if direct {
+/// Where the clients run: threads of the bench process, or a separate process.
+pub const CLIENTS_PROCESSES: [&str; 2] = ["in-process", "separate"];
+
+/// Where the clients run when not asked: in the bench process, as every result before schema
+/// 5 ran them (the gate's baseline ratios and the matrices compare with those).
+pub const DEFAULT_CLIENTS_PROCESS: &str = "in-process";
+
+/// The client placement when none is asked for: `with-worker` for direct rounds with the
+/// clients in process, `os` through the relay or from a separate client process. Direct, a
+/// client thread on its worker's core hands its datagrams over on that core (loopback
+/// delivers in the sender's context); left to the scheduler, a thread that lands on the other
+/// core wakes its worker across cores for every datagram (see the bench README for figures).
+/// Through the relay, every datagram crosses the relay's unpinned thread; a separate process
+/// stands for an outside load generator, which knows nothing of the server's workers.
+pub fn default_client_placement(direct: bool, separate: bool) -> &'static str {
+    if direct && !separate {
         "with-worker"
     } else {
         "os"
@@ -260,6 +270,17 @@ pub fn validate(cfg: &RudpConfig) -> Result<()> {
             bail!("client placement {p:?}: expected with-worker or os");
         }
     }
+    if let Some(p) = &cfg.clients_process {
+        if !CLIENTS_PROCESSES.contains(&p.as_str()) {
+            bail!("clients process {p:?}: expected in-process or separate");
+        }
+    }
+    if cfg.separate_clients() && cfg.client_placement.as_deref() == Some("with-worker") {
+        bail!(
+            "a separate client process runs as an outside load generator, without placement: \
+             client placement with-worker needs the clients in process"
+        );
+    }
     if !["per-core", "shared"].contains(&cfg.io_model.as_str()) {
         bail!("IO model {:?}: expected per-core or shared", cfg.io_model);
     }
@@ -318,6 +339,7 @@ fn failed_run(cfg: &RudpConfig, error: String) -> RudpRun {
         fec: None,
         relay: None,
         rss: None,
+        client_process: None,
     }
 }
 
@@ -444,7 +466,6 @@ pub fn run_round(cfg: &RudpConfig) -> RudpRun {
 fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let load = load_average();
     let endpoint = protocol(cfg)?;
-    let backend = BackendKind::from_str(&cfg.backend).map_err(|e| anyhow!("{e}"))?;
     // The backend's key, drawn per round; the clients' tokens are minted in place below.
     let key = (!cfg.insecure()).then(|| TokenKey::generate(&mut rand::rng()));
     let mut server = EchoServer::start(
@@ -468,78 +489,26 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     };
     let target = relay.as_ref().map_or(server.local_addr(), |r| r.addr());
 
-    let close = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let (done_tx, done_rx) = mpsc::channel();
-    let mut starts = Vec::new();
-    let mut handles = Vec::new();
-    let mut errors = Vec::new();
-    let threads = cfg.resolved_client_threads();
     let worker_cores = (cfg.client_placement.as_deref() == Some("with-worker"))
         .then(|| Arc::new(server.worker_cores()));
-    let mut groups: Vec<Vec<ClientPlan>> = (0..threads).map(|_| Vec::new()).collect();
-    // Through the relay a token lists its front door (where the client goes) and the server
-    // (what the server checks).
+    // What the game's backend would hand each client. Through the relay a token lists its
+    // front door (where the client goes) and the server (the address the server checks).
     let mut addresses = vec![target];
     if target != server.local_addr() {
         addresses.push(server.local_addr());
     }
-    for i in 0..cfg.clients {
-        let token = match &key {
-            Some(key) => Some(mint_token(key, i as u64, &addresses)?),
-            None => None,
-        };
-        let plan = ClientPlan {
-            id: i as u32,
-            server: target,
-            token,
-            payload: cfg.payload,
-            window: cfg.window,
-            warmup: Duration::from_secs_f64(cfg.warmup_s),
-            measured: Duration::from_secs_f64(cfg.seconds),
-            drain: Duration::from_secs_f64(cfg.drain_s),
-            endpoint: endpoint.clone(),
-            backend,
-            seed: cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1),
-            worker_cores: worker_cores.clone(),
-        };
-        // Round-robin: client i on thread i mod threads.
-        groups[i % threads].push(plan);
-    }
-    let mut spawned_clients = 0;
-    for (t, plans) in groups.into_iter().enumerate() {
-        let n = plans.len();
-        let (start_tx, start_rx) = mpsc::channel();
-        let (ready, done, close) = (ready_tx.clone(), done_tx.clone(), close.clone());
-        match std::thread::Builder::new()
-            .name(format!("rudp-clients-{t}"))
-            .spawn(move || run_clients(plans, ready, start_rx, done, close))
-        {
-            Ok(h) => {
-                handles.push(h);
-                starts.push(start_tx);
-                spawned_clients += n;
-            }
-            Err(e) => {
-                errors.push(format!("spawning client thread {t}: {e}"));
-                break;
-            }
-        }
-    }
-    drop((ready_tx, done_tx));
-    for _ in 0..spawned_clients {
-        match ready_rx.recv_timeout(Duration::from_secs(15)) {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => errors.push(e),
-            Err(_) => errors.push("a client neither connected nor failed within 15 s".into()),
-        }
-    }
+    let tokens = match &key {
+        Some(key) => Some(
+            (0..cfg.clients)
+                .map(|i| mint_token(key, i as u64, &addresses))
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        None => None,
+    };
+    let (mut fleet, mut errors) = Fleet::launch(cfg, target, worker_cores, tokens)?;
     let go = errors.is_empty();
-    let epoch = Instant::now();
-    for s in &starts {
-        let _ = s.send(go.then_some(epoch));
-    }
-    let mut outcomes: Vec<ClientOutcome> = Vec::new();
+    let epoch = fleet.start(go);
+    let mut collected = Collected::default();
     let mut cpu = CpuUsage::default();
     let mut measured_start = epoch;
     let mut rss_sampler = None;
@@ -554,28 +523,25 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         let cpu0 = CpuTimes::now();
         let t0 = Instant::now();
         let limit = Duration::from_secs_f64(cfg.seconds + cfg.drain_s) + Duration::from_secs(10);
-        for _ in 0..spawned_clients {
-            match done_rx.recv_timeout(limit.saturating_sub(t0.elapsed())) {
-                Ok(o) => outcomes.push(o),
-                Err(_) => {
-                    errors.push("a client did not finish its drain in time".into());
-                    break;
-                }
-            }
-        }
+        collected = fleet.collect(limit);
         let cpu1 = CpuTimes::now();
         let wall = t0.elapsed().as_secs_f64();
-        let used = (cpu1.user_s - cpu0.user_s) + (cpu1.sys_s - cpu0.sys_s);
+        // A separate client process's CPU counts too: the round's cost is both processes'.
+        let child = collected.process.map(|p| p.cpu).unwrap_or_default();
+        let user = cpu1.user_s - cpu0.user_s + child.user_s;
+        let sys = cpu1.sys_s - cpu0.sys_s + child.sys_s;
         cpu = CpuUsage {
-            user_s: finite(cpu1.user_s - cpu0.user_s),
-            sys_s: finite(cpu1.sys_s - cpu0.sys_s),
+            user_s: finite(user),
+            sys_s: finite(sys),
             percent: if wall > 0.0 {
-                finite(used / wall * 100.0)
+                finite((user + sys) / wall * 100.0)
             } else {
                 0.0
             },
         };
     }
+    errors.append(&mut collected.errors);
+    let outcomes = collected.outcomes;
     let mut rss = rss_sampler.and_then(RssSampler::finish);
     if let Some(msg) = rss.as_mut().and_then(RssOverTime::check) {
         errors.push(msg);
@@ -585,12 +551,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let server_wire = server.shared.wire();
     let early = server.shared.early_disconnects.load(Ordering::Relaxed);
     let server_send_errors = server.shared.send_errors.load(Ordering::Relaxed);
-    close.store(true, Ordering::Release);
-    for (i, h) in handles.into_iter().enumerate() {
-        if h.join().is_err() {
-            errors.push(format!("client thread {i} panicked"));
-        }
-    }
+    errors.extend(fleet.close());
     let relay_counters = match relay.map(|r| r.shutdown()) {
         None => None,
         Some(Ok(c)) => Some(c),
@@ -715,6 +676,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         fec,
         relay: relay_sum,
         rss,
+        client_process: collected.process,
     })
 }
 

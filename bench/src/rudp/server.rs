@@ -1,4 +1,4 @@
-//! The RUDP echo server: Ricochet's `RudpServer`, echoing every complete message on the channel
+//! The RUDP echo server: Ricochet's `Server`, echoing every complete message on the channel
 //! it came on, and publishing its sessions' protocol counters from the worker tick.
 
 use std::collections::BTreeMap;
@@ -11,11 +11,11 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use bytes::Bytes;
 use ricochet::runtime::{
-    Handler, IdleStrategy, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId,
+    Handler, IdleStrategy, IoModel, Server, ServerConfig, ServerContext, SessionId,
 };
 use ricochet_platform::BackendKind;
 use ricochet_proto::token::TokenKey;
-use ricochet_proto::{Admission, EndpointConfig, TokenAdmission};
+use ricochet_proto::EndpointConfig;
 
 use crate::schema::{RudpWire, ServerInfo};
 use crate::udp::ricochet_server::socket_buffers;
@@ -85,7 +85,7 @@ impl Handler for Echo {
         let samples: Vec<(SessionId, RudpWire)> = ctx
             .sessions()
             .filter_map(|s| {
-                let st = ctx.session_stats(s)?;
+                let st = ctx.session_detail(s)?;
                 Some((
                     s,
                     // Application bytes are summed once for all handlers in `ServerShared::wire`.
@@ -107,7 +107,7 @@ impl Handler for Echo {
 
 /// A running echo server and what its handlers publish.
 pub struct EchoServer {
-    server: RudpServer,
+    server: Server,
     io_model: IoModel,
     /// Counters the handlers publish.
     pub shared: Arc<ServerShared>,
@@ -130,15 +130,11 @@ impl EchoServer {
         key: Option<TokenKey>,
         seed: u64,
     ) -> Result<EchoServer> {
-        let admission = match key {
-            Some(k) => Admission::Tokens(TokenAdmission::new(
-                k,
-                super::run::BENCH_PROTOCOL_ID,
-                Vec::new(),
-            )),
-            None => Admission::Insecure,
+        let mut cfg = ServerConfig::new(addr);
+        cfg = match key {
+            Some(k) => cfg.tokens(k, super::run::BENCH_PROTOCOL_ID),
+            None => cfg.insecure(),
         };
-        let mut cfg = RudpServerConfig::new(addr, admission);
         cfg.udp.io_model = IoModel::from_str(io_model).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.io_threads = threads;
         cfg.udp.backend.kind = BackendKind::from_str(backend).map_err(|e| anyhow!("{e}"))?;
@@ -151,7 +147,7 @@ impl EchoServer {
         cfg.seed = Some(seed);
         let shared = Arc::new(ServerShared::default());
         let s = shared.clone();
-        let server = RudpServer::start(cfg.clone(), move |_| Echo { shared: s.clone() })
+        let server = Server::start(cfg.clone(), move |_| Echo { shared: s.clone() })
             .map_err(|e| anyhow!("ricochet RUDP server: {e}"))?;
         Ok(EchoServer {
             server,

@@ -43,6 +43,9 @@ pub struct Net {
     /// Drops a datagram (before the random impairments) when it returns true:
     /// `(from, to, bytes)`. Lets a test lose one chosen packet.
     pub drop_if: Option<DropFilter>,
+    /// Datagrams to this address arrive no earlier than this instant, in the order they were
+    /// sent: a receiver whose thread is not scheduled for a while (nothing is lost).
+    pub hold: Option<(SocketAddr, Instant)>,
 }
 
 pub fn addr(i: u16) -> SocketAddr {
@@ -66,6 +69,7 @@ impl Net {
             max_datagram: 0,
             stuck: 0,
             drop_if: None,
+            hold: None,
         }
     }
 
@@ -121,6 +125,11 @@ impl Net {
             let mut at = self.now + self.imp.delay;
             if self.rng.random::<f64>() < self.imp.reorder {
                 at += self.imp.reorder_extra;
+            }
+            if let Some((held, until)) = self.hold {
+                if held == to {
+                    at = at.max(until);
+                }
             }
             self.seq += 1;
             self.queue

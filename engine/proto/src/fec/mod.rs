@@ -276,6 +276,7 @@ impl FecConfig {
 
 /// Why an FEC operation failed. Receiver errors mean the body was dropped (and counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FecError {
     /// The body is shorter than its header says.
     #[error("truncated FEC body")]

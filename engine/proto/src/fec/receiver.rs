@@ -76,6 +76,7 @@ impl RetentionBudget {
 
 /// Malformed bodies dropped, by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MalformedCounts {
     /// Shorter than the header, or a parity shard too short for its codec.
     pub truncated: u64,
@@ -144,6 +145,7 @@ pub struct LossReport {
 
 /// Receiver-side counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReceiverStats {
     /// Data payloads delivered as received.
     pub data_delivered: u64,

@@ -599,12 +599,15 @@ impl Connection {
 
     /// How long after the last ack-eliciting packet the next probe timer fires. The first
     /// expiry is a tail-loss probe after two smoothed RTTs plus the peer's ACK delay (RFC 8985),
-    /// never later than the RTO: it repairs a lost last packet (or a lost retransmission that
-    /// blocks an ordered channel) well before a conservative minimum RTO would.
+    /// at least [`Config::min_probe_timeout`] and never later than the RTO: it repairs a lost
+    /// last packet (or a lost retransmission that blocks an ordered channel) well before a
+    /// conservative minimum RTO would, without firing at every scheduling hiccup of a short
+    /// path.
     fn probe_timeout(&self) -> Duration {
         if self.pto_count == 0 {
-            let tlp =
-                (self.rtt.smoothed * 2 + self.cfg.max_ack_delay).max(Duration::from_millis(1));
+            let tlp = (self.rtt.smoothed * 2 + self.cfg.max_ack_delay)
+                .max(self.cfg.min_probe_timeout)
+                .max(Duration::from_millis(1));
             tlp.min(self.current_rto())
         } else {
             self.current_rto()

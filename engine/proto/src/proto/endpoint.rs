@@ -127,6 +127,7 @@ impl Default for EndpointConfig {
 
 /// Endpoint-level counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EndpointStats {
     /// Datagrams dropped, by cause (connection-level drops included).
     pub drops: DropCounters,

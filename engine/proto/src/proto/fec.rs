@@ -38,6 +38,7 @@ pub const FEC_ARQ_OVERHEAD: usize = crate::fec::PARITY_HEADER_LEN + crate::fec::
 
 /// FEC counters of one connection (both directions), in [`super::ConnectionStats::fec`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
 pub struct FecStats {
     /// Data shards this side rebuilt from parity and handed to ARQ.
     pub data_recovered: u64,

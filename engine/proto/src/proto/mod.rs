@@ -68,6 +68,13 @@ pub struct Config {
     pub max_rto: Duration,
     /// Longest this side delays an ACK.
     pub max_ack_delay: Duration,
+    /// Shortest wait for a tail-loss probe (the first probe timeout; the RTO proper keeps
+    /// `min_rto`). On a short path two smoothed RTTs plus the ACK delay come to a millisecond or
+    /// two, less than a host's scheduling hiccups (a tick or two for a runnable thread, 4 ms
+    /// each at HZ 250): the peer's answer is then late, not lost, and a probe there is a
+    /// spurious retransmission. A lost tail on such a path waits this long instead of two RTTs
+    /// (still under the RTO); on paths whose two RTTs exceed it, it changes nothing.
+    pub min_probe_timeout: Duration,
     /// ACK immediately after this many ack-eliciting packets.
     pub ack_frequency: u32,
     /// Fast retransmit after this many later packets were acknowledged.
@@ -130,6 +137,7 @@ impl Default for Config {
             min_rto: Duration::from_millis(100),
             max_rto: Duration::from_secs(5),
             max_ack_delay: Duration::from_millis(5),
+            min_probe_timeout: Duration::from_millis(10),
             ack_frequency: 2,
             packet_threshold: 3,
             congestion_control: true,
@@ -223,7 +231,8 @@ pub(crate) const FRAGMENT_HEADER_MAX: usize = 1 + 1 + 8 + 4 + 4 + 4;
 /// Room kept in every data packet for an ACK frame.
 pub(crate) const ACK_RESERVE: usize = 96;
 
-/// What the application learns from a connection.
+/// What the application learns from a connection. Deliberately exhaustive: an embedder must
+/// handle every event, and a new one is a breaking change it should see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// Server with [`ServerConfig::accept_hook`]: a client passed every check and waits for
@@ -261,6 +270,7 @@ pub struct Transmit {
 
 /// Why `send` refused a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SendError {
     /// No such channel.
     #[error("unknown channel {0}")]

@@ -6,6 +6,7 @@ use hdrhistogram::Histogram;
 
 /// Why an incoming datagram (or part of it) was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DropCause {
     /// Did not decode (truncated, bad length, bad fragment, unknown frame or packet type).
     Malformed,
@@ -69,6 +70,7 @@ impl DropCause {
 
 /// Counters of dropped datagrams by cause.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DropCounters {
     counts: [u64; 15],
 }
@@ -90,6 +92,7 @@ impl DropCounters {
 
 /// Statistics of one connection.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConnectionStats {
     /// RTT samples in microseconds.
     pub rtt_us: Histogram<u64>,

@@ -148,6 +148,7 @@ const MODE_TOKEN: u8 = 1;
 
 /// Why decoding or encoding failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// The input ended before the structure did.
     #[error("truncated input")]
@@ -246,6 +247,7 @@ impl fmt::Debug for ConnectionId {
 
 /// Why a connection or handshake ended, as carried on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CloseReason {
     /// The application closed the connection normally.
     Application,
