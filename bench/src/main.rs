@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod fec;
+mod handshake;
 
 use bench::commands::{
     self, gate::GateArgs, matrix::MatrixArgs, report::ReportArgs, rudp::RudpArgs, tour::TourArgs,
@@ -37,6 +38,8 @@ enum Command {
     UdpLimits(LimitsArgs),
     /// FEC codec encode/recover times per codec and SIMD level.
     Fec(fec::FecArgs),
+    /// Sessions admitted per second, by connect token beside insecure mode, in one run.
+    Handshake(handshake::HandshakeArgs),
     /// A standalone impairment relay (the simulator's model on real sockets and a real clock).
     Relay(bench::relay::RelayArgs),
     /// RUDP complete-message echo through the impairment relay (or --direct).
@@ -68,6 +71,7 @@ fn main() -> ExitCode {
         Some(Command::UdpLimits(a)) => commands::udp_limits::run(a, &cli.global),
         Some(Command::Relay(a)) => bench::relay::run(a).map(|()| true),
         Some(Command::Fec(a)) => fec::run(a).map(|()| true),
+        Some(Command::Handshake(a)) => handshake::run(a).map(|()| true),
         Some(Command::Rudp(a)) => commands::rudp::run(a, &cli.global),
         Some(Command::Matrix(a)) => commands::matrix::run(a, &cli.global),
         Some(Command::Gate(a)) => commands::gate::run(a, &cli.global),
