@@ -383,7 +383,7 @@ impl PrivateToken {
         Ok(())
     }
 
-    /// Read a [`PRIVATE_LEN`]-byte plaintext. Strict: only what [`Self::encode`] writes decodes
+    /// Read a [`PRIVATE_LEN`]-byte plaintext. Strict: only what sealing writes decodes
     /// (lengths in range, zeros where zeros belong).
     pub fn decode(plain: &[u8]) -> Result<PrivateToken, TokenError> {
         if plain.len() != PRIVATE_LEN {
