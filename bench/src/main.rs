@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod crypto;
 mod fec;
 mod handshake;
 
@@ -40,6 +41,8 @@ enum Command {
     Fec(fec::FecArgs),
     /// Sessions admitted per second, by connect token beside insecure mode, in one run.
     Handshake(handshake::HandshakeArgs),
+    /// Packet protection: seal/open time per packet size (and the AEAD candidates).
+    Crypto(crypto::CryptoArgs),
     /// A standalone impairment relay (the simulator's model on real sockets and a real clock).
     Relay(bench::relay::RelayArgs),
     /// RUDP complete-message echo through the impairment relay (or --direct).
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
         Some(Command::Relay(a)) => bench::relay::run(a).map(|()| true),
         Some(Command::Fec(a)) => fec::run(a).map(|()| true),
         Some(Command::Handshake(a)) => handshake::run(a).map(|()| true),
+        Some(Command::Crypto(a)) => crypto::run(a).map(|()| true),
         Some(Command::Rudp(a)) => commands::rudp::run(a, &cli.global),
         Some(Command::Matrix(a)) => commands::matrix::run(a, &cli.global),
         Some(Command::Gate(a)) => commands::gate::run(a, &cli.global),

@@ -16,7 +16,7 @@ use crate::host::{BuildInfo, HostInfo};
 /// RUDP config's `client_threads` and `server_idle`, and the RUDP server's
 /// `sessions_per_worker` and `forwarded`; version 4 added the RUDP config's
 /// `client_placement`; version 5 added the RUDP config's `clients_process`, the round's
-/// `client_process` and the wire counters' `tail_loss_probes`.
+/// `client_process`, the wire counters' `tail_loss_probes` and the RUDP config's `security`.
 pub const SCHEMA_VERSION: u32 = 5;
 
 /// Oldest schema version this build reads (every later change so far only added fields).
@@ -408,11 +408,6 @@ pub struct UdpRun {
     pub kernel: Option<KernelCounters>,
 }
 
-/// [`RudpConfig::admission`] of the secure path.
-pub const ADMISSION_TOKENS: &str = "tokens";
-/// [`RudpConfig::admission`] of insecure mode.
-pub const ADMISSION_INSECURE: &str = "insecure";
-
 /// What an RUDP echo round was asked to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -479,17 +474,20 @@ pub struct RudpConfig {
     /// (`in-process`) in files before schema version 5.
     #[serde(default)]
     pub clients_process: Option<String>,
-    /// How the server admits the clients: `tokens` (connect tokens, the secure path) or
-    /// `insecure`. Absent in files from before connect tokens, whose runs were insecure.
+    /// Security: `secure` (clients admitted by connect token, every session's packets sealed
+    /// with its token's keys; in files from before tokens, the keys came from the protocol's
+    /// test path) or `insecure`. Absent (`insecure`: there was no protection) in files before
+    /// schema version 5.
     #[serde(default)]
-    pub admission: Option<String>,
+    pub security: Option<String>,
 }
 
 impl RudpConfig {
-    /// True when the round runs in insecure mode (also for files from before tokens).
-    pub fn insecure(&self) -> bool {
-        self.admission.as_deref() != Some(ADMISSION_TOKENS)
+    /// Whether this round protects its sessions' packets.
+    pub fn is_secure(&self) -> bool {
+        self.security.as_deref() == Some("secure")
     }
+
     /// The client threads this round runs: `client_threads`, or one per client when absent,
     /// at most one per client.
     pub fn resolved_client_threads(&self) -> usize {

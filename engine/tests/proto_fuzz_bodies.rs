@@ -55,4 +55,9 @@ proptest! {
     fn fuzz_connection(data in proptest::collection::vec(any::<u8>(), 0..4096)) {
         bodies::connection(&data);
     }
+
+    #[test]
+    fn fuzz_sealed_packet(data in proptest::collection::vec(any::<u8>(), 0..4096)) {
+        bodies::sealed_packet(&data);
+    }
 }

@@ -278,6 +278,7 @@ fn malformed_table_dropped_counted_connection_survives() {
                 let n = wire::encode_packet(
                     &Packet::FecParity {
                         dst_cid: server_cid,
+                        number: 0,
                         body: &[1, 2, 3],
                     },
                     &mut b,

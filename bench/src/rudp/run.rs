@@ -21,7 +21,7 @@ use crate::host::{peak_rss_kib, CpuTimes};
 use crate::relay::{Relay, RelayConfig, RelayCounters};
 use crate::schema::{
     finite, CpuUsage, Latency, RssOverTime, RudpCase, RudpConfig, RudpCounts, RudpFec, RudpRelay,
-    RudpRelayDirection, RudpRun, RudpSummary, RudpWire, Spread, ADMISSION_TOKENS,
+    RudpRelayDirection, RudpRun, RudpSummary, RudpWire, Spread,
 };
 use crate::udp::tracker::new_rtt_histogram;
 
@@ -127,7 +127,7 @@ pub fn config_for(
         server_idle: Some(DEFAULT_SERVER_IDLE.into()),
         client_placement: Some(default_client_placement(direct, false).into()),
         clients_process: Some(DEFAULT_CLIENTS_PROCESS.into()),
-        admission: Some(ADMISSION_TOKENS.into()),
+        security: Some("secure".into()),
     };
     set_impairment(&mut cfg, &profile.impairment());
     cfg
@@ -153,6 +153,9 @@ pub fn mint_token(
     };
     Ok(ConnectToken::generate(key, &params, &mut rand::rng())?)
 }
+
+/// Security modes a round may ask for: packets sealed, or the insecure mode.
+pub const SECURITY_MODES: [&str; 2] = ["secure", "insecure"];
 
 /// The server workers' idle strategy when none is asked for.
 pub const DEFAULT_SERVER_IDLE: &str = "balanced";
@@ -242,6 +245,11 @@ pub fn protocol(cfg: &RudpConfig) -> Result<EndpointConfig> {
 /// Check a configuration before running it.
 pub fn validate(cfg: &RudpConfig) -> Result<()> {
     FecPolicy::from_str(&cfg.fec)?.available()?;
+    if let Some(s) = cfg.security.as_deref() {
+        if !SECURITY_MODES.contains(&s) {
+            bail!("security {s:?}: expected secure or insecure");
+        }
+    }
     if cfg.payload < HEADER_LEN || cfg.payload > 1 << 20 {
         bail!(
             "payload must be {HEADER_LEN} B (the message header) to 1 MiB, got {}",
@@ -467,7 +475,9 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let load = load_average();
     let endpoint = protocol(cfg)?;
     // The backend's key, drawn per round; the clients' tokens are minted in place below.
-    let key = (!cfg.insecure()).then(|| TokenKey::generate(&mut rand::rng()));
+    let key = cfg
+        .is_secure()
+        .then(|| TokenKey::generate(&mut rand::rng()));
     let mut server = EchoServer::start(
         SocketAddr::from(([127, 0, 0, 1], 0)),
         &cfg.io_model,
@@ -755,8 +765,9 @@ pub fn label(cfg: &RudpConfig) -> String {
     } else {
         cfg.profile.clone()
     };
+    let insecure = if cfg.is_secure() { "" } else { " · insecure" };
     format!(
-        "{fec} · {net} · {}×{} {}",
+        "{fec} · {net} · {}×{} {}{insecure}",
         cfg.io_model, cfg.io_threads, cfg.backend
     )
 }

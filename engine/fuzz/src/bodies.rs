@@ -56,11 +56,21 @@ fn addr(last: u8, port: u16) -> SocketAddr {
 
 /// Two endpoints connected over a perfect in-memory pipe, returned with the client's handle.
 fn connected(base: Instant, cfg: Arc<Config>) -> (Endpoint, Endpoint, ConnectionHandle, Instant) {
+    connected_with(base, cfg, None)
+}
+
+/// As [`connected`], the session protected with keys from `secret` when given.
+fn connected_with(
+    base: Instant,
+    cfg: Arc<Config>,
+    secret: Option<[u8; 32]>,
+) -> (Endpoint, Endpoint, ConnectionHandle, Instant) {
     let mut server = Endpoint::new(
         EndpointConfig {
             connection: cfg.clone(),
             server: Some(ServerConfig::insecure()),
             reassembly_budget: 1 << 20,
+            test_session_secret: secret,
             ..EndpointConfig::default()
         },
         base,
@@ -69,6 +79,7 @@ fn connected(base: Instant, cfg: Arc<Config>) -> (Endpoint, Endpoint, Connection
     let mut client = Endpoint::new(
         EndpointConfig {
             connection: cfg,
+            test_session_secret: secret,
             ..EndpointConfig::default()
         },
         base,
@@ -341,4 +352,142 @@ pub fn token_handshake(data: &[u8]) -> u64 {
         );
     }
     server.stats().accepted
+}
+
+/// The sealed-packet decoder, alone and in a live protected session.
+///
+/// Alone: the clear header and the opening of arbitrary bytes under a fixed key never panic,
+/// and nothing the input holds opens (a forgery would need the key).
+///
+/// Live: a protected session, and genuine packets from its client captured before delivery.
+/// The input is a sequence of operations (a leading byte each): arbitrary bytes aimed at the
+/// session (its connection id patched in, optionally a connection packet's type and version),
+/// a genuine packet with one bit flipped, truncated or extended, a replay of a delivered
+/// genuine packet, or the delivery of the next genuine one. Everything but a first genuine
+/// delivery must be refused, counted, and change nothing: the server's connection accepts no
+/// packet and delivers no message for it. Every genuine packet, delivered once in order of
+/// the fuzzer's choosing, is accepted.
+pub fn sealed_packet(data: &[u8]) {
+    use ricochet_proto::{NumberSpace, PacketKey};
+
+    let key = PacketKey::new(&[1; 32]);
+    if let Ok(h) = wire::clear_header(data) {
+        let space = if h.ty == wire::PacketType::FecParity {
+            NumberSpace::Parity
+        } else {
+            NumberSpace::Data
+        };
+        let mut out = Vec::new();
+        assert!(
+            key.open_packet(space, h.number, data, h.len, &mut out)
+                .is_err(),
+            "arbitrary bytes opened"
+        );
+    }
+
+    let base = Instant::now();
+    let mut cfg = Config::default();
+    if data.first().is_some_and(|b| b & 0x80 != 0) {
+        // FecData and FecParity packets in the mix.
+        cfg.fec.policy = ricochet_proto::fec::FecPolicy::Fixed { parity: 1 };
+    }
+    let secret = Some([9u8; 32]);
+    let (mut server, mut client, h, mut now) = connected_with(base, Arc::new(cfg), secret);
+    let Some(server_cid) = client.connection(h).map(|c| c.remote_cid()) else {
+        return;
+    };
+    let sh = ConnectionHandle(server_cid.0);
+    let mut buf = vec![0u8; 2048];
+    // Genuine packets, captured and not yet delivered.
+    for k in 0..6u8 {
+        let _ = client.send(h, k % 2, Bytes::from(vec![k; 100 + 300 * usize::from(k)]));
+    }
+    now += Duration::from_millis(3);
+    client.handle_timeout(now);
+    let mut genuine = Vec::new();
+    while let Some(t) = client.poll_transmit(now, &mut buf) {
+        genuine.push(buf[..t.size].to_vec());
+    }
+    let mut delivered = 0usize;
+    let received = |s: &Endpoint| s.connection(sh).map_or(0, |c| c.stats().packets_received);
+    let mut rest = data;
+    while rest.len() >= 3 && !genuine.is_empty() {
+        let op = rest[0];
+        let arg = usize::from(u16::from_be_bytes([rest[1], rest[2]]));
+        rest = &rest[3..];
+        let before = received(&server);
+        let d: Vec<u8> = match op % 4 {
+            0 => {
+                let len = usize::from(op >> 2).min(rest.len());
+                let mut d = rest[..len].to_vec();
+                rest = &rest[len..];
+                if d.len() >= 10 {
+                    d[2..10].copy_from_slice(&server_cid.0.to_be_bytes());
+                    if op & 0x40 != 0 {
+                        d[0] = [0x10, 0x20, 0x21][arg % 3];
+                        d[1] = wire::VERSION;
+                    }
+                }
+                d
+            }
+            1 => {
+                let g = &genuine[arg % genuine.len()];
+                let mut d = g.clone();
+                match op >> 6 {
+                    0 | 1 => {
+                        let bit = (arg >> 3) % (d.len() * 8);
+                        d[bit / 8] ^= 1 << (bit % 8);
+                    }
+                    2 => d.truncate((arg >> 3) % d.len()),
+                    _ => d.extend_from_slice(&rest[..rest.len().min(16)]),
+                }
+                d
+            }
+            2 => {
+                if delivered == 0 {
+                    continue;
+                }
+                genuine[arg % delivered].clone()
+            }
+            _ => {
+                if delivered < genuine.len() {
+                    let g = genuine[delivered].clone();
+                    delivered += 1;
+                    now += Duration::from_micros(100);
+                    let r = server.handle_datagram(now, addr(2, 5000), &g);
+                    assert_eq!(r, Ok(()), "a genuine packet was refused");
+                    assert_eq!(received(&server), before + 1);
+                    while server.poll_event().is_some() {}
+                }
+                continue;
+            }
+        };
+        let fresh_copy = genuine[delivered..].contains(&d);
+        if fresh_copy {
+            // An unchanged copy of a genuine packet not yet delivered is that packet.
+            continue;
+        }
+        now += Duration::from_micros(100);
+        let r = server.handle_datagram(now, addr(2, 5000), &d);
+        assert!(
+            r.is_err(),
+            "a forged, damaged or replayed packet was accepted"
+        );
+        assert_eq!(
+            received(&server),
+            before,
+            "a refused packet changed the session"
+        );
+        while let Some((_, e)) = server.poll_event() {
+            assert!(
+                !matches!(e, Event::Message { .. }),
+                "a refused packet delivered a message"
+            );
+        }
+        // The server's answers (ACKs of genuine packets) keep flowing to the client.
+        server.handle_timeout(now);
+        while let Some(t) = server.poll_transmit(now, &mut buf) {
+            let _ = client.handle_datagram(now, addr(1, SERVER), &buf[..t.size]);
+        }
+    }
 }

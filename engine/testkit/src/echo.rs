@@ -15,7 +15,8 @@
 //!
 //! The scenario runs the secure path by default: the server admits clients by connect token
 //! (one minted in place for each client, with a key drawn from the seed) on a fixed simulated
-//! wall clock; [`EchoScenario::insecure`] runs the same traffic in insecure mode.
+//! wall clock, and the sessions' packets are protected with the tokens' keys;
+//! [`EchoScenario::secure`] `= false` runs the same traffic in insecure mode.
 //!
 //! With [`Profile::None`] the links have no delay, and a zero-delay ping-pong never lets time
 //! advance ([`SimError::Stalled`]); the scenario gives that profile
@@ -86,8 +87,10 @@ pub struct EchoScenario {
     /// Connection settings of the server when they differ from `config` (e.g. another FEC
     /// scheme); `None`: the server uses `config` too.
     pub server_config: Option<Config>,
-    /// Run in insecure mode (no connect tokens) instead of the secure default.
-    pub insecure: bool,
+    /// The secure path (the default): the server admits clients by connect token (one minted
+    /// in place per client, with a key drawn from `seed`) and every session's packets are
+    /// protected with its token's keys. `false`: the insecure mode.
+    pub secure: bool,
 }
 
 /// The simulated wall clock at the start of every scenario (seconds since the Unix epoch):
@@ -111,7 +114,7 @@ impl EchoScenario {
             none_delay: Duration::from_millis(1),
             config: Config::default(),
             server_config: None,
-            insecure: false,
+            secure: true,
         }
     }
 
@@ -139,7 +142,7 @@ impl EchoScenario {
         // streams stay what they are in insecure mode.
         let mut backend = ChaCha20Rng::seed_from_u64(seed_for(self.seed, u64::MAX));
         let key = TokenKey::generate(&mut backend);
-        let server = if self.insecure {
+        let server = if !self.secure {
             ServerConfig::insecure()
         } else {
             ServerConfig::tokens(TokenAdmission::new(
@@ -173,7 +176,7 @@ impl EchoScenario {
                 base,
                 seed_for(self.seed, i as u64 + 1),
             );
-            let handle = if self.insecure {
+            let handle = if !self.secure {
                 ep.connect(base, server_addr)
             } else {
                 let params = TokenParams {

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use super::admission::{tags_equal, HandshakeKeys, Peer};
 use super::cc::Congestion;
 use super::fec::FecLink;
+use super::protect::{NumberSpace, Protection};
 use super::recv::{Budget, Need, Receiver, SharedBudgets};
 use super::rtt::RttEstimator;
 use super::{
@@ -127,6 +128,9 @@ pub(crate) struct ServerAdmit {
     pub(crate) peer: Peer,
     /// With a token: its keys and the handshake keys.
     pub(crate) secure: Option<(SessionKeys, HandshakeKeys)>,
+    /// Without a token: the test path's session keys, if any
+    /// ([`crate::EndpointConfig::test_session_secret`]).
+    pub(crate) keys: Option<SessionKeys>,
     /// Wait for the application's accept or refusal.
     pub(crate) hook: bool,
 }
@@ -203,6 +207,10 @@ pub struct Connection {
     events: VecDeque<Event>,
     stats: ConnectionStats,
     fec: FecLink,
+    /// Packet keys and replay windows; `None` in the insecure mode.
+    protection: Option<Box<Protection>>,
+    /// Where a received packet is opened (it arrives borrowed, and opens in place).
+    open_buf: Vec<u8>,
 }
 
 impl Connection {
@@ -212,6 +220,7 @@ impl Connection {
         local_cid: ConnectionId,
         remote: SocketAddr,
         now: Instant,
+        keys: Option<SessionKeys>,
     ) -> Self {
         let channels = cfg
             .channels
@@ -283,20 +292,27 @@ impl Connection {
             drain_deadline: None,
             events: VecDeque::new(),
             stats,
-            fec: FecLink::new(&cfg),
+            fec: FecLink::new(&cfg, if keys.is_some() { wire::TAG_LEN } else { 0 }),
+            protection: keys.map(|k| Box::new(Protection::new(&k, side == Side::Client))),
+            open_buf: Vec::new(),
             cfg,
         }
     }
 
     /// A client connection that starts the handshake with `server` on the first `poll_transmit`.
+    ///
+    /// `keys` protect every packet after the handshake (the connect token's session keys);
+    /// `None` is the insecure mode: packets are neither encrypted nor authenticated, and both
+    /// peers must agree on it.
     pub fn client(
         cfg: Arc<Config>,
         local_cid: ConnectionId,
         server: SocketAddr,
         nonce: u64,
         now: Instant,
+        keys: Option<SessionKeys>,
     ) -> Self {
-        let mut c = Self::new(cfg, Side::Client, local_cid, server, now);
+        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, keys);
         c.nonce = nonce;
         c
     }
@@ -318,7 +334,7 @@ impl Connection {
             .first()
             .copied()
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let mut c = Self::client(cfg, local_cid, first, nonce, now);
+        let mut c = Self::client(cfg, local_cid, first, nonce, now, Some(token.keys.clone()));
         c.secure = Some(Box::new(Secure {
             keys: token.keys.clone(),
             hk: HandshakeKeys::new(&token.keys),
@@ -328,17 +344,21 @@ impl Connection {
         c
     }
 
-    /// A server connection for a client that proved its address (valid cookie echo), in
-    /// insecure mode. It sends the accept on the first `poll_transmit` and reports
-    /// [`Event::Connected`].
+    /// A server connection for a client that proved its address (valid cookie echo). It sends
+    /// a plain accept on the first `poll_transmit` and reports [`Event::Connected`] (an
+    /// endpoint admitting by token builds its connections itself, with the sealed accept).
+    ///
+    /// `keys` as for [`Connection::client`]: the same session keys on both sides, or `None`
+    /// on both.
     pub fn server(
         cfg: Arc<Config>,
         local_cid: ConnectionId,
         client_cid: ConnectionId,
         client: SocketAddr,
         now: Instant,
+        keys: Option<SessionKeys>,
     ) -> Self {
-        let mut c = Self::new(cfg, Side::Server, local_cid, client, now);
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, keys);
         c.remote_cid = client_cid;
         c.state = ConnectionState::Established;
         c.accept_pending = true;
@@ -357,7 +377,11 @@ impl Connection {
         now: Instant,
         admit: ServerAdmit,
     ) -> Self {
-        let mut c = Self::new(cfg, Side::Server, local_cid, client, now);
+        let keys = match &admit.secure {
+            Some((keys, _)) => Some(keys.clone()),
+            None => admit.keys.clone(),
+        };
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, keys);
         c.remote_cid = client_cid;
         c.nonce = admit.nonce;
         c.accept_packet = Some(Box::new((admit.accept, admit.accept_len)));
@@ -461,6 +485,12 @@ impl Connection {
     /// The peer's current address (follows the peer when its address changes).
     pub fn remote_addr(&self) -> SocketAddr {
         self.remote
+    }
+
+    /// True when this session's packets are protected (it has session keys); false in the
+    /// insecure mode.
+    pub fn is_secure(&self) -> bool {
+        self.protection.is_some()
     }
 
     /// Life-cycle state.
@@ -638,15 +668,22 @@ impl Connection {
         if self.state == ConnectionState::Closed {
             return Err(DropCause::Closed);
         }
+        if datagram.first().is_some_and(|&t| {
+            t == wire::PacketType::Data as u8
+                || t == wire::PacketType::FecData as u8
+                || t == wire::PacketType::FecParity as u8
+        }) {
+            return self.receive_protected(now, from, datagram);
+        }
         let packet = match wire::decode_packet(datagram) {
             Ok(p) => p,
             Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
             Err(_) => return Err(DropCause::Malformed),
         };
         match packet {
-            Packet::Data { .. } => self.receive_arq(now, from, datagram),
-            Packet::FecData { .. } | Packet::FecParity { .. } => {
-                self.receive_fec(now, from, datagram)
+            // Connection packets went to `receive_protected` above.
+            Packet::Data { .. } | Packet::FecData { .. } | Packet::FecParity { .. } => {
+                Err(DropCause::Malformed)
             }
             Packet::ServerChallenge {
                 client_cid,
@@ -809,7 +846,58 @@ impl Connection {
         true
     }
 
-    /// FEC seam (incoming): FEC packets land here. The FEC receiver unwraps them and every ARQ
+    /// Every connection packet (`Data`, `FecData`, `FecParity`) enters here. In a session with
+    /// keys it is checked against the replay window and opened first: a replayed, too old,
+    /// forged, damaged or truncated packet is dropped with its cause before anything else
+    /// happens (no path update, no ACK processing, no packet-number or FEC state change), and
+    /// only an authenticated packet's number enters the replay window.
+    fn receive_protected(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let h = match wire::clear_header(datagram) {
+            Ok(h) => h,
+            Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
+            Err(_) => return Err(DropCause::Malformed),
+        };
+        if h.dst_cid != self.local_cid {
+            return Err(DropCause::UnknownConnection);
+        }
+        let Some(p) = self.protection.as_deref_mut() else {
+            return self.receive_open(now, from, h.ty, datagram);
+        };
+        let space = if h.ty == wire::PacketType::FecParity {
+            NumberSpace::Parity
+        } else {
+            NumberSpace::Data
+        };
+        let mut buf = std::mem::take(&mut self.open_buf);
+        let r = match p.open(space, h.number, datagram, h.len, &mut buf) {
+            Ok(n) => self.receive_open(now, from, h.ty, &buf[..n]),
+            Err(cause) => Err(cause),
+        };
+        self.open_buf = buf;
+        r
+    }
+
+    /// An opened (or, in the insecure mode, plain) connection packet goes to ARQ or FEC.
+    fn receive_open(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        ty: wire::PacketType,
+        packet: &[u8],
+    ) -> Result<(), DropCause> {
+        if ty == wire::PacketType::Data {
+            self.receive_arq(now, from, packet)
+        } else {
+            self.receive_fec(now, from, packet)
+        }
+    }
+
+    /// FEC seam (incoming): FEC packets land here (opened). The FEC receiver unwraps them and every ARQ
     /// datagram it delivers or rebuilds goes to [`Self::receive_arq`] as if received. A
     /// malformed FEC body is dropped and counted (`Malformed` here, by kind in
     /// [`ConnectionStats::fec`]); the connection carries on.
@@ -821,7 +909,7 @@ impl Connection {
     ) -> Result<(), DropCause> {
         let (dst_cid, body, parity) = match wire::decode_packet(datagram) {
             Ok(Packet::FecData { dst_cid, body }) => (dst_cid, body, false),
-            Ok(Packet::FecParity { dst_cid, body }) => (dst_cid, body, true),
+            Ok(Packet::FecParity { dst_cid, body, .. }) => (dst_cid, body, true),
             _ => return Err(DropCause::Malformed),
         };
         if dst_cid != self.local_cid {
@@ -1519,6 +1607,7 @@ impl Connection {
             .fec
             .poll_parity(now, self.remote_cid, buf, &mut self.cc)
         {
+            let size = self.protect(buf, size);
             return Some(Transmit {
                 destination: self.remote,
                 size,
@@ -1684,9 +1773,32 @@ impl Connection {
 
     /// FEC seam (outgoing): every ARQ datagram leaves through here. Without FEC it is sent as is;
     /// with FEC it becomes a `FecData` packet in place (`buf` must hold
-    /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group.
+    /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group. Either way it is then sealed
+    /// (FEC below packet protection: see the `fec` submodule).
     fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> usize {
-        self.fec.seal(now, self.remote_cid, buf, len)
+        let len = self.fec.seal(now, self.remote_cid, buf, len);
+        self.protect(buf, len)
+    }
+
+    /// Seals the connection packet `buf[..len]` in place with this side's packet key and
+    /// returns its length with the tag; without keys it is left as is. Every budget leaves
+    /// room for the tag.
+    fn protect(&mut self, buf: &mut [u8], len: usize) -> usize {
+        let Some(p) = self.protection.as_deref_mut() else {
+            return len;
+        };
+        let sealed = wire::clear_header(&buf[..len]).ok().and_then(|h| {
+            let space = if h.ty == wire::PacketType::FecParity {
+                NumberSpace::Parity
+            } else {
+                NumberSpace::Data
+            };
+            p.seal(space, h.number, buf, h.len, len)
+        });
+        debug_assert!(sealed.is_some(), "no room for the tag: a budget is wrong");
+        // Unreachable by the budgets; sent unsealed, the peer drops it as unauthenticated and
+        // ARQ repairs it like a loss.
+        sealed.unwrap_or(len)
     }
 
     fn fill_new_data(

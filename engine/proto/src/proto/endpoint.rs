@@ -23,7 +23,7 @@ use super::recv::{Budget, SharedBudgets};
 use super::routing::{NoRouting, Router};
 use super::{
     CloseReason, Config, Connection, ConnectionId, DropCause, DropCounters, Event, SendError,
-    Transmit,
+    SessionKeys, Transmit,
 };
 use crate::token::{ConnectToken, PrivateToken, SealedToken, TokenKey, NONCE_LEN, TAG_LEN};
 use crate::wire::{self, Packet, TokenSection, COOKIE_LEN, HANDSHAKE_TAG_LEN};
@@ -106,6 +106,14 @@ pub struct EndpointConfig {
     /// turn). Default [`DEFAULT_TRANSMIT_BURST`]: a run of datagrams to one peer leaves in one
     /// GSO send where the runtime coalesces them, which one-each-in-turn breaks up.
     pub transmit_burst: usize,
+    /// **Test and benchmark path, not for production.** `Some`: every session's packets are
+    /// protected with keys derived from this secret and the session's client connection id and
+    /// nonce ([`SessionKeys::derive_for_test`]); client and server endpoints must hold the same
+    /// secret. Both of those inputs cross the network in clear, so whoever holds the secret can
+    /// read and forge every session of every endpoint that shares it; connect tokens, which
+    /// hand each session its own random keys, are the production path. `None` (the default):
+    /// the insecure mode, no packet protection.
+    pub test_session_secret: Option<[u8; 32]>,
 }
 
 /// Default [`EndpointConfig::transmit_burst`]: a full echo window (16 datagrams) to one peer
@@ -121,6 +129,7 @@ impl Default for EndpointConfig {
             max_stateless_queue: 1024,
             fec_retention_budget: crate::fec::DEFAULT_RETENTION_BUDGET,
             transmit_burst: DEFAULT_TRANSMIT_BURST,
+            test_session_secret: None,
         }
     }
 }
@@ -408,13 +417,17 @@ impl Endpoint {
     pub fn connect(&mut self, now: Instant, server: SocketAddr) -> ConnectionHandle {
         let (idx, cid) = self.alloc();
         let nonce = self.rng.random();
-        let conn = Connection::client(self.cfg.connection.clone(), cid, server, nonce, now);
+        let keys = self
+            .cfg
+            .test_session_secret
+            .map(|s| SessionKeys::derive_for_test(&s, cid, nonce));
+        let conn = Connection::client(self.cfg.connection.clone(), cid, server, nonce, now, keys);
         self.start_client(idx, conn)
     }
 
     /// Start a client connection with a connect token: to the token's first server address,
     /// then the next ones in turn when a server times out or has no room. Otherwise as
-    /// [`Self::connect`].
+    /// [`Self::connect`]; the session's packets are protected with the token's keys.
     pub fn connect_with_token(&mut self, now: Instant, token: &ConnectToken) -> ConnectionHandle {
         let (idx, cid) = self.alloc();
         let nonce = self.rng.random();
@@ -879,6 +892,10 @@ impl Endpoint {
                 accept_len,
                 peer,
                 secure,
+                keys: self
+                    .cfg
+                    .test_session_secret
+                    .map(|s| SessionKeys::derive_for_test(&s, client_cid, nonce)),
                 hook: accept_hook,
             },
         );

@@ -11,6 +11,7 @@ mod connection;
 mod endpoint;
 mod fec;
 mod keys;
+mod protect;
 mod recv;
 mod routing;
 mod rtt;
@@ -26,6 +27,7 @@ pub use endpoint::{
 };
 pub use fec::{FecStats, FEC_ARQ_OVERHEAD};
 pub use keys::SessionKeys;
+pub use protect::{NumberSpace, PacketKey, ReplayWindow, Unauthenticated, REPLAY_WINDOW};
 pub use routing::{NoRouting, Router};
 pub use stats::{ConnectionStats, DropCause, DropCounters};
 
@@ -52,9 +54,9 @@ impl ChannelKind {
 /// Connection configuration. Both peers must use the same channel list.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Largest UDP payload this connection writes. With FEC on, ARQ datagrams are
-    /// [`FEC_ARQ_OVERHEAD`] bytes smaller ([`Config::arq_datagram_size`]) so data and parity
-    /// packets both fit.
+    /// Largest UDP payload this connection writes. ARQ datagrams leave room for the
+    /// authentication tag, and with FEC on they are [`FEC_ARQ_OVERHEAD`] bytes smaller still
+    /// ([`Config::arq_datagram_size`]) so data and parity packets both fit.
     pub max_datagram_size: usize,
     /// Maximum unacknowledged reliable fragments in flight (segments).
     pub send_window: usize,
@@ -208,13 +210,16 @@ impl Config {
             .max(1)
     }
 
-    /// Largest ARQ datagram: [`Config::max_datagram_size`], less [`FEC_ARQ_OVERHEAD`] when this
-    /// side sends FEC.
+    /// Largest ARQ datagram: [`Config::max_datagram_size`] less the authentication tag
+    /// ([`crate::wire::TAG_LEN`]), and less [`FEC_ARQ_OVERHEAD`] when this side sends FEC.
+    /// The tag's room is left in the insecure mode too, so both modes cut messages into the
+    /// same fragments.
     pub fn arq_datagram_size(&self) -> usize {
+        let udp = self.max_datagram_size.saturating_sub(crate::wire::TAG_LEN);
         if self.fec.policy == crate::fec::FecPolicy::Off {
-            self.max_datagram_size
+            udp
         } else {
-            self.max_datagram_size.saturating_sub(FEC_ARQ_OVERHEAD)
+            udp.saturating_sub(FEC_ARQ_OVERHEAD)
         }
     }
 

@@ -14,9 +14,11 @@ pub enum DropCause {
     VersionMismatch,
     /// No connection with that id.
     UnknownConnection,
-    /// A packet number already received (duplicate or replay).
+    /// An ARQ packet number already received (a duplicate, or a datagram FEC already
+    /// rebuilt).
     Duplicate,
-    /// A packet number older than the replay window.
+    /// A packet number older than the replay window (protected sessions) or than the
+    /// received ranges ARQ tracks.
     TooOld,
     /// Cookie invalid or expired.
     BadCookie,
@@ -35,8 +37,14 @@ pub enum DropCause {
     FecUnsupported,
     /// The connection is closed.
     Closed,
-    /// A handshake packet or stateless reset whose tag, proof or seal does not verify.
+    /// A protected session's packet whose tag did not verify: forged, damaged, truncated, or
+    /// sealed with another key; or a handshake packet (challenge, accept, refusal, a token's
+    /// proof) or stateless reset whose tag, proof or seal does not verify. Dropped before it
+    /// changed anything.
     Unauthenticated,
+    /// A protected session's packet number already authenticated once (a replay), in the
+    /// replay window. Dropped before it was opened.
+    Replay,
     /// A token handshake reached a server that was not told the wall-clock time
     /// ([`Endpoint::set_unix_time`](crate::Endpoint::set_unix_time)), so it cannot check
     /// expiry.
@@ -45,7 +53,7 @@ pub enum DropCause {
 
 impl DropCause {
     /// All causes, in counter order.
-    pub const ALL: [DropCause; 15] = [
+    pub const ALL: [DropCause; 16] = [
         Self::Malformed,
         Self::VersionMismatch,
         Self::UnknownConnection,
@@ -60,6 +68,7 @@ impl DropCause {
         Self::FecUnsupported,
         Self::Closed,
         Self::Unauthenticated,
+        Self::Replay,
         Self::NoClock,
     ];
 
@@ -72,7 +81,7 @@ impl DropCause {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DropCounters {
-    counts: [u64; 15],
+    counts: [u64; DropCause::ALL.len()],
 }
 
 impl DropCounters {

@@ -57,11 +57,20 @@
 //! believes an untagged refusal only for those reasons.
 //! # Connection packets
 //!
-//! | type | name | layout after the common header |
-//! | --- | --- | --- |
-//! | `0x10` | [`Data`](Packet::Data) | destination cid, packet number u64, frames to the end |
-//! | `0x20` | [`FecData`](Packet::FecData) | destination cid, opaque body (layout owned by `fec`) |
-//! | `0x21` | [`FecParity`](Packet::FecParity) | destination cid, opaque body: block parity or sliding-window repair (layout owned by `fec`, told apart by its codec byte) |
+//! | type | name | layout after the common header | clear header |
+//! | --- | --- | --- | ---: |
+//! | `0x10` | [`Data`](Packet::Data) | destination cid, packet number u64, frames to the end | 18 |
+//! | `0x20` | [`FecData`](Packet::FecData) | destination cid, body: the 3-byte FEC data header, then the wrapped `Data` packet from its packet number on (layout owned by `fec`) | 21 |
+//! | `0x21` | [`FecParity`](Packet::FecParity) | destination cid, parity number u64, body: block parity or sliding-window repair (layout owned by `fec`, told apart by its codec byte) | 18 |
+//!
+//! **Packet protection.** In a session with keys every connection packet is sealed
+//! (`ricochet_proto::PacketKey`, AES-128-GCM): the *clear header* (the last column: through
+//! the packet number, and for `FecData` the FEC data header before it) is associated data,
+//! the rest is encrypted, and a [`TAG_LEN`]-byte tag follows. The nonce comes from the packet
+//! number (`Data`, `FecData`: the ARQ packet number of the datagram, in clear at
+//! [`clear_header`]'s offset) or the parity number (`FecParity`: a counter of its own).
+//! Without keys (the insecure mode) the layouts are the same, without the tag. FEC runs
+//! below the protection, on plaintext: see the `fec` seam in the crate docs for why.
 //!
 //! The destination cid is the *receiver's* connection id, so an endpoint demultiplexes by reading
 //! bytes [`CID_OFFSET`]`..+8` without looking at the source address. A cid is opaque to everyone
@@ -96,8 +105,9 @@ mod varint;
 
 pub use varint::{varint_len, MAX_VARINT};
 
-/// The protocol version this build speaks (3: connect tokens in the handshake).
-pub const VERSION: u8 = 3;
+/// The protocol version this build speaks (3: packet protection, parity numbers; 4: connect
+/// tokens in the handshake).
+pub const VERSION: u8 = 4;
 /// Minimum size of a client hello / cookie echo (the padding that prevents amplification).
 pub const MIN_CLIENT_HELLO_LEN: usize = 256;
 /// Size of a handshake cookie (a truncated keyed BLAKE3 MAC).
@@ -111,8 +121,15 @@ pub const ECHO_ROUTE_OFFSET: usize = 18;
 pub const CID_OFFSET: usize = 2;
 /// Size of the `Data` packet header (type, version, destination cid, packet number).
 pub const DATA_HEADER_LEN: usize = 18;
-/// Size of the `FecData` / `FecParity` header (type, version, destination cid).
+/// Size of the part every FEC packet starts with (type, version, destination cid).
 pub const FEC_HEADER_LEN: usize = 10;
+/// Size of the `FecParity` packet header (type, version, destination cid, parity number).
+pub const FEC_PARITY_HEADER_LEN: usize = FEC_HEADER_LEN + 8;
+/// Size of the clear header of a `FecData` packet: type, version, destination cid, the FEC data
+/// header, and the wrapped datagram's packet number.
+pub const FEC_DATA_CLEAR_LEN: usize = FEC_HEADER_LEN + crate::fec::DATA_HEADER_LEN + 8;
+/// Bytes of authentication tag after every protected connection packet.
+pub const TAG_LEN: usize = 16;
 /// Maximum number of ACK ranges in one ACK frame (first range included).
 pub const MAX_ACK_RANGES: usize = 32;
 /// Size of a server challenge without a tag (insecure mode).
@@ -489,6 +506,8 @@ pub enum Packet<'a> {
     FecParity {
         /// The receiver's connection id.
         dst_cid: ConnectionId,
+        /// The sender's parity counter (the packet-protection nonce of this packet).
+        number: u64,
         /// Body (layout owned by `fec`).
         body: &'a [u8],
     },
@@ -703,6 +722,7 @@ pub fn decode_packet(datagram: &[u8]) -> Result<Packet<'_>, WireError> {
         },
         PacketType::FecParity => Packet::FecParity {
             dst_cid: cid,
+            number: r.u64()?,
             body: r.rest(),
         },
     })
@@ -746,6 +766,47 @@ fn token_section<'a>(
         })),
         m => Err(WireError::UnknownMode(m)),
     }
+}
+
+/// The clear header of a connection packet (`Data`, `FecData`, `FecParity`): what packet
+/// protection authenticates without encrypting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClearHeader {
+    /// `Data`, `FecData` or `FecParity`.
+    pub ty: PacketType,
+    /// The receiver's connection id.
+    pub dst_cid: ConnectionId,
+    /// The packet number (`Data`, `FecData`) or parity number (`FecParity`): the nonce.
+    pub number: u64,
+    /// Bytes of clear header: 18 (`Data`, `FecParity`) or [`FEC_DATA_CLEAR_LEN`] (`FecData`).
+    pub len: usize,
+}
+
+/// Reads the clear header of a connection packet without touching the rest (which may be
+/// sealed). Handshake packets are [`WireError::UnknownPacketType`] here.
+pub fn clear_header(datagram: &[u8]) -> Result<ClearHeader, WireError> {
+    let mut r = Reader::new(datagram);
+    let b = r.u8()?;
+    let ty = PacketType::from_u8(b)?;
+    let version = r.u8()?;
+    if version != VERSION {
+        return Err(WireError::VersionMismatch(version));
+    }
+    let dst_cid = ConnectionId(r.u64()?);
+    let len = match ty {
+        PacketType::Data | PacketType::FecParity => DATA_HEADER_LEN,
+        PacketType::FecData => {
+            r.bytes(crate::fec::DATA_HEADER_LEN)?;
+            FEC_DATA_CLEAR_LEN
+        }
+        _ => return Err(WireError::UnknownPacketType(b)),
+    };
+    Ok(ClearHeader {
+        ty,
+        dst_cid,
+        number: r.u64()?,
+        len,
+    })
 }
 
 /// Read the version byte of a datagram whose type is a client hello, if present: used to answer
@@ -860,8 +921,13 @@ pub fn encode_packet(p: &Packet<'_>, out: &mut [u8]) -> Result<usize, WireError>
             header(&mut w, PacketType::FecData, dst_cid)?;
             w.bytes(body)?;
         }
-        Packet::FecParity { dst_cid, body } => {
+        Packet::FecParity {
+            dst_cid,
+            number,
+            body,
+        } => {
             header(&mut w, PacketType::FecParity, dst_cid)?;
+            w.u64(number)?;
             w.bytes(body)?;
         }
     }

@@ -248,7 +248,8 @@ fn connection_packet_roundtrip() {
         let dst_cid = ConnectionId(rng.random());
         let pn = rng.random();
         let body = bytes(rng, 1200);
-        roundtrip_packet(match rng.random_range(0..3u8) {
+        let which = rng.random_range(0..3u8);
+        let p = match which {
             0 => Packet::Data {
                 dst_cid,
                 packet_number: pn,
@@ -260,9 +261,31 @@ fn connection_packet_roundtrip() {
             },
             _ => Packet::FecParity {
                 dst_cid,
+                number: pn,
                 body: &body,
             },
-        });
+        };
+        roundtrip_packet(p);
+        // The clear header names the same cid and number (FecData: once its body holds the
+        // FEC data header and a packet number).
+        let mut buf = vec![0u8; 1300];
+        let n = encode_packet(&p, &mut buf).unwrap();
+        let h = clear_header(&buf[..n]);
+        if which == 1 {
+            if body.len() >= 11 {
+                let h = h.unwrap();
+                assert_eq!(h.len, FEC_DATA_CLEAR_LEN);
+                assert_eq!(
+                    h.number,
+                    u64::from_be_bytes(body[3..11].try_into().unwrap())
+                );
+            } else {
+                assert_eq!(h, Err(WireError::Truncated));
+            }
+        } else {
+            let h = h.unwrap();
+            assert_eq!((h.dst_cid, h.number, h.len), (dst_cid, pn, DATA_HEADER_LEN));
+        }
     });
 }
 
