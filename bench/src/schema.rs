@@ -474,7 +474,8 @@ pub struct RudpConfig {
     /// (`in-process`) in files before schema version 5.
     #[serde(default)]
     pub clients_process: Option<String>,
-    /// Packet protection: `secure` (every session's packets sealed, keys from the protocol's
+    /// Security: `secure` (clients admitted by connect token, every session's packets sealed
+    /// with its token's keys; in files from before tokens, the keys came from the protocol's
     /// test path) or `insecure`. Absent (`insecure`: there was no protection) in files before
     /// schema version 5.
     #[serde(default)]

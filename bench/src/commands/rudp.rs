@@ -83,9 +83,10 @@ pub struct RudpArgs {
     /// Seed of the first round (relay streams, connection ids).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Packet protection: secure (every packet sealed), insecure, or both: each round runs
-    /// secure and then insecure, and the table ends with their ratios (the cost of packet
-    /// protection, measured side by side).
+    /// Security: secure (clients admitted by connect token, minted in place as a game's backend
+    /// would; every packet sealed with the token's keys), insecure (no tokens, no protection),
+    /// or both: each round runs secure and then insecure, and the table ends with their ratios
+    /// (the cost of security, measured side by side).
     #[arg(long, default_value = "secure", value_parser = ["secure", "insecure", "both"])]
     pub security: String,
     /// Shorthand for --security insecure.
