@@ -270,8 +270,10 @@ impl CpuTimes {
 /// `/proc/stat`), to tell how much of a run's window other processes used.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct SystemCpu {
-    /// Time the CPUs ran anything (user, nice, system, irq, softirq), s.
+    /// Time the CPUs ran processes (user, nice, system), s.
     pub busy_s: f64,
+    /// Time in interrupt and softirq context (packet delivery), charged to no process, s.
+    pub irq_s: f64,
     /// Time the hypervisor ran something else while a virtual CPU wanted to run, s.
     pub steal_s: f64,
 }
@@ -294,7 +296,8 @@ impl SystemCpu {
         let hz = hz as f64;
         // user nice system idle iowait irq softirq steal ...
         Some(SystemCpu {
-            busy_s: (f[0] + f[1] + f[2] + f[5] + f[6]) / hz,
+            busy_s: (f[0] + f[1] + f[2]) / hz,
+            irq_s: (f[5] + f[6]) / hz,
             steal_s: f[7] / hz,
         })
     }

@@ -698,11 +698,15 @@ pub struct RudpRun {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostCpu {
-    /// Every process's CPU.
+    /// Every process's CPU (user and system time).
     pub busy_percent: f64,
     /// What other processes used: `busy_percent` less the round's own (`cpu.percent`), at
-    /// least 0. Above a few percent, other work competed with the round for the CPUs.
+    /// least 0. Above a few percent, other work competed with the round for the CPUs. Kernel
+    /// threads count here too, `ksoftirqd` among them when packet delivery is deferred to it.
     pub other_percent: f64,
+    /// Interrupt and softirq time (mostly the round's own packet delivery), charged to no
+    /// process and so in neither of the above.
+    pub irq_percent: f64,
     /// Time the hypervisor gave the virtual CPUs' turn to something else.
     pub steal_percent: f64,
 }

@@ -509,6 +509,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
                 host_cpu = Some(HostCpu {
                     busy_percent: busy,
                     other_percent: (busy - cpu.percent).max(0.0),
+                    irq_percent: finite((b.irq_s - a.irq_s) / wall * 100.0),
                     steal_percent: finite((b.steal_s - a.steal_s) / wall * 100.0),
                 });
             }
