@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod crypto;
 mod fec;
+mod handshake;
 
 use bench::commands::{
     self, game::GameArgs, gate::GateArgs, matrix::MatrixArgs, report::ReportArgs, rudp::RudpArgs,
@@ -38,6 +39,8 @@ enum Command {
     UdpLimits(LimitsArgs),
     /// FEC codec encode/recover times per codec and SIMD level.
     Fec(fec::FecArgs),
+    /// Sessions admitted per second, by connect token beside insecure mode, in one run.
+    Handshake(handshake::HandshakeArgs),
     /// Packet protection: seal/open time per packet size (and the AEAD candidates).
     Crypto(crypto::CryptoArgs),
     /// A standalone impairment relay (the simulator's model on real sockets and a real clock).
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Some(Command::UdpLimits(a)) => commands::udp_limits::run(a, &cli.global),
         Some(Command::Relay(a)) => bench::relay::run(a).map(|()| true),
         Some(Command::Fec(a)) => fec::run(a).map(|()| true),
+        Some(Command::Handshake(a)) => handshake::run(a).map(|()| true),
         Some(Command::Crypto(a)) => crypto::run(a).map(|()| true),
         Some(Command::Rudp(a)) => commands::rudp::run(a, &cli.global),
         Some(Command::Matrix(a)) => commands::matrix::run(a, &cli.global),

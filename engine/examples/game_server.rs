@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ricochet::{
-    ChannelKind, Client, ClientConfig, ClientEvent, Handler, Profile, Server, ServerConfig,
-    ServerContext, SessionId,
+    backend, ChannelKind, Client, ClientConfig, ClientEvent, Handler, Peer, Profile, Refusal,
+    Server, ServerConfig, ServerContext, SessionId, TokenKey,
 };
 
 /// Channel ids, into [`CHANNELS`].
@@ -27,6 +27,11 @@ const CHANNELS: [ChannelKind; 2] = [
     ChannelKind::UnreliableSequenced,
 ];
 
+/// The game's protocol id.
+const PROTOCOL_ID: u64 = 0x6761_6d65;
+/// Most players in the world.
+const MAX_PLAYERS: usize = 64;
+
 /// The world: a tick counter and each player's chat line count. One worker owns it.
 #[derive(Default)]
 struct World {
@@ -35,7 +40,18 @@ struct World {
 }
 
 impl Handler for World {
-    fn on_connect(&mut self, _: &mut ServerContext<'_>, s: SessionId) {
+    fn on_accept(&mut self, _: &mut ServerContext<'_>, peer: &Peer) -> Result<(), Refusal> {
+        // The backend put the player's name in the token's user data.
+        if self.players.len() >= MAX_PLAYERS {
+            return Err(Refusal::new(1, "the match is full"));
+        }
+        if peer.user_data.is_empty() {
+            return Err(Refusal::new(2, "a player needs a name"));
+        }
+        Ok(())
+    }
+
+    fn on_connect(&mut self, _: &mut ServerContext<'_>, s: SessionId, _: &Peer) {
         self.players.insert(s, 0);
     }
 
@@ -97,7 +113,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: f64 = flag("--seconds").map_or(Ok(3.0), |s| s.parse())?;
     let n: usize = flag("--clients").map_or(Ok(4), |s| s.parse())?;
 
+    // In a real deployment the key comes from a secret store the backend shares.
+    let key = TokenKey::generate(&mut rand::rng());
     let cfg = ServerConfig::new("127.0.0.1:0".parse()?)
+        .tokens(key.clone(), PROTOCOL_ID)
         .profile(Profile::Game)
         .channels(CHANNELS)
         .workers(1) // one world, one worker
@@ -107,15 +126,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let client_cfg = ClientConfig::new()
         .profile(Profile::Game)
         .channels(CHANNELS);
-    let mut players = (0..n)
-        .map(|_| {
-            Client::connect_blocking(
-                server.local_addr(),
-                client_cfg.clone(),
-                Duration::from_secs(5),
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    // What the backend does for each player who logs in: a token for this server, with the
+    // player's name for the server application.
+    let mut players = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("player {i}");
+        let valid_for = Duration::from_secs(30);
+        let servers = [server.local_addr()];
+        let token = backend::issue_token(
+            &key,
+            PROTOCOL_ID,
+            i as u64,
+            &servers,
+            valid_for,
+            name.as_bytes(),
+        )?;
+        players.push(Client::connect_blocking(
+            &token,
+            client_cfg.clone(),
+            Duration::from_secs(5),
+        )?);
+    }
     let mut seen: Vec<Seen> = (0..n).map(|_| Seen::default()).collect();
 
     // The game loop: 60 frames a second; every second each player says something.

@@ -1,12 +1,19 @@
 //! The game client: one RUDP connection driven from a game loop, no async runtime.
 //!
+//! A client connects with the [`ConnectToken`] the game's backend issued it (see
+//! [`ricochet_proto::token`]); [`Client::connect_insecure`] connects to a server in insecure
+//! mode (LAN play, local tests).
+//!
 //! ```no_run
 //! use ricochet::client::{Client, ClientConfig, ClientEvent};
+//! use ricochet::proto::token::ConnectToken;
 //! use std::time::Duration;
 //!
-//! # fn main() -> Result<(), ricochet::client::ClientError> {
-//! let server = "127.0.0.1:7777".parse().unwrap();
-//! let mut client = Client::connect_blocking(server, ClientConfig::default(), Duration::from_secs(5))?;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let token_bytes: Vec<u8> = Vec::new();
+//! // The bytes the backend sent over HTTPS after the player logged in.
+//! let token = ConnectToken::from_bytes(&token_bytes)?;
+//! let mut client = Client::connect_blocking(&token, ClientConfig::new(), Duration::from_secs(5))?;
 //! client.send(0, &b"hello"[..])?;
 //! loop {
 //!     client.update()?; // once per frame: receive, run timers, send
@@ -31,6 +38,7 @@ use ricochet_platform::{
     self as platform, Backend, BackendConfig, BackendKind, SendBatch, SocketConfig,
 };
 
+use ricochet_proto::token::ConnectToken;
 use ricochet_proto::{
     ChannelKind, CloseReason, Config, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig,
     Event, SendError,
@@ -161,9 +169,21 @@ impl std::fmt::Display for ConnectLimit {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
-    /// The server refused the connection (server full, too many from this address, ...).
+    /// The server refused the connection: server full, too many from this address, or its
+    /// connect token was refused (required, invalid, expired, for another server, reused).
     #[error("the server refused the connection: {0}")]
     Refused(CloseReason),
+    /// The server application refused the client ([`crate::runtime::Handler::on_accept`]).
+    #[error(
+        "the server application refused the connection (code {code}): {}",
+        String::from_utf8_lossy(message)
+    )]
+    Rejected {
+        /// The application's reason code (0..=127).
+        code: u8,
+        /// Its message (UTF-8 by convention), at most 64 bytes.
+        message: Bytes,
+    },
     /// The server speaks another protocol version.
     #[error("the server speaks another protocol version")]
     VersionMismatch,
@@ -228,6 +248,8 @@ pub struct Client {
     closed: Option<(CloseReason, bool)>,
     /// Bumped whenever `backend` is replaced (a [`ClientSet`] re-registers its descriptor).
     backend_generation: u64,
+    /// The server application's message with its refusal, once refused.
+    refusal_message: Bytes,
 }
 
 impl std::fmt::Debug for Client {
@@ -256,10 +278,38 @@ fn open_backend(
 }
 
 impl Client {
-    /// Start connecting to `server` and return at once; [`ClientEvent::Connected`] (or
-    /// `Disconnected`) reports the outcome as [`Client::update`] runs. Messages may be queued
-    /// right away.
-    pub fn connect(server: SocketAddr, config: ClientConfig) -> Result<Client, ClientError> {
+    /// Start connecting with `token` (to its first server address, then the next ones in turn
+    /// when a server times out or has no room) and return at once; [`ClientEvent::Connected`]
+    /// (or `Disconnected`) reports the outcome as [`Client::update`] runs. Messages may be
+    /// queued right away.
+    pub fn connect(token: &ConnectToken, config: ClientConfig) -> Result<Client, ClientError> {
+        let server = token
+            .server_addresses
+            .first()
+            .copied()
+            .ok_or(ClientError::Refused(CloseReason::TokenInvalid))?;
+        Client::start(server, config, |endpoint, now| {
+            endpoint.connect_with_token(now, token)
+        })
+    }
+
+    /// Start connecting to `server` in insecure mode (no token, no packet protection: the
+    /// server must be in insecure mode too; LAN play and local tests). Otherwise as
+    /// [`Client::connect`].
+    pub fn connect_insecure(
+        server: SocketAddr,
+        config: ClientConfig,
+    ) -> Result<Client, ClientError> {
+        Client::start(server, config, |endpoint, now| {
+            endpoint.connect(now, server)
+        })
+    }
+
+    fn start(
+        server: SocketAddr,
+        config: ClientConfig,
+        open: impl FnOnce(&mut Endpoint, Instant) -> ConnectionHandle,
+    ) -> Result<Client, ClientError> {
         let backend = open_backend(server, &config)?;
         let now = Instant::now();
         let seed = config.seed.unwrap_or_else(|| {
@@ -267,7 +317,7 @@ impl Client {
             rand::rng().next_u64()
         });
         let mut endpoint = Endpoint::new(config.endpoint.clone(), now, seed);
-        let handle = endpoint.connect(now, server);
+        let handle = open(&mut endpoint, now);
         let mut send_batch = SendBatch::new(config.backend.batch_size.max(8));
         send_batch.set_coalescing(config.gso && platform::probe().gso.available);
         let mut client = Client {
@@ -282,35 +332,53 @@ impl Client {
             ever_connected: false,
             closed: None,
             backend_generation: 0,
+            refusal_message: Bytes::new(),
         };
         client.drive(Some(Duration::ZERO), true)?;
         Ok(client)
     }
 
-    /// Connect and wait until the handshake completes, fails, or `timeout` passes. The
-    /// [`ClientEvent::Connected`] event is not queued: returning `Ok` says it.
+    /// Connect with `token` and wait until the handshake completes, fails, or `timeout`
+    /// passes. The [`ClientEvent::Connected`] event is not queued: returning `Ok` says it.
     ///
-    /// The handshake also gives up on its own after [`crate::Config::handshake_timeout`]; the
-    /// error's [`ConnectLimit`] says which of the two limits expired.
+    /// The handshake also gives up on its own after [`crate::Config::handshake_timeout`] (per
+    /// server address the token lists); the error's [`ConnectLimit`] says which of the two
+    /// limits expired.
     pub fn connect_blocking(
+        token: &ConnectToken,
+        config: ClientConfig,
+        timeout: Duration,
+    ) -> Result<Client, ClientError> {
+        Client::connect(token, config)?.wait_connected(timeout)
+    }
+
+    /// [`Client::connect_insecure`], waiting like [`Client::connect_blocking`].
+    pub fn connect_insecure_blocking(
         server: SocketAddr,
         config: ClientConfig,
         timeout: Duration,
     ) -> Result<Client, ClientError> {
-        let mut client = Client::connect(server, config)?;
+        Client::connect_insecure(server, config)?.wait_connected(timeout)
+    }
+
+    fn wait_connected(mut self, timeout: Duration) -> Result<Client, ClientError> {
         let deadline = Instant::now() + timeout;
         loop {
-            if client.connected {
+            if self.connected {
                 // Returning is the news: don't report it twice.
-                client.events.retain(|e| *e != ClientEvent::Connected);
-                return Ok(client);
+                self.events.retain(|e| *e != ClientEvent::Connected);
+                return Ok(self);
             }
-            if let Some((reason, _)) = client.closed {
+            if let Some((reason, _)) = self.closed {
                 return Err(match reason {
                     CloseReason::VersionMismatch => ClientError::VersionMismatch,
                     CloseReason::HandshakeTimeout => ClientError::TimedOut {
-                        limit: client.config.endpoint.connection.handshake_timeout,
+                        limit: self.config.endpoint.connection.handshake_timeout,
                         which: ConnectLimit::Handshake,
+                    },
+                    CloseReason::Rejected(code) => ClientError::Rejected {
+                        code,
+                        message: self.refusal_message(),
                     },
                     other => ClientError::Refused(other),
                 });
@@ -322,8 +390,14 @@ impl Client {
                     which: ConnectLimit::Caller,
                 });
             }
-            client.wait(deadline - now)?;
+            self.wait(deadline - now)?;
         }
+    }
+
+    /// The message the server application gave with its refusal ([`CloseReason::Rejected`]);
+    /// empty otherwise.
+    pub fn refusal_message(&self) -> Bytes {
+        self.refusal_message.clone()
     }
 
     /// Queue a message on `channel`.
@@ -405,11 +479,18 @@ impl Client {
                     ClientEvent::Connected
                 }
                 Event::Message { channel, data } => ClientEvent::Message { channel, data },
-                Event::Closed { reason, by_peer } => {
+                Event::Closed {
+                    reason,
+                    by_peer,
+                    message,
+                } => {
                     self.connected = false;
                     self.closed = Some((reason, by_peer));
+                    self.refusal_message = message;
                     ClientEvent::Disconnected { reason, by_peer }
                 }
+                // Only a server's endpoint reports incoming clients.
+                Event::Incoming(_) => continue,
             });
         }
     }
@@ -481,9 +562,12 @@ impl Client {
             .map_or(0, |c| c.queued_bytes())
     }
 
-    /// The server's address.
+    /// The server's address (with a token: the one of its addresses being tried, or that
+    /// accepted).
     pub fn server_addr(&self) -> SocketAddr {
-        self.server
+        self.endpoint
+            .connection(self.handle)
+            .map_or(self.server, |c| c.remote_addr())
     }
 
     /// The local socket address.

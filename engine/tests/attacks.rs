@@ -5,9 +5,9 @@
 //! keeps delivering every message, on every channel, and a genuine packet whose number a
 //! forgery used is still accepted afterwards.
 //!
-//! The sessions' keys come from the protocol's test path (`EndpointConfig::test_session_secret`,
-//! which both ends hold); the attacker does not have it and seals its forgeries with a key of
-//! its own, or sends no tag at all.
+//! The sessions' keys come from connect tokens, as in production: the test mints each client's
+//! token with the backend key the server holds; the attacker has neither and seals its
+//! forgeries with a key of its own, or sends no tag at all.
 
 use std::collections::BTreeSet;
 use std::net::{SocketAddr, UdpSocket};
@@ -18,12 +18,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
-use ricochet::{Client, ClientConfig, ClientEvent, IoModel};
+use ricochet::{Client, ClientConfig, ClientEvent, IoModel, TokenKey};
 use ricochet_proto::fec::FecPolicy;
 use ricochet_proto::wire::{self, ConnectionId, Frame, PacketType, Writer, TAG_LEN};
 use ricochet_proto::{CloseReason, Config, DropCause, DropCounters, NumberSpace, PacketKey};
 
-const SECRET: [u8; 32] = *b"attack suite test session secret";
+/// The backend's token key, which the server holds and the test mints tokens with.
+const TOKEN_KEY: [u8; 32] = *b"attack suite backend token key!!";
+const PROTOCOL_ID: u64 = 0x6174_7461_636b;
 /// The attacker's own key: what a forgery sealed without the session's key looks like.
 const ATTACKER_KEY: [u8; 32] = [0xA5; 32];
 
@@ -79,8 +81,8 @@ fn start_server(fec: FecPolicy) -> (Server, Arc<Mutex<Observed>>) {
     cfg.udp.io_threads = 1;
     cfg.udp.tick = Some(Duration::from_millis(2));
     cfg.endpoint.connection = Arc::new(protocol(fec));
-    cfg.endpoint.test_session_secret = Some(SECRET);
     cfg.seed = Some(11);
+    let cfg = cfg.tokens(TokenKey::from_bytes(TOKEN_KEY), PROTOCOL_ID);
     let seen = Arc::new(Mutex::new(Observed::default()));
     let s = seen.clone();
     let srv = Server::start(cfg, move |_| Echo { seen: s.clone() }).unwrap();
@@ -91,11 +93,26 @@ fn observed(o: &Arc<Mutex<Observed>>) -> Observed {
     o.lock().unwrap().clone()
 }
 
-fn connect(to: SocketAddr, fec: FecPolicy, seed: u64) -> Client {
+/// A client connected to `server` through `to` (the tap, or the server itself), with a token
+/// listing both (the client goes to the first; the server checks it is listed).
+fn connect(to: SocketAddr, server: SocketAddr, fec: FecPolicy, seed: u64) -> Client {
     let mut cfg = ClientConfig::new().seed(seed);
     cfg.endpoint.connection = Arc::new(protocol(fec));
-    cfg.endpoint.test_session_secret = Some(SECRET);
-    let c = Client::connect_blocking(to, cfg, Duration::from_secs(10)).expect("connects");
+    let servers: Vec<SocketAddr> = if to == server {
+        vec![to]
+    } else {
+        vec![to, server]
+    };
+    let token = ricochet::backend::issue_token(
+        &TokenKey::from_bytes(TOKEN_KEY),
+        PROTOCOL_ID,
+        seed,
+        &servers,
+        Duration::from_secs(60),
+        b"",
+    )
+    .expect("a token");
+    let c = Client::connect_blocking(&token, cfg, Duration::from_secs(10)).expect("connects");
     assert!(c.stats().is_some());
     c
 }
@@ -549,7 +566,7 @@ fn largest_pn(packets: &[Vec<u8>]) -> u64 {
 fn session(fec: FecPolicy) -> (Server, Session) {
     let (srv, seen) = start_server(fec);
     let tap = Tap::start(srv.local_addr());
-    let client = connect(tap.addr(), fec, 5);
+    let client = connect(tap.addr(), srv.local_addr(), fec, 5);
     let mut s = Session {
         client,
         server: seen,
@@ -749,6 +766,24 @@ fn attacker() -> UdpSocket {
     a
 }
 
+/// Counts what comes back to the attacker and asserts it is only stateless resets for ids
+/// other than `live` (the server has no session for them): nothing for the live session, and
+/// none of its traffic.
+fn only_resets_reach(a: &UdpSocket, live: ConnectionId) -> u64 {
+    let mut buf = [0u8; 2048];
+    let mut resets = 0;
+    let end = Instant::now() + Duration::from_millis(150);
+    while Instant::now() < end {
+        if let Ok((n, from)) = a.recv_from(&mut buf) {
+            match wire::decode_packet(&buf[..n]) {
+                Ok(wire::Packet::StatelessReset { cid, .. }) if cid != live => resets += 1,
+                other => panic!("the attacker received {n} B from {from}: {other:?}"),
+            }
+        }
+    }
+    resets
+}
+
 /// Asserts nothing comes back to the attacker: no reply reveals anything, and the session's
 /// traffic was not redirected to it.
 fn nothing_reaches(a: &UdpSocket) {
@@ -860,9 +895,12 @@ fn off_path_connection_id_guessing_gains_nothing() {
             (DropCause::Unauthenticated, hits),
         ],
     );
-    // No reply to any of it (a reply would confirm a hit, or reveal the client's id), and
-    // the session is untouched.
-    nothing_reaches(&a);
+    // Nothing comes back for the live id (a reply would reveal the client's id), and the
+    // session is untouched. Ids the server has no session for draw stateless resets (what
+    // tells a client of a restarted server that its session is gone): reset-shaped, for the
+    // guessed id, and never for the live one.
+    let resets = only_resets_reach(&a, server_cid);
+    assert!(resets <= guesses - skipped, "{resets} resets");
     s.accepted_only_forwarded(base);
     assert!(s.client.is_connected());
     assert_eq!(observed(&s.server).sessions, 1);
@@ -1005,7 +1043,7 @@ fn an_authenticated_client_migrates_to_its_new_address() {
     // server follows its authenticated packets (forgeries from another address do not move
     // it: see `another_source_address_moves_nothing_and_gets_nothing`).
     let (srv, seen) = start_server(FecPolicy::Off);
-    let mut c = connect(srv.local_addr(), FecPolicy::Off, 9);
+    let mut c = connect(srv.local_addr(), srv.local_addr(), FecPolicy::Off, 9);
     let mut next = 0u64;
     let round = |c: &mut Client, next: &mut u64| {
         let msgs: Vec<Vec<u8>> = (0..20)

@@ -37,7 +37,7 @@ fn setup(
         Endpoint::new(
             EndpointConfig {
                 connection: config(server),
-                server: Some(ServerConfig::default()),
+                server: Some(ServerConfig::insecure()),
                 ..EndpointConfig::default()
             },
             net.now,

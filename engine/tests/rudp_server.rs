@@ -7,8 +7,36 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ricochet::platform::BackendKind;
+use ricochet::proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
 use ricochet::{Client, ClientConfig, ClientEvent, ClientSet, CloseReason, IoModel};
+
+const PROTOCOL_ID: u64 = 0x7465_7374;
+
+fn key() -> TokenKey {
+    TokenKey::from_bytes([0x42; 32])
+}
+
+/// A server config on a free loopback port that admits clients by token.
+fn secure_cfg() -> ServerConfig {
+    ServerConfig::new("127.0.0.1:0".parse().unwrap()).tokens(key(), PROTOCOL_ID)
+}
+
+/// A token for the server at `addr`, valid for a minute.
+fn token(addr: SocketAddr) -> ConnectToken {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let params = TokenParams {
+        protocol_id: PROTOCOL_ID,
+        client_id: rand_seed(addr),
+        server_addresses: &[addr],
+        expires_unix: now + 60,
+        user_data: b"",
+    };
+    ConnectToken::generate(&key(), &params, &mut rand::rng()).unwrap()
+}
 
 struct Echo;
 impl Handler for Echo {
@@ -18,7 +46,7 @@ impl Handler for Echo {
 }
 
 fn server(model: IoModel, workers: usize, backend: BackendKind) -> Server {
-    let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap());
+    let mut cfg = secure_cfg();
     cfg.udp.io_model = model;
     cfg.udp.io_threads = workers;
     cfg.udp.backend.kind = backend;
@@ -28,7 +56,7 @@ fn server(model: IoModel, workers: usize, backend: BackendKind) -> Server {
 
 fn client(addr: SocketAddr) -> Client {
     let cfg = ClientConfig::new().seed(rand_seed(addr));
-    Client::connect_blocking(addr, cfg, Duration::from_secs(10)).expect("connects")
+    Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10)).expect("connects")
 }
 
 fn rand_seed(addr: SocketAddr) -> u64 {
@@ -202,7 +230,7 @@ impl Handler for NameWorker {
 #[test]
 fn client_learns_which_worker_serves_it() {
     for (model, named) in [(IoModel::PerCore, true), (IoModel::Shared, false)] {
-        let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap());
+        let mut cfg = secure_cfg();
         cfg.udp.io_model = model;
         cfg.udp.io_threads = 2;
         cfg.seed = Some(11);
@@ -255,7 +283,7 @@ fn shutdown_closes_open_sessions_with_a_reason_on_both_sides() {
     for model in [IoModel::PerCore, IoModel::Shared] {
         let seen = Arc::new(Mutex::new(HashMap::new()));
         let s2 = seen.clone();
-        let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap());
+        let mut cfg = secure_cfg();
         cfg.udp.io_model = model;
         cfg.udp.io_threads = 2;
         let srv = Server::start(cfg, move |_| Recorder(s2.clone())).unwrap();
@@ -319,7 +347,7 @@ fn connecting_to_nothing_times_out_naming_the_limit_that_expired() {
     ];
     for (handshake, caller, expected) in cases {
         let started = Instant::now();
-        let err = Client::connect_blocking(server, config(handshake), caller).unwrap_err();
+        let err = Client::connect_blocking(&token(server), config(handshake), caller).unwrap_err();
         let waited = started.elapsed();
         match &err {
             ClientError::TimedOut { limit, which } => {
@@ -350,7 +378,7 @@ fn client_reports_its_backend() {
     for requested in std::iter::once(BackendKind::Auto).chain(available.iter().copied()) {
         let mut cfg = ClientConfig::default();
         cfg.backend.kind = requested;
-        let c = Client::connect(silent.local_addr().unwrap(), cfg).unwrap();
+        let c = Client::connect(&token(silent.local_addr().unwrap()), cfg).unwrap();
         let kind = c.backend_kind();
         assert!(available.contains(&kind), "{requested} -> {kind}");
         if requested != BackendKind::Auto && !forced {
@@ -367,7 +395,7 @@ fn client_reports_its_backend() {
 fn step_loop_echoes_in_order_with_offloads_on_and_off() {
     for backend in backends() {
         for offload in [true, false] {
-            let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap());
+            let mut cfg = secure_cfg();
             cfg.udp.io_threads = 1;
             cfg.udp.backend.kind = backend;
             cfg.udp.gso = offload;
@@ -378,8 +406,9 @@ fn step_loop_echoes_in_order_with_offloads_on_and_off() {
             ccfg.gso = offload;
             ccfg.backend.gro = offload;
             ccfg.backend.kind = backend;
-            let mut c = Client::connect_blocking(srv.local_addr(), ccfg, Duration::from_secs(10))
-                .expect("connects");
+            let mut c =
+                Client::connect_blocking(&token(srv.local_addr()), ccfg, Duration::from_secs(10))
+                    .expect("connects");
             let total = 400;
             let window = 16;
             let (mut sent, mut got) = (0, 0);
@@ -423,7 +452,8 @@ fn client_set_drives_several_clients_from_one_thread() {
         for _ in 0..5 {
             let mut cfg = ClientConfig::new().seed(rand_seed(addr));
             cfg.backend.kind = backend;
-            let c = Client::connect_blocking(addr, cfg, Duration::from_secs(10)).expect("connects");
+            let c = Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10))
+                .expect("connects");
             assert_eq!(set.push(c), set.len() - 1);
         }
         let n = set.len();
@@ -499,7 +529,7 @@ fn idle_client_set_step_returns_after_its_timeout() {
 /// 5 clients from 127.0.0.1. The refused clients' error names the setting to raise.
 #[test]
 fn per_address_limit_counts_across_workers_and_names_its_setting() {
-    let mut cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap()).max_sessions_per_address(3);
+    let mut cfg = secure_cfg().max_sessions_per_address(3);
     cfg.udp.io_threads = 2;
     cfg.seed = Some(9);
     let server = Server::start(cfg, |_| Echo).unwrap();
@@ -508,7 +538,7 @@ fn per_address_limit_counts_across_workers_and_names_its_setting() {
     let mut refused = Vec::new();
     for _ in 0..5 {
         let cfg = ClientConfig::new().seed(rand_seed(addr));
-        match Client::connect_blocking(addr, cfg, Duration::from_secs(10)) {
+        match Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10)) {
             Ok(c) => connected.push(c),
             Err(e) => refused.push(e),
         }
@@ -545,7 +575,8 @@ fn client_set_connects_many_at_once() {
     let n = 300;
     let cfg = ClientConfig::new().seed(rand_seed(addr));
     let t0 = Instant::now();
-    let mut set = ClientSet::connect(addr, &cfg, n, Duration::from_secs(20)).expect("all connect");
+    let tokens: Vec<ConnectToken> = (0..n).map(|_| token(addr)).collect();
+    let mut set = ClientSet::connect(&tokens, &cfg, Duration::from_secs(20)).expect("all connect");
     let took = t0.elapsed();
     assert_eq!(set.len(), n);
     assert_eq!(set.connected(), n);
@@ -584,10 +615,13 @@ fn client_set_connects_many_at_once() {
     drop(set);
     srv.shutdown().unwrap();
 
-    // Two sessions per address: the third member is refused, and the error says which.
-    let cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap()).max_sessions_per_address(2);
+    // Insecure mode, two sessions per address: the third member is refused, and the error
+    // says which.
+    let cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap())
+        .insecure()
+        .max_sessions_per_address(2);
     let srv = Server::start(cfg, |_| Echo).unwrap();
-    let err = ClientSet::connect(
+    let err = ClientSet::connect_insecure(
         srv.local_addr(),
         &ClientConfig::new(),
         3,

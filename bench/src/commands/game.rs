@@ -44,6 +44,10 @@ pub struct GameArgs {
     /// Protocol profile of both sides.
     #[arg(long, default_value = "game", value_parser = ["default", "game", "bulk"])]
     pub profile: String,
+    /// secure: connect tokens and every packet protected (the production path); insecure: no
+    /// token, no protection (LAN play).
+    #[arg(long, default_value = "secure", value_parser = ["secure", "insecure"])]
+    pub security: String,
     /// Warm-up seconds.
     #[arg(long, default_value_t = 2.0)]
     pub warmup: f64,
@@ -167,6 +171,7 @@ pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
                     server_idle: args.server_idle.clone(),
                     backend: args.backend.clone(),
                     profile: args.profile.clone(),
+                    security: args.security.clone(),
                     warmup_s: args.warmup,
                     seconds: args.seconds,
                 };

@@ -83,9 +83,10 @@ pub struct RudpArgs {
     /// Seed of the first round (relay streams, connection ids).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Packet protection: secure (every packet sealed), insecure, or both: each round runs
-    /// secure and then insecure, and the table ends with their ratios (the cost of packet
-    /// protection, measured side by side).
+    /// Security: secure (clients admitted by connect token, minted in place as a game's backend
+    /// would; every packet sealed with the token's keys), insecure (no tokens, no protection),
+    /// or both: each round runs secure and then insecure, and the table ends with their ratios
+    /// (the cost of security, measured side by side).
     #[arg(long, default_value = "secure", value_parser = ["secure", "insecure", "both"])]
     pub security: String,
     /// Shorthand for --security insecure.
@@ -298,7 +299,7 @@ pub fn run(args: &RudpArgs, global: &Global) -> Result<bool> {
     );
     let report = |r: &RudpRun| {
         eprintln!(
-            "  seed {}{}: {} rt/s{}",
+            "  seed {}{}: {} rt/s, max RTT {}{}{}",
             r.config.seed,
             if r.config.is_secure() {
                 ""
@@ -306,6 +307,11 @@ pub fn run(args: &RudpArgs, global: &Global) -> Result<bool> {
                 " insecure"
             },
             thousands(r.round_trips_per_s.round() as u64),
+            r.rtt_us.map_or("-".into(), |l| format!("{} ms", ms(l.max))),
+            r.host_cpu.map_or(String::new(), |h| format!(
+                " (other processes {:.0}% CPU, steal {:.1}%)",
+                h.other_percent, h.steal_percent
+            )),
             if r.ok { "" } else { " (NOT ok)" }
         )
     };

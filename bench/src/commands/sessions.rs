@@ -35,6 +35,10 @@ pub struct SessionsArgs {
     /// Protocol profile of both sides.
     #[arg(long, default_value = "default", value_parser = ["default", "game", "bulk"])]
     pub profile: String,
+    /// secure: connect tokens and every packet protected (the production path); insecure: no
+    /// token, no protection (LAN play).
+    #[arg(long, default_value = "secure", value_parser = ["secure", "insecure"])]
+    pub security: String,
     /// Echo message size, bytes.
     #[arg(long, default_value_t = 64)]
     pub payload: usize,
@@ -164,6 +168,7 @@ pub fn run(args: &SessionsArgs, global: &Global) -> Result<bool> {
                 server_idle: args.server_idle.clone(),
                 backend: args.backend.clone(),
                 profile: args.profile.clone(),
+                security: args.security.clone(),
                 payload: args.payload.max(16),
                 settle_s: args.settle,
                 warmup_s: args.warmup,

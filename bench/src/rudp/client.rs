@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use ricochet::{Client, ClientConfig, ClientEvent, ClientSet};
 use ricochet_platform::BackendKind;
+use ricochet_proto::token::ConnectToken;
 use ricochet_proto::EndpointConfig;
 
 use super::message::{check, encode, Header, Phase};
@@ -29,6 +30,8 @@ pub struct ClientPlan {
     pub id: u32,
     /// Where to connect (the relay's front door or the server).
     pub server: SocketAddr,
+    /// The connect token (its first address is `server`); `None` connects insecurely.
+    pub token: Option<ConnectToken>,
     /// Message size.
     pub payload: usize,
     /// Messages in flight.
@@ -288,7 +291,12 @@ pub fn run_clients(
         let mut config = ClientConfig::new().seed(plan.seed).backend(plan.backend);
         config.endpoint = plan.endpoint.clone();
         config.socket_buffer = Some(4 << 20);
-        match Client::connect_blocking(plan.server, config, Duration::from_secs(10)) {
+        let limit = Duration::from_secs(10);
+        let connected_client = match &plan.token {
+            Some(t) => Client::connect_blocking(t, config, limit),
+            None => Client::connect_insecure_blocking(plan.server, config, limit),
+        };
+        match connected_client {
             Ok(c) => {
                 let _ = ready.send(Ok(()));
                 connected.push(c);

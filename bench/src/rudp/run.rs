@@ -10,17 +10,18 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use ricochet::runtime::IdleStrategy;
 use ricochet_platform::BackendKind;
+use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet_proto::{Config, EndpointConfig};
 use ricochet_testkit::{BurstLoss, Impairment, Profile};
 
 use super::fleet::{Collected, Fleet};
 use super::message::HEADER_LEN;
 use super::server::EchoServer;
-use crate::host::{peak_rss_kib, CpuTimes};
+use crate::host::{peak_rss_kib, CpuTimes, SystemCpu};
 use crate::relay::{Relay, RelayConfig, RelayCounters};
 use crate::schema::{
-    finite, CpuUsage, Latency, RssOverTime, RudpCase, RudpConfig, RudpCounts, RudpFec, RudpRelay,
-    RudpRelayDirection, RudpRun, RudpSummary, RudpWire, Spread,
+    finite, CpuUsage, HostCpu, Latency, RssOverTime, RudpCase, RudpConfig, RudpCounts, RudpFec,
+    RudpRelay, RudpRelayDirection, RudpRun, RudpSummary, RudpWire, Spread,
 };
 use crate::udp::tracker::new_rtt_histogram;
 
@@ -132,6 +133,27 @@ pub fn config_for(
     cfg
 }
 
+/// The protocol id of the bench's tokens.
+pub const BENCH_PROTOCOL_ID: u64 = 0x0062_656e_6368;
+
+/// A token for client `client_id` to the server at `addresses`, valid for an hour: what a
+/// game's backend would issue.
+pub fn mint_token(
+    key: &TokenKey,
+    client_id: u64,
+    addresses: &[SocketAddr],
+) -> Result<ConnectToken> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let params = TokenParams {
+        protocol_id: BENCH_PROTOCOL_ID,
+        client_id,
+        server_addresses: addresses,
+        expires_unix: now.as_secs() + 3600,
+        user_data: b"",
+    };
+    Ok(ConnectToken::generate(key, &params, &mut rand::rng())?)
+}
+
 /// Security modes a round may ask for: packets sealed, or the insecure mode.
 pub const SECURITY_MODES: [&str; 2] = ["secure", "insecure"];
 
@@ -214,19 +236,8 @@ pub fn protocol(cfg: &RudpConfig) -> Result<EndpointConfig> {
     };
     // The policy is the round's, whatever the profile's default (competitive: adaptive).
     connection.fec.policy = FecPolicy::from_str(&cfg.fec)?.protocol();
-    // Secure rounds: server and clients share a secret the sessions' keys derive from (the
-    // protocol's test path; a real deployment hands keys out in connect tokens). The cost per
-    // packet is the same either way.
-    let test_session_secret = cfg.is_secure().then(|| {
-        let mut s = [0u8; 32];
-        s[..8].copy_from_slice(&cfg.seed.to_le_bytes());
-        let label = b"bench rudp secret";
-        s[8..8 + label.len()].copy_from_slice(label);
-        s
-    });
     Ok(EndpointConfig {
         connection: Arc::new(connection),
-        test_session_secret,
         ..EndpointConfig::default()
     })
 }
@@ -337,6 +348,7 @@ fn failed_run(cfg: &RudpConfig, error: String) -> RudpRun {
         relay: None,
         rss: None,
         client_process: None,
+        host_cpu: None,
     }
 }
 
@@ -463,6 +475,10 @@ pub fn run_round(cfg: &RudpConfig) -> RudpRun {
 fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let load = load_average();
     let endpoint = protocol(cfg)?;
+    // The backend's key, drawn per round; the clients' tokens are minted in place below.
+    let key = cfg
+        .is_secure()
+        .then(|| TokenKey::generate(&mut rand::rng()));
     let mut server = EchoServer::start(
         SocketAddr::from(([127, 0, 0, 1], 0)),
         &cfg.io_model,
@@ -470,6 +486,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         &cfg.backend,
         cfg.server_idle.as_deref().unwrap_or(DEFAULT_SERVER_IDLE),
         endpoint.clone(),
+        key.clone(),
         cfg.seed,
     )?;
     let relay = if cfg.direct {
@@ -485,11 +502,26 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
 
     let worker_cores = (cfg.client_placement.as_deref() == Some("with-worker"))
         .then(|| Arc::new(server.worker_cores()));
-    let (mut fleet, mut errors) = Fleet::launch(cfg, target, worker_cores)?;
+    // What the game's backend would hand each client. Through the relay a token lists its
+    // front door (where the client goes) and the server (the address the server checks).
+    let mut addresses = vec![target];
+    if target != server.local_addr() {
+        addresses.push(server.local_addr());
+    }
+    let tokens = match &key {
+        Some(key) => Some(
+            (0..cfg.clients)
+                .map(|i| mint_token(key, i as u64, &addresses))
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        None => None,
+    };
+    let (mut fleet, mut errors) = Fleet::launch(cfg, target, worker_cores, tokens)?;
     let go = errors.is_empty();
     let epoch = fleet.start(go);
     let mut collected = Collected::default();
     let mut cpu = CpuUsage::default();
+    let mut host_cpu = None;
     let mut measured_start = epoch;
     let mut rss_sampler = None;
     if go {
@@ -501,10 +533,12 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         );
         std::thread::sleep(measured_start.saturating_duration_since(Instant::now()));
         let cpu0 = CpuTimes::now();
+        let sys0 = SystemCpu::now();
         let t0 = Instant::now();
         let limit = Duration::from_secs_f64(cfg.seconds + cfg.drain_s) + Duration::from_secs(10);
         collected = fleet.collect(limit);
         let cpu1 = CpuTimes::now();
+        let sys1 = SystemCpu::now();
         let wall = t0.elapsed().as_secs_f64();
         // A separate client process's CPU counts too: the round's cost is both processes'.
         let child = collected.process.map(|p| p.cpu).unwrap_or_default();
@@ -519,6 +553,17 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
                 0.0
             },
         };
+        if let (Some(a), Some(b)) = (sys0, sys1) {
+            if wall > 0.0 {
+                let busy = finite((b.busy_s - a.busy_s) / wall * 100.0);
+                host_cpu = Some(HostCpu {
+                    busy_percent: busy,
+                    other_percent: (busy - cpu.percent).max(0.0),
+                    irq_percent: finite((b.irq_s - a.irq_s) / wall * 100.0),
+                    steal_percent: finite((b.steal_s - a.steal_s) / wall * 100.0),
+                });
+            }
+        }
     }
     errors.append(&mut collected.errors);
     let outcomes = collected.outcomes;
@@ -657,6 +702,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         relay: relay_sum,
         rss,
         client_process: collected.process,
+        host_cpu,
     })
 }
 

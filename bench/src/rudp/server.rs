@@ -14,7 +14,8 @@ use ricochet::runtime::{
     Handler, IdleStrategy, IoModel, Server, ServerConfig, ServerContext, SessionId,
 };
 use ricochet_platform::BackendKind;
-use ricochet_proto::{EndpointConfig, ServerConfig as ListenConfig};
+use ricochet_proto::token::TokenKey;
+use ricochet_proto::EndpointConfig;
 
 use crate::schema::{RudpWire, ServerInfo};
 use crate::udp::ricochet_server::socket_buffers;
@@ -116,7 +117,9 @@ pub struct EchoServer {
 
 impl EchoServer {
     /// Start on `addr` with `io_model` × `threads` workers on `backend` idling as `idle`
-    /// (`balanced`, `park` or `spin`), protocol `endpoint`.
+    /// (`balanced`, `park` or `spin`), protocol `endpoint`, admitting clients by token sealed
+    /// with `key` ([`super::run::BENCH_PROTOCOL_ID`]), or insecurely without one.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         addr: SocketAddr,
         io_model: &str,
@@ -124,16 +127,21 @@ impl EchoServer {
         backend: &str,
         idle: &str,
         endpoint: EndpointConfig,
+        key: Option<TokenKey>,
         seed: u64,
     ) -> Result<EchoServer> {
         let mut cfg = ServerConfig::new(addr);
+        cfg = match key {
+            Some(k) => cfg.tokens(k, super::run::BENCH_PROTOCOL_ID),
+            None => cfg.insecure(),
+        };
         cfg.udp.io_model = IoModel::from_str(io_model).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.io_threads = threads;
         cfg.udp.backend.kind = BackendKind::from_str(backend).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.idle = IdleStrategy::from_str(idle).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.tick = Some(STATS_TICK);
         cfg.endpoint = EndpointConfig {
-            server: Some(ListenConfig::default()),
+            server: cfg.endpoint.server.take(),
             ..endpoint
         };
         cfg.seed = Some(seed);

@@ -55,6 +55,8 @@ pub struct GameConfig {
     pub backend: String,
     /// Protocol profile of both sides.
     pub profile: String,
+    /// `secure` (connect tokens, every packet protected) or `insecure`.
+    pub security: String,
     /// Warm-up, s.
     pub warmup_s: f64,
     /// Measured time, s.
@@ -155,6 +157,7 @@ fn client_config(cfg: &GameConfig, ip: std::net::IpAddr, seed: u64) -> Result<Cl
 pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     let period = Duration::from_secs_f64(1.0 / cfg.tick_hz.max(1.0));
     let relayed = cfg.relay_profile.is_some();
+    let key = super::sessions::token_key(&cfg.security)?;
     let spec = ServerSpec {
         kind: ServerKind::Game {
             tick_us: period.as_micros() as u64,
@@ -168,6 +171,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         max_sessions: None,
         // Through the relay every player comes from the relay's address, as from one NAT.
         max_sessions_per_address: relayed.then_some(cfg.players.max(1)),
+        token_key: key,
     };
     let mut server = ServerProcess::start(&spec)?;
     let before = server.stats()?;
@@ -185,6 +189,8 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     let limit = Duration::from_secs(30) + Duration::from_millis(3 * cfg.players as u64);
     let (mut set, took) = connect_all(
         target,
+        server.addr,
+        key,
         cfg.players,
         cfg.players_per_ip,
         |ip, seed| client_config(cfg, ip, seed),

@@ -31,7 +31,9 @@ use ricochet_platform::BackendKind;
 use serde::{Deserialize, Serialize};
 
 use crate::host::CpuTimes;
+use crate::rudp::run::BENCH_PROTOCOL_ID;
 use crate::schema::{finite, Latency};
+use ricochet_proto::token::TokenKey;
 
 /// The hidden sub-command the server process runs.
 pub const SERVER_SUBCOMMAND: &str = "scale-server";
@@ -104,6 +106,9 @@ pub struct ServerSpec {
     pub max_sessions: Option<usize>,
     /// Per-address session limit override (`None`: the default).
     pub max_sessions_per_address: Option<usize>,
+    /// Admit clients by connect token sealed with this key (the bench's protocol id), with
+    /// every packet protected; `None`: the insecure mode.
+    pub token_key: Option<[u8; 32]>,
 }
 
 /// Server-side counters of a game run.
@@ -289,7 +294,12 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
         "bulk" => Profile::Bulk,
         other => bail!("unknown profile {other:?}"),
     };
-    let mut cfg = ServerConfig::new(bind)
+    let cfg = ServerConfig::new(bind);
+    let cfg = match spec.token_key {
+        Some(k) => cfg.tokens(TokenKey::from_bytes(k), BENCH_PROTOCOL_ID),
+        None => cfg.insecure(),
+    };
+    let mut cfg = cfg
         .profile(profile)
         .workers(spec.io_threads)
         .idle(IdleStrategy::from_str(&spec.idle)?)

@@ -38,6 +38,8 @@ pub struct SessionsConfig {
     pub backend: String,
     /// Protocol profile of both sides.
     pub profile: String,
+    /// `secure` (connect tokens, every packet protected) or `insecure`.
+    pub security: String,
     /// Echo message size, bytes (at least 16).
     pub payload: usize,
     /// Idle time after connecting before the server is weighed, s.
@@ -120,22 +122,52 @@ fn group_ip(g: usize) -> IpAddr {
     }
 }
 
-/// Connect `n` clients in groups of `per_ip` per address; returns the set and how long the
-/// handshakes took.
+/// A fresh backend key for a measurement's tokens (`None` for the insecure mode).
+pub(crate) fn token_key(security: &str) -> Result<Option<[u8; 32]>> {
+    match security {
+        "secure" => Ok(Some(rand::random())),
+        "insecure" => Ok(None),
+        other => anyhow::bail!("unknown security mode {other:?} (secure or insecure)"),
+    }
+}
+
+/// Connect `n` clients to `target` in groups of `per_ip` per address; with `key`, each with a
+/// token the backend would mint (listing `target`, then `server` when they differ). Returns
+/// the set and how long the handshakes took (token minting excluded).
 pub(crate) fn connect_all(
+    target: SocketAddr,
     server: SocketAddr,
+    key: Option<[u8; 32]>,
     n: usize,
     per_ip: usize,
     make: impl Fn(IpAddr, u64) -> Result<ClientConfig>,
     timeout: Duration,
 ) -> Result<(ClientSet, Duration)> {
+    let mut addresses = vec![target];
+    if server != target {
+        addresses.push(server);
+    }
+    let tokens = match key {
+        Some(k) => {
+            let key = ricochet_proto::token::TokenKey::from_bytes(k);
+            (0..n)
+                .map(|i| crate::rudp::run::mint_token(&key, i as u64, &addresses))
+                .collect::<Result<Vec<_>>>()?
+        }
+        None => Vec::new(),
+    };
     let mut set = ClientSet::new();
     let t0 = Instant::now();
     let per_ip = per_ip.max(1);
     for g in 0..n.div_ceil(per_ip) {
-        let k = per_ip.min(n - g * per_ip);
-        let cfg = make(group_ip(g), 0x5e55_0000 + (g * per_ip) as u64)?;
-        set.start_connecting(server, &cfg, k)?;
+        let first = g * per_ip;
+        let k = per_ip.min(n - first);
+        let cfg = make(group_ip(g), 0x5e55_0000 + first as u64)?;
+        if key.is_some() {
+            set.start_connecting(&tokens[first..first + k], &cfg)?;
+        } else {
+            set.start_connecting_insecure(target, &cfg, k)?;
+        }
     }
     set.wait_connected(timeout)?;
     let took = t0.elapsed();
@@ -163,6 +195,7 @@ fn message(member: usize, seq: u64, payload: usize) -> Bytes {
 
 /// Runs one measurement.
 pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
+    let key = token_key(&cfg.security)?;
     let spec = ServerSpec {
         kind: ServerKind::Echo,
         bind: "127.0.0.1:0".into(),
@@ -172,6 +205,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         profile: cfg.profile.clone(),
         max_sessions: None,
         max_sessions_per_address: None,
+        token_key: key,
     };
     let mut server = ServerProcess::start(&spec)?;
     let before = server.stats()?;
@@ -179,6 +213,8 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
     let connect_limit = Duration::from_secs(30) + Duration::from_millis(3 * cfg.clients as u64);
     let (mut set, took) = match connect_all(
         server.addr,
+        server.addr,
+        key,
         cfg.clients,
         cfg.clients_per_ip,
         |ip, seed| client_config(cfg, ip, seed),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use rand::SeedableRng;
 use ricochet_proto::wire::{self, Frame, Packet};
 use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
 
@@ -67,7 +68,7 @@ fn connected_with(
     let mut server = Endpoint::new(
         EndpointConfig {
             connection: cfg.clone(),
-            server: Some(ServerConfig::default()),
+            server: Some(ServerConfig::insecure()),
             reassembly_budget: 1 << 20,
             test_session_secret: secret,
             ..EndpointConfig::default()
@@ -162,7 +163,7 @@ pub fn endpoint_handshake(data: &[u8]) {
     let base = Instant::now();
     let mut server = Endpoint::new(
         EndpointConfig {
-            server: Some(ServerConfig::default()),
+            server: Some(ServerConfig::insecure()),
             ..EndpointConfig::default()
         },
         base,
@@ -193,6 +194,164 @@ pub fn endpoint_handshake(data: &[u8]) {
             "connection without a cookie round trip"
         );
     }
+}
+
+/// The token decoders on arbitrary bytes: a serialized connect token and a private part's
+/// plaintext decode strictly (what decodes re-encodes to the same bytes), and whatever the
+/// bytes, opening them as a sealed part with the wrong key fails cleanly.
+pub fn token_decode(data: &[u8]) {
+    use ricochet_proto::token::{
+        ConnectToken, PrivateToken, SealedToken, TokenKey, CONNECT_TOKEN_LEN, NONCE_LEN,
+        PRIVATE_LEN, SEALED_LEN,
+    };
+    // Arbitrary lengths, and the exact lengths (padded or cut) so the field checks are reached.
+    let exact = |n: usize| {
+        let mut v = data.to_vec();
+        v.resize(n, 0);
+        v
+    };
+    for bytes in [data.to_vec(), exact(CONNECT_TOKEN_LEN)] {
+        if let Ok(t) = ConnectToken::from_bytes(&bytes) {
+            assert_eq!(
+                t.to_bytes(),
+                bytes,
+                "a decoded token re-encodes to its bytes"
+            );
+        }
+    }
+    let key = TokenKey::from_bytes([7; 32]);
+    for plain in [data.to_vec(), exact(PRIVATE_LEN)] {
+        if let Ok(p) = PrivateToken::decode(&plain) {
+            assert!(p.user_data.len() <= ricochet_proto::token::MAX_USER_DATA);
+            // Seal and open again: the same token comes back.
+            let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
+            let sealed = p.seal(&key, 1, 2, &mut rng).expect("a decoded token seals");
+            assert_eq!(PrivateToken::unseal(&key, 1, 2, &sealed), Ok(p));
+        }
+    }
+    let raw = exact(NONCE_LEN + SEALED_LEN);
+    let mut sealed = SealedToken {
+        nonce: [0; NONCE_LEN],
+        bytes: [0; SEALED_LEN],
+    };
+    sealed.nonce.copy_from_slice(&raw[..NONCE_LEN]);
+    sealed.bytes.copy_from_slice(&raw[NONCE_LEN..]);
+    assert!(PrivateToken::open(&key, 0, u64::MAX, &sealed, 0).is_err());
+}
+
+/// A token-admitting server fed a mix of real handshakes (four clients: two valid tokens, an
+/// expired one and one for another server), mutated copies of them, and raw bytes, from a few
+/// addresses, with time moving. It never replies with more bytes than a hello, never accepts a
+/// token that is not valid, never accepts one twice, and never panics. Returns how many
+/// sessions it accepted.
+pub fn token_handshake(data: &[u8]) -> u64 {
+    use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
+    use ricochet_proto::TokenAdmission;
+    const UNIX: u64 = 1_900_000_000;
+    let base = Instant::now();
+    let key = TokenKey::from_bytes([5; 32]);
+    let server_addr = addr(1, SERVER);
+    let mut server = Endpoint::new(
+        EndpointConfig {
+            server: Some(ServerConfig::tokens(TokenAdmission::new(
+                key.clone(),
+                9,
+                vec![server_addr],
+            ))),
+            ..EndpointConfig::default()
+        },
+        base,
+        3,
+    );
+    server.set_unix_time(base, Duration::from_secs(UNIX));
+    let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(4);
+    let mut mint = |id: u64, to: SocketAddr, expires: u64| {
+        let params = TokenParams {
+            protocol_id: 9,
+            client_id: id,
+            server_addresses: &[to],
+            expires_unix: expires,
+            user_data: b"u",
+        };
+        ConnectToken::generate(&key, &params, &mut rng).expect("a token")
+    };
+    let tokens = [
+        mint(1, server_addr, UNIX + 60),
+        mint(2, server_addr, UNIX + 60),
+        mint(3, server_addr, UNIX - 1),
+        mint(4, addr(9, SERVER), UNIX + 60),
+    ];
+    let mut clients: Vec<Endpoint> = (0..4)
+        .map(|i| Endpoint::new(EndpointConfig::default(), base, 10 + i))
+        .collect();
+    for (c, t) in clients.iter_mut().zip(&tokens) {
+        c.connect_with_token(base, t);
+    }
+    let mut buf = vec![0u8; 2048];
+    let mut now = base;
+    let mut rest = data;
+    while let Some((&op, tail)) = rest.split_first() {
+        rest = tail;
+        let arg = rest.first().copied().unwrap_or(0);
+        rest = rest.get(1..).unwrap_or(&[]);
+        let who = usize::from(op >> 2) & 3;
+        let from = addr(2 + who as u8, 5000);
+        match op & 3 {
+            // Client `who` sends what it has (hello, echo); `arg` says whether and where to
+            // corrupt it and whether to send it from another address.
+            0 => {
+                while let Some(t) = clients[who].poll_transmit(now, &mut buf) {
+                    let mut d = buf[..t.size].to_vec();
+                    if arg & 1 == 1 && !d.is_empty() {
+                        let at = (usize::from(arg >> 1) * d.len() / 128).min(d.len() - 1);
+                        d[at] ^= 1 << (arg & 7);
+                    }
+                    let src = if arg & 0x80 != 0 { addr(99, 7) } else { from };
+                    let _ = server.handle_datagram(now, src, &d);
+                }
+            }
+            // Raw bytes, `arg` × 4 long (so hello-sized inputs come up).
+            1 => {
+                let n = (usize::from(arg) * 4).min(rest.len());
+                let _ = server.handle_datagram(now, from, &rest[..n]);
+                rest = &rest[n..];
+            }
+            // The server's replies reach the clients.
+            2 => {
+                while let Some(t) = server.poll_transmit(now, &mut buf) {
+                    for (i, c) in clients.iter_mut().enumerate() {
+                        if t.destination == addr(2 + i as u8, 5000) {
+                            let _ = c.handle_datagram(now, server_addr, &buf[..t.size]);
+                        }
+                    }
+                }
+            }
+            // Time passes.
+            _ => {
+                now += Duration::from_millis(u64::from(arg) * 20);
+                server.handle_timeout(now);
+                for c in &mut clients {
+                    c.handle_timeout(now);
+                }
+            }
+        }
+        while server.poll_event().is_some() {}
+        for c in &mut clients {
+            while c.poll_event().is_some() {}
+        }
+        let stats = server.stats();
+        assert!(
+            stats.max_stateless_reply < wire::MIN_CLIENT_HELLO_LEN,
+            "amplification: a {} B stateless reply",
+            stats.max_stateless_reply
+        );
+        assert!(
+            stats.accepted <= 2,
+            "only the two valid tokens admit, once each: {} accepted",
+            stats.accepted
+        );
+    }
+    server.stats().accepted
 }
 
 /// The sealed-packet decoder, alone and in a live protected session.

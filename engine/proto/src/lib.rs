@@ -83,10 +83,23 @@
 //! if received; the ARQ datagram budget is [`Config::arq_datagram_size`]. Layout, overhead and
 //! the congestion accounting of parity: see [`FecStats`] and the `fec` submodule. A connection
 //! accepts FEC packets from its peer whatever its own policy, so only the sender decides.
+//!
+//! # Admission
+//!
+//! A server admits clients by connect token ([`token`]; netcode.io's model: the game's backend
+//! seals tokens with a key it shares with its servers) or, explicitly, insecurely
+//! ([`Admission`]). The handshake carries the token twice (hello and cookie echo) with a proof
+//! of its keys, the server checks it without state (expiry, its own address, not used before:
+//! [`TokenLedger`]), the application may refuse the client ([`Event::Incoming`],
+//! [`Endpoint::refuse`]), and the sealed accept gives the client the session's stateless reset
+//! token, so a restarted server ends the client's session at its next packet
+//! ([`CloseReason::Reset`]). Layouts: [`wire`]; the threat model: `docs/security.md` in the
+//! repository.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod fec;
 mod proto;
+pub mod token;
 pub mod wire;
 
 pub use proto::*;

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use ricochet_platform as platform;
 
+use ricochet_proto::token::ConnectToken;
+
 use super::{Client, ClientConfig, ClientError, ClientEvent, ConnectLimit};
 
 /// A member of a [`ClientSet`] failed, or the set's wait did.
@@ -53,12 +55,14 @@ struct Member {
 ///
 /// ```no_run
 /// use ricochet::client::{ClientConfig, ClientEvent, ClientSet};
+/// use ricochet::proto::token::ConnectToken;
 /// use std::time::Duration;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let server = "127.0.0.1:7777".parse()?;
-/// // A thousand clients, connected at once from this thread.
-/// let mut set = ClientSet::connect(server, &ClientConfig::default(), 1000, Duration::from_secs(10))?;
+/// # let tokens: Vec<ConnectToken> = Vec::new();
+/// // One token per bot, from the backend (or minted with the key in a test rig): the bots
+/// // connect at once from this thread.
+/// let mut set = ClientSet::connect(&tokens, &ClientConfig::new(), Duration::from_secs(10))?;
 /// for i in 0..set.len() {
 ///     set.get_mut(i).expect("member").send(0, &b"hello"[..])?;
 /// }
@@ -105,43 +109,81 @@ impl ClientSet {
         ClientSet::default()
     }
 
-    /// Connect `n` clients to `server` at once (each with its own socket) and wait until every
+    /// Connect one client per token at once (each with its own socket) and wait until every
     /// handshake completed, up to `timeout`. The clients start their handshakes one after
     /// another without waiting for each other, so a thousand connect in about the time one
     /// does. A member's refusal, its handshake's own timeout or `timeout` fail the whole call
     /// (with the member's index). Members have `config`, with the seed (if set) advanced by
     /// their index; [`BackendKind::Auto`](platform::BackendKind::Auto) picks the readiness
-    /// backend (epoll with
-    /// `recvmmsg`/`sendmmsg`, kqueue on macOS), since the set waits on the members' sockets
-    /// itself. The `Connected` events are not queued: returning `Ok` says it.
+    /// backend (epoll with `recvmmsg`/`sendmmsg`, kqueue on macOS), since the set waits on the
+    /// members' sockets itself. The `Connected` events are not queued: returning `Ok` says it.
     pub fn connect(
+        tokens: &[ConnectToken],
+        config: &ClientConfig,
+        timeout: Duration,
+    ) -> Result<ClientSet, ClientSetError> {
+        let mut set = ClientSet::new();
+        set.start_connecting(tokens, config)?;
+        set.finish_connect(timeout)?;
+        Ok(set)
+    }
+
+    /// [`ClientSet::connect`] for `n` clients of a server in insecure mode (no tokens, no
+    /// packet protection: LAN play, local tests, load tests of the insecure path).
+    pub fn connect_insecure(
         server: SocketAddr,
         config: &ClientConfig,
         n: usize,
         timeout: Duration,
     ) -> Result<ClientSet, ClientSetError> {
         let mut set = ClientSet::new();
-        set.start_connecting(server, config, n)?;
-        set.wait_connected(timeout)?;
-        for c in &mut set.clients {
-            c.events.retain(|e| *e != ClientEvent::Connected);
-        }
-        set.with_events.retain(|&i| {
-            let keep = !set.clients[i as usize].events.is_empty();
-            set.members[i as usize].queued_events = keep;
-            keep
-        });
+        set.start_connecting_insecure(server, config, n)?;
+        set.finish_connect(timeout)?;
         Ok(set)
     }
 
-    /// Add `n` members that start connecting to `server` now (see [`ClientSet::connect`] for
+    fn finish_connect(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
+        self.wait_connected(timeout)?;
+        for c in &mut self.clients {
+            c.events.retain(|e| *e != ClientEvent::Connected);
+        }
+        let (clients, members) = (&self.clients, &mut self.members);
+        self.with_events.retain(|&i| {
+            let keep = !clients[i as usize].events.is_empty();
+            members[i as usize].queued_events = keep;
+            keep
+        });
+        Ok(())
+    }
+
+    /// Add one member per token that starts connecting now (see [`ClientSet::connect`] for
     /// their configuration); their outcome comes as events, or wait for it with
     /// [`ClientSet::wait_connected`]. Returns their indices.
     pub fn start_connecting(
         &mut self,
+        tokens: &[ConnectToken],
+        config: &ClientConfig,
+    ) -> Result<Range<usize>, ClientSetError> {
+        self.start_each(config, tokens.len(), |k, cfg| {
+            Client::connect(&tokens[k], cfg)
+        })
+    }
+
+    /// [`ClientSet::start_connecting`] for `n` clients of a server in insecure mode.
+    pub fn start_connecting_insecure(
+        &mut self,
         server: SocketAddr,
         config: &ClientConfig,
         n: usize,
+    ) -> Result<Range<usize>, ClientSetError> {
+        self.start_each(config, n, |_, cfg| Client::connect_insecure(server, cfg))
+    }
+
+    fn start_each(
+        &mut self,
+        config: &ClientConfig,
+        n: usize,
+        connect: impl Fn(usize, ClientConfig) -> Result<Client, ClientError>,
     ) -> Result<Range<usize>, ClientSetError> {
         let first = self.clients.len();
         let mut config = config.clone();
@@ -154,7 +196,7 @@ impl ClientSet {
         let seed = config.seed;
         for k in 0..n {
             config.seed = seed.map(|s| s.wrapping_add(k as u64));
-            let c = Client::connect(server, config.clone()).map_err(fail(Some(first + k)))?;
+            let c = connect(k, config.clone()).map_err(fail(Some(first + k)))?;
             self.push(c);
         }
         Ok(first..first + n)
@@ -178,6 +220,12 @@ impl ClientSet {
                     }
                     Some((ricochet_proto::CloseReason::VersionMismatch, _)) => {
                         ClientError::VersionMismatch
+                    }
+                    Some((ricochet_proto::CloseReason::Rejected(code), _)) => {
+                        ClientError::Rejected {
+                            code,
+                            message: c.refusal_message(),
+                        }
                     }
                     Some((reason, _)) => ClientError::Refused(reason),
                     None => ClientError::Refused(ricochet_proto::CloseReason::Application),

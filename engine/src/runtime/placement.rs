@@ -117,16 +117,16 @@ impl Placement {
 /// server, not per worker. Touched once when a session opens and once when it ends, under a
 /// lock (never on the datagram path).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Admission(Arc<Mutex<AdmissionTable>>);
+pub(crate) struct SessionLimits(Arc<Mutex<LimitsTable>>);
 
 #[derive(Debug, Default)]
-struct AdmissionTable {
+struct LimitsTable {
     total: usize,
     per_ip: HashMap<IpAddr, usize>,
 }
 
-impl Admission {
-    fn table(&self) -> std::sync::MutexGuard<'_, AdmissionTable> {
+impl SessionLimits {
+    fn table(&self) -> std::sync::MutexGuard<'_, LimitsTable> {
         // Every update is a single step: a poisoned table is still consistent.
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -146,7 +146,7 @@ impl Admission {
         Ok(())
     }
 
-    /// A session from `ip` that [`Admission::admit`] counted has ended.
+    /// A session from `ip` that [`SessionLimits::admit`] counted has ended.
     pub(crate) fn release(&self, ip: IpAddr) {
         let mut t = self.table();
         t.total = t.total.saturating_sub(1);
@@ -168,11 +168,11 @@ impl Admission {
 /// [`ricochet_proto::NoRouting`]) and the server's session count.
 #[derive(Debug)]
 pub(crate) struct CountingRouter {
-    admission: Admission,
+    admission: SessionLimits,
 }
 
 impl CountingRouter {
-    pub(crate) fn new(admission: Admission) -> Self {
+    pub(crate) fn new(admission: SessionLimits) -> Self {
         CountingRouter { admission }
     }
 }
@@ -196,19 +196,19 @@ impl Router for CountingRouter {
 }
 
 /// The router of worker `worker`'s endpoint: tags every connection id with the worker, counts
-/// sessions against the server's limits with the other workers ([`Admission`]) and, with a
+/// sessions against the server's limits with the other workers ([`SessionLimits`]) and, with a
 /// placement, routes each new session to the least-loaded worker.
 #[derive(Debug)]
 pub(crate) struct WorkerRouter {
     worker: u8,
     placement: Option<Placement>,
-    admission: Admission,
+    admission: SessionLimits,
 }
 
 impl WorkerRouter {
     /// The router of worker `worker`, counting sessions in `admission` (shared by the server's
     /// workers) and placing them with `placement` when there is one.
-    pub(crate) fn new(worker: u8, placement: Option<Placement>, admission: Admission) -> Self {
+    pub(crate) fn new(worker: u8, placement: Option<Placement>, admission: SessionLimits) -> Self {
         WorkerRouter {
             worker,
             placement,
@@ -318,8 +318,8 @@ mod tests {
         worker_with(
             w,
             placement,
-            &Admission::default(),
-            ServerConfig::default(),
+            &SessionLimits::default(),
+            ServerConfig::insecure(),
             now,
         )
     }
@@ -327,7 +327,7 @@ mod tests {
     fn worker_with(
         w: u8,
         placement: &Placement,
-        admission: &Admission,
+        admission: &SessionLimits,
         limits: ServerConfig,
         now: Instant,
     ) -> Endpoint {
@@ -400,12 +400,10 @@ mod tests {
     fn session_limits_hold_per_server_across_workers() {
         let now = Instant::now();
         let placement = Placement::new(2);
-        let admission = Admission::default();
-        let limits = ServerConfig {
-            max_sessions_per_address: 3,
-            max_sessions: 4,
-            ..ServerConfig::default()
-        };
+        let admission = SessionLimits::default();
+        let mut limits = ServerConfig::insecure();
+        limits.max_sessions_per_address = 3;
+        limits.max_sessions = 4;
         let mut workers: Vec<Endpoint> = (0..2u8)
             .map(|w| worker_with(w, &placement, &admission, limits.clone(), now))
             .collect();
@@ -461,7 +459,7 @@ mod tests {
 
     #[test]
     fn tagged_ids_name_their_worker_and_untagged_ones_none() {
-        let mut r = WorkerRouter::new(5, None, Admission::default());
+        let mut r = WorkerRouter::new(5, None, SessionLimits::default());
         let bits = r.connection_id_bits(0xffff_ffff);
         assert_eq!(
             worker_of_cid(ConnectionId(u64::from(bits) << 32 | 7)),

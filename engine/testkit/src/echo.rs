@@ -13,6 +13,11 @@
 //! give equal reports, and [`EchoReport::trace_hash`] (the network's BLAKE3 event trace: every
 //! datagram's time, route, verdict and bytes) proves the runs were bit-identical.
 //!
+//! The scenario runs the secure path by default: the server admits clients by connect token
+//! (one minted in place for each client, with a key drawn from the seed) on a fixed simulated
+//! wall clock, and the sessions' packets are protected with the tokens' keys;
+//! [`EchoScenario::secure`] `= false` runs the same traffic in insecure mode.
+//!
 //! With [`Profile::None`] the links have no delay, and a zero-delay ping-pong never lets time
 //! advance ([`SimError::Stalled`]); the scenario gives that profile
 //! [`EchoScenario::none_delay`] (1 ms one way by default) instead. The other profiles run as
@@ -47,8 +52,12 @@ use hdrhistogram::Histogram;
 
 use super::harness::{SimError, SimNode, Simulation};
 use super::impair::{Impairment, LinkCounters, Profile};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet_proto::{
     ChannelKind, Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig,
+    TokenAdmission,
 };
 
 /// Smallest payload: the client id (4 B) and sequence number (8 B) lead every message.
@@ -78,10 +87,17 @@ pub struct EchoScenario {
     /// Connection settings of the server when they differ from `config` (e.g. another FEC
     /// scheme); `None`: the server uses `config` too.
     pub server_config: Option<Config>,
-    /// Protect every session's packets (keys from the test path,
-    /// `EndpointConfig::test_session_secret`, seeded by `seed`); `false`: the insecure mode.
+    /// The secure path (the default): the server admits clients by connect token (one minted
+    /// in place per client, with a key drawn from `seed`) and every session's packets are
+    /// protected with its token's keys. `false`: the insecure mode.
     pub secure: bool,
 }
+
+/// The simulated wall clock at the start of every scenario (seconds since the Unix epoch):
+/// fixed, so runs stay bit-identical.
+pub const SIM_UNIX_START: u64 = 1_800_000_000;
+/// The protocol id of the scenario's tokens.
+const SIM_PROTOCOL_ID: u64 = 0x7269_636f_6368_6574;
 
 impl EchoScenario {
     /// The standard shape: 4 clients × 16 in flight × 1,024 B, 1 s warm-up, 10 s measured,
@@ -122,22 +138,29 @@ impl EchoScenario {
             None => cfg.clone(),
         };
         let server_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 7000);
-        let secret = self.secure.then(|| {
-            let mut s = [0u8; 32];
-            s[..8].copy_from_slice(&self.seed.to_le_bytes());
-            s[8..16].copy_from_slice(b"echo key");
-            s
-        });
-        let server_ep = Endpoint::new(
+        // The backend's key and tokens come from their own generator, so the endpoints'
+        // streams stay what they are in insecure mode.
+        let mut backend = ChaCha20Rng::seed_from_u64(seed_for(self.seed, u64::MAX));
+        let key = TokenKey::generate(&mut backend);
+        let server = if !self.secure {
+            ServerConfig::insecure()
+        } else {
+            ServerConfig::tokens(TokenAdmission::new(
+                key.clone(),
+                SIM_PROTOCOL_ID,
+                vec![server_addr],
+            ))
+        };
+        let mut server_ep = Endpoint::new(
             EndpointConfig {
                 connection: server_cfg,
-                server: Some(ServerConfig::default()),
-                test_session_secret: secret,
+                server: Some(server),
                 ..EndpointConfig::default()
             },
             base,
             seed_for(self.seed, 0),
         );
+        server_ep.set_unix_time(base, Duration::from_secs(SIM_UNIX_START));
         sim.add_node(
             server_addr,
             Node::new(Role::Server(ServerApp::default()), server_ep),
@@ -148,13 +171,25 @@ impl EchoScenario {
             let mut ep = Endpoint::new(
                 EndpointConfig {
                     connection: cfg.clone(),
-                    test_session_secret: secret,
                     ..EndpointConfig::default()
                 },
                 base,
                 seed_for(self.seed, i as u64 + 1),
             );
-            let handle = ep.connect(base, server_addr);
+            let handle = if !self.secure {
+                ep.connect(base, server_addr)
+            } else {
+                let params = TokenParams {
+                    protocol_id: SIM_PROTOCOL_ID,
+                    client_id: i as u64,
+                    server_addresses: &[server_addr],
+                    expires_unix: SIM_UNIX_START + 3600,
+                    user_data: &[],
+                };
+                let token = ConnectToken::generate(&key, &params, &mut backend)
+                    .map_err(|e| EchoError::Invalid(format!("connect token: {e}")))?;
+                ep.connect_with_token(base, &token)
+            };
             let app = ClientApp::new(i as u32, handle, self.window, self.payload);
             sim.add_node(addr, Node::new(Role::Client(app), ep))?;
             client_addrs.push(addr);
@@ -589,6 +624,8 @@ impl ClientApp {
                 self.send_next(now, ep);
             }
             Event::Closed { .. } => self.closed = true,
+            // Only a server with an accept hook reports incoming clients.
+            Event::Incoming(_) => {}
         }
     }
 }
@@ -647,6 +684,7 @@ impl Node {
                         }
                     }
                     Event::Closed { .. } => s.closes += 1,
+                    Event::Incoming(_) => {}
                 },
             }
         }

@@ -72,7 +72,7 @@ pub struct SessionsScenario {
 
 impl SessionsScenario {
     /// The standard shape: 1,000 clients behind one address each, connecting at once over
-    /// 1 ms links, 5 s to connect, 3 s idle, default settings.
+    /// 1 ms links, 5 s to connect, 3 s idle, default settings, insecure admission (no tokens).
     pub fn new(seed: u64) -> Self {
         Self {
             clients: 1000,
@@ -86,7 +86,7 @@ impl SessionsScenario {
             load_for: Duration::from_micros(1500),
             settle_after_load: Duration::ZERO,
             config: Config::default(),
-            server: ServerConfig::default(),
+            server: ServerConfig::insecure(),
             test_session_secret: None,
         }
     }
@@ -297,7 +297,7 @@ impl Node {
                         c.outcome = Some(Err(reason));
                     }
                 }
-                (Role::Client(_), Event::Message { .. }) => {}
+                (Role::Client(_), Event::Message { .. } | Event::Incoming(_)) => {}
             }
         }
     }
@@ -358,9 +358,10 @@ mod tests {
         let s = SessionsScenario {
             clients: 40,
             clients_per_ip: 40,
-            server: ServerConfig {
-                max_sessions_per_address: 30,
-                ..ServerConfig::default()
+            server: {
+                let mut s = ServerConfig::insecure();
+                s.max_sessions_per_address = 30;
+                s
             },
             settle: Duration::from_millis(100),
             ..SessionsScenario::new(5)

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+mod admission;
 mod cc;
 mod connection;
 mod endpoint;
@@ -17,6 +18,9 @@ mod rtt;
 mod stats;
 
 pub use crate::wire::{CloseReason, ConnectionId};
+pub use admission::{
+    Admission, LedgerRefusal, Peer, Refusal, TokenAdmission, TokenLedger, UsedTokens,
+};
 pub use connection::{Connection, ConnectionState};
 pub use endpoint::{
     ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig, DEFAULT_TRANSMIT_BURST,
@@ -236,6 +240,9 @@ pub(crate) const ACK_RESERVE: usize = 96;
 /// handle every event, and a new one is a breaking change it should see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
+    /// Server with [`ServerConfig::accept_hook`]: a client passed every check and waits for
+    /// the application's [`Endpoint::accept`] or [`Endpoint::refuse`].
+    Incoming(Peer),
     /// The handshake completed.
     Connected,
     /// A complete message arrived.
@@ -251,6 +258,9 @@ pub enum Event {
         reason: CloseReason,
         /// True when the peer (or the server, for a refused handshake) decided it.
         by_peer: bool,
+        /// The server application's message with a refusal ([`CloseReason::Rejected`]);
+        /// empty otherwise.
+        message: Bytes,
     },
 }
 

@@ -36,16 +36,22 @@ pub enum DropCause {
     /// The connection is closed.
     Closed,
     /// A protected session's packet whose tag did not verify: forged, damaged, truncated, or
-    /// sealed with another key. Dropped before it changed anything.
+    /// sealed with another key; or a handshake packet (challenge, accept, refusal, a token's
+    /// proof) or stateless reset whose tag, proof or seal does not verify. Dropped before it
+    /// changed anything.
     Unauthenticated,
     /// A protected session's packet number already authenticated once (a replay), in the
     /// replay window. Dropped before it was opened.
     Replay,
+    /// A token handshake reached a server that was not told the wall-clock time
+    /// ([`Endpoint::set_unix_time`](crate::Endpoint::set_unix_time)), so it cannot check
+    /// expiry.
+    NoClock,
 }
 
 impl DropCause {
     /// All causes, in counter order.
-    pub const ALL: [DropCause; 15] = [
+    pub const ALL: [DropCause; 16] = [
         Self::Malformed,
         Self::VersionMismatch,
         Self::UnknownConnection,
@@ -61,6 +67,7 @@ impl DropCause {
         Self::Closed,
         Self::Unauthenticated,
         Self::Replay,
+        Self::NoClock,
     ];
 
     fn index(self) -> usize {

@@ -31,6 +31,7 @@ fn handshake_sizes_prevent_amplification() {
         &Packet::ClientHello {
             client_cid: ConnectionId(1),
             nonce: 2,
+            token: None,
         },
         &mut buf,
     )
@@ -42,12 +43,20 @@ fn handshake_sizes_prevent_amplification() {
             nonce: 2,
             timestamp: 3,
             cookie: [4; COOKIE_LEN],
+            token: None,
         },
         &mut buf,
     )
     .unwrap();
     assert_eq!(echo, MIN_CLIENT_HELLO_LEN);
-    for reply in [CHALLENGE_LEN, ACCEPT_LEN, REFUSE_LEN] {
+    let largest_refuse = REFUSE_LEN + MAX_REFUSE_MESSAGE + HANDSHAKE_TAG_LEN;
+    for reply in [
+        CHALLENGE_LEN + HANDSHAKE_TAG_LEN,
+        ACCEPT_LEN,
+        SEALED_ACCEPT_LEN,
+        largest_refuse,
+        RESET_LEN,
+    ] {
         assert!(reply < MIN_CLIENT_HELLO_LEN);
     }
     // A hello cut short of its padding is rejected.
@@ -55,6 +64,41 @@ fn handshake_sizes_prevent_amplification() {
         decode_packet(&buf[..MIN_CLIENT_HELLO_LEN - 1]),
         Err(WireError::Unpadded)
     );
+    // With a token, hello and echo have their own (larger) fixed sizes.
+    let (nonce, sealed) = ([5u8; NONCE_LEN], [6u8; SEALED_LEN]);
+    let t = TokenSection {
+        protocol_id: 7,
+        expires_unix: 8,
+        nonce: &nonce,
+        sealed: &sealed,
+        proof: [9; HANDSHAKE_TAG_LEN],
+    };
+    let n = encode_packet(
+        &Packet::ClientHello {
+            client_cid: ConnectionId(1),
+            nonce: 2,
+            token: Some(t),
+        },
+        &mut buf,
+    )
+    .unwrap();
+    assert_eq!(n, TOKEN_HELLO_LEN);
+    let n = encode_packet(
+        &Packet::ClientCookieEcho {
+            client_cid: ConnectionId(1),
+            nonce: 2,
+            timestamp: 3,
+            cookie: [4; COOKIE_LEN],
+            token: Some(t),
+        },
+        &mut buf,
+    )
+    .unwrap();
+    assert_eq!(n, TOKEN_ECHO_LEN);
+    // A token section cut short is truncated; an unknown mode is refused.
+    assert_eq!(decode_packet(&buf[..n - 1]), Err(WireError::Truncated));
+    buf[COOKIE_ECHO_BODY_LEN] = 2;
+    assert_eq!(decode_packet(&buf[..n]), Err(WireError::UnknownMode(2)));
 }
 
 #[test]
@@ -136,33 +180,63 @@ fn varint_roundtrip() {
 fn handshake_roundtrip() {
     cases(2, 1024, |rng| {
         let c = ConnectionId(rng.random());
-        let (nonce, ts) = (rng.random(), rng.random());
+        let (nonce, ts, other) = (rng.random(), rng.random(), rng.random());
         let cookie: [u8; 16] = rng.random();
+        let tag: [u8; 16] = rng.random();
+        let big: [u8; 24] = rng.random();
         let reason = CloseReason::from_u8(rng.random());
-        roundtrip_packet(match rng.random_range(0..5u8) {
+        let message: Vec<u8> = (0..rng.random_range(0..=MAX_REFUSE_MESSAGE))
+            .map(|_| rng.random())
+            .collect();
+        let tagged: bool = rng.random();
+        let sealed_token = [big[0]; SEALED_LEN];
+        let sealed_accept = [big[1]; SEALED_ACCEPT_BODY_LEN];
+        let token = tagged.then_some(TokenSection {
+            protocol_id: other,
+            expires_unix: ts,
+            nonce: &big,
+            sealed: &sealed_token,
+            proof: tag,
+        });
+        let tag = tagged.then_some(tag);
+        roundtrip_packet(match rng.random_range(0..8u8) {
             0 => Packet::ClientHello {
                 client_cid: c,
                 nonce,
+                token,
             },
             1 => Packet::ServerChallenge {
                 client_cid: c,
                 nonce,
                 timestamp: ts,
                 cookie,
+                tag,
             },
             2 => Packet::ClientCookieEcho {
                 client_cid: c,
                 nonce,
                 timestamp: ts,
                 cookie,
+                token,
             },
             3 => Packet::ServerAccept {
                 client_cid: c,
-                server_cid: ConnectionId(rng.random()),
+                server_cid: ConnectionId(other),
+            },
+            4 => Packet::SealedAccept {
+                client_cid: c,
+                nonce: &big,
+                sealed: &sealed_accept,
+            },
+            5 => Packet::StatelessReset {
+                cid: c,
+                token: cookie,
             },
             _ => Packet::Refuse {
                 client_cid: c,
                 reason,
+                message: &message,
+                tag,
             },
         });
     });
