@@ -7,9 +7,11 @@
 //!   the server in a child process.
 //! - [`schema`]: the versioned JSON result schema; [`host`]: host/build metadata and process
 //!   usage; [`kernel`]: kernel counters; [`output`]: result paths and text tables.
+//! - [`alloc`]: the counting allocator the binary installs (heap per session, exact);
 //! - [`gate`]: the CI regression gate; [`report`]: `PERFORMANCE.md` from `results/`.
 //! - [`commands`]: one module per subcommand.
 
+pub mod alloc;
 pub mod commands;
 pub mod gate;
 pub mod host;

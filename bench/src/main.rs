@@ -9,6 +9,10 @@ use clap::{Parser, Subcommand};
 
 mod crypto;
 mod fec;
+
+/// Counts heap bytes while `bench gate` weighs a simulated server (off otherwise).
+#[global_allocator]
+static ALLOC: bench::alloc::CountingAlloc = bench::alloc::CountingAlloc;
 mod handshake;
 
 use bench::commands::{

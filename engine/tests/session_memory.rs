@@ -106,4 +106,29 @@ fn heap_bytes_per_session_idle_loaded_and_idle_again() {
     let secure_b = per_session(&secure, empty);
     eprintln!("heap per protected session, idle after the load: {secure_b} B");
     assert!(secure_b <= 4 * 1024, "protected: {secure_b} B per session");
+
+    // The production path: connect tokens (the server keeps what the token said of the
+    // client, and a table of used tokens).
+    let tokens = SessionsScenario {
+        tokens: true,
+        ..after.clone()
+    };
+    let empty_tokens = per_session(
+        &SessionsScenario {
+            clients: 0,
+            tokens: true,
+            ..SessionsScenario::new(1)
+        },
+        0,
+    );
+    let tokens_b = per_session(&tokens, empty_tokens);
+    eprintln!(
+        "heap per token session, idle after the load: {tokens_b} B (server without sessions: {empty_tokens} B)"
+    );
+    // Keys, replay windows and what the token said of the client come on top of the state
+    // above.
+    assert!(
+        tokens_b <= 5 * 1024,
+        "token sessions: {tokens_b} B per session"
+    );
 }

@@ -20,6 +20,7 @@
 mod charts;
 mod reference;
 mod rudp;
+mod scale;
 mod sections;
 
 use std::collections::BTreeMap;

@@ -33,8 +33,15 @@ use bytes::Bytes;
 
 use super::harness::{SimError, SimNode, Simulation};
 use super::impair::Impairment;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
+use ricochet_proto::{Admission, TokenAdmission};
 use ricochet_proto::{CloseReason, Config, ConnectionHandle, Endpoint, EndpointConfig, Event};
 use ricochet_proto::{ServerConfig, Transmit};
+
+/// The protocol id of the scenario's tokens.
+const PROTOCOL_ID: u64 = 0x7365_7373_696f_6e73;
 
 /// Many clients connecting to one server (see the module docs).
 #[derive(Debug, Clone)]
@@ -68,6 +75,9 @@ pub struct SessionsScenario {
     /// Protect every session's packets with keys derived from this secret
     /// ([`EndpointConfig::test_session_secret`]); `None`: the insecure mode.
     pub test_session_secret: Option<[u8; 32]>,
+    /// Admit clients by connect token (the production path: a token per client, minted with
+    /// a key drawn from the seed; every packet protected). Overrides `server`'s admission.
+    pub tokens: bool,
 }
 
 impl SessionsScenario {
@@ -88,6 +98,7 @@ impl SessionsScenario {
             config: Config::default(),
             server: ServerConfig::insecure(),
             test_session_secret: None,
+            tokens: false,
         }
     }
 
@@ -99,16 +110,30 @@ impl SessionsScenario {
         let base = sim.now();
         let cfg = Arc::new(self.config.clone());
         let server_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 7000);
-        let server = Endpoint::new(
+        // A fixed wall clock: token expiry is checked against it, and the run stays a function
+        // of the scenario.
+        let unix = Duration::from_secs(1_800_000_000);
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(self.seed, u64::MAX));
+        let key = TokenKey::generate(&mut rng);
+        let mut listen = self.server.clone();
+        if self.tokens {
+            listen.admission = Admission::Tokens(TokenAdmission::new(
+                key.clone(),
+                PROTOCOL_ID,
+                vec![server_addr],
+            ));
+        }
+        let mut server = Endpoint::new(
             EndpointConfig {
                 connection: cfg.clone(),
-                server: Some(self.server.clone()),
+                server: Some(listen),
                 test_session_secret: self.test_session_secret,
                 ..EndpointConfig::default()
             },
             base,
             mix(self.seed, 0),
         );
+        server.set_unix_time(base, unix);
         sim.add_node(server_addr, Node::server(server))?;
         let per_ip = self.clients_per_ip.max(1);
         let n = self.clients;
@@ -123,9 +148,25 @@ impl SessionsScenario {
                 mix(self.seed, i as u64 + 1),
             );
             let start = base + self.connect_spread.mul_f64(i as f64 / n.max(1) as f64);
+            let token = if self.tokens {
+                let params = TokenParams {
+                    protocol_id: PROTOCOL_ID,
+                    client_id: i as u64,
+                    server_addresses: &[server_addr],
+                    expires_unix: unix.as_secs() + 3600,
+                    user_data: b"",
+                };
+                // A constant key and valid parameters: generating cannot fail.
+                Some(Box::new(
+                    ConnectToken::generate(&key, &params, &mut rng)
+                        .map_err(|_| SimError::NoSuchNode(server_addr))?,
+                ))
+            } else {
+                None
+            };
             sim.add_node(
                 client_addr(i / per_ip, i % per_ip),
-                Node::client(ep, server_addr, start),
+                Node::client(ep, server_addr, start, token),
             )?;
         }
         let deadline = base + self.connect_deadline;
@@ -222,6 +263,7 @@ fn client_addr(ip: usize, port: usize) -> SocketAddr {
 
 struct ClientState {
     handle: Option<ConnectionHandle>,
+    token: Option<Box<ConnectToken>>,
     server: SocketAddr,
     start: Instant,
     outcome: Option<Result<(), CloseReason>>,
@@ -251,11 +293,17 @@ impl Node {
         }
     }
 
-    fn client(ep: Endpoint, server: SocketAddr, start: Instant) -> Self {
+    fn client(
+        ep: Endpoint,
+        server: SocketAddr,
+        start: Instant,
+        token: Option<Box<ConnectToken>>,
+    ) -> Self {
         Node {
             ep,
             role: Role::Client(ClientState {
                 handle: None,
+                token,
                 server,
                 start,
                 outcome: None,
@@ -305,7 +353,10 @@ impl Node {
     fn start_if_due(&mut self, now: Instant) {
         if let Role::Client(c) = &mut self.role {
             if c.handle.is_none() && now >= c.start {
-                c.handle = Some(self.ep.connect(now, c.server));
+                c.handle = Some(match c.token.take() {
+                    Some(t) => self.ep.connect_with_token(now, &t),
+                    None => self.ep.connect(now, c.server),
+                });
             }
         }
     }

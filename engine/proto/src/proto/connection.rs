@@ -599,6 +599,10 @@ impl Connection {
         self.recv_ranges.shrink_to_fit();
         self.events.shrink_to_fit();
         self.open_buf = Vec::new();
+        if self.side == Side::Server && !self.accept_pending && self.largest_recv.is_some() {
+            // The client answered the accept with protected data: it will not echo again.
+            self.accept_packet = None;
+        }
         self.fec.trim(now);
     }
 
