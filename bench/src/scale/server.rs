@@ -179,10 +179,15 @@ pub struct ServerStats {
     pub game: GameServerCounts,
     /// Per worker, since start (not reset).
     pub workers: Vec<WorkerStats>,
+    /// Datagrams the server's endpoints dropped, by cause (as of the last tick, from start).
+    #[serde(default)]
+    pub drops: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Default)]
 struct GameShared {
+    /// Per worker: its endpoint's drops by cause (`DropCause::ALL` order).
+    drops: std::sync::Mutex<HashMap<u32, Vec<u64>>>,
     snapshots_sent: AtomicU64,
     snapshot_send_errors: AtomicU64,
     inputs_received: AtomicU64,
@@ -258,6 +263,14 @@ impl Handler for ScaleHandler {
     }
 
     fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
+        let d = &ctx.endpoint_stats().drops;
+        let counts = ricochet_proto::DropCause::ALL
+            .iter()
+            .map(|&c| d.get(c))
+            .collect();
+        if let Ok(mut m) = self.shared.drops.lock() {
+            m.insert(ctx.worker(), counts);
+        }
         let ServerKind::Game { snapshot_bytes, .. } = self.kind else {
             return;
         };
@@ -310,9 +323,11 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
     if let Some(n) = spec.max_sessions_per_address {
         cfg = cfg.max_sessions_per_address(n);
     }
-    if let ServerKind::Game { tick_us, .. } = spec.kind {
-        cfg = cfg.tick(Duration::from_micros(tick_us.max(1)));
-    }
+    cfg = match spec.kind {
+        ServerKind::Game { tick_us, .. } => cfg.tick(Duration::from_micros(tick_us.max(1))),
+        // A slow tick publishes the endpoints' drop counters.
+        ServerKind::Echo => cfg.tick(Duration::from_millis(100)),
+    };
     let kind = spec.kind.clone();
     let shared = shared.clone();
     Server::start(cfg, move |_| ScaleHandler {
@@ -396,6 +411,19 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
             }),
             game: shared.read(),
             workers: server.counters().iter().map(WorkerStats::from).collect(),
+            drops: {
+                let mut out = std::collections::BTreeMap::new();
+                if let Ok(m) = shared.drops.lock() {
+                    for counts in m.values() {
+                        for (c, n) in ricochet_proto::DropCause::ALL.iter().zip(counts) {
+                            if *n > 0 {
+                                *out.entry(format!("{c:?}")).or_insert(0) += n;
+                            }
+                        }
+                    }
+                }
+                out
+            },
         }
     };
     for line in lines {

@@ -335,6 +335,7 @@ impl Node {
                         s.echoed += 1;
                     }
                 }
+                (Role::Server(_), Event::Incoming(_)) => self.ep.accept(h),
                 (Role::Server(_), _) => {}
                 (Role::Client(c), Event::Connected) => {
                     c.outcome = Some(Ok(()));
@@ -436,5 +437,27 @@ mod tests {
         assert_eq!(out.connected, 3);
         assert_eq!(out.echoed, 12);
         assert_eq!(out.server.stats().accepted, 3);
+    }
+
+    /// Sessions whose buffers were trimmed after an idle second (and those just before or after
+    /// the trim) still echo everything, with tokens and an accept hook as well as without.
+    #[test]
+    fn sessions_echo_across_the_idle_trim() {
+        for tokens in [false, true] {
+            for settle_ms in [900u64, 1000, 1001, 1050, 2000] {
+                let mut s = SessionsScenario {
+                    clients: 20,
+                    tokens,
+                    settle: Duration::from_millis(settle_ms),
+                    load: Some((4, 64)),
+                    load_for: Duration::from_millis(500),
+                    ..SessionsScenario::new(settle_ms)
+                };
+                s.server.accept_hook = true;
+                let out = s.run().unwrap();
+                assert_eq!(out.connected, 20, "tokens {tokens} settle {settle_ms} ms");
+                assert_eq!(out.echoed, 80, "tokens {tokens} settle {settle_ms} ms");
+            }
+        }
     }
 }

@@ -34,10 +34,6 @@ const MAX_TRACKED_RANGES: usize = 64;
 const LOSS_REPORT_MAX: usize = 1 + 8 + 8 + 8;
 /// Close frames sent when closing locally.
 const CLOSE_SENDS: u32 = 3;
-/// How long a connection goes without data (sent or received) before it gives back the buffer
-/// capacity its traffic grew (see [`Connection::trim`]). Long enough that a connection which
-/// sends every game tick keeps its buffers; short beside the idle timeout.
-const TRIM_AFTER: Duration = Duration::from_secs(1);
 /// RTT samples a connection holds for its endpoint to collect (see
 /// [`super::Endpoint::drain_rtt_samples`]); more between two collections overwrite the last.
 const UNREAD_RTT: usize = 4;
@@ -579,10 +575,11 @@ impl Connection {
             && self.events.is_empty()
     }
 
-    /// When [`Self::trim`] is due: [`TRIM_AFTER`] after the last data, if data moved since the
+    /// When [`Self::trim`] is due: [`Config::idle_trim`] after the last data, if data moved since the
     /// last trim and nothing is left in flight.
     fn trim_deadline(&self) -> Option<Instant> {
-        (self.trim_pending && self.quiescent()).then(|| self.last_data + TRIM_AFTER)
+        let after = self.cfg.idle_trim?;
+        (self.trim_pending && self.quiescent()).then(|| self.last_data + after)
     }
 
     /// Gives back the capacity that traffic grew in the send, receive and FEC buffers: an idle
