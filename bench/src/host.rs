@@ -266,6 +266,43 @@ impl CpuTimes {
     }
 }
 
+/// The whole machine's CPU time so far (every CPU, every process: the first line of
+/// `/proc/stat`), to tell how much of a run's window other processes used.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SystemCpu {
+    /// Time the CPUs ran processes (user, nice, system), s.
+    pub busy_s: f64,
+    /// Time in interrupt and softirq context (packet delivery), charged to no process, s.
+    pub irq_s: f64,
+    /// Time the hypervisor ran something else while a virtual CPU wanted to run, s.
+    pub steal_s: f64,
+}
+
+impl SystemCpu {
+    /// `None` where `/proc/stat` is unavailable (not Linux).
+    pub fn now() -> Option<SystemCpu> {
+        let text = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = text.lines().find(|l| l.starts_with("cpu "))?;
+        let f: Vec<f64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse::<f64>().ok())
+            .collect::<Option<_>>()?;
+        // SAFETY: sysconf has no memory effects; a failure returns -1, handled below.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        if hz <= 0 || f.len() < 8 {
+            return None;
+        }
+        let hz = hz as f64;
+        // user nice system idle iowait irq softirq steal ...
+        Some(SystemCpu {
+            busy_s: (f[0] + f[1] + f[2]) / hz,
+            irq_s: (f[5] + f[6]) / hz,
+            steal_s: f[7] / hz,
+        })
+    }
+}
+
 /// Peak resident set size of this process (`VmHWM` in `/proc/self/status`), KiB.
 pub fn peak_rss_kib() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/status").ok()?;

@@ -16,7 +16,8 @@ use crate::host::{BuildInfo, HostInfo};
 /// RUDP config's `client_threads` and `server_idle`, and the RUDP server's
 /// `sessions_per_worker` and `forwarded`; version 4 added the RUDP config's
 /// `client_placement`; version 5 added the RUDP config's `clients_process`, the round's
-/// `client_process`, the wire counters' `tail_loss_probes` and the RUDP config's `security`.
+/// `client_process` and `host_cpu`, the wire counters' `tail_loss_probes` and the RUDP config's
+/// `security`.
 pub const SCHEMA_VERSION: u32 = 5;
 
 /// Oldest schema version this build reads (every later change so far only added fields).
@@ -699,6 +700,27 @@ pub struct RudpRun {
     /// otherwise and before schema 5). Its CPU is also in `cpu`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_process: Option<ClientProcess>,
+    /// The whole machine's CPU over the same window as `cpu` (absent before schema 5 and
+    /// where `/proc/stat` is unavailable): whether the figures were taken on a quiet machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_cpu: Option<HostCpu>,
+}
+
+/// The machine's CPU over a round's measured window, percent of one core (100 = one core).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostCpu {
+    /// Every process's CPU (user and system time).
+    pub busy_percent: f64,
+    /// What other processes used: `busy_percent` less the round's own (`cpu.percent`), at
+    /// least 0. Above a few percent, other work competed with the round for the CPUs. Kernel
+    /// threads count here too, `ksoftirqd` among them when packet delivery is deferred to it.
+    pub other_percent: f64,
+    /// Interrupt and softirq time (mostly the round's own packet delivery), charged to no
+    /// process and so in neither of the above.
+    pub irq_percent: f64,
+    /// Time the hypervisor gave the virtual CPUs' turn to something else.
+    pub steal_percent: f64,
 }
 
 /// What the separate client process reports about itself.

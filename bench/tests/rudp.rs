@@ -375,6 +375,11 @@ fn separate_client_process_runs_direct_and_through_the_relay() {
             "{:?} vs {p:?}",
             r.cpu
         );
+        // The machine's CPU over the window includes the round's own.
+        let h = r
+            .host_cpu
+            .expect("the machine's CPU (Linux has /proc/stat)");
+        assert!(h.busy_percent > 0.0 && h.other_percent >= 0.0, "{h:?}");
     }
     // In process, nothing of the kind.
     let r = run_round(&short(Profile::None, true));

@@ -299,7 +299,7 @@ pub fn run(args: &RudpArgs, global: &Global) -> Result<bool> {
     );
     let report = |r: &RudpRun| {
         eprintln!(
-            "  seed {}{}: {} rt/s{}",
+            "  seed {}{}: {} rt/s, max RTT {}{}{}",
             r.config.seed,
             if r.config.is_secure() {
                 ""
@@ -307,6 +307,11 @@ pub fn run(args: &RudpArgs, global: &Global) -> Result<bool> {
                 " insecure"
             },
             thousands(r.round_trips_per_s.round() as u64),
+            r.rtt_us.map_or("-".into(), |l| format!("{} ms", ms(l.max))),
+            r.host_cpu.map_or(String::new(), |h| format!(
+                " (other processes {:.0}% CPU, steal {:.1}%)",
+                h.other_percent, h.steal_percent
+            )),
             if r.ok { "" } else { " (NOT ok)" }
         )
     };

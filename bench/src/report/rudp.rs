@@ -806,6 +806,7 @@ mod tests {
             relay: None,
             rss: None,
             client_process: None,
+            host_cpu: None,
         }
     }
 

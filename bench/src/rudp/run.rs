@@ -17,11 +17,11 @@ use ricochet_testkit::{BurstLoss, Impairment, Profile};
 use super::fleet::{Collected, Fleet};
 use super::message::HEADER_LEN;
 use super::server::EchoServer;
-use crate::host::{peak_rss_kib, CpuTimes};
+use crate::host::{peak_rss_kib, CpuTimes, SystemCpu};
 use crate::relay::{Relay, RelayConfig, RelayCounters};
 use crate::schema::{
-    finite, CpuUsage, Latency, RssOverTime, RudpCase, RudpConfig, RudpCounts, RudpFec, RudpRelay,
-    RudpRelayDirection, RudpRun, RudpSummary, RudpWire, Spread,
+    finite, CpuUsage, HostCpu, Latency, RssOverTime, RudpCase, RudpConfig, RudpCounts, RudpFec,
+    RudpRelay, RudpRelayDirection, RudpRun, RudpSummary, RudpWire, Spread,
 };
 use crate::udp::tracker::new_rtt_histogram;
 
@@ -348,6 +348,7 @@ fn failed_run(cfg: &RudpConfig, error: String) -> RudpRun {
         relay: None,
         rss: None,
         client_process: None,
+        host_cpu: None,
     }
 }
 
@@ -520,6 +521,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let epoch = fleet.start(go);
     let mut collected = Collected::default();
     let mut cpu = CpuUsage::default();
+    let mut host_cpu = None;
     let mut measured_start = epoch;
     let mut rss_sampler = None;
     if go {
@@ -531,10 +533,12 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         );
         std::thread::sleep(measured_start.saturating_duration_since(Instant::now()));
         let cpu0 = CpuTimes::now();
+        let sys0 = SystemCpu::now();
         let t0 = Instant::now();
         let limit = Duration::from_secs_f64(cfg.seconds + cfg.drain_s) + Duration::from_secs(10);
         collected = fleet.collect(limit);
         let cpu1 = CpuTimes::now();
+        let sys1 = SystemCpu::now();
         let wall = t0.elapsed().as_secs_f64();
         // A separate client process's CPU counts too: the round's cost is both processes'.
         let child = collected.process.map(|p| p.cpu).unwrap_or_default();
@@ -549,6 +553,17 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
                 0.0
             },
         };
+        if let (Some(a), Some(b)) = (sys0, sys1) {
+            if wall > 0.0 {
+                let busy = finite((b.busy_s - a.busy_s) / wall * 100.0);
+                host_cpu = Some(HostCpu {
+                    busy_percent: busy,
+                    other_percent: (busy - cpu.percent).max(0.0),
+                    irq_percent: finite((b.irq_s - a.irq_s) / wall * 100.0),
+                    steal_percent: finite((b.steal_s - a.steal_s) / wall * 100.0),
+                });
+            }
+        }
     }
     errors.append(&mut collected.errors);
     let outcomes = collected.outcomes;
@@ -687,6 +702,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         relay: relay_sum,
         rss,
         client_process: collected.process,
+        host_cpu,
     })
 }
 

@@ -372,11 +372,7 @@ pub fn sealed_packet(data: &[u8]) {
 
     let key = PacketKey::new(&[1; 32]);
     if let Ok(h) = wire::clear_header(data) {
-        let space = if h.ty == wire::PacketType::FecParity {
-            NumberSpace::Parity
-        } else {
-            NumberSpace::Data
-        };
+        let space = NumberSpace::of(h.ty);
         let mut out = Vec::new();
         assert!(
             key.open_packet(space, h.number, data, h.len, &mut out)

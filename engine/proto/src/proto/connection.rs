@@ -868,17 +868,15 @@ impl Connection {
         let Some(p) = self.protection.as_deref_mut() else {
             return self.receive_open(now, from, h.ty, datagram);
         };
-        let space = if h.ty == wire::PacketType::FecParity {
-            NumberSpace::Parity
-        } else {
-            NumberSpace::Data
-        };
         let mut buf = std::mem::take(&mut self.open_buf);
-        let r = match p.open(space, h.number, datagram, h.len, &mut buf) {
+        let r = match p.open(NumberSpace::of(h.ty), h.number, datagram, h.len, &mut buf) {
             Ok(n) => self.receive_open(now, from, h.ty, &buf[..n]),
             Err(cause) => Err(cause),
         };
-        self.open_buf = buf;
+        // An oversize datagram (forged ones included) does not leave its buffer behind.
+        if buf.capacity() <= self.cfg.max_datagram_size {
+            self.open_buf = buf;
+        }
         r
     }
 
@@ -1787,14 +1785,9 @@ impl Connection {
         let Some(p) = self.protection.as_deref_mut() else {
             return len;
         };
-        let sealed = wire::clear_header(&buf[..len]).ok().and_then(|h| {
-            let space = if h.ty == wire::PacketType::FecParity {
-                NumberSpace::Parity
-            } else {
-                NumberSpace::Data
-            };
-            p.seal(space, h.number, buf, h.len, len)
-        });
+        let sealed = wire::clear_header(&buf[..len])
+            .ok()
+            .and_then(|h| p.seal(NumberSpace::of(h.ty), h.number, buf, h.len, len));
         debug_assert!(sealed.is_some(), "no room for the tag: a budget is wrong");
         // Unreachable by the budgets; sent unsealed, the peer drops it as unauthenticated and
         // ARQ repairs it like a loss.

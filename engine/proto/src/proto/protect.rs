@@ -4,7 +4,8 @@
 //! # What is protected
 //!
 //! Every `Data`, `FecData` and `FecParity` packet of a session with keys is sealed with
-//! AES-128-GCM (`aws-lc-rs`): the clear header is the associated data, everything after it is
+//! AES-128-GCM (`aws-lc-rs` with the crate's `aws-lc-rs` feature, RustCrypto's `aes-gcm`
+//! otherwise; the same algorithm and bytes): the clear header is the associated data, everything after it is
 //! encrypted, and a 16-byte tag follows (layouts in [`crate::wire`]). Each direction has its
 //! own key and IV, derived from that direction's session key ([`SessionKeys`]) with BLAKE3's
 //! key derivation, so the keys a connect token carries are never used directly and could serve
@@ -57,7 +58,7 @@
 //! sees packet numbers and can link a session's packets by its connection id. Handshake
 //! packets are outside this layer.
 
-use aws_lc_rs::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
+use self::aes128gcm::{Aes128Gcm, NONCE_LEN};
 
 use super::{DropCause, SessionKeys};
 
@@ -82,6 +83,16 @@ pub enum NumberSpace {
 }
 
 impl NumberSpace {
+    /// The space of a connection packet's number: `FecParity` packets count parity, every
+    /// other packet carries an ARQ packet number.
+    pub fn of(ty: crate::wire::PacketType) -> Self {
+        if ty == crate::wire::PacketType::FecParity {
+            NumberSpace::Parity
+        } else {
+            NumberSpace::Data
+        }
+    }
+
     /// The number the nonce is made from: the parity space has the top bit set (packet
     /// numbers stay below 2^62, so the spaces never meet).
     fn nonce_number(self, number: u64) -> u64 {
@@ -99,8 +110,8 @@ pub struct Unauthenticated;
 
 /// One direction's packet key: seals what one side sends and opens it at the other.
 pub struct PacketKey {
-    key: LessSafeKey,
-    iv: [u8; aead::NONCE_LEN],
+    key: Aes128Gcm,
+    iv: [u8; NONCE_LEN],
 }
 
 impl std::fmt::Debug for PacketKey {
@@ -133,40 +144,28 @@ impl PacketKey {
             "ricochet 2026 packet protection AES-128-GCM key+iv",
             &material,
         );
-        let mut iv = [0u8; aead::NONCE_LEN];
-        iv.copy_from_slice(&okm[16..16 + aead::NONCE_LEN]);
-        let key = match UnboundKey::new(&aead::AES_128_GCM, &okm[..16]) {
-            Ok(k) => k,
-            // AES-128 takes 16 bytes and gets 16: only a wrong length is refused.
-            Err(_) => unreachable!("AES-128-GCM key length is 16"),
-        };
+        let mut iv = [0u8; NONCE_LEN];
+        iv.copy_from_slice(&okm[16..16 + NONCE_LEN]);
+        let mut key = [0u8; 16];
+        key.copy_from_slice(&okm[..16]);
         PacketKey {
-            key: LessSafeKey::new(key),
+            key: Aes128Gcm::new(&key),
             iv,
         }
     }
 
-    fn nonce(&self, number: u64) -> Nonce {
+    fn nonce(&self, number: u64) -> [u8; NONCE_LEN] {
         let mut n = self.iv;
         for (b, x) in n[4..].iter_mut().zip(number.to_be_bytes()) {
             *b ^= x;
         }
-        Nonce::assume_unique_for_key(n)
+        n
     }
 
     /// Encrypts `body` in place and returns the tag. `number` must never repeat under this
     /// key (the connection's packet numbers and parity counter guarantee it).
     pub fn seal(&self, number: u64, aad: &[u8], body: &mut [u8]) -> [u8; TAG_LEN] {
-        let mut out = [0u8; TAG_LEN];
-        match self
-            .key
-            .seal_in_place_separate_tag(self.nonce(number), Aad::from(aad), body)
-        {
-            Ok(tag) => out.copy_from_slice(tag.as_ref()),
-            // Only inputs beyond GCM's 64 GiB limit are refused; packets are datagrams.
-            Err(_) => unreachable!("a datagram is far below the AES-GCM input limit"),
-        }
-        out
+        self.key.seal(&self.nonce(number), aad, body)
     }
 
     /// Verifies `tag` over `aad` and `body` and decrypts `body` in place. On failure `body` is
@@ -179,9 +178,9 @@ impl PacketKey {
         tag: &[u8; TAG_LEN],
     ) -> Result<(), Unauthenticated> {
         self.key
-            .open_in_place_separate_tag(self.nonce(number), Aad::from(aad), tag, body)
-            .map(|_| ())
-            .map_err(|_| Unauthenticated)
+            .open(&self.nonce(number), aad, body, tag)
+            .then_some(())
+            .ok_or(Unauthenticated)
     }
 
     /// Verifies `tag` over `aad` and `ciphertext` and decrypts `ciphertext` into `out` (of
@@ -199,8 +198,9 @@ impl PacketKey {
             return Err(Unauthenticated);
         }
         self.key
-            .open_separate_gather(self.nonce(number), Aad::from(aad), ciphertext, tag, out)
-            .map_err(|_| Unauthenticated)
+            .open_to(&self.nonce(number), aad, ciphertext, tag, out)
+            .then_some(())
+            .ok_or(Unauthenticated)
     }
 
     /// Seals the packet `buf[..len]` whose clear header is `buf[..header]` in place, appending
@@ -468,9 +468,161 @@ impl Protection {
     }
 }
 
+/// AES-128-GCM from a vetted crate: `aws-lc-rs` (assembly, several times faster at datagram
+/// sizes) with the `aws-lc-rs` feature, which the `ricochet` runtime turns on; RustCrypto's
+/// `aes-gcm` (pure Rust, no C build and no system library) otherwise. Both compute the same
+/// standard algorithm, so the two interoperate byte for byte.
+mod aes128gcm {
+    use super::TAG_LEN;
+
+    /// Nonce bytes (96 bits).
+    pub(super) const NONCE_LEN: usize = 12;
+
+    #[cfg(feature = "aws-lc-rs")]
+    pub(super) struct Aes128Gcm(aws_lc_rs::aead::LessSafeKey);
+
+    #[cfg(feature = "aws-lc-rs")]
+    impl Aes128Gcm {
+        pub(super) fn new(key: &[u8; 16]) -> Self {
+            use aws_lc_rs::aead::{LessSafeKey, UnboundKey, AES_128_GCM};
+            match UnboundKey::new(&AES_128_GCM, key) {
+                Ok(k) => Aes128Gcm(LessSafeKey::new(k)),
+                // AES-128 takes 16 bytes and gets 16: only a wrong length is refused.
+                Err(_) => unreachable!("AES-128-GCM key length is 16"),
+            }
+        }
+
+        fn nonce(n: &[u8; NONCE_LEN]) -> aws_lc_rs::aead::Nonce {
+            aws_lc_rs::aead::Nonce::assume_unique_for_key(*n)
+        }
+
+        pub(super) fn seal(
+            &self,
+            nonce: &[u8; NONCE_LEN],
+            aad: &[u8],
+            body: &mut [u8],
+        ) -> [u8; TAG_LEN] {
+            let aad = aws_lc_rs::aead::Aad::from(aad);
+            let mut out = [0u8; TAG_LEN];
+            match self
+                .0
+                .seal_in_place_separate_tag(Self::nonce(nonce), aad, body)
+            {
+                Ok(tag) => out.copy_from_slice(tag.as_ref()),
+                // Only inputs beyond GCM's 64 GiB limit are refused; packets are datagrams.
+                Err(_) => unreachable!("a datagram is far below the AES-GCM input limit"),
+            }
+            out
+        }
+
+        pub(super) fn open(
+            &self,
+            nonce: &[u8; NONCE_LEN],
+            aad: &[u8],
+            body: &mut [u8],
+            tag: &[u8; TAG_LEN],
+        ) -> bool {
+            let aad = aws_lc_rs::aead::Aad::from(aad);
+            self.0
+                .open_in_place_separate_tag(Self::nonce(nonce), aad, tag, body)
+                .is_ok()
+        }
+
+        pub(super) fn open_to(
+            &self,
+            nonce: &[u8; NONCE_LEN],
+            aad: &[u8],
+            ciphertext: &[u8],
+            tag: &[u8; TAG_LEN],
+            out: &mut [u8],
+        ) -> bool {
+            let aad = aws_lc_rs::aead::Aad::from(aad);
+            self.0
+                .open_separate_gather(Self::nonce(nonce), aad, ciphertext, tag, out)
+                .is_ok()
+        }
+    }
+
+    #[cfg(not(feature = "aws-lc-rs"))]
+    pub(super) struct Aes128Gcm(aes_gcm::Aes128Gcm);
+
+    #[cfg(not(feature = "aws-lc-rs"))]
+    impl Aes128Gcm {
+        pub(super) fn new(key: &[u8; 16]) -> Self {
+            use aes_gcm::KeyInit;
+            Aes128Gcm(aes_gcm::Aes128Gcm::new(key.into()))
+        }
+
+        pub(super) fn seal(
+            &self,
+            nonce: &[u8; NONCE_LEN],
+            aad: &[u8],
+            body: &mut [u8],
+        ) -> [u8; TAG_LEN] {
+            use aes_gcm::aead::AeadInPlace;
+            match self.0.encrypt_in_place_detached(nonce.into(), aad, body) {
+                Ok(tag) => tag.into(),
+                // Only inputs beyond GCM's 64 GiB limit are refused; packets are datagrams.
+                Err(_) => unreachable!("a datagram is far below the AES-GCM input limit"),
+            }
+        }
+
+        pub(super) fn open(
+            &self,
+            nonce: &[u8; NONCE_LEN],
+            aad: &[u8],
+            body: &mut [u8],
+            tag: &[u8; TAG_LEN],
+        ) -> bool {
+            use aes_gcm::aead::AeadInPlace;
+            self.0
+                .decrypt_in_place_detached(nonce.into(), aad, body, tag.into())
+                .is_ok()
+        }
+
+        pub(super) fn open_to(
+            &self,
+            nonce: &[u8; NONCE_LEN],
+            aad: &[u8],
+            ciphertext: &[u8],
+            tag: &[u8; TAG_LEN],
+            out: &mut [u8],
+        ) -> bool {
+            out.copy_from_slice(ciphertext);
+            self.open(nonce, aad, out, tag)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The AES-128-GCM in use (aws-lc-rs in workspace builds) seals byte for byte like
+    /// RustCrypto's, and opens what RustCrypto sealed: peers built either way interoperate.
+    #[test]
+    fn aes_gcm_matches_the_rustcrypto_reference() {
+        use aes_gcm::aead::AeadInPlace;
+        use aes_gcm::KeyInit;
+        let (key, nonce, aad) = ([7u8; 16], [9u8; NONCE_LEN], b"clear header".as_slice());
+        for len in [0usize, 1, 15, 16, 17, 64, 1200] {
+            let plain: Vec<u8> = (0..len).map(|i| (i * 31) as u8).collect();
+            let mut ours = plain.clone();
+            let tag = Aes128Gcm::new(&key).seal(&nonce, aad, &mut ours);
+            let mut reference = plain.clone();
+            let reference_tag = aes_gcm::Aes128Gcm::new(&key.into())
+                .encrypt_in_place_detached(&nonce.into(), aad, &mut reference)
+                .expect("a small input seals");
+            assert_eq!(ours, reference, "ciphertext of {len} bytes");
+            assert_eq!(
+                tag.as_slice(),
+                reference_tag.as_slice(),
+                "tag of {len} bytes"
+            );
+            assert!(Aes128Gcm::new(&key).open(&nonce, aad, &mut reference, &tag));
+            assert_eq!(reference, plain);
+        }
+    }
 
     #[test]
     fn seal_open_round_trip_and_every_forgery_fails() {
