@@ -20,7 +20,7 @@
 //! | `0x01` | [`ClientHello`](Packet::ClientHello) | client cid, nonce, mode u8, then the [token section](#token-section) (mode 1) or zero padding (mode 0) | ≥ [`MIN_CLIENT_HELLO_LEN`]; [`TOKEN_HELLO_LEN`] with a token |
 //! | `0x02` | [`ServerChallenge`](Packet::ServerChallenge) | client cid, nonce, timestamp u64 (see below), cookie (16), with a token: tag (16) | 42 / 58 |
 //! | `0x03` | [`ClientCookieEcho`](Packet::ClientCookieEcho) | client cid, nonce, timestamp u64, cookie (16), mode u8, then the token section (mode 1) or zero padding (mode 0) | ≥ [`MIN_CLIENT_HELLO_LEN`]; [`TOKEN_ECHO_LEN`] with a token |
-//! | `0x04` | [`ServerAccept`](Packet::ServerAccept) | client cid, server cid (insecure mode) | 18 |
+//! | `0x04` | [`ServerAccept`](Packet::ServerAccept) | client cid, server cid (a handshake without a token) | 18 |
 //! | `0x05` | [`Refuse`](Packet::Refuse) | client cid, reason u8, flags u8 (bit 0: tagged), message length u8 (≤ [`MAX_REFUSE_MESSAGE`]), message, tag (16) when tagged | 13..=93 |
 //! | `0x06` | [`SealedAccept`](Packet::SealedAccept) | client cid, nonce (24), sealed { server cid, stateless reset token (16) } and its AEAD tag (16) | [`SEALED_ACCEPT_LEN`] |
 //! | `0x07` | [`StatelessReset`](Packet::StatelessReset) | the connection id the triggering packet was sent to, reset token (16) | [`RESET_LEN`] |
@@ -459,7 +459,7 @@ pub enum Packet<'a> {
         /// The connect token again, when the client has one.
         token: Option<TokenSection<'a>>,
     },
-    /// Server accept (insecure mode).
+    /// Server accept of a handshake without a token.
     ServerAccept {
         /// The client's connection id.
         client_cid: ConnectionId,
