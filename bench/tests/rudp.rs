@@ -153,7 +153,8 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
         .seed(11)
         .backend(backend.parse().unwrap());
     cc.endpoint = endpoint;
-    let mut client = Client::connect_blocking(&token, cc, Duration::from_secs(10)).unwrap();
+    cc.connect_timeout = Some(Duration::from_secs(10));
+    let mut client = Client::connect_blocking(&token, cc).unwrap();
     for (ch, _) in kinds.iter().enumerate() {
         for &len in &SIZES {
             client.send(ch as u8, pattern(ch as u8, len)).unwrap();

@@ -20,10 +20,14 @@ pub mod runtime;
 mod stats;
 
 pub use ricochet_platform as platform;
+
+/// The byte buffer every message travels in (from the `bytes` crate, re-exported so that a
+/// handler's signature needs no dependency of its own, and no version to keep in step).
+pub use bytes::Bytes;
 pub use ricochet_proto as proto;
 
 pub use client::{
-    Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError, ConnectLimit,
+    Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError, ConnectLimit, Events,
 };
 pub use profile::Profile;
 pub use ricochet_platform::BackendKind;

@@ -82,7 +82,7 @@ fn client_cfg() -> ClientConfig {
 }
 
 fn connect(token: &ConnectToken) -> Result<Client, ClientError> {
-    Client::connect_blocking(token, client_cfg(), Duration::from_secs(5))
+    Client::connect_blocking(token, client_cfg().connect_timeout(Duration::from_secs(5)))
 }
 
 /// Send `msg` and wait for its echo.
