@@ -74,10 +74,9 @@ fn secure_cfg(bind: &str) -> ServerConfig {
 
 fn client_cfg() -> ClientConfig {
     let mut cfg = ClientConfig::default();
-    cfg.endpoint.connection = Arc::new(ricochet::Config {
-        handshake_timeout: Duration::from_secs(3),
-        ..ricochet::Config::default()
-    });
+    cfg.endpoint.connection = Arc::new(
+        ricochet::Config::default().with(|c| c.handshake_timeout = Duration::from_secs(3)),
+    );
     cfg
 }
 

@@ -131,10 +131,8 @@ impl ServerConfig {
     pub fn new(bind: SocketAddr) -> Self {
         ServerConfig {
             udp: UdpServerConfig::new(bind),
-            endpoint: EndpointConfig {
-                server: Some(ListenConfig::new(Admission::Insecure)),
-                ..EndpointConfig::default()
-            },
+            endpoint: EndpointConfig::default()
+                .with(|c| c.server = Some(ListenConfig::new(Admission::Insecure))),
             admission: None,
             public_addresses: Vec::new(),
             seed: None,

@@ -32,7 +32,7 @@
 //! use std::time::Instant;
 //! use ricochet_proto::fec::{FecConfig, FecPolicy, FecReceiver, FecSender};
 //!
-//! let cfg = FecConfig { policy: FecPolicy::Fixed { parity: 1 }, ..FecConfig::default() };
+//! let cfg = FecConfig::with_policy(FecPolicy::Fixed { parity: 1 });
 //! let (mut tx, mut rx) = (FecSender::new(cfg), FecReceiver::new(cfg));
 //! # let now = ricochet_testkit::SimClock::new().now(); // time is an argument: any clock
 //! let mut buf = vec![0u8; cfg.max_parity_body()];
@@ -193,8 +193,18 @@ impl Default for AdaptiveConfig {
     }
 }
 
-/// FEC settings for one connection (sender and receiver sides).
+/// FEC settings for one connection (sender and receiver sides). `#[non_exhaustive]`: start
+/// from [`FecConfig::default`] (adaptive) or [`FecConfig::with_policy`] and change fields, or
+/// use [`FecConfig::with`].
+///
+/// ```
+/// use ricochet_proto::fec::{FecConfig, FecPolicy};
+///
+/// let fixed = FecConfig::with_policy(FecPolicy::Fixed { parity: 2 }).with(|f| f.max_data_shards = 4);
+/// assert_eq!(fixed.max_data_shards, 4);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct FecConfig {
     /// Parity policy of the sender.
     pub policy: FecPolicy,
@@ -245,6 +255,17 @@ impl Default for FecConfig {
 }
 
 impl FecConfig {
+    /// The defaults with the sender's parity `policy`.
+    pub fn with_policy(policy: FecPolicy) -> Self {
+        Self::default().with(|f| f.policy = policy)
+    }
+
+    /// This configuration with `tune` applied.
+    pub fn with(mut self, tune: impl FnOnce(&mut Self)) -> Self {
+        tune(&mut self);
+        self
+    }
+
     /// The largest parity body this configuration produces: size send buffers with it.
     /// A parity body is [`PARITY_HEADER_LEN`] + 2 (+ 1 for even rounding) bytes longer than
     /// the largest payload, so the proto layer leaves that much room below its MTU.

@@ -52,7 +52,20 @@ impl ChannelKind {
 }
 
 /// Connection configuration. Both peers must use the same channel list.
+///
+/// `#[non_exhaustive]`: start from a profile ([`Config::default`], [`Config::competitive`],
+/// [`Config::bulk`]) and change fields, or use [`Config::with`], so a new setting is not a
+/// breaking change.
+///
+/// ```
+/// use ricochet_proto::Config;
+/// use std::time::Duration;
+///
+/// let config = Config::competitive().with(|c| c.idle_timeout = Duration::from_secs(30));
+/// assert_eq!(config.min_rto, Config::competitive().min_rto);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Config {
     /// Largest UDP payload this connection writes. ARQ datagrams leave room for the
     /// authentication tag, and with FEC on they are [`FEC_ARQ_OVERHEAD`] bytes smaller still
@@ -194,6 +207,12 @@ impl Config {
             fec: crate::fec::FecConfig::default(),
             ..Self::default()
         }
+    }
+
+    /// This configuration with `tune` applied.
+    pub fn with(mut self, tune: impl FnOnce(&mut Self)) -> Self {
+        tune(&mut self);
+        self
     }
 
     /// Throughput profile: longer ACK delay, larger windows.
