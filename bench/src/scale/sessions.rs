@@ -82,12 +82,50 @@ pub struct SessionsRun {
     pub server_cpu_percent: Option<f64>,
     /// Echo: this (client) process's CPU over the measured phase, % of one core.
     pub client_cpu_percent: Option<f64>,
+    /// Echo: the clients' protocol counters summed over every member, from connect to the
+    /// end of the run (warm-up included).
+    #[serde(default)]
+    pub clients_total: ClientTotals,
     /// The server's last report.
     pub server: ServerStats,
     /// What went wrong (empty when ok).
     pub errors: Vec<String>,
     /// No error, every client connected, and (echo) every client echoed.
     pub ok: bool,
+}
+
+/// Protocol counters summed over the members of a client set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientTotals {
+    /// Datagrams sent.
+    pub packets_sent: u64,
+    /// Datagrams received.
+    pub packets_received: u64,
+    /// Reliable segments sent again (loss, tail-loss probe or timeout).
+    pub segments_retransmitted: u64,
+    /// Tail-loss probes sent.
+    pub tail_loss_probes: u64,
+    /// Retransmission timeouts.
+    pub rto_count: u64,
+    /// Packets declared lost that arrived after all.
+    pub packets_spurious_lost: u64,
+}
+
+impl ClientTotals {
+    /// Sums the counters of every member of `set`.
+    pub fn of(set: &ClientSet) -> Self {
+        let mut t = Self::default();
+        for d in (0..set.len()).filter_map(|i| set.get(i).and_then(|c| c.detail())) {
+            t.packets_sent += d.packets_sent;
+            t.packets_received += d.packets_received;
+            t.segments_retransmitted += d.segments_retransmitted;
+            t.tail_loss_probes += d.tail_loss_probes;
+            t.rto_count += d.rto_count;
+            t.packets_spurious_lost += d.packets_spurious_lost;
+        }
+        t
+    }
 }
 
 /// The client configuration every member uses, bound to `ip`.
@@ -256,6 +294,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         min_client_round_trips: 0,
         server_cpu_percent: None,
         client_cpu_percent: None,
+        clients_total: ClientTotals::default(),
         server: idle.clone(),
         errors: Vec::new(),
         ok: false,
@@ -294,6 +333,7 @@ fn failed(cfg: &SessionsConfig, server: ServerStats, error: String) -> SessionsR
         min_client_round_trips: 0,
         server_cpu_percent: None,
         client_cpu_percent: None,
+        clients_total: ClientTotals::default(),
         server,
         errors: vec![error],
         ok: false,
@@ -382,5 +422,6 @@ fn echo(
     run.server_cpu_percent = Some(finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0));
     run.server_rss_end_kib = stats.rss_kib;
     run.server = stats;
+    run.clients_total = ClientTotals::of(set);
     Ok(())
 }

@@ -727,14 +727,17 @@ impl Connection {
     }
 
     /// How long after the last ack-eliciting packet the next probe timer fires. The first
-    /// expiry is a tail-loss probe after two smoothed RTTs plus the peer's ACK delay (RFC 8985),
+    /// expiry is a tail-loss probe after two smoothed RTTs (or the smoothed RTT and four
+    /// deviations, if longer) plus the peer's ACK delay (RFC 8985, [`RttEstimator::probe_delay`]),
     /// at least [`Config::min_probe_timeout`] and never later than the RTO: it repairs a lost
     /// last packet (or a lost retransmission that blocks an ordered channel) well before a
     /// conservative minimum RTO would, without firing at every scheduling hiccup of a short
     /// path.
     fn probe_timeout(&self) -> Duration {
         if self.pto_count == 0 {
-            let tlp = (self.rtt.smoothed * 2 + self.cfg.max_ack_delay)
+            let tlp = self
+                .rtt
+                .probe_delay(self.cfg.max_ack_delay)
                 .max(self.cfg.min_probe_timeout)
                 .max(Duration::from_millis(1));
             tlp.min(self.current_rto())
