@@ -57,30 +57,49 @@
 
 use std::time::Duration;
 
+// The codecs, senders and receivers: left out without the `fec` feature (a connection then
+// sends no FEC, and unwraps its peer's `FecData` packets without recovery).
+#[cfg(feature = "fec")]
 pub mod codec;
+#[cfg(feature = "fec")]
 pub mod fuzz;
+#[cfg(feature = "fec")]
 mod gf;
 pub mod header;
+#[cfg(feature = "fec")]
 pub mod kernel;
+#[cfg(feature = "fec")]
 mod policy;
+#[cfg(feature = "fec")]
 mod receiver;
+#[cfg(feature = "fec")]
 pub(crate) mod scheme;
+#[cfg(feature = "fec")]
 mod sender;
+#[cfg(feature = "fec")]
 mod sliding;
+mod stats;
+#[cfg(feature = "fec")]
 mod track;
 
+#[cfg(feature = "fec")]
 pub use codec::{CauchyCodec, Codec, CodecError, CodecId, RsSimdCodec};
 pub use header::{
     max_protected_payload, repair_coefficient, DataHeader, ParityHeader, RepairHeader,
     DATA_HEADER_LEN, MAX_REPAIR_SOURCES, PARITY_HEADER_LEN, SLIDING_CODEC_ID,
 };
+#[cfg(feature = "fec")]
 pub use kernel::{Kernel, SimdLevel};
-pub use receiver::{
-    FecReceiver, LossReport, MalformedCounts, ReceiverStats, RetentionBudget,
+#[cfg(feature = "fec")]
+pub use receiver::FecReceiver;
+#[cfg(feature = "fec")]
+pub use sender::{FecSender, MAX_QUEUED_PARITY};
+#[cfg(feature = "fec")]
+pub use sliding::{SlidingReceiver, SlidingSender, MAX_PENDING_REPAIRS};
+pub use stats::{
+    LossReport, MalformedCounts, ReceiverStats, RetentionBudget, SenderStats,
     DEFAULT_RETENTION_BUDGET,
 };
-pub use sender::{FecSender, SenderStats, MAX_QUEUED_PARITY};
-pub use sliding::{SlidingReceiver, SlidingSender, MAX_PENDING_REPAIRS};
 
 /// How much parity (block) or how many repairs (sliding) the sender adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,6 +293,7 @@ impl FecConfig {
     }
 
     /// Clamps fields to the ranges the implementation supports.
+    #[cfg(feature = "fec")]
     fn sanitized(mut self) -> FecConfig {
         self.max_data_shards = self.max_data_shards.clamp(1, codec::MAX_DATA_SHARDS);
         self.max_payload = self.max_payload.min(u16::MAX as usize - 3);

@@ -241,7 +241,8 @@ impl Config {
     /// same fragments.
     pub fn arq_datagram_size(&self) -> usize {
         let udp = self.max_datagram_size.saturating_sub(crate::wire::TAG_LEN);
-        if self.fec.policy == crate::fec::FecPolicy::Off {
+        // Without the `fec` feature this side never sends FEC, whatever its policy.
+        if self.fec.policy == crate::fec::FecPolicy::Off || !cfg!(feature = "fec") {
             udp
         } else {
             udp.saturating_sub(FEC_ARQ_OVERHEAD)
