@@ -31,7 +31,7 @@ pub use bytes::Bytes;
 pub use ricochet_proto as proto;
 
 pub use client::{
-    Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError, ConnectLimit, Events,
+    Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError, ConnectLimit,
 };
 pub use profile::Profile;
 pub use ricochet_platform::BackendKind;
