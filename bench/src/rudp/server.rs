@@ -140,10 +140,7 @@ impl EchoServer {
         cfg.udp.backend.kind = BackendKind::from_str(backend).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.idle = IdleStrategy::from_str(idle).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.tick = Some(STATS_TICK);
-        cfg.endpoint = EndpointConfig {
-            server: cfg.endpoint.server.take(),
-            ..endpoint
-        };
+        cfg.endpoint = endpoint.with(|c| c.server = cfg.endpoint.server.take());
         cfg.seed = Some(seed);
         let shared = Arc::new(ServerShared::default());
         let s = shared.clone();
