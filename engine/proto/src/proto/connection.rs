@@ -1286,7 +1286,9 @@ impl Connection {
         };
         let mut newly = false;
         let mut largest_newly: Option<(Instant, bool)> = None;
-        let mut newest_acked: Option<Instant> = None;
+        // The newest packet this ACK covers, whatever the sender's bookkeeping of it (ACK-only,
+        // declared lost, in flight): parity sent before it has left the path.
+        let mut newest_covered: Option<Instant> = None;
         for (lo, hi) in ack.ranges() {
             let lo = lo.max(front);
             let hi = hi.min(self.next_pn.saturating_sub(1));
@@ -1298,13 +1300,15 @@ impl Connection {
                 let Some(p) = self.sent.get_mut(idx) else {
                     break;
                 };
+                if p.state != PacketState::Acked {
+                    newest_covered = Some(newest_covered.map_or(p.time, |t| t.max(p.time)));
+                }
                 match p.state {
                     PacketState::InFlight => {
                         p.state = PacketState::Acked;
                         self.in_flight_packets -= 1;
                         newly = true;
                         self.cc.on_acked(p.size, p.time);
-                        newest_acked = Some(newest_acked.map_or(p.time, |t| t.max(p.time)));
                         if pn == ack.largest {
                             largest_newly = Some((p.time, true));
                         }
@@ -1327,7 +1331,7 @@ impl Connection {
                 }
             }
         }
-        if let Some(t) = newest_acked {
+        if let Some(t) = newest_covered {
             self.fec.on_acked(t, &mut self.cc);
         }
         if let Some((sent_time, _)) = largest_newly {
@@ -1423,6 +1427,8 @@ impl Connection {
         if let Some(t) = largest_lost_time {
             let q = self.queueing();
             self.cc.on_loss(now, t, q);
+            // Parity sent before a packet declared lost is no longer expected either.
+            self.fec.on_acked(t, &mut self.cc);
         }
     }
 
@@ -1529,7 +1535,12 @@ impl Connection {
         );
         let in_flight = self.in_flight_packets > 0;
         let blocked = self.peer_window == 0 && self.has_queued_reliable();
-        if !in_flight && !blocked {
+        // Parity alone fills the window and no data packet is in flight whose ACK or loss would
+        // take it out: the probe (which may exceed the window) and then the RTO end the wait.
+        let parity_blocked = self.fec.parity_in_flight()
+            && !self.cc.can_send(self.cfg.max_datagram_size)
+            && (!self.retx.is_empty() || self.queued_bytes > 0);
+        if !in_flight && !blocked && !parity_blocked {
             return None;
         }
         Some(base + self.probe_timeout())

@@ -252,11 +252,19 @@ impl FecLink {
         self.state.as_mut()?.poll_parity(now, dst, buf, cc)
     }
 
-    /// A packet sent at `sent` was acknowledged: parity sent no later has left the path.
+    /// The fate of a packet sent at `sent` is known (see [`FecState::on_acked`]): parity sent
+    /// no later has left the path.
     pub(crate) fn on_acked(&mut self, sent: Instant, cc: &mut Congestion) {
         if let Some(s) = self.state.as_mut() {
             s.on_acked(sent, cc);
         }
+    }
+
+    /// Whether parity is counted in the congestion controller's bytes in flight.
+    pub(crate) fn parity_in_flight(&self) -> bool {
+        self.state
+            .as_ref()
+            .is_some_and(|s| !s.parity_flight.is_empty())
     }
 
     /// Retransmission timeout: no parity is in flight any more.
@@ -491,7 +499,13 @@ impl FecState {
         Some(FEC_PARITY_HEADER_LEN + n)
     }
 
-    /// A packet sent at `sent` was acknowledged: parity sent no later has left the path.
+    /// The fate of a packet sent at `sent` is known: it was acknowledged (whether the sender
+    /// tracked it or not, and also after it was declared lost) or declared lost. Parity sent no
+    /// later has left the path then, delivered or not. Parity is never acknowledged itself, so
+    /// this is the only way it leaves the flight short of an RTO: were it kept until an
+    /// in-flight packet is acknowledged, a flight whose data packets were all declared lost
+    /// (while ACK-only packets got through) would keep its parity counted against the window
+    /// for good, and a window full of parity blocks the retransmissions that could end it.
     pub(crate) fn on_acked(&mut self, sent: Instant, cc: &mut Congestion) {
         while let Some(&(t, size)) = self.parity_flight.front() {
             if t > sent {
@@ -722,6 +736,10 @@ impl FecLink {
     }
 
     pub(crate) fn on_acked(&mut self, _sent: Instant, _cc: &mut Congestion) {}
+
+    pub(crate) fn parity_in_flight(&self) -> bool {
+        false
+    }
 
     pub(crate) fn on_rto(&mut self, _cc: &mut Congestion) {}
 
