@@ -85,11 +85,12 @@ impl Congestion {
     }
 
     /// Retransmission timeout: collapse the window, unless the loss looks random (loss tolerant
-    /// and no queueing in the RTT): then a lost probe or a lost ACK after a small flight (a
-    /// window-1 message under random loss) is not taken for persistent congestion. The timer
-    /// backoff still doubles either way.
-    pub(crate) fn on_rto(&mut self, now: Instant, queueing: bool) {
-        if self.loss_tolerant && !queueing {
+    /// and not `congested`: the caller saw no queueing in the RTT, and this is a first RTO
+    /// after RTT samples): then a lost probe or a lost ACK after a small flight (a window-1
+    /// message under random loss) is not taken for persistent congestion. The timer backoff
+    /// still doubles either way.
+    pub(crate) fn on_rto(&mut self, now: Instant, congested: bool) {
+        if self.loss_tolerant && !congested {
             return;
         }
         self.recovery_start = Some(now);

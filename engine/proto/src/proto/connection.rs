@@ -1634,8 +1634,13 @@ impl Connection {
                 }
                 self.pop_sent(now);
                 self.fec.on_rto(&mut self.cc);
-                let q = self.queueing();
-                self.cc.on_rto(now, q);
+                // Congestion, not random loss, when the RTT shows a queue, when there is no
+                // RTT sample to say otherwise, or when this is the second RTO in a row: a peer
+                // that answers nothing for two backed-off timeouts is overloaded or gone, and
+                // resending a full window at every expiry only buries it deeper.
+                let persistent = self.pto_count > 2 || !self.rtt.has_sample;
+                let congested = persistent || self.queueing();
+                self.cc.on_rto(now, congested);
             }
             self.probe_pending = true;
             // Re-arm from now so the next stage waits a full (backed-off) period.
