@@ -105,3 +105,64 @@ fn repeated_timeouts_collapse_a_loss_tolerant_window() {
         );
     }
 }
+
+/// A path whose round trip is 2.5 s from the start (a server so overloaded that it answers
+/// seconds late), far above the initial 50 ms estimate and the game profile's 2 s RTO ceiling,
+/// with 60 Hz snapshots down (so the client's ACK-only packets, which give no RTT sample, are
+/// most of what the server acknowledges last): every data packet is declared lost long before
+/// its ACK comes back. That ACK must still settle the packet's fragments and teach the RTT
+/// estimate; were lost packets forgotten after two (underestimated) loss delays, fragments
+/// would only be settled by the rare ACK of a packet still in flight, and once the send window
+/// (128 fragments) is full no new input leaves.
+#[test]
+fn acks_slower_than_every_timeout_still_settle_and_teach_the_rtt() {
+    let cfg = Arc::new(Config::competitive());
+    let mut net = Net::new(
+        Impair {
+            delay: Duration::from_millis(1),
+            ..Impair::default()
+        },
+        5,
+    );
+    let (s, c) = net.add_pair(cfg);
+    let now = net.now;
+    let h = net.ep(c).connect(now, addr(1));
+    let received = Rc::new(Cell::new(0u64));
+    let server_handle = Rc::new(Cell::new(None));
+    let (r, sh) = (received.clone(), server_handle.clone());
+    let mut on_event = move |ep: usize, _: &mut Net, h2, e: Event| match e {
+        Event::Connected if ep == s => sh.set(Some(h2)),
+        Event::Message { channel: 0, .. } if ep == s => r.set(r.get() + 1),
+        _ => {}
+    };
+    let connected = net.now + Duration::from_millis(200);
+    net.run_until(connected, &mut on_event);
+    let sh = server_handle.get().expect("connected");
+    net.imp.delay = Duration::from_millis(1_250);
+    let mut sent = 0u64;
+    let inputs_end = net.now + Duration::from_secs(4);
+    let end = inputs_end + Duration::from_secs(30);
+    while net.now < end && (net.now < inputs_end || received.get() < sent) {
+        let _ = net.ep(s).send(sh, 3, Bytes::from(vec![0x33; 200]));
+        if net.now < inputs_end {
+            net.ep(c)
+                .send(h, 0, Bytes::from(vec![0x22; 32]))
+                .expect("input queued");
+            sent += 1;
+        }
+        let until = net.now + TICK;
+        net.run_until(until, &mut on_event);
+    }
+    let st = net.ep(c).connection(h).expect("client").stats();
+    assert_eq!(
+        received.get(),
+        sent,
+        "{} of {sent} inputs delivered over a 2.5 s round trip; client: {} RTT samples, srtt \
+         {:?}, {} RTOs, {} unacked fragments",
+        received.get(),
+        st.rtt.samples,
+        st.srtt,
+        st.rto_count,
+        net.ep(c).connection(h).expect("client").unacked_segments()
+    );
+}

@@ -1321,6 +1321,13 @@ impl Connection {
                     PacketState::Lost => {
                         p.state = PacketState::Acked;
                         self.counters.packets_spurious_lost += 1;
+                        // Packet numbers are never reused, so this is an unambiguous sample
+                        // too; without it a path whose RTT outgrew the estimate (a peer that
+                        // overloaded stalls for seconds) would never teach it otherwise, as
+                        // every packet is declared lost before its ACK can come back.
+                        if pn == ack.largest {
+                            largest_newly = Some((p.time, true));
+                        }
                         let segs = std::mem::take(&mut p.segs);
                         for &sid in &segs {
                             self.ack_segment(sid);
@@ -1376,10 +1383,14 @@ impl Connection {
     }
 
     /// Drops settled packets from the front of the sent list. A packet declared lost stays
-    /// for a while (two loss delays after it was sent): if its ACK still arrives, the loss was
+    /// for a while (two loss delays or three RTOs after it was sent, whichever is longer): if
+    /// its ACK still arrives, the loss was
     /// spurious (reordering or delay) and is counted as such, and its fragments are settled.
     fn pop_sent(&mut self, now: Instant) {
-        let keep_lost = self.rtt.loss_delay() * 2;
+        // At least three retransmission timeouts (backoff included): when the RTT estimate
+        // is far below the real one, the ACK of a packet declared lost comes back that late,
+        // and a forgotten packet's ACK settles nothing (RFC 9002 §6 suggests 3 x PTO too).
+        let keep_lost = (self.rtt.loss_delay() * 2).max(self.current_rto() * 3);
         while self.sent.front().is_some_and(|p| match p.state {
             PacketState::InFlight => false,
             PacketState::Lost => p.time + keep_lost <= now,
