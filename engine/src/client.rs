@@ -601,6 +601,15 @@ impl Client {
             .map_or(0, |c| c.queued_bytes())
     }
 
+    /// Reliable fragments sent and not yet acknowledged (for benchmarks and diagnostics: with
+    /// [`Client::queued_bytes`], whether reliable data is still on its way).
+    #[doc(hidden)]
+    pub fn unacked_fragments(&self) -> usize {
+        self.endpoint
+            .connection(self.handle)
+            .map_or(0, |c| c.unacked_segments())
+    }
+
     /// The server's address (with a token: the one of its addresses being tried, or that
     /// accepted).
     pub fn server_addr(&self) -> SocketAddr {

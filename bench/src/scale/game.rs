@@ -134,14 +134,18 @@ struct Player {
     measured: u64,
 }
 
-fn client_config(cfg: &GameConfig, ip: std::net::IpAddr, seed: u64) -> Result<ClientConfig> {
-    let profile = match cfg.profile.as_str() {
+/// The players' profile (the game profile unless named otherwise).
+fn profile_of(cfg: &GameConfig) -> ricochet::Profile {
+    match cfg.profile.as_str() {
         "default" => ricochet::Profile::Default,
         "bulk" => ricochet::Profile::Bulk,
         _ => ricochet::Profile::Game,
-    };
+    }
+}
+
+fn client_config(cfg: &GameConfig, ip: std::net::IpAddr, seed: u64) -> Result<ClientConfig> {
     let mut c = ClientConfig::new()
-        .profile(profile)
+        .profile(profile_of(cfg))
         .seed(seed)
         .bind(SocketAddr::new(ip, 0));
     c.backend.kind = cfg.backend.parse()?;
@@ -174,6 +178,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         token_key: key,
     };
     let mut server = ServerProcess::start(&spec)?;
+    let kernel_before = crate::kernel::snapshot();
     let before = server.stats()?;
     let relay = match &cfg.relay_profile {
         Some(p) => {
@@ -301,6 +306,12 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     }
     // Inputs are counted from the start on both sides (a reset does not clear them).
     let inputs_lost = inputs_total.saturating_sub(drained.game.inputs_received);
+    let verdict = if inputs_lost > 0 {
+        let watch = profile_of(cfg).config().max_rto + Duration::from_millis(500);
+        Some(drain_verdict(&mut set, kernel_before, watch)?)
+    } else {
+        None
+    };
     let stale_protocol: u64 = (0..n)
         .filter_map(|i| set.get(i).and_then(|c| c.detail()))
         .map(|d| d.unreliable_dropped)
@@ -341,9 +352,9 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         }
         _ => None,
     };
-    if inputs_lost > 0 {
+    if let Some(v) = verdict {
         errors.push(format!(
-            "{inputs_lost} reliable inputs not delivered {} s after the last was sent",
+            "{inputs_lost} reliable inputs not delivered {} s after the last was sent; {v}",
             DRAIN.as_secs()
         ));
     }
@@ -387,6 +398,66 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         errors,
         ok,
     })
+}
+
+/// Why inputs were still missing after the drain: the players that still hold reliable data
+/// (queued, or sent and not acknowledged), split into those that sent no reliable fragment while watched for
+/// `watch` (stalled: a protocol fault, when `watch` exceeds the largest retransmission timeout,
+/// so that a sender that is only backing off sends again within it) and those still retransmitting (delivery slowed by
+/// overload: their RTT and RTO counts, and the host's UDP receive-buffer drops, say how much).
+fn drain_verdict(
+    set: &mut ricochet::ClientSet,
+    kernel_before: Option<ricochet_platform::KernelCounters>,
+    watch: Duration,
+) -> Result<String> {
+    let fragments =
+        |d: &ricochet::proto::ConnectionStats| d.segments_sent + d.segments_retransmitted;
+    let pending = |set: &ricochet::ClientSet, i: usize| {
+        set.get(i).and_then(|c| {
+            let d = c.detail()?;
+            (c.queued_bytes() > 0 || c.unacked_fragments() > 0).then(|| fragments(&d))
+        })
+    };
+    let first: Vec<(usize, u64)> = (0..set.len())
+        .filter_map(|i| pending(set, i).map(|f| (i, f)))
+        .collect();
+    idle_for(set, watch)?;
+    let (mut stalled, mut moving) = (0usize, 0usize);
+    let (mut srtt_ms, mut rtos, mut no_sample) = (Vec::new(), 0u64, 0usize);
+    for &(i, before) in &first {
+        let Some(now) = pending(set, i) else {
+            continue; // delivered meanwhile
+        };
+        if now == before {
+            stalled += 1;
+        } else {
+            moving += 1;
+        }
+        if let Some(d) = set.get(i).and_then(|c| c.detail()) {
+            srtt_ms.push(d.srtt.as_secs_f64() * 1e3);
+            rtos = rtos.max(d.rto_count);
+            no_sample += usize::from(d.rtt.samples == 0);
+        }
+    }
+    srtt_ms.sort_by(f64::total_cmp);
+    let median = srtt_ms.get(srtt_ms.len() / 2).copied().unwrap_or(0.0);
+    let drops = crate::kernel::around(kernel_before, crate::kernel::snapshot())
+        .map_or("unknown".to_string(), |k| {
+            k.delta.udp_rcvbuf_errors.to_string()
+        });
+    let kind = if stalled > 0 {
+        "STALLED (no reliable fragment sent while data was pending: a protocol fault)"
+    } else {
+        "slow under overload, not stuck (every such sender was still retransmitting)"
+    };
+    Ok(format!(
+        "{kind}: {} players still held reliable data, {stalled} sent no reliable fragment in \
+         the next {:.1} s, {moving} kept retransmitting (their median smoothed RTT {median:.0} \
+         ms, up to {rtos} RTOs, {no_sample} without any RTT sample); UDP receive-buffer drops \
+         on this host since the server started: {drops}",
+        first.len(),
+        watch.as_secs_f64()
+    ))
 }
 
 fn le_u64(b: &[u8], at: usize) -> Option<u64> {
