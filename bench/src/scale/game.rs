@@ -10,13 +10,12 @@
 //! reliable inputs lost (sent but never received by the server after a drain: must be 0); the
 //! server's tick rate, late and skipped ticks, CPU per tick and resident memory per session.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use ricochet::{ClientConfig, ClientEvent};
+use ricochet::ClientEvent;
 use serde::{Deserialize, Serialize};
 
 use super::server::{
@@ -134,25 +133,6 @@ struct Player {
     measured: u64,
 }
 
-fn client_config(cfg: &GameConfig, ip: std::net::IpAddr, seed: u64) -> Result<ClientConfig> {
-    let profile = match cfg.profile.as_str() {
-        "default" => ricochet::Profile::Default,
-        "bulk" => ricochet::Profile::Bulk,
-        _ => ricochet::Profile::Game,
-    };
-    let mut c = ClientConfig::new()
-        .profile(profile)
-        .seed(seed)
-        .bind(SocketAddr::new(ip, 0));
-    c.backend.kind = cfg.backend.parse()?;
-    c.backend.batch_size = 8;
-    c.backend.recv_buffers = 8;
-    c.backend.max_datagram = 2048;
-    c.backend.gro = false;
-    c.socket_buffer = Some(256 << 10);
-    Ok(c)
-}
-
 /// Runs one measurement.
 pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     let period = Duration::from_secs_f64(1.0 / cfg.tick_hz.max(1.0));
@@ -193,7 +173,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         key,
         cfg.players,
         cfg.players_per_ip,
-        |ip, seed| client_config(cfg, ip, seed),
+        |ip, seed| super::member_config(&cfg.profile, &cfg.backend, ip, seed),
         limit,
     )?;
     let connected = set.connected();
