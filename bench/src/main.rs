@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod crypto;
 mod fec;
+mod handshake;
 
 use bench::commands::{
     self, gate::GateArgs, matrix::MatrixArgs, report::ReportArgs, rudp::RudpArgs, tour::TourArgs,
@@ -37,6 +39,10 @@ enum Command {
     UdpLimits(LimitsArgs),
     /// FEC codec encode/recover times per codec and SIMD level.
     Fec(fec::FecArgs),
+    /// Sessions admitted per second, by connect token beside insecure mode, in one run.
+    Handshake(handshake::HandshakeArgs),
+    /// Packet protection: seal/open time per packet size (and the AEAD candidates).
+    Crypto(crypto::CryptoArgs),
     /// A standalone impairment relay (the simulator's model on real sockets and a real clock).
     Relay(bench::relay::RelayArgs),
     /// RUDP complete-message echo through the impairment relay (or --direct).
@@ -45,7 +51,7 @@ enum Command {
     Matrix(MatrixArgs),
     /// CI regression gate: exact simulator metrics and same-run wall-clock ratios vs a baseline.
     Gate(GateArgs),
-    /// Regenerate PERFORMANCE.md's generated sections and charts from results/.
+    /// Regenerate PERFORMANCE.md's generated sections and charts from results/ (not results/local/).
     Report(ReportArgs),
     /// The separate client process of `bench rudp --clients-process separate` (started by the
     /// bench itself; talks JSON lines on standard input and output).
@@ -68,6 +74,8 @@ fn main() -> ExitCode {
         Some(Command::UdpLimits(a)) => commands::udp_limits::run(a, &cli.global),
         Some(Command::Relay(a)) => bench::relay::run(a).map(|()| true),
         Some(Command::Fec(a)) => fec::run(a).map(|()| true),
+        Some(Command::Handshake(a)) => handshake::run(a).map(|()| true),
+        Some(Command::Crypto(a)) => crypto::run(a).map(|()| true),
         Some(Command::Rudp(a)) => commands::rudp::run(a, &cli.global),
         Some(Command::Matrix(a)) => commands::matrix::run(a, &cli.global),
         Some(Command::Gate(a)) => commands::gate::run(a, &cli.global),

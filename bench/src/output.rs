@@ -10,7 +10,8 @@ use crate::host::{command_line, short_hostname, BuildInfo, HostInfo, UtcTime};
 use crate::schema::{ResultFile, UdpRun, SCHEMA_VERSION};
 
 /// The default results directory: `results/` at the workspace root when running from the
-/// source tree, else `./results`.
+/// source tree, else `./results`. It holds the team's archive (tracked, read by `bench report`)
+/// and, under [`LOCAL_DIR`], everyone's own runs.
 pub fn default_results_root() -> PathBuf {
     match Path::new(env!("CARGO_MANIFEST_DIR")).parent() {
         Some(root) if root.join("results").is_dir() => root.join("results"),
@@ -18,12 +19,20 @@ pub fn default_results_root() -> PathBuf {
     }
 }
 
-/// `<root>/<host>-<yyyymmdd>/<stem>-<hhmmss>.json`.
-pub fn result_path(root: Option<&Path>, stem: &str, at: &UtcTime) -> PathBuf {
-    let root = root
-        .map(Path::to_path_buf)
-        .unwrap_or_else(default_results_root);
-    root.join(format!("{}-{}", short_hostname(), at.date_compact()))
+/// The subdirectory of the results root where runs go unless archived: git-ignored and skipped
+/// by `bench report`, so running a benchmark never leaves the checkout dirty or the committed
+/// report out of date.
+pub const LOCAL_DIR: &str = "local";
+
+/// Where a result file of `stem` started at `at` goes: `<dir>/<host>-<yyyymmdd>/<stem>-<hhmmss>.json`
+/// where `<dir>` is `root` when given, else `results/` when `archive` is set, else `results/local/`.
+pub fn result_path(root: Option<&Path>, archive: bool, stem: &str, at: &UtcTime) -> PathBuf {
+    let dir = match root {
+        Some(root) => root.to_path_buf(),
+        None if archive => default_results_root(),
+        None => default_results_root().join(LOCAL_DIR),
+    };
+    dir.join(format!("{}-{}", short_hostname(), at.date_compact()))
         .join(format!("{stem}-{}.json", at.time_compact()))
 }
 

@@ -16,7 +16,8 @@ use crate::host::{BuildInfo, HostInfo};
 /// RUDP config's `client_threads` and `server_idle`, and the RUDP server's
 /// `sessions_per_worker` and `forwarded`; version 4 added the RUDP config's
 /// `client_placement`; version 5 added the RUDP config's `clients_process`, the round's
-/// `client_process` and `host_cpu`, and the wire counters' `tail_loss_probes`.
+/// `client_process` and `host_cpu`, the wire counters' `tail_loss_probes` and the RUDP config's
+/// `security`.
 pub const SCHEMA_VERSION: u32 = 5;
 
 /// Oldest schema version this build reads (every later change so far only added fields).
@@ -474,9 +475,20 @@ pub struct RudpConfig {
     /// (`in-process`) in files before schema version 5.
     #[serde(default)]
     pub clients_process: Option<String>,
+    /// Security: `secure` (clients admitted by connect token, every session's packets sealed
+    /// with its token's keys; in files from before tokens, the keys came from the protocol's
+    /// test path) or `insecure`. Absent (`insecure`: there was no protection) in files before
+    /// schema version 5.
+    #[serde(default)]
+    pub security: Option<String>,
 }
 
 impl RudpConfig {
+    /// Whether this round protects its sessions' packets.
+    pub fn is_secure(&self) -> bool {
+        self.security.as_deref() == Some("secure")
+    }
+
     /// The client threads this round runs: `client_threads`, or one per client when absent,
     /// at most one per client.
     pub fn resolved_client_threads(&self) -> usize {

@@ -53,3 +53,25 @@ fn prose_outside_markers_survives_and_sections_are_refreshed() {
     assert!(doc.contains("results/host-20260101/mystery.json"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn runs_under_results_local_are_not_reported() {
+    let dir = std::env::temp_dir().join(format!("ricochet-report-local-{}", std::process::id()));
+    let local = dir.join("results").join("local").join("host-20260101");
+    let archived = dir.join("results").join("host-20260101");
+    std::fs::create_dir_all(&local).unwrap();
+    std::fs::create_dir_all(&archived).unwrap();
+    std::fs::write(dir.join("PERFORMANCE.md"), "# Perf\n").unwrap();
+    // Files the report refuses name themselves in the output, which shows what it read.
+    std::fs::write(local.join("local-run.json"), "{\"kind\": \"mystery\"}").unwrap();
+    std::fs::write(
+        archived.join("archived-run.json"),
+        "{\"kind\": \"mystery\"}",
+    )
+    .unwrap();
+    let files = plan(&dir, None).unwrap();
+    let doc = &files[0].1;
+    assert!(doc.contains("results/host-20260101/archived-run.json"));
+    assert!(!doc.contains("local-run.json"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

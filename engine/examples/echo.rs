@@ -1,17 +1,45 @@
-//! An RUDP echo server and client.
+//! An RUDP echo server and client, admitting the client by connect token.
 //!
 //! ```sh
-//! cargo run --release --example echo                          # both, in one process, 3 s
-//! cargo run --release --example echo -- --serve 0.0.0.0:7777  # only the server
+//! cargo run --release --example echo                            # both, in one process, 3 s
+//! cargo run --release --example echo -- --serve 127.0.0.1:7777  # only the server
 //! cargo run --release --example echo -- --connect 127.0.0.1:7777 --seconds 10
+//! cargo run --release --example echo -- --insecure              # no tokens (LAN, tests)
 //! ```
+//!
+//! Both sides use a development key that everyone who reads this file knows: the client mints
+//! its own token, as the game's backend would. A real server takes its key from a secret
+//! store and never gives it to clients.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::proto::token::{ConnectToken, TokenKey, TokenParams};
+use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
 use ricochet::{Client, ClientConfig, ClientEvent};
+
+/// The development key (public: never use it for a server others can reach).
+const DEV_KEY: [u8; 32] = *b"ricochet example key: not secret";
+/// The game's protocol id.
+const PROTOCOL_ID: u64 = 0x6563_686f;
+
+/// A token for `server`, valid for 30 s: what the backend hands a player who logged in.
+fn mint_token(server: SocketAddr) -> Result<ConnectToken, Box<dyn std::error::Error>> {
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH)?;
+    let params = TokenParams {
+        protocol_id: PROTOCOL_ID,
+        client_id: 1,
+        server_addresses: &[server],
+        expires_unix: now.as_secs() + 30,
+        user_data: b"",
+    };
+    Ok(ConnectToken::generate(
+        &TokenKey::from_bytes(DEV_KEY),
+        &params,
+        &mut rand::rng(),
+    )?)
+}
 
 /// The whole server: send every message back on the channel it came on.
 struct Echo;
@@ -24,9 +52,17 @@ impl Handler for Echo {
 
 /// Send numbered messages on the reliable ordered channel (0) for `seconds`, 16 in flight,
 /// checking that each echo is the next one expected.
-fn run_client(server: SocketAddr, seconds: f64) -> Result<(), Box<dyn std::error::Error>> {
-    let mut client =
-        Client::connect_blocking(server, ClientConfig::default(), Duration::from_secs(5))?;
+fn run_client(
+    server: SocketAddr,
+    seconds: f64,
+    insecure: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let (cfg, limit) = (ClientConfig::default(), Duration::from_secs(5));
+    let mut client = if insecure {
+        Client::connect_insecure_blocking(server, cfg, limit)?
+    } else {
+        Client::connect_blocking(&mint_token(server)?, cfg, limit)?
+    };
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     let (mut next_send, mut next_echo) = (0u64, 0u64);
     let mut rtt_total = Duration::ZERO;
@@ -49,13 +85,11 @@ fn run_client(server: SocketAddr, seconds: f64) -> Result<(), Box<dyn std::error
                 ClientEvent::Disconnected { reason, .. } => {
                     return Err(format!("{reason:?}").into())
                 }
-                ClientEvent::Connected => {}
+                _ => {}
             }
         }
     }
-    let s = client
-        .stats()
-        .map(|s| (s.packets_sent, s.segments_retransmitted));
+    let s = client.stats().map(|s| (s.packets_sent, s.retransmitted));
     println!(
         "{next_echo} round trips in {seconds} s, mean RTT {:?}; (packets sent, retransmitted) = {s:?}",
         rtt_total / next_echo.max(1) as u32
@@ -77,11 +111,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .cloned()
     };
     let seconds: f64 = flag("--seconds").map_or(Ok(3.0), |s| s.parse())?;
+    let insecure = args.iter().any(|a| a == "--insecure");
     if let Some(addr) = flag("--connect") {
-        return run_client(addr.parse()?, seconds);
+        return run_client(addr.parse()?, seconds, insecure);
     }
-    let bind = flag("--serve").unwrap_or_else(|| "127.0.0.1:0".into());
-    let server = RudpServer::start(RudpServerConfig::new(bind.parse()?), |_| Echo)?;
+    let bind = flag("--serve")
+        .unwrap_or_else(|| "127.0.0.1:0".into())
+        .parse()?;
+    let cfg = if insecure {
+        ServerConfig::new(bind).insecure()
+    } else {
+        ServerConfig::new(bind).tokens(TokenKey::from_bytes(DEV_KEY), PROTOCOL_ID)
+    };
+    let server = Server::start(cfg, |_| Echo)?;
     println!(
         "echo server on {} ({} workers, {})",
         server.local_addr(),
@@ -91,7 +133,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if flag("--serve").is_some() {
         std::thread::sleep(Duration::from_secs_f64(seconds));
     } else {
-        run_client(server.local_addr(), seconds)?;
+        run_client(server.local_addr(), seconds, insecure)?;
     }
     server.shutdown()?;
     Ok(())

@@ -8,30 +8,29 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
-use ricochet::{ChannelKind, Client, ClientConfig, ClientEvent, Config};
-use ricochet_proto::EndpointConfig;
+use ricochet::{
+    backend, ChannelKind, Client, ClientConfig, ClientEvent, Handler, Peer, Profile, Refusal,
+    Server, ServerConfig, ServerContext, SessionId, TokenKey,
+};
 
-/// Channel ids; both sides use [`channels`].
+/// Channel ids, into [`CHANNELS`].
 const CHAT: u8 = 0;
 const STATE: u8 = 1;
 
-fn channels() -> EndpointConfig {
-    EndpointConfig {
-        connection: Arc::new(Config {
-            channels: vec![
-                ChannelKind::ReliableOrdered,
-                ChannelKind::UnreliableSequenced,
-            ],
-            ..Config::competitive()
-        }),
-        ..EndpointConfig::default()
-    }
-}
+/// Inputs and chat go reliable and ordered; world snapshots go unreliable-sequenced (a late
+/// snapshot is worthless once a newer one arrived).
+const CHANNELS: [ChannelKind; 2] = [
+    ChannelKind::ReliableOrdered,
+    ChannelKind::UnreliableSequenced,
+];
+
+/// The game's protocol id.
+const PROTOCOL_ID: u64 = 0x6761_6d65;
+/// Most players in the world.
+const MAX_PLAYERS: usize = 64;
 
 /// The world: a tick counter and each player's chat line count. One worker owns it.
 #[derive(Default)]
@@ -41,7 +40,18 @@ struct World {
 }
 
 impl Handler for World {
-    fn on_connect(&mut self, _: &mut ServerContext<'_>, s: SessionId) {
+    fn on_accept(&mut self, _: &mut ServerContext<'_>, peer: &Peer) -> Result<(), Refusal> {
+        // The backend put the player's name in the token's user data.
+        if self.players.len() >= MAX_PLAYERS {
+            return Err(Refusal::new(1, "the match is full"));
+        }
+        if peer.user_data.is_empty() {
+            return Err(Refusal::new(2, "a player needs a name"));
+        }
+        Ok(())
+    }
+
+    fn on_connect(&mut self, _: &mut ServerContext<'_>, s: SessionId, _: &Peer) {
         self.players.insert(s, 0);
     }
 
@@ -103,28 +113,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: f64 = flag("--seconds").map_or(Ok(3.0), |s| s.parse())?;
     let n: usize = flag("--clients").map_or(Ok(4), |s| s.parse())?;
 
-    let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse()?);
-    cfg.udp.io_threads = 1; // one world, one worker
-    cfg.udp.tick = Some(Duration::from_millis(50));
-    cfg.endpoint = EndpointConfig {
-        server: cfg.endpoint.server.clone(),
-        ..channels()
-    };
-    let server = RudpServer::start(cfg, |_| World::default())?;
+    // In a real deployment the key comes from a secret store the backend shares.
+    let key = TokenKey::generate(&mut rand::rng());
+    let cfg = ServerConfig::new("127.0.0.1:0".parse()?)
+        .tokens(key.clone(), PROTOCOL_ID)
+        .profile(Profile::Game)
+        .channels(CHANNELS)
+        .workers(1) // one world, one worker
+        .tick(Duration::from_millis(50));
+    let server = Server::start(cfg, |_| World::default())?;
 
-    let client_cfg = ClientConfig {
-        endpoint: channels(),
-        ..ClientConfig::default()
-    };
-    let mut players = (0..n)
-        .map(|_| {
-            Client::connect_blocking(
-                server.local_addr(),
-                client_cfg.clone(),
-                Duration::from_secs(5),
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let client_cfg = ClientConfig::new()
+        .profile(Profile::Game)
+        .channels(CHANNELS);
+    // What the backend does for each player who logs in: a token for this server, with the
+    // player's name for the server application.
+    let mut players = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("player {i}");
+        let valid_for = Duration::from_secs(30);
+        let servers = [server.local_addr()];
+        let token = backend::issue_token(
+            &key,
+            PROTOCOL_ID,
+            i as u64,
+            &servers,
+            valid_for,
+            name.as_bytes(),
+        )?;
+        players.push(Client::connect_blocking(
+            &token,
+            client_cfg.clone(),
+            Duration::from_secs(5),
+        )?);
+    }
     let mut seen: Vec<Seen> = (0..n).map(|_| Seen::default()).collect();
 
     // The game loop: 60 frames a second; every second each player says something.
@@ -154,7 +176,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     ClientEvent::Disconnected { reason, .. } => {
                         return Err(format!("{reason:?}").into())
                     }
-                    ClientEvent::Connected => {}
+                    _ => {}
                 }
             }
         }
@@ -163,7 +185,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     for (i, (c, s)) in players.iter().zip(&seen).enumerate() {
-        let rtt = c.stats().map_or(Duration::ZERO, |st| st.srtt);
+        let rtt = c.stats().map_or(Duration::ZERO, |st| st.rtt);
         println!(
             "player {i}: {} snapshots (last tick {}, {} stale), {} chat lines, RTT {rtt:?}",
             s.snapshots, s.last_tick, s.stale, s.chat

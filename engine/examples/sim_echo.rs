@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Flags: `--fec` (adaptive, max parity 4), `--competitive` (`Config::competitive()` instead of
-//! `Config::default()`), `--no-cc` (congestion control off),
+//! `Config::default()`), `--no-cc` (congestion control off), `--insecure` (no packet
+//! protection),
 //! `--redundant` / `--no-redundant` (retransmit every fragment twice, or not), `--clients N`, `--window N`, `--payload BYTES`, `--seconds S`,
 //! `--seed N`, and overrides of the connection config: `--packet-threshold N`,
 //! `--ack-frequency N`, `--ack-delay-ms MS`, and of its FEC settings: `--group-wait-ms MS`,
@@ -51,10 +52,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut redundant = None;
     let mut tail_residual = None;
     let mut tail_skip = None;
+    let mut insecure = false;
     while let Some(a) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
         match a.as_str() {
             "--fec" => fec = true,
+            "--insecure" => insecure = true,
             "--competitive" => competitive = true,
             "--no-cc" => no_cc = true,
             "--redundant" => redundant = Some(true),
@@ -150,6 +153,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         payload,
         seconds: Duration::from_secs_f64(seconds),
         config,
+        secure: !insecure,
         ..EchoScenario::new(profile, seed)
     }
     .run()?;

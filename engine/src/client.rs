@@ -1,12 +1,19 @@
 //! The game client: one RUDP connection driven from a game loop, no async runtime.
 //!
+//! A client connects with the [`ConnectToken`] the game's backend issued it (see
+//! [`ricochet_proto::token`]); [`Client::connect_insecure`] connects to a server in insecure
+//! mode (LAN play, local tests).
+//!
 //! ```no_run
 //! use ricochet::client::{Client, ClientConfig, ClientEvent};
+//! use ricochet::proto::token::ConnectToken;
 //! use std::time::Duration;
 //!
-//! # fn main() -> Result<(), ricochet::client::ClientError> {
-//! let server = "127.0.0.1:7777".parse().unwrap();
-//! let mut client = Client::connect_blocking(server, ClientConfig::default(), Duration::from_secs(5))?;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let token_bytes: Vec<u8> = Vec::new();
+//! // The bytes the backend sent over HTTPS after the player logged in.
+//! let token = ConnectToken::from_bytes(&token_bytes)?;
+//! let mut client = Client::connect_blocking(&token, ClientConfig::new(), Duration::from_secs(5))?;
 //! client.send(0, &b"hello"[..])?;
 //! loop {
 //!     client.update()?; // once per frame: receive, run timers, send
@@ -23,20 +30,37 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ricochet_platform::{self as platform, Backend, BackendConfig, SendBatch, SocketConfig};
-
-use ricochet_proto::{
-    CloseReason, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, SendError,
+use ricochet_platform::{
+    self as platform, Backend, BackendConfig, BackendKind, SendBatch, SocketConfig,
 };
+
+use ricochet_proto::token::ConnectToken;
+use ricochet_proto::{
+    ChannelKind, CloseReason, Config, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig,
+    Event, SendError,
+};
+
+use crate::profile::{with_channels, Profile};
+use crate::stats::SessionStats;
 
 /// Room for one outgoing datagram (any UDP payload) in the send batch.
 const TRANSMIT_BUF: usize = 65_536;
 
-/// Client settings.
+/// Client settings: start from [`ClientConfig::new`] and change what you need with the builder
+/// methods; the fields stay open for tuning beyond them.
+///
+/// ```
+/// use ricochet::{ClientConfig, Profile};
+///
+/// let config = ClientConfig::new().profile(Profile::Game);
+/// # let _ = config;
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ClientConfig {
     /// Protocol settings; must match the server's channel list.
     pub endpoint: EndpointConfig,
@@ -75,18 +99,98 @@ impl Default for ClientConfig {
     }
 }
 
+impl ClientConfig {
+    /// The defaults: [`Profile::Default`], automatic backend, an ephemeral local port.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Tune the session for `profile` (use the server's). Keeps the channels.
+    pub fn profile(self, profile: Profile) -> Self {
+        self.session(|c| *c = with_channels(profile.config(), c))
+    }
+
+    /// The session's channels, by id: the same kinds in the same order as the server's.
+    pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
+        let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
+        self.session(|c| c.channels = kinds)
+    }
+
+    /// Change any protocol setting of the session (see [`Config`]).
+    pub fn session(mut self, tune: impl FnOnce(&mut Config)) -> Self {
+        tune(Arc::make_mut(&mut self.endpoint.connection));
+        self
+    }
+
+    /// The datagram I/O backend (automatic by default).
+    pub fn backend(mut self, backend: BackendKind) -> Self {
+        self.backend.kind = backend;
+        self
+    }
+
+    /// Bind this local address instead of an ephemeral port.
+    pub fn bind(mut self, local: SocketAddr) -> Self {
+        self.bind = Some(local);
+        self
+    }
+
+    /// Seed connection ids and nonces from `seed` (reproducible tests); by default from the OS.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+}
+
+/// Which time limit ended a connection attempt (see [`ClientError::TimedOut`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectLimit {
+    /// The `timeout` given to [`Client::connect_blocking`].
+    Caller,
+    /// The protocol's own handshake limit, [`crate::Config::handshake_timeout`] (in
+    /// [`ClientConfig::endpoint`]); the connection attempt is over whatever the caller waits.
+    Handshake,
+}
+
+impl std::fmt::Display for ConnectLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ConnectLimit::Caller => "the caller's connect timeout",
+            ConnectLimit::Handshake => "the handshake timeout (Config::handshake_timeout)",
+        })
+    }
+}
+
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ClientError {
-    /// The server refused the connection (server full, too many from this address, ...).
-    #[error("the server refused the connection: {0:?}")]
+    /// The server refused the connection: server full, too many from this address, or its
+    /// connect token was refused (required, invalid, expired, for another server, reused).
+    #[error("the server refused the connection: {0}")]
     Refused(CloseReason),
+    /// The server application refused the client ([`crate::runtime::Handler::on_accept`]).
+    #[error(
+        "the server application refused the connection (code {code}): {}",
+        String::from_utf8_lossy(message)
+    )]
+    Rejected {
+        /// The application's reason code (0..=127).
+        code: u8,
+        /// Its message (UTF-8 by convention), at most 64 bytes.
+        message: Bytes,
+    },
     /// The server speaks another protocol version.
     #[error("the server speaks another protocol version")]
     VersionMismatch,
-    /// No answer within the handshake timeout.
-    #[error("connecting timed out after {0:?}")]
-    TimedOut(Duration),
+    /// The handshake did not complete in time.
+    #[error("connecting timed out: {which} of {limit:?} expired")]
+    TimedOut {
+        /// The limit that expired.
+        limit: Duration,
+        /// Whose limit it was: the caller's or the handshake's own.
+        which: ConnectLimit,
+    },
     /// The connection is closed; nothing more can be sent.
     #[error("the connection is closed ({reason:?}, by peer: {by_peer})")]
     Closed {
@@ -105,6 +209,7 @@ pub enum ClientError {
 
 /// What happened on the connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClientEvent {
     /// The handshake completed.
     Connected,
@@ -135,6 +240,8 @@ pub struct Client {
     events: VecDeque<ClientEvent>,
     connected: bool,
     closed: Option<(CloseReason, bool)>,
+    /// The server application's message with its refusal, once refused.
+    refusal_message: Bytes,
 }
 
 impl std::fmt::Debug for Client {
@@ -163,10 +270,38 @@ fn open_backend(
 }
 
 impl Client {
-    /// Start connecting to `server` and return at once; [`ClientEvent::Connected`] (or
-    /// `Disconnected`) reports the outcome as [`Client::update`] runs. Messages may be queued
-    /// right away.
-    pub fn connect(server: SocketAddr, config: ClientConfig) -> Result<Client, ClientError> {
+    /// Start connecting with `token` (to its first server address, then the next ones in turn
+    /// when a server times out or has no room) and return at once; [`ClientEvent::Connected`]
+    /// (or `Disconnected`) reports the outcome as [`Client::update`] runs. Messages may be
+    /// queued right away.
+    pub fn connect(token: &ConnectToken, config: ClientConfig) -> Result<Client, ClientError> {
+        let server = token
+            .server_addresses
+            .first()
+            .copied()
+            .ok_or(ClientError::Refused(CloseReason::TokenInvalid))?;
+        Client::start(server, config, |endpoint, now| {
+            endpoint.connect_with_token(now, token)
+        })
+    }
+
+    /// Start connecting to `server` in insecure mode (no token, no packet protection: the
+    /// server must be in insecure mode too; LAN play and local tests). Otherwise as
+    /// [`Client::connect`].
+    pub fn connect_insecure(
+        server: SocketAddr,
+        config: ClientConfig,
+    ) -> Result<Client, ClientError> {
+        Client::start(server, config, |endpoint, now| {
+            endpoint.connect(now, server)
+        })
+    }
+
+    fn start(
+        server: SocketAddr,
+        config: ClientConfig,
+        open: impl FnOnce(&mut Endpoint, Instant) -> ConnectionHandle,
+    ) -> Result<Client, ClientError> {
         let backend = open_backend(server, &config)?;
         let now = Instant::now();
         let seed = config.seed.unwrap_or_else(|| {
@@ -174,7 +309,7 @@ impl Client {
             rand::rng().next_u64()
         });
         let mut endpoint = Endpoint::new(config.endpoint.clone(), now, seed);
-        let handle = endpoint.connect(now, server);
+        let handle = open(&mut endpoint, now);
         let mut send_batch = SendBatch::new(config.backend.batch_size.max(8));
         send_batch.set_coalescing(config.gso && platform::probe().gso.available);
         let mut client = Client {
@@ -187,39 +322,72 @@ impl Client {
             events: VecDeque::new(),
             connected: false,
             closed: None,
+            refusal_message: Bytes::new(),
         };
         client.drive(Some(Duration::ZERO), true)?;
         Ok(client)
     }
 
-    /// Connect and wait until the handshake completes, fails, or `timeout` passes. The
-    /// [`ClientEvent::Connected`] event is not queued: returning `Ok` says it.
+    /// Connect with `token` and wait until the handshake completes, fails, or `timeout`
+    /// passes. The [`ClientEvent::Connected`] event is not queued: returning `Ok` says it.
+    ///
+    /// The handshake also gives up on its own after [`crate::Config::handshake_timeout`] (per
+    /// server address the token lists); the error's [`ConnectLimit`] says which of the two
+    /// limits expired.
     pub fn connect_blocking(
+        token: &ConnectToken,
+        config: ClientConfig,
+        timeout: Duration,
+    ) -> Result<Client, ClientError> {
+        Client::connect(token, config)?.wait_connected(timeout)
+    }
+
+    /// [`Client::connect_insecure`], waiting like [`Client::connect_blocking`].
+    pub fn connect_insecure_blocking(
         server: SocketAddr,
         config: ClientConfig,
         timeout: Duration,
     ) -> Result<Client, ClientError> {
-        let mut client = Client::connect(server, config)?;
+        Client::connect_insecure(server, config)?.wait_connected(timeout)
+    }
+
+    fn wait_connected(mut self, timeout: Duration) -> Result<Client, ClientError> {
         let deadline = Instant::now() + timeout;
         loop {
-            if client.connected {
+            if self.connected {
                 // Returning is the news: don't report it twice.
-                client.events.retain(|e| *e != ClientEvent::Connected);
-                return Ok(client);
+                self.events.retain(|e| *e != ClientEvent::Connected);
+                return Ok(self);
             }
-            if let Some((reason, _)) = client.closed {
+            if let Some((reason, _)) = self.closed {
                 return Err(match reason {
                     CloseReason::VersionMismatch => ClientError::VersionMismatch,
-                    CloseReason::HandshakeTimeout => ClientError::TimedOut(timeout),
+                    CloseReason::HandshakeTimeout => ClientError::TimedOut {
+                        limit: self.config.endpoint.connection.handshake_timeout,
+                        which: ConnectLimit::Handshake,
+                    },
+                    CloseReason::Rejected(code) => ClientError::Rejected {
+                        code,
+                        message: self.refusal_message(),
+                    },
                     other => ClientError::Refused(other),
                 });
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(ClientError::TimedOut(timeout));
+                return Err(ClientError::TimedOut {
+                    limit: timeout,
+                    which: ConnectLimit::Caller,
+                });
             }
-            client.wait(deadline - now)?;
+            self.wait(deadline - now)?;
         }
+    }
+
+    /// The message the server application gave with its refusal ([`CloseReason::Rejected`]);
+    /// empty otherwise.
+    pub fn refusal_message(&self) -> Bytes {
+        self.refusal_message.clone()
     }
 
     /// Queue a message on `channel`.
@@ -300,11 +468,18 @@ impl Client {
                     ClientEvent::Connected
                 }
                 Event::Message { channel, data } => ClientEvent::Message { channel, data },
-                Event::Closed { reason, by_peer } => {
+                Event::Closed {
+                    reason,
+                    by_peer,
+                    message,
+                } => {
                     self.connected = false;
                     self.closed = Some((reason, by_peer));
+                    self.refusal_message = message;
                     ClientEvent::Disconnected { reason, by_peer }
                 }
+                // Only a server's endpoint reports incoming clients.
+                Event::Incoming(_) => continue,
             });
         }
     }
@@ -344,8 +519,16 @@ impl Client {
         self.connected
     }
 
-    /// The connection's statistics (RTT histogram, loss, retransmissions, cwnd, RTO).
-    pub fn stats(&self) -> Option<&ConnectionStats> {
+    /// The session's counters and path estimates (RTT, loss, retransmissions, congestion
+    /// window); `None` once the session is gone.
+    pub fn stats(&self) -> Option<SessionStats> {
+        self.detail().map(SessionStats::from)
+    }
+
+    /// Every counter the protocol core keeps for the session (for benchmarks and diagnostics;
+    /// its shape follows the protocol core, not this crate's API promise).
+    #[doc(hidden)]
+    pub fn detail(&self) -> Option<&ConnectionStats> {
         self.endpoint.connection(self.handle).map(|c| c.stats())
     }
 
@@ -368,14 +551,28 @@ impl Client {
             .map_or(0, |c| c.queued_bytes())
     }
 
-    /// The server's address.
+    /// The server's address (with a token: the one of its addresses being tried, or that
+    /// accepted).
     pub fn server_addr(&self) -> SocketAddr {
-        self.server
+        self.endpoint
+            .connection(self.handle)
+            .map_or(self.server, |c| c.remote_addr())
     }
 
     /// The local socket address.
     pub fn local_addr(&self) -> SocketAddr {
         self.backend.socket_info().local_addr
+    }
+
+    /// The datagram I/O backend this client runs on: never [`BackendKind::Auto`], but what
+    /// `auto` (or `RICOCHET_BACKEND`) resolved to, after any fallback.
+    pub fn backend_kind(&self) -> BackendKind {
+        self.backend.kind()
+    }
+
+    /// Why that backend was chosen (including any fallback reason).
+    pub fn selection_reason(&self) -> &str {
+        self.backend.selection_reason()
     }
 
     /// Move to a new local socket (as when a NAT rebinding or a network change gives the client
@@ -397,6 +594,7 @@ impl Client {
 /// A member of a [`ClientSet`] failed, or the set's wait did.
 #[derive(Debug, thiserror::Error)]
 #[error("client {index:?} of the set: {source}")]
+#[non_exhaustive]
 pub struct ClientSetError {
     /// The member's index in the set; `None` when the wait over every member failed.
     pub index: Option<usize>,
@@ -412,13 +610,15 @@ pub struct ClientSetError {
 ///
 /// ```no_run
 /// use ricochet::client::{Client, ClientConfig, ClientEvent, ClientSet};
+/// use ricochet::proto::token::ConnectToken;
 /// use std::time::Duration;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let server = "127.0.0.1:7777".parse()?;
+/// # let tokens: Vec<ConnectToken> = Vec::new();
+/// // One token per bot, from the backend (or minted with the key in a test rig).
 /// let mut set = ClientSet::new();
-/// for _ in 0..8 {
-///     let c = Client::connect_blocking(server, ClientConfig::default(), Duration::from_secs(5))?;
+/// for token in &tokens {
+///     let c = Client::connect_blocking(token, ClientConfig::new(), Duration::from_secs(5))?;
 ///     set.push(c);
 /// }
 /// for i in 0..set.len() {

@@ -9,16 +9,27 @@
 //!   raw-UDP and RUDP servers.
 //! - [`client`]: the game client, driven from a game loop; [`ClientSet`] drives many clients
 //!   (a load tester, a bot farm) from one thread with one wait.
+//! - [`backend`]: what the game's backend does to let a player in: issue a [`ConnectToken`]
+//!   sealed with the [`TokenKey`] it shares with its servers.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod backend;
 pub mod client;
+mod profile;
 pub mod runtime;
+mod stats;
 
 pub use ricochet_platform as platform;
 pub use ricochet_proto as proto;
 
-pub use client::{Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError};
-pub use ricochet_proto::{ChannelKind, CloseReason, Config};
-pub use runtime::{
-    Handler, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId, UdpServerConfig,
+pub use client::{
+    Client, ClientConfig, ClientError, ClientEvent, ClientSet, ClientSetError, ConnectLimit,
 };
+pub use profile::Profile;
+pub use ricochet_platform::BackendKind;
+pub use ricochet_proto::token::{ConnectToken, TokenKey};
+pub use ricochet_proto::{ChannelKind, CloseReason, Config, Peer, Refusal, SendError};
+pub use runtime::{
+    Handler, IdleStrategy, IoModel, RuntimeError, Server, ServerConfig, ServerContext, SessionId,
+};
+pub use stats::SessionStats;

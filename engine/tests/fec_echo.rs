@@ -1,286 +1,24 @@
-//! FEC acceptance: 4 clients x 16 in flight x 1,024 B echo through `ricochet_testkit`, 60 simulated
-//! seconds per case, ARQ-only against fixed and adaptive FEC in the same test.
+//! FEC acceptance: the echo scenario (`ricochet_testkit::echo`: 4 clients x 16 in flight x
+//! 1,024 B), ARQ-only against fixed and adaptive FEC in the same test.
 //!
 //! Prints simulated round trips/s, p99 RTT, wire overhead, recovered and retransmitted per
-//! 1,000 round trips per case. The 60-second acceptance run (about 35 s of wall time):
+//! 1,000 round trips per case. The 60-second acceptance run:
 //! `cargo test -p ricochet --release --test fec_echo -- --nocapture`
 //! (debug builds run 15 simulated seconds per case, see [`SECS`]).
 
-mod proto_util;
+use std::time::Duration;
 
-use std::collections::VecDeque;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use bytes::Bytes;
-use hdrhistogram::Histogram;
-use proto_util::{App, EpNode};
 use ricochet_proto::fec::FecPolicy;
-use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
-use ricochet_testkit::{Impairment, Profile, Simulation};
+use ricochet_proto::Config;
+use ricochet_testkit::echo::{EchoReport, EchoScenario};
+use ricochet_testkit::Profile;
 
-const CLIENTS: usize = 4;
-const IN_FLIGHT: usize = 16;
-const PAYLOAD: usize = 1024;
-/// Simulated seconds per case: 60 (the acceptance length) in optimized builds. An unoptimized
-/// build runs the 8 cases at ~10 s of wall time per simulated second on a loaded 2-core
-/// machine, so debug builds run 15 simulated seconds per case with the same assertions.
+/// Simulated seconds per case: 60 (the acceptance length) in optimized builds; debug builds run
+/// 15 with the same assertions, to stay within the test suite's time on a 2-core machine.
 const SECS: u64 = if cfg!(debug_assertions) { 15 } else { 60 };
 
-#[derive(Default)]
-struct Client {
-    server: Option<SocketAddr>,
-    handle: Option<ConnectionHandle>,
-    next_seq: u64,
-    expect_seq: u64,
-    sent_at: VecDeque<Instant>,
-    rtt: Option<Histogram<u64>>,
-    round_trips: u64,
-    connected: bool,
-    closed: bool,
-}
-
-/// The server echoes; a client keeps 16 messages in flight and checks every echo.
-enum Role {
-    Server { handles: Vec<ConnectionHandle> },
-    Client(Box<Client>),
-}
-
-fn payload(seq: u64) -> Bytes {
-    let mut v = vec![(seq % 251) as u8; PAYLOAD];
-    v[..8].copy_from_slice(&seq.to_le_bytes());
-    Bytes::from(v)
-}
-
-impl Client {
-    fn send_one(&mut self, now: Instant, ep: &mut Endpoint) {
-        let h = self.handle.expect("connected");
-        ep.send(h, 0, payload(self.next_seq)).expect("send");
-        self.next_seq += 1;
-        self.sent_at.push_back(now);
-    }
-}
-
-impl App for Role {
-    fn on_tick(&mut self, now: Instant, ep: &mut Endpoint) {
-        if let Role::Client(c) = self {
-            if c.handle.is_none() {
-                c.handle = Some(ep.connect(now, c.server.expect("server address")));
-            }
-        }
-    }
-
-    fn on_event(&mut self, now: Instant, ep: &mut Endpoint, h: ConnectionHandle, e: Event) {
-        match self {
-            Role::Server { handles } => match e {
-                Event::Connected => handles.push(h),
-                Event::Message { channel, data } => ep.send(h, channel, data).expect("echo"),
-                Event::Closed { .. } => {}
-            },
-            Role::Client(c) => match e {
-                Event::Connected => {
-                    c.connected = true;
-                    for _ in 0..IN_FLIGHT {
-                        c.send_one(now, ep);
-                    }
-                }
-                Event::Message { channel, data } => {
-                    assert_eq!(channel, 0);
-                    assert_eq!(
-                        data,
-                        payload(c.expect_seq),
-                        "echo {} corrupted or out of order",
-                        c.expect_seq
-                    );
-                    c.expect_seq += 1;
-                    let t0 = c.sent_at.pop_front().expect("an echo was outstanding");
-                    let us = now.duration_since(t0).as_micros().max(1) as u64;
-                    c.rtt.as_mut().expect("histogram").record(us).expect("rtt");
-                    c.round_trips += 1;
-                    c.send_one(now, ep);
-                }
-                Event::Closed { .. } => c.closed = true,
-            },
-        }
-    }
-}
-
-/// Totals of one case, over both directions.
-struct Outcome {
-    round_trips: u64,
-    rtt: Histogram<u64>,
-    app_bytes: u64,
-    wire_bytes: u64,
-    recovered: u64,
-    retransmitted: u64,
-    unrecoverable: u64,
-    parity_sent: u64,
-    /// Parity levels of the groups each sender closed last.
-    final_parity: Vec<usize>,
-    policy_changes: u64,
-    realized_loss: f64,
-    /// Highest retention-budget peak of any endpoint, and the limit.
-    peak_retained: usize,
-    retention_limit: usize,
-    /// Highest parity/data ratio (per mille) any sender saw over its cap window, and overall.
-    peak_window_parity_permille: u64,
-    max_total_parity_permille: u64,
-    malformed: u64,
-}
-
-impl Outcome {
-    fn per_1000(&self, n: u64) -> f64 {
-        n as f64 * 1000.0 / self.round_trips.max(1) as f64
-    }
-    fn overhead_pct(&self) -> f64 {
-        100.0 * (self.wire_bytes as f64 / self.app_bytes.max(1) as f64 - 1.0)
-    }
-    fn p99_ms(&self) -> f64 {
-        self.rtt.value_at_quantile(0.99) as f64 / 1000.0
-    }
-}
-
-fn run(imp: Impairment, cfg: Config, seed: u64, secs: u64) -> Outcome {
-    let mut sim: Simulation<EpNode<Role>> = Simulation::new(seed, imp).expect("sim");
-    let base = sim.now();
-    let cfg = Arc::new(cfg);
-    let server_addr: SocketAddr = "10.0.0.1:7000".parse().expect("addr");
-    let scfg = EndpointConfig {
-        connection: cfg.clone(),
-        server: Some(ServerConfig::default()),
-        ..EndpointConfig::default()
-    };
-    sim.add_node(
-        server_addr,
-        EpNode {
-            ep: Endpoint::new(scfg, base, seed ^ 1),
-            app: Role::Server {
-                handles: Vec::new(),
-            },
-        },
-    )
-    .expect("server");
-    let mut clients = Vec::new();
-    for i in 0..CLIENTS {
-        let a: SocketAddr = format!("10.0.1.{}:{}", i + 1, 5000 + i)
-            .parse()
-            .expect("addr");
-        let ccfg = EndpointConfig {
-            connection: cfg.clone(),
-            ..EndpointConfig::default()
-        };
-        let client = Client {
-            server: Some(server_addr),
-            rtt: Some(Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram")),
-            ..Client::default()
-        };
-        sim.add_node(
-            a,
-            EpNode {
-                ep: Endpoint::new(ccfg, base, seed ^ (100 + i as u64)),
-                app: Role::Client(Box::new(client)),
-            },
-        )
-        .expect("client");
-        clients.push(a);
-    }
-    for &a in &clients {
-        if let Some(n) = sim.node_mut(a) {
-            n.app.on_tick(base, &mut n.ep);
-        }
-    }
-    sim.run_for(Duration::from_secs(secs)).expect("run");
-
-    let mut o = Outcome {
-        round_trips: 0,
-        rtt: Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram"),
-        app_bytes: 0,
-        wire_bytes: 0,
-        recovered: 0,
-        retransmitted: 0,
-        unrecoverable: 0,
-        parity_sent: 0,
-        final_parity: Vec::new(),
-        policy_changes: 0,
-        realized_loss: 0.0,
-        peak_retained: 0,
-        retention_limit: 0,
-        peak_window_parity_permille: 0,
-        max_total_parity_permille: 0,
-        malformed: 0,
-    };
-    let mut loss_samples = 0;
-    for (_, n) in sim.nodes() {
-        let handles: Vec<ConnectionHandle> = match &n.app {
-            Role::Server { handles } => {
-                assert_eq!(n.ep.connection_count(), CLIENTS);
-                handles.clone()
-            }
-            Role::Client(c) => {
-                assert!(c.connected, "a client never connected");
-                assert!(!c.closed, "a client closed");
-                o.round_trips += c.round_trips;
-                o.rtt
-                    .add(c.rtt.as_ref().expect("histogram"))
-                    .expect("merge");
-                o.app_bytes += 2 * c.round_trips * PAYLOAD as u64;
-                vec![c.handle.expect("handle")]
-            }
-        };
-        let budget = n.ep.fec_budget();
-        o.peak_retained = o.peak_retained.max(budget.peak());
-        o.retention_limit = budget.limit();
-        for h in handles {
-            let s = n.ep.connection(h).expect("connection").stats();
-            o.wire_bytes += s.bytes_sent;
-            o.retransmitted += s.segments_retransmitted;
-            let f = &s.fec;
-            o.recovered += f.data_recovered;
-            o.unrecoverable += f.groups_unrecoverable;
-            o.parity_sent += f.parity_sent;
-            o.policy_changes += f.policy_changes;
-            o.malformed += f.malformed.total();
-            if f.sender.data_shards > 0 {
-                o.final_parity.push(f.current_parity);
-                o.peak_window_parity_permille = o
-                    .peak_window_parity_permille
-                    .max(f.sender.peak_window_parity_permille);
-                let total = f.sender.parity_bytes_sent * 1000 / f.sender.data_bytes.max(1);
-                o.max_total_parity_permille = o.max_total_parity_permille.max(total);
-            }
-            if f.receiver.received > 0 {
-                o.realized_loss += f.realized_loss;
-                loss_samples += 1;
-            }
-        }
-    }
-    o.realized_loss /= f64::from(loss_samples.max(1));
-    o
-}
-
-fn report(name: &str, o: &Outcome) {
-    println!(
-        "{name:>18}: {:>6.0} rt/s  p50 {:>5.1} ms  p99 {:>6.1} ms  overhead {:>5.1}%  \
-         recovered/1000 {:>6.1}  retransmitted/1000 {:>6.1}  unrecoverable groups {}  \
-         parity sent {}  final parity {:?}  policy changes {}  realized loss {:.2}%  \
-         peak retained {} B  peak parity/data {}‰ (window) {}‰ (total)",
-        o.round_trips as f64 / SECS as f64,
-        o.rtt.value_at_quantile(0.5) as f64 / 1000.0,
-        o.p99_ms(),
-        o.overhead_pct(),
-        o.per_1000(o.recovered),
-        o.per_1000(o.retransmitted),
-        o.unrecoverable,
-        o.parity_sent,
-        o.final_parity,
-        o.policy_changes,
-        o.realized_loss * 100.0,
-        o.peak_retained,
-        o.peak_window_parity_permille,
-        o.max_total_parity_permille,
-    );
-}
+const FIXED: FecPolicy = FecPolicy::Fixed { parity: 2 };
+const ADAPTIVE: FecPolicy = FecPolicy::Adaptive { max_parity: 4 };
 
 fn config(policy: FecPolicy) -> Config {
     let mut c = Config::competitive();
@@ -288,63 +26,98 @@ fn config(policy: FecPolicy) -> Config {
     c
 }
 
-const FIXED: FecPolicy = FecPolicy::Fixed { parity: 2 };
-const ADAPTIVE: FecPolicy = FecPolicy::Adaptive { max_parity: 4 };
+fn run(scenario: EchoScenario) -> EchoReport {
+    let r = scenario.run().expect("the scenario runs");
+    assert!(r.is_ok(), "{}: {:?}", r.profile, r.problems());
+    r
+}
+
+fn case(profile: Profile, policy: FecPolicy) -> EchoScenario {
+    EchoScenario {
+        seconds: Duration::from_secs(SECS),
+        config: config(policy),
+        ..EchoScenario::new(profile, 42)
+    }
+}
+
+fn p99_ms(r: &EchoReport) -> f64 {
+    r.rtt_p99_us as f64 / 1000.0
+}
+
+fn report(name: &str, r: &EchoReport) {
+    println!(
+        "{name:>18}: {:>6.0} rt/s  p50 {:>5.1} ms  p99 {:>6.1} ms  overhead {:>5.1}%  \
+         recovered/1000 {:>6.1}  retransmitted/1000 {:>6.1}  unrecoverable {:?}  \
+         parity sent {:?}  final parity {:?}  peak retained {:?} B  parity/data ‰ {:?}",
+        r.round_trips_per_s,
+        r.rtt_p50_us as f64 / 1000.0,
+        p99_ms(r),
+        r.wire_overhead_percent,
+        r.fec_recovered_per_1000.unwrap_or(0.0),
+        r.retransmitted_per_1000,
+        r.fec_unrecoverable,
+        r.fec_parity_shards,
+        r.fec_final_parity,
+        r.fec_peak_retained_bytes,
+        r.fec_parity_permille,
+    );
+}
 
 /// The budget and cap assertions every FEC case must hold.
-fn assert_budgets(name: &str, o: &Outcome, cap_percent: u64) {
-    assert!(o.round_trips > 0, "{name}: no round trips");
+fn assert_budgets(name: &str, r: &EchoReport, cap_percent: u64) {
+    assert!(r.round_trips > 0, "{name}: no round trips");
+    let (peak, limit) = (
+        r.fec_peak_retained_bytes.expect("FEC on"),
+        r.fec_retention_limit.expect("FEC on"),
+    );
+    assert!(peak <= limit, "{name}: retained {peak} > budget {limit}");
+    let (window, total) = r.fec_parity_permille.expect("FEC on");
     assert!(
-        o.peak_retained <= o.retention_limit,
-        "{name}: retained {} > budget {}",
-        o.peak_retained,
-        o.retention_limit
+        window <= cap_percent * 10,
+        "{name}: parity {window}‰ of data over the cap window"
     );
     assert!(
-        o.peak_window_parity_permille <= cap_percent * 10,
-        "{name}: parity {}‰ of data over the cap window",
-        o.peak_window_parity_permille
+        total <= cap_percent * 10,
+        "{name}: parity {total}‰ of data overall"
     );
-    assert!(
-        o.max_total_parity_permille <= cap_percent * 10,
-        "{name}: parity {}‰ of data overall",
-        o.max_total_parity_permille
+    assert_eq!(
+        r.fec_malformed,
+        Some(0),
+        "{name}: our own FEC packets were malformed"
     );
-    assert_eq!(o.malformed, 0, "{name}: our own FEC packets were malformed");
 }
 
 /// Lossy profile: fixed and adaptive FEC recover shards and beat ARQ-only on p99.
 fn lossy_case(p: Profile, min_recovered_per_1000: f64) {
-    let seed = 42;
-    let arq = run(p.impairment(), config(FecPolicy::Off), seed, SECS);
+    let arq = run(case(p, FecPolicy::Off));
     report(&format!("{}/arq", p.name()), &arq);
-    assert_eq!(arq.parity_sent, 0);
+    assert_eq!(arq.fec_parity_shards, None, "ARQ only sends no parity");
     for (name, policy) in [("fixed", FIXED), ("adaptive", ADAPTIVE)] {
         let name = format!("{}/{name}", p.name());
-        let cfg = config(policy);
-        let cap = u64::from(cfg.fec.parity_cap_percent);
-        let o = run(p.impairment(), cfg, seed, SECS);
-        report(&name, &o);
-        assert_budgets(&name, &o, cap);
-        assert!(o.recovered > 0, "{name}: nothing recovered");
+        let scenario = case(p, policy);
+        let cap = u64::from(scenario.config.fec.parity_cap_percent);
+        let r = run(scenario);
+        report(&name, &r);
+        assert_budgets(&name, &r, cap);
+        let recovered = r.fec_recovered_per_1000.unwrap_or(0.0);
+        assert!(r.fec_recovered > Some(0), "{name}: nothing recovered");
         assert!(
-            o.per_1000(o.recovered) > min_recovered_per_1000,
-            "{name}: {:.1} recovered per 1,000 round trips",
-            o.per_1000(o.recovered)
+            recovered > min_recovered_per_1000,
+            "{name}: {recovered:.1} recovered per 1,000 round trips"
         );
         // Fixed parity 2 cannot rebuild a 3-packet burst in one group: under `burst` its tail
         // is ARQ's repair of those groups, as fast as ARQ-only's (whose repairs are redundant
         // in the competitive profile). It must not be slower; adaptive parity must be faster.
         let beats = if policy == FIXED {
-            o.p99_ms() <= arq.p99_ms()
+            p99_ms(&r) <= p99_ms(&arq)
         } else {
-            o.p99_ms() < arq.p99_ms()
+            p99_ms(&r) < p99_ms(&arq)
         };
         assert!(
             beats,
             "{name}: p99 {:.1} ms vs ARQ-only {:.1} ms",
-            o.p99_ms(),
-            arq.p99_ms()
+            p99_ms(&r),
+            p99_ms(&arq)
         );
     }
 }
@@ -359,31 +132,31 @@ fn fec_echo_burst_60s() {
     lossy_case(Profile::Burst, 0.0);
 }
 
-/// `none` has zero delay in the profile table; a zero-delay echo never lets simulated time
-/// move, so the clean path gets the lossy profiles' 10 ms one way here (and in the ARQ-only
-/// run it is compared to).
+/// The clean path, with the lossy profiles' 10 ms one way (`none` has zero delay in the profile
+/// table): adaptive FEC settles at zero parity and costs next to nothing over ARQ-only.
 #[test]
 fn fec_echo_none_60s() {
-    let imp = Profile::None
-        .impairment()
-        .with_delay(Duration::from_millis(10));
-    let arq = run(imp.clone(), config(FecPolicy::Off), 42, SECS);
+    let clean = |policy| EchoScenario {
+        none_delay: Duration::from_millis(10),
+        ..case(Profile::None, policy)
+    };
+    let arq = run(clean(FecPolicy::Off));
     report("none/arq", &arq);
-    let cfg = config(ADAPTIVE);
-    let cap = u64::from(cfg.fec.parity_cap_percent);
-    let o = run(imp, cfg, 42, SECS);
-    report("none/adaptive", &o);
-    assert_budgets("none/adaptive", &o, cap);
+    let scenario = clean(ADAPTIVE);
+    let cap = u64::from(scenario.config.fec.parity_cap_percent);
+    let r = run(scenario);
+    report("none/adaptive", &r);
+    assert_budgets("none/adaptive", &r, cap);
+    let final_parity = r.fec_final_parity.clone().unwrap_or_default();
     assert!(
-        o.final_parity.iter().all(|&p| p == 0) && !o.final_parity.is_empty(),
-        "adaptive FEC did not settle at zero parity: {:?}",
-        o.final_parity
+        !final_parity.is_empty() && final_parity.iter().all(|&p| p == 0),
+        "adaptive FEC did not settle at zero parity: {final_parity:?}"
     );
-    assert_eq!(o.parity_sent, 0, "parity on a clean path");
+    assert_eq!(r.fec_parity_shards, Some(0), "parity on a clean path");
     assert!(
-        o.overhead_pct() - arq.overhead_pct() <= 2.0,
+        r.wire_overhead_percent - arq.wire_overhead_percent <= 2.0,
         "overhead {:.2}% vs ARQ-only {:.2}%",
-        o.overhead_pct(),
-        arq.overhead_pct()
+        r.wire_overhead_percent,
+        arq.wire_overhead_percent
     );
 }

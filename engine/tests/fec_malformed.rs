@@ -209,11 +209,11 @@ fn malformed_bodies_are_dropped_and_counted() {
 #[test]
 fn fuzz_body_handles_seeded_inputs() {
     // Some fixed shapes first: empty, all-zero, all-ones, a long valid-looking run.
-    fuzz::sender_receiver_ops(&[]);
-    fuzz::sender_receiver_ops(&[0; 4096]);
-    fuzz::sender_receiver_ops(&[0xff; 4096]);
+    fuzz::sender_receiver_ops(std::time::Instant::now(), &[]);
+    fuzz::sender_receiver_ops(std::time::Instant::now(), &[0; 4096]);
+    fuzz::sender_receiver_ops(std::time::Instant::now(), &[0xff; 4096]);
     let run: Vec<u8> = (0..4000u32).map(|i| (i * 7 % 251) as u8).collect();
-    fuzz::sender_receiver_ops(&run);
+    fuzz::sender_receiver_ops(std::time::Instant::now(), &run);
 }
 
 proptest! {
@@ -226,6 +226,6 @@ proptest! {
 
     #[test]
     fn fuzz_body_never_panics(input in proptest::collection::vec(any::<u8>(), 0..3000)) {
-        fuzz::sender_receiver_ops(&input);
+        fuzz::sender_receiver_ops(std::time::Instant::now(), &input);
     }
 }

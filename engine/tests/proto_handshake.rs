@@ -12,7 +12,7 @@ use ricochet_proto::{CloseReason, Config, Endpoint, EndpointConfig, Event, Serve
 fn server_cfg() -> EndpointConfig {
     EndpointConfig {
         connection: Arc::new(Config::default()),
-        server: Some(ServerConfig::default()),
+        server: Some(ServerConfig::insecure()),
         ..EndpointConfig::default()
     }
 }
@@ -65,7 +65,8 @@ fn connect_echo_and_graceful_close() {
             c,
             Event::Closed {
                 reason: CloseReason::Application,
-                by_peer: false
+                by_peer: false,
+                message: Default::default(),
             }
         )),
         "{log:?}"
@@ -75,7 +76,8 @@ fn connect_echo_and_graceful_close() {
             s,
             Event::Closed {
                 reason: CloseReason::Application,
-                by_peer: true
+                by_peer: true,
+                message: Default::default(),
             }
         )),
         "{log:?}"

@@ -38,7 +38,7 @@ fn setup() -> (Net, usize, usize, ConnectionHandle) {
         },
         3,
     );
-    let s = net.add(addr(1), server(net.now, ServerConfig::default()));
+    let s = net.add(addr(1), server(net.now, ServerConfig::insecure()));
     let c = net.add(
         addr(2),
         Endpoint::new(EndpointConfig::default(), net.now, 2),
@@ -242,6 +242,7 @@ fn malformed_table_dropped_counted_connection_survives() {
                         nonce: 1,
                         timestamp: 0,
                         cookie: [7; 16],
+                        token: None,
                     },
                     &mut b,
                 )
@@ -277,6 +278,7 @@ fn malformed_table_dropped_counted_connection_survives() {
                 let n = wire::encode_packet(
                     &Packet::FecParity {
                         dst_cid: server_cid,
+                        number: 0,
                         body: &[1, 2, 3],
                     },
                     &mut b,
@@ -324,7 +326,7 @@ fn version_mismatch_and_server_full_are_refused_with_reason() {
             net.now,
             ServerConfig {
                 max_sessions: 1,
-                ..ServerConfig::default()
+                ..ServerConfig::insecure()
             },
         ),
     );
@@ -346,7 +348,10 @@ fn version_mismatch_and_server_full_are_refused_with_reason() {
     let limit = net.now + Duration::from_secs(1);
     net.run_until(limit, &mut |ep, _, h, e| {
         if ep == c2 && h == h2 {
-            if let Event::Closed { reason, by_peer } = e {
+            if let Event::Closed {
+                reason, by_peer, ..
+            } = e
+            {
                 closed = Some((reason, by_peer));
             }
         }
@@ -360,6 +365,7 @@ fn version_mismatch_and_server_full_are_refused_with_reason() {
         &Packet::ClientHello {
             client_cid: ConnectionId(77),
             nonce: 1,
+            token: None,
         },
         &mut hello,
     )
@@ -378,7 +384,9 @@ fn version_mismatch_and_server_full_are_refused_with_reason() {
         wire::decode_packet(&buf[..t.size]),
         Ok(Packet::Refuse {
             client_cid: ConnectionId(77),
-            reason: CloseReason::VersionMismatch
+            reason: CloseReason::VersionMismatch,
+            message: &[],
+            tag: None,
         })
     );
 }
@@ -420,7 +428,7 @@ fn keepalive_keeps_an_idle_connection_open() {
 #[test]
 fn handshake_flood_leaves_no_state_and_never_amplifies() {
     let start = std::time::Instant::now();
-    let mut ep = server(start, ServerConfig::default());
+    let mut ep = server(start, ServerConfig::insecure());
     let mut rng = ChaCha8Rng::seed_from_u64(99);
     let mut buf = vec![0u8; 2048];
     let mut hello = vec![0u8; 2048];
@@ -434,6 +442,7 @@ fn handshake_flood_leaves_no_state_and_never_amplifies() {
                 &Packet::ClientHello {
                     client_cid: ConnectionId(rng.random()),
                     nonce: rng.random(),
+                    token: None,
                 },
                 &mut hello,
             )
@@ -444,6 +453,7 @@ fn handshake_flood_leaves_no_state_and_never_amplifies() {
                     nonce: rng.random(),
                     timestamp: i / 100,
                     cookie: rng.random(),
+                    token: None,
                 },
                 &mut hello,
             )

@@ -58,6 +58,7 @@ impl App for Peer {
             }
             Event::Message { channel, data } => self.received.push((channel, data)),
             Event::Closed { .. } => self.closed = true,
+            Event::Incoming(_) => unreachable!("no accept hook"),
         }
     }
 }
@@ -154,7 +155,7 @@ fn run_case(
     let (pc, ps) = (mk(1, plan_c), mk(2, plan_s));
     let ecfg = |server: bool| EndpointConfig {
         connection: cfg.clone(),
-        server: server.then(ServerConfig::default),
+        server: server.then(ServerConfig::insecure),
         reassembly_budget: ENDPOINT_BUDGET,
         ..EndpointConfig::default()
     };

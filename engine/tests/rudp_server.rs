@@ -7,8 +7,36 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ricochet::platform::BackendKind;
-use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+use ricochet::proto::token::{ConnectToken, TokenKey, TokenParams};
+use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
 use ricochet::{Client, ClientConfig, ClientEvent, ClientSet, CloseReason, IoModel};
+
+const PROTOCOL_ID: u64 = 0x7465_7374;
+
+fn key() -> TokenKey {
+    TokenKey::from_bytes([0x42; 32])
+}
+
+/// A server config on a free loopback port that admits clients by token.
+fn secure_cfg() -> ServerConfig {
+    ServerConfig::new("127.0.0.1:0".parse().unwrap()).tokens(key(), PROTOCOL_ID)
+}
+
+/// A token for the server at `addr`, valid for a minute.
+fn token(addr: SocketAddr) -> ConnectToken {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let params = TokenParams {
+        protocol_id: PROTOCOL_ID,
+        client_id: rand_seed(addr),
+        server_addresses: &[addr],
+        expires_unix: now + 60,
+        user_data: b"",
+    };
+    ConnectToken::generate(&key(), &params, &mut rand::rng()).unwrap()
+}
 
 struct Echo;
 impl Handler for Echo {
@@ -17,21 +45,18 @@ impl Handler for Echo {
     }
 }
 
-fn server(model: IoModel, workers: usize, backend: BackendKind) -> RudpServer {
-    let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+fn server(model: IoModel, workers: usize, backend: BackendKind) -> Server {
+    let mut cfg = secure_cfg();
     cfg.udp.io_model = model;
     cfg.udp.io_threads = workers;
     cfg.udp.backend.kind = backend;
     cfg.seed = Some(7);
-    RudpServer::start(cfg, |_| Echo).unwrap()
+    Server::start(cfg, |_| Echo).unwrap()
 }
 
 fn client(addr: SocketAddr) -> Client {
-    let cfg = ClientConfig {
-        seed: Some(rand_seed(addr)),
-        ..ClientConfig::default()
-    };
-    Client::connect_blocking(addr, cfg, Duration::from_secs(10)).expect("connects")
+    let cfg = ClientConfig::new().seed(rand_seed(addr));
+    Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10)).expect("connects")
 }
 
 fn rand_seed(addr: SocketAddr) -> u64 {
@@ -205,11 +230,11 @@ impl Handler for NameWorker {
 #[test]
 fn client_learns_which_worker_serves_it() {
     for (model, named) in [(IoModel::PerCore, true), (IoModel::Shared, false)] {
-        let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+        let mut cfg = secure_cfg();
         cfg.udp.io_model = model;
         cfg.udp.io_threads = 2;
         cfg.seed = Some(11);
-        let srv = RudpServer::start(cfg, |_| NameWorker).unwrap();
+        let srv = Server::start(cfg, |_| NameWorker).unwrap();
         let mut seen = Vec::new();
         for _ in 0..4 {
             let mut c = client(srv.local_addr());
@@ -258,10 +283,10 @@ fn shutdown_closes_open_sessions_with_a_reason_on_both_sides() {
     for model in [IoModel::PerCore, IoModel::Shared] {
         let seen = Arc::new(Mutex::new(HashMap::new()));
         let s2 = seen.clone();
-        let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+        let mut cfg = secure_cfg();
         cfg.udp.io_model = model;
         cfg.udp.io_threads = 2;
-        let srv = RudpServer::start(cfg, move |_| Recorder(s2.clone())).unwrap();
+        let srv = Server::start(cfg, move |_| Recorder(s2.clone())).unwrap();
         let mut clients: Vec<Client> = (0..4).map(|_| client(srv.local_addr())).collect();
         // Keep the clients answering while the server shuts down on another thread.
         let stopper = std::thread::spawn(move || srv.shutdown());
@@ -297,18 +322,70 @@ fn shutdown_closes_open_sessions_with_a_reason_on_both_sides() {
     }
 }
 
+/// Connecting to a socket that never answers fails with the limit that really expired: the
+/// handshake's own when it is the shorter, the caller's when that is.
 #[test]
-fn connecting_to_nothing_times_out_clearly() {
-    // A bound socket that never answers.
+fn connecting_to_nothing_times_out_naming_the_limit_that_expired() {
+    use ricochet::{ClientError, ConnectLimit};
+    // A bound socket that never answers (and, being bound, draws no ICMP error either).
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let mut cfg = ClientConfig::default();
-    cfg.endpoint.connection = Arc::new(ricochet::Config {
-        handshake_timeout: Duration::from_millis(300),
-        ..ricochet::Config::default()
-    });
-    let err = Client::connect_blocking(silent.local_addr().unwrap(), cfg, Duration::from_secs(5))
-        .unwrap_err();
-    assert!(matches!(err, ricochet::ClientError::TimedOut(_)), "{err}");
+    let server = silent.local_addr().unwrap();
+    let config = |handshake_timeout| {
+        let mut cfg = ClientConfig::default();
+        cfg.endpoint.connection = Arc::new(ricochet::Config {
+            handshake_timeout,
+            ..ricochet::Config::default()
+        });
+        cfg
+    };
+    let short = Duration::from_millis(300);
+    let long = Duration::from_secs(10);
+    let cases = [
+        // (handshake timeout, caller's timeout, expected limit)
+        (short, long, (short, ConnectLimit::Handshake)),
+        (long, short, (short, ConnectLimit::Caller)),
+    ];
+    for (handshake, caller, expected) in cases {
+        let started = Instant::now();
+        let err = Client::connect_blocking(&token(server), config(handshake), caller).unwrap_err();
+        let waited = started.elapsed();
+        match &err {
+            ClientError::TimedOut { limit, which } => {
+                assert_eq!((*limit, *which), expected, "{err}")
+            }
+            other => panic!("expected TimedOut, got {other}"),
+        }
+        assert!(
+            waited >= short && waited < long,
+            "returned after {waited:?}"
+        );
+        let text = err.to_string();
+        let name = match expected.1 {
+            ConnectLimit::Handshake => "handshake_timeout",
+            _ => "caller",
+        };
+        assert!(text.contains(name) && text.contains("300ms"), "{text}");
+    }
+}
+
+/// `Client::backend_kind` names the backend the client really runs on: the one asked for, and
+/// for `auto` one of the host's concrete backends.
+#[test]
+fn client_reports_its_backend() {
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let available = backends();
+    let forced = std::env::var(ricochet::platform::BACKEND_ENV).is_ok_and(|v| !v.trim().is_empty());
+    for requested in std::iter::once(BackendKind::Auto).chain(available.iter().copied()) {
+        let mut cfg = ClientConfig::default();
+        cfg.backend.kind = requested;
+        let c = Client::connect(&token(silent.local_addr().unwrap()), cfg).unwrap();
+        let kind = c.backend_kind();
+        assert!(available.contains(&kind), "{requested} -> {kind}");
+        if requested != BackendKind::Auto && !forced {
+            assert_eq!(kind, requested, "{}", c.selection_reason());
+        }
+        assert!(!c.selection_reason().is_empty());
+    }
 }
 
 /// A client looping on `Client::step` (one submission per turn: acknowledgements leave with
@@ -318,22 +395,20 @@ fn connecting_to_nothing_times_out_clearly() {
 fn step_loop_echoes_in_order_with_offloads_on_and_off() {
     for backend in backends() {
         for offload in [true, false] {
-            let mut cfg = RudpServerConfig::new("127.0.0.1:0".parse().unwrap());
+            let mut cfg = secure_cfg();
             cfg.udp.io_threads = 1;
             cfg.udp.backend.kind = backend;
             cfg.udp.gso = offload;
             cfg.udp.backend.gro = offload;
             cfg.seed = Some(11);
-            let srv = RudpServer::start(cfg, |_| Echo).unwrap();
-            let mut ccfg = ClientConfig {
-                seed: Some(rand_seed(srv.local_addr())),
-                gso: offload,
-                ..ClientConfig::default()
-            };
+            let srv = Server::start(cfg, |_| Echo).unwrap();
+            let mut ccfg = ClientConfig::new().seed(rand_seed(srv.local_addr()));
+            ccfg.gso = offload;
             ccfg.backend.gro = offload;
             ccfg.backend.kind = backend;
-            let mut c = Client::connect_blocking(srv.local_addr(), ccfg, Duration::from_secs(10))
-                .expect("connects");
+            let mut c =
+                Client::connect_blocking(&token(srv.local_addr()), ccfg, Duration::from_secs(10))
+                    .expect("connects");
             let total = 400;
             let window = 16;
             let (mut sent, mut got) = (0, 0);
@@ -375,12 +450,10 @@ fn client_set_drives_several_clients_from_one_thread() {
         let addr = srv.local_addr();
         let mut set = ClientSet::new();
         for _ in 0..5 {
-            let mut cfg = ClientConfig {
-                seed: Some(rand_seed(addr)),
-                ..ClientConfig::default()
-            };
+            let mut cfg = ClientConfig::new().seed(rand_seed(addr));
             cfg.backend.kind = backend;
-            let c = Client::connect_blocking(addr, cfg, Duration::from_secs(10)).expect("connects");
+            let c = Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10))
+                .expect("connects");
             assert_eq!(set.push(c), set.len() - 1);
         }
         let n = set.len();

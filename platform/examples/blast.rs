@@ -406,6 +406,14 @@ fn main() {
         args.repeat, args.seconds, load_before, load_after
     );
     if let Some(path) = &args.json {
+        // Create the folder first: `--json results/x.json` in a fresh checkout has none.
+        let parent = std::path::Path::new(path).parent();
+        if let Some(dir) = parent.filter(|d| !d.as_os_str().is_empty()) {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                eprintln!("blast: creating {}: {e}", dir.display());
+                std::process::exit(1);
+            }
+        }
         if let Err(e) = std::fs::write(path, to_json(&args, &rows, (load_before, load_after))) {
             eprintln!("blast: writing {path}: {e}");
             std::process::exit(1);

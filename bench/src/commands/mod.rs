@@ -16,12 +16,17 @@ use clap::Args;
 /// Options every subcommand understands.
 #[derive(Debug, Clone, Default, Args)]
 pub struct Global {
-    /// Write the JSON result here instead of `results/<host>-<yyyymmdd>/<kind>-<hhmmss>.json`.
+    /// Write the JSON result to exactly this path.
     #[arg(long, global = true, value_name = "PATH")]
     pub json: Option<PathBuf>,
-    /// Root directory for result files (default: `results/` of the source tree).
+    /// Root directory for result files: runs are written to `DIR/<host>-<yyyymmdd>/`, and
+    /// `report` and `gate` read `DIR` instead of the source tree's `results/`.
     #[arg(long, global = true, value_name = "DIR")]
     pub results_dir: Option<PathBuf>,
+    /// Archive the run: write it to the tracked `results/<host>-<yyyymmdd>/`, where `bench
+    /// report` reads it, instead of the git-ignored `results/local/<host>-<yyyymmdd>/`.
+    #[arg(long, global = true)]
+    pub archive: bool,
 }
 
 impl Global {
@@ -29,7 +34,7 @@ impl Global {
     pub fn path_for(&self, stem: &str, at: &crate::host::UtcTime) -> PathBuf {
         match &self.json {
             Some(p) => p.clone(),
-            None => crate::output::result_path(self.results_dir.as_deref(), stem, at),
+            None => crate::output::result_path(self.results_dir.as_deref(), self.archive, stem, at),
         }
     }
 }

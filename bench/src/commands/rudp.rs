@@ -14,8 +14,8 @@ use crate::rudp::run::{
     default_client_placement, default_client_threads, default_drain, set_impairment, validate,
     CLIENTS_PROCESSES, DEFAULT_CLIENTS_PROCESS, DEFAULT_SERVER_IDLE,
 };
-use crate::rudp::{label, run_case, FecPolicy};
-use crate::schema::{RudpCase, RudpConfig, Spread};
+use crate::rudp::{label, run_case, run_round, summarize, FecPolicy};
+use crate::schema::{RudpCase, RudpConfig, RudpRun, Spread};
 
 /// Flags of `bench rudp` (the reference benchmark's flags).
 #[derive(Debug, Clone, Args)]
@@ -83,6 +83,15 @@ pub struct RudpArgs {
     /// Seed of the first round (relay streams, connection ids).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Security: secure (clients admitted by connect token, minted in place as a game's backend
+    /// would; every packet sealed with the token's keys), insecure (no tokens, no protection),
+    /// or both: each round runs secure and then insecure, and the table ends with their ratios
+    /// (the cost of security, measured side by side).
+    #[arg(long, default_value = "secure", value_parser = ["secure", "insecure", "both"])]
+    pub security: String,
+    /// Shorthand for --security insecure.
+    #[arg(long, conflicts_with = "security")]
+    pub insecure: bool,
 }
 
 impl RudpArgs {
@@ -119,9 +128,22 @@ impl RudpArgs {
                 default_client_placement(self.direct, separate).into()
             })),
             clients_process: Some(self.clients_process.clone()),
+            security: Some(
+                if self.insecure || self.security == "insecure" {
+                    "insecure"
+                } else {
+                    "secure"
+                }
+                .into(),
+            ),
         };
         set_impairment(&mut cfg, &self.impairment.impairment()?);
         Ok(cfg)
+    }
+
+    /// Whether to run both security modes side by side.
+    pub fn both_security_modes(&self) -> bool {
+        !self.insecure && self.security == "both"
     }
 }
 
@@ -207,6 +229,63 @@ pub fn rudp_table(cases: &[RudpCase]) -> String {
     out
 }
 
+/// Secure and insecure rounds interleaved (secure, insecure, secure, ...: the same seeds, and
+/// the machine's drift spread over both), as two cases.
+fn side_by_side(
+    base: &RudpConfig,
+    rounds: usize,
+    mut report: impl FnMut(&RudpRun),
+) -> Vec<RudpCase> {
+    let modes = ["secure", "insecure"];
+    let mut runs: [Vec<RudpRun>; 2] = [Vec::new(), Vec::new()];
+    for i in 0..rounds.max(1) {
+        for (k, mode) in modes.iter().enumerate() {
+            let cfg = RudpConfig {
+                seed: base.seed.wrapping_add(i as u64),
+                security: Some((*mode).into()),
+                ..base.clone()
+            };
+            let r = run_round(&cfg);
+            report(&r);
+            runs[k].push(r);
+        }
+    }
+    runs.into_iter()
+        .map(|runs| {
+            let label = runs
+                .first()
+                .map_or_else(|| label(base), |r| label(&r.config));
+            RudpCase {
+                label,
+                set: Some("security".into()),
+                ok: runs.iter().all(|r| r.ok),
+                summary: summarize(&runs),
+                rounds: runs,
+            }
+        })
+        .collect()
+}
+
+/// The cost of packet protection: secure over insecure, CPU per round trip and round trips
+/// per second (medians over the rounds).
+pub fn security_ratios(secure: &RudpCase, insecure: &RudpCase) -> String {
+    let ratio = |a: Option<Spread>, b: Option<Spread>| match (a, b) {
+        (Some(a), Some(b)) if b.median > 0.0 => format!("{:.3}", a.median / b.median),
+        _ => "-".into(),
+    };
+    format!(
+        "secure / insecure: CPU µs per round trip × {}, round trips per second × {}\n",
+        ratio(
+            secure.summary.cpu_us_per_round_trip,
+            insecure.summary.cpu_us_per_round_trip
+        ),
+        ratio(
+            secure.summary.round_trips_per_s,
+            insecure.summary.round_trips_per_s
+        ),
+    )
+}
+
 /// `bench rudp`.
 pub fn run(args: &RudpArgs, global: &Global) -> Result<bool> {
     FecPolicy::from_str(&args.fec)?.available()?;
@@ -218,10 +297,15 @@ pub fn run(args: &RudpArgs, global: &Global) -> Result<bool> {
         "running {l}: {} B, {} clients × window {}, {} round(s) of {} s + {} s warm-up ...",
         cfg.payload, cfg.clients, cfg.window, args.rounds, cfg.seconds, cfg.warmup_s
     );
-    let case = run_case(&l, None, &cfg, args.rounds, |r| {
+    let report = |r: &RudpRun| {
         eprintln!(
-            "  seed {}: {} rt/s, max RTT {}{}{}",
+            "  seed {}{}: {} rt/s, max RTT {}{}{}",
             r.config.seed,
+            if r.config.is_secure() {
+                ""
+            } else {
+                " insecure"
+            },
             thousands(r.round_trips_per_s.round() as u64),
             r.rtt_us.map_or("-".into(), |l| format!("{} ms", ms(l.max))),
             r.host_cpu.map_or(String::new(), |h| format!(
@@ -230,9 +314,16 @@ pub fn run(args: &RudpArgs, global: &Global) -> Result<bool> {
             )),
             if r.ok { "" } else { " (NOT ok)" }
         )
-    });
-    let cases = vec![case];
+    };
+    let cases = if args.both_security_modes() {
+        side_by_side(&cfg, args.rounds, report)
+    } else {
+        vec![run_case(&l, None, &cfg, args.rounds, report)]
+    };
     print!("{}", rudp_table(&cases));
+    if let [secure, insecure] = &cases[..] {
+        print!("{}", security_ratios(secure, insecure));
+    }
     let mut file = result_file(
         "rudp",
         &started,

@@ -8,6 +8,9 @@
 //! `<!-- END generated:NAME -->`; everything outside the markers is hand-written and kept. A
 //! section missing from the file is appended at the end with its markers.
 //!
+//! `results/local/` is not read: that is where runs go unless `--archive` is given, so that
+//! trying the benchmark does not change the report.
+//!
 //! Inputs it understands (by their own kind field): `tour` / `udp` / `udp-limits` / `rudp` /
 //! `rudp-matrix` (the bench result schema), `platform-blast` (the platform crate's blast example), `fec-codecs` (`bench fec`), and the
 //! gate baseline (`results/baseline/gate-*.json`: the simulated echo). A measurement
@@ -26,6 +29,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use crate::gate::Baseline;
+use crate::output::LOCAL_DIR;
 use crate::schema::ResultFile;
 
 pub use charts::Chart;
@@ -52,15 +56,17 @@ pub struct Inputs {
     pub refused: Vec<(String, String)>,
 }
 
-fn collect_json(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+fn collect_json(dir: &Path, skip: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .map(|e| e.map(|e| e.path()))
         .collect::<std::io::Result<_>>()?;
     entries.sort();
     for p in entries {
-        if p.is_dir() {
-            collect_json(&p, out)?;
+        if p == skip {
+            continue;
+        } else if p.is_dir() {
+            collect_json(&p, skip, out)?;
         } else if p.extension().is_some_and(|e| e == "json") {
             out.push(p);
         }
@@ -112,13 +118,14 @@ pub fn classify(text: &str) -> Result<Input, String> {
 }
 
 impl Inputs {
-    /// Reads every `*.json` under `root`, recursively, in sorted order.
+    /// Reads every `*.json` under `root`, recursively, in sorted order, except under
+    /// `root/`[`LOCAL_DIR`] (runs that were not archived).
     pub fn load(root: &Path) -> Result<Inputs> {
         if !root.is_dir() {
             bail!("results directory {} does not exist", root.display());
         }
         let mut paths = Vec::new();
-        collect_json(root, &mut paths)?;
+        collect_json(root, &root.join(LOCAL_DIR), &mut paths)?;
         let mut inputs = Inputs::default();
         for p in paths {
             let rel = p

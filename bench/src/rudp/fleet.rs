@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use ricochet_platform::BackendKind;
+use ricochet_proto::token::ConnectToken;
 use serde::{Deserialize, Serialize};
 
 use super::client::{run_clients, ClientOutcome, ClientPlan};
@@ -86,16 +87,20 @@ impl Fleet {
     /// Start the clients of `cfg` against `target` and wait until each has connected or
     /// failed; the errors say which failed. `worker_cores`: the cores of the server workers,
     /// for in-process clients placed `with-worker`.
+    ///
+    /// `tokens`: each client's connect token, as the game's backend would hand them out (a
+    /// separate process gets the tokens, never the key); `None` connects insecurely.
     pub fn launch(
         cfg: &RudpConfig,
         target: SocketAddr,
         worker_cores: Option<Arc<Vec<Option<usize>>>>,
+        tokens: Option<Vec<ConnectToken>>,
     ) -> Result<(Fleet, Vec<String>)> {
         if cfg.separate_clients() {
-            let (f, e) = RemoteFleet::launch(cfg, target)?;
+            let (f, e) = RemoteFleet::launch(cfg, target, tokens)?;
             Ok((Fleet::Remote(f), e))
         } else {
-            let (f, e) = LocalFleet::launch(cfg, target, worker_cores)?;
+            let (f, e) = LocalFleet::launch(cfg, target, worker_cores, tokens)?;
             Ok((Fleet::Local(f), e))
         }
     }
@@ -136,12 +141,16 @@ pub struct LocalFleet {
 
 impl LocalFleet {
     /// Spawn the client threads (clients round-robin over `cfg`'s client threads) and wait
-    /// for every client to connect or fail.
+    /// for every client to connect (with its token from `tokens`, or insecurely) or fail.
     pub fn launch(
         cfg: &RudpConfig,
         target: SocketAddr,
         worker_cores: Option<Arc<Vec<Option<usize>>>>,
+        tokens: Option<Vec<ConnectToken>>,
     ) -> Result<(LocalFleet, Vec<String>)> {
+        if tokens.as_ref().is_some_and(|t| t.len() < cfg.clients) {
+            bail!("fewer connect tokens than clients");
+        }
         let endpoint = protocol(cfg)?;
         let backend = BackendKind::from_str(&cfg.backend).map_err(|e| anyhow!("{e}"))?;
         let threads = cfg.resolved_client_threads();
@@ -150,6 +159,7 @@ impl LocalFleet {
             let plan = ClientPlan {
                 id: i as u32,
                 server: target,
+                token: tokens.as_ref().and_then(|t| t.get(i).cloned()),
                 payload: cfg.payload,
                 window: cfg.window,
                 warmup: Duration::from_secs_f64(cfg.warmup_s),
@@ -249,6 +259,9 @@ impl LocalFleet {
 struct Job {
     config: RudpConfig,
     target: SocketAddr,
+    /// Each client's serialized connect token (none: insecure).
+    #[serde(default)]
+    tokens: Option<Vec<Vec<u8>>>,
 }
 
 /// One client's outcome as the child reports it.
@@ -333,7 +346,11 @@ pub struct RemoteFleet {
 
 impl RemoteFleet {
     /// Start the child, hand it the job, and wait until its clients connected or failed.
-    pub fn launch(cfg: &RudpConfig, target: SocketAddr) -> Result<(RemoteFleet, Vec<String>)> {
+    pub fn launch(
+        cfg: &RudpConfig,
+        target: SocketAddr,
+        tokens: Option<Vec<ConnectToken>>,
+    ) -> Result<(RemoteFleet, Vec<String>)> {
         let exe = client_executable()?;
         let mut child = Command::new(&exe)
             .arg(CLIENTS_SUBCOMMAND)
@@ -375,6 +392,7 @@ impl RemoteFleet {
         let job = Job {
             config: cfg.clone(),
             target,
+            tokens: tokens.map(|t| t.iter().map(ConnectToken::to_bytes).collect()),
         };
         fleet.send(&serde_json::to_string(&job)?)?;
         match fleet.receive(CONNECT_LIMIT + PROCESS_SLACK)? {
@@ -511,7 +529,16 @@ pub fn serve_clients_process(input: impl BufRead, mut output: impl Write) -> Res
     let job: Job = serde_json::from_str(&job_line).context("parsing the job")?;
     let cfg = job.config;
     // No placement tricks: an outside load generator's threads go where the OS puts them.
-    let (mut fleet, errors) = LocalFleet::launch(&cfg, job.target, None)?;
+    let tokens = match job.tokens {
+        Some(t) => Some(
+            t.iter()
+                .map(|b| ConnectToken::from_bytes(b))
+                .collect::<Result<Vec<_>, _>>()
+                .context("reading the connect tokens")?,
+        ),
+        None => None,
+    };
+    let (mut fleet, errors) = LocalFleet::launch(&cfg, job.target, None, tokens)?;
     say(&ChildMessage::Ready { errors })?;
     let go = next_line()?.as_deref() == Some("go");
     let epoch = fleet.start(go);

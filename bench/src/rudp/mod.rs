@@ -1,9 +1,9 @@
-//! The RUDP complete-message echo (`bench rudp`, `bench matrix rudp`): the reference experiment
-//! of `shared/reference/rudp-performance.md` on Ricochet.
+//! The RUDP complete-message echo (`bench rudp`, `bench matrix rudp`): the reference library's
+//! RUDP experiment (its figures are in `PERFORMANCE.md`, labelled) run on Ricochet.
 //!
 //! ```text
 //!  client 0 ─┐                        ┌────────────────┐
-//!  client 1 ─┼─► relay (impairment) ──► RudpServer echo │  (--direct: no relay)
+//!  client 1 ─┼─► relay (impairment) ──► Server echo │  (--direct: no relay)
 //!  client N ─┘   one route per client └────────────────┘
 //! ```
 //!

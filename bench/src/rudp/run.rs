@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use ricochet::runtime::IdleStrategy;
 use ricochet_platform::BackendKind;
+use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet_proto::{Config, EndpointConfig};
 use ricochet_testkit::{BurstLoss, Impairment, Profile};
 
@@ -126,10 +127,35 @@ pub fn config_for(
         server_idle: Some(DEFAULT_SERVER_IDLE.into()),
         client_placement: Some(default_client_placement(direct, false).into()),
         clients_process: Some(DEFAULT_CLIENTS_PROCESS.into()),
+        security: Some("secure".into()),
     };
     set_impairment(&mut cfg, &profile.impairment());
     cfg
 }
+
+/// The protocol id of the bench's tokens.
+pub const BENCH_PROTOCOL_ID: u64 = 0x0062_656e_6368;
+
+/// A token for client `client_id` to the server at `addresses`, valid for an hour: what a
+/// game's backend would issue.
+pub fn mint_token(
+    key: &TokenKey,
+    client_id: u64,
+    addresses: &[SocketAddr],
+) -> Result<ConnectToken> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
+    let params = TokenParams {
+        protocol_id: BENCH_PROTOCOL_ID,
+        client_id,
+        server_addresses: addresses,
+        expires_unix: now.as_secs() + 3600,
+        user_data: b"",
+    };
+    Ok(ConnectToken::generate(key, &params, &mut rand::rng())?)
+}
+
+/// Security modes a round may ask for: packets sealed, or the insecure mode.
+pub const SECURITY_MODES: [&str; 2] = ["secure", "insecure"];
 
 /// The server workers' idle strategy when none is asked for.
 pub const DEFAULT_SERVER_IDLE: &str = "balanced";
@@ -219,6 +245,11 @@ pub fn protocol(cfg: &RudpConfig) -> Result<EndpointConfig> {
 /// Check a configuration before running it.
 pub fn validate(cfg: &RudpConfig) -> Result<()> {
     FecPolicy::from_str(&cfg.fec)?.available()?;
+    if let Some(s) = cfg.security.as_deref() {
+        if !SECURITY_MODES.contains(&s) {
+            bail!("security {s:?}: expected secure or insecure");
+        }
+    }
     if cfg.payload < HEADER_LEN || cfg.payload > 1 << 20 {
         bail!(
             "payload must be {HEADER_LEN} B (the message header) to 1 MiB, got {}",
@@ -444,6 +475,10 @@ pub fn run_round(cfg: &RudpConfig) -> RudpRun {
 fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
     let load = load_average();
     let endpoint = protocol(cfg)?;
+    // The backend's key, drawn per round; the clients' tokens are minted in place below.
+    let key = cfg
+        .is_secure()
+        .then(|| TokenKey::generate(&mut rand::rng()));
     let mut server = EchoServer::start(
         SocketAddr::from(([127, 0, 0, 1], 0)),
         &cfg.io_model,
@@ -451,6 +486,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         &cfg.backend,
         cfg.server_idle.as_deref().unwrap_or(DEFAULT_SERVER_IDLE),
         endpoint.clone(),
+        key.clone(),
         cfg.seed,
     )?;
     let relay = if cfg.direct {
@@ -466,7 +502,21 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
 
     let worker_cores = (cfg.client_placement.as_deref() == Some("with-worker"))
         .then(|| Arc::new(server.worker_cores()));
-    let (mut fleet, mut errors) = Fleet::launch(cfg, target, worker_cores)?;
+    // What the game's backend would hand each client. Through the relay a token lists its
+    // front door (where the client goes) and the server (the address the server checks).
+    let mut addresses = vec![target];
+    if target != server.local_addr() {
+        addresses.push(server.local_addr());
+    }
+    let tokens = match &key {
+        Some(key) => Some(
+            (0..cfg.clients)
+                .map(|i| mint_token(key, i as u64, &addresses))
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        None => None,
+    };
+    let (mut fleet, mut errors) = Fleet::launch(cfg, target, worker_cores, tokens)?;
     let go = errors.is_empty();
     let epoch = fleet.start(go);
     let mut collected = Collected::default();
@@ -731,8 +781,9 @@ pub fn label(cfg: &RudpConfig) -> String {
     } else {
         cfg.profile.clone()
     };
+    let insecure = if cfg.is_secure() { "" } else { " · insecure" };
     format!(
-        "{fec} · {net} · {}×{} {}",
+        "{fec} · {net} · {}×{} {}{insecure}",
         cfg.io_model, cfg.io_threads, cfg.backend
     )
 }

@@ -1,4 +1,4 @@
-//! The RUDP echo server: Ricochet's `RudpServer`, echoing every complete message on the channel
+//! The RUDP echo server: Ricochet's `Server`, echoing every complete message on the channel
 //! it came on, and publishing its sessions' protocol counters from the worker tick.
 
 use std::collections::BTreeMap;
@@ -11,10 +11,11 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use bytes::Bytes;
 use ricochet::runtime::{
-    Handler, IdleStrategy, IoModel, RudpServer, RudpServerConfig, ServerContext, SessionId,
+    Handler, IdleStrategy, IoModel, Server, ServerConfig, ServerContext, SessionId,
 };
 use ricochet_platform::BackendKind;
-use ricochet_proto::{EndpointConfig, ServerConfig};
+use ricochet_proto::token::TokenKey;
+use ricochet_proto::EndpointConfig;
 
 use crate::schema::{RudpWire, ServerInfo};
 use crate::udp::ricochet_server::socket_buffers;
@@ -84,7 +85,7 @@ impl Handler for Echo {
         let samples: Vec<(SessionId, RudpWire)> = ctx
             .sessions()
             .filter_map(|s| {
-                let st = ctx.session_stats(s)?;
+                let st = ctx.session_detail(s)?;
                 Some((
                     s,
                     // Application bytes are summed once for all handlers in `ServerShared::wire`.
@@ -106,7 +107,7 @@ impl Handler for Echo {
 
 /// A running echo server and what its handlers publish.
 pub struct EchoServer {
-    server: RudpServer,
+    server: Server,
     io_model: IoModel,
     /// Counters the handlers publish.
     pub shared: Arc<ServerShared>,
@@ -116,7 +117,9 @@ pub struct EchoServer {
 
 impl EchoServer {
     /// Start on `addr` with `io_model` × `threads` workers on `backend` idling as `idle`
-    /// (`balanced`, `park` or `spin`), protocol `endpoint`.
+    /// (`balanced`, `park` or `spin`), protocol `endpoint`, admitting clients by token sealed
+    /// with `key` ([`super::run::BENCH_PROTOCOL_ID`]), or insecurely without one.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         addr: SocketAddr,
         io_model: &str,
@@ -124,22 +127,27 @@ impl EchoServer {
         backend: &str,
         idle: &str,
         endpoint: EndpointConfig,
+        key: Option<TokenKey>,
         seed: u64,
     ) -> Result<EchoServer> {
-        let mut cfg = RudpServerConfig::new(addr);
+        let mut cfg = ServerConfig::new(addr);
+        cfg = match key {
+            Some(k) => cfg.tokens(k, super::run::BENCH_PROTOCOL_ID),
+            None => cfg.insecure(),
+        };
         cfg.udp.io_model = IoModel::from_str(io_model).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.io_threads = threads;
         cfg.udp.backend.kind = BackendKind::from_str(backend).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.idle = IdleStrategy::from_str(idle).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.tick = Some(STATS_TICK);
         cfg.endpoint = EndpointConfig {
-            server: Some(ServerConfig::default()),
+            server: cfg.endpoint.server.take(),
             ..endpoint
         };
         cfg.seed = Some(seed);
         let shared = Arc::new(ServerShared::default());
         let s = shared.clone();
-        let server = RudpServer::start(cfg.clone(), move |_| Echo { shared: s.clone() })
+        let server = Server::start(cfg.clone(), move |_| Echo { shared: s.clone() })
             .map_err(|e| anyhow!("ricochet RUDP server: {e}"))?;
         Ok(EchoServer {
             server,

@@ -180,7 +180,9 @@ pub fn open_client_backend(
 pub enum ClientIo {
     /// `send` / `recv`, one system call per datagram.
     Std,
-    /// `sendmmsg` / `recvmmsg`: refills and queued echoes in one call each (Linux).
+    /// `sendmmsg` / `recvmmsg` on the connected socket (the platform's
+    /// [`SlotBatch`](ricochet_platform::linux::SlotBatch)): refills and queued echoes in one
+    /// call each, the receive blocking until one echo is there (Linux).
     Mmsg,
     /// The platform's backend (`auto`: io_uring where it works) with GSO coalescing and GRO: a refill leaves as UDP GSO
     /// runs (one kernel send per up to 64 datagrams) and echoes arrive as GRO runs (Linux with
@@ -261,8 +263,8 @@ enum Io {
     },
     #[cfg(target_os = "linux")]
     Mmsg {
-        tx: super::mmsg::Batch,
-        rx: super::mmsg::Batch,
+        tx: ricochet_platform::linux::SlotBatch,
+        rx: ricochet_platform::linux::SlotBatch,
         seqs: Vec<u64>,
     },
     /// Sends are queued in a coalescing batch and leave with the next receive poll (one
@@ -275,6 +277,7 @@ enum Io {
 }
 
 /// Most bytes of batch slots per direction per client (keeps 16 clients × 64 KiB payloads sane).
+#[cfg(target_os = "linux")]
 const BATCH_BYTES: usize = 2 << 20;
 
 /// A client's socket: a plain connected one, or a platform backend (gso mode).
@@ -352,8 +355,8 @@ impl Client {
                 let slot = plan.payload + 1;
                 let slots = (BATCH_BYTES / slot).clamp(1, plan.window.clamp(1, 64));
                 Io::Mmsg {
-                    tx: super::mmsg::Batch::new(slots, slot),
-                    rx: super::mmsg::Batch::new(slots, slot),
+                    tx: ricochet_platform::linux::SlotBatch::new(slots, slot),
+                    rx: ricochet_platform::linux::SlotBatch::new(slots, slot),
                     seqs: Vec::with_capacity(slots),
                 }
             }

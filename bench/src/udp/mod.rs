@@ -2,8 +2,6 @@
 
 pub mod client;
 pub mod message;
-#[cfg(target_os = "linux")]
-pub mod mmsg;
 pub mod ricochet_server;
 pub mod run;
 pub mod server;

@@ -3,7 +3,9 @@
 // operations and malformed data, parity and repair bodies. The first byte picks the scheme.
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     match data.split_first() {
-        Some((s, rest)) if s & 1 == 1 => ricochet_proto::fec::fuzz::sliding_ops(rest),
-        _ => ricochet_proto::fec::fuzz::sender_receiver_ops(data),
+        Some((s, rest)) if s & 1 == 1 => {
+            ricochet_proto::fec::fuzz::sliding_ops(std::time::Instant::now(), rest)
+        }
+        _ => ricochet_proto::fec::fuzz::sender_receiver_ops(std::time::Instant::now(), data),
     }
 });

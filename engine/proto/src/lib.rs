@@ -54,12 +54,12 @@
 //! What random loss still costs is latency, not window: a fragment lost on an ordered channel
 //! holds back every later message until its repair arrives, and the repair cannot arrive
 //! sooner than one round trip after the original (the loss is seen through the ACKs of later
-//! packets). In the simulated echo of `bench gate` (4 clients x 16 messages in flight, 10 ms
-//! one way, 5 % loss and 5 % of packets 15 ms late per direction) more than half of the round
-//! trips wait behind such a loss or delay in one direction or the other, so the median round
-//! trip is two path RTTs whatever the window; shortening it below that takes redundancy sent
-//! ahead of the loss, i.e. FEC ([`Config::fec`]). About half of the losses declared there are
-//! spurious (the 15 ms-late packets); repeating them costs bytes, not latency.
+//! packets). With many messages in flight on a lossy path (the `random` profile of `bench gate`:
+//! 5 % loss and 5 % of packets 15 ms late per direction), a large share of the round trips wait
+//! behind such a loss or delay in one direction or the other and take at least two path RTTs,
+//! whatever the window; shortening them takes redundancy sent ahead of the loss, i.e. FEC
+//! ([`Config::fec`]). Packets that are only late are declared lost too; repeating them costs
+//! bytes, not latency.
 //!
 //! # Channels
 //!
@@ -83,10 +83,23 @@
 //! if received; the ARQ datagram budget is [`Config::arq_datagram_size`]. Layout, overhead and
 //! the congestion accounting of parity: see [`FecStats`] and the `fec` submodule. A connection
 //! accepts FEC packets from its peer whatever its own policy, so only the sender decides.
+//!
+//! # Admission
+//!
+//! A server admits clients by connect token ([`token`]; netcode.io's model: the game's backend
+//! seals tokens with a key it shares with its servers) or, explicitly, insecurely
+//! ([`Admission`]). The handshake carries the token twice (hello and cookie echo) with a proof
+//! of its keys, the server checks it without state (expiry, its own address, not used before:
+//! [`TokenLedger`]), the application may refuse the client ([`Event::Incoming`],
+//! [`Endpoint::refuse`]), and the sealed accept gives the client the session's stateless reset
+//! token, so a restarted server ends the client's session at its next packet
+//! ([`CloseReason::Reset`]). Layouts: [`wire`]; the threat model: `docs/security.md` in the
+//! repository.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod fec;
 mod proto;
+pub mod token;
 pub mod wire;
 
 pub use proto::*;

@@ -55,8 +55,8 @@ impl FromStr for IoModel {
 pub enum IdleStrategy {
     /// Never block: poll without waiting, always. Lowest latency, one core busy per worker.
     Spin,
-    /// Block in the backend until I/O, a wake-up or the next timer. Cheapest on CPU; a wake-up
-    /// costs tens of microseconds on a VM.
+    /// Block in the backend until I/O, a wake-up or the next timer. Cheapest on CPU; each
+    /// wake-up adds the scheduler's latency (large on a VM) to the datagram that caused it.
     Park,
     /// Spin for up to [`UdpServerConfig::spin_for`] after the last work, then park — but only
     /// while work has recently come back soon after a worker went idle (a moving average of

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// A snapshot of one worker's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkerCounters {
     /// Worker index.
     pub worker: usize,

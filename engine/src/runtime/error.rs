@@ -2,6 +2,7 @@
 
 /// Errors starting, running or stopping the runtime.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuntimeError {
     /// A configuration value is invalid.
     #[error("invalid runtime configuration: {0}")]

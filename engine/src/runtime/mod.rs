@@ -21,6 +21,6 @@ mod worker;
 pub use config::{IdleStrategy, IoModel, UdpServerConfig};
 pub use counters::WorkerCounters;
 pub use error::RuntimeError;
-pub use rudp::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+pub use rudp::{Handler, Server, ServerConfig, ServerContext, SessionId};
 pub use timer::{TimerId, TimerWheel};
 pub use udp::{DatagramHandler, UdpContext, UdpServer};

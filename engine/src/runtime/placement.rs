@@ -213,7 +213,7 @@ mod tests {
     fn worker(w: u8, placement: &Placement, now: Instant) -> Endpoint {
         let cfg = EndpointConfig {
             connection: Arc::new(Config::default()),
-            server: Some(ServerConfig::default()),
+            server: Some(ServerConfig::insecure()),
             ..EndpointConfig::default()
         };
         let mut e = Endpoint::new(cfg, now, 100 + u64::from(w));

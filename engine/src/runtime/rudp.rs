@@ -6,14 +6,22 @@
 //! carry it from then on. On Linux the sockets' reuseport BPF program reads those bytes, so
 //! every datagram of a session reaches its worker directly, even after the client's address
 //! changes; elsewhere a datagram that lands on the wrong worker is forwarded to the owner
-//! ([`RudpServer::forwarded`]). A handler reaches a session on another worker through that
+//! ([`Server::forwarded`]). A handler reaches a session on another worker through that
 //! worker's command queue.
 //!
 //! Shared: one endpoint behind a lock, served by every thread (the baseline).
 //!
+//! Clients are admitted by connect token (see [`ricochet_proto::token`]): the game's backend
+//! seals tokens with a [`TokenKey`] it shares with its servers, and the server checks them
+//! without contacting anyone. [`Handler::on_accept`] sees who connects (client id, the token's
+//! user data, address) before the session exists and may refuse them.
+//! [`ServerConfig::insecure`] admits anyone who proves their address: LAN play and local tests
+//! only. A server must choose one of the two.
+//!
 //! ```no_run
 //! use bytes::Bytes;
-//! use ricochet::runtime::{Handler, RudpServer, RudpServerConfig, ServerContext, SessionId};
+//! use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
+//! use ricochet::TokenKey;
 //!
 //! struct Echo;
 //! impl Handler for Echo {
@@ -23,7 +31,11 @@
 //! }
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let server = RudpServer::start(RudpServerConfig::new("0.0.0.0:7777".parse()?), |_| Echo)?;
+//! let key = TokenKey::from_bytes([7; 32]); // the backend's key, from your secret store
+//! let config = ServerConfig::new("0.0.0.0:7777".parse()?)
+//!     .tokens(key, 0x1234) // the key and the game's protocol id
+//!     .public_address("203.0.113.5:7777".parse()?); // where clients reach it
+//! let server = Server::start(config, |_| Echo)?;
 //! println!("serving on {}", server.local_addr());
 //! # server.shutdown()?;
 //! # Ok(())
@@ -36,23 +48,27 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ricochet_platform::{self as platform, BackendKind, SocketInfo, Waker};
 
+use ricochet_proto::token::{TokenKey, TAG_LEN};
 use ricochet_proto::{
-    CloseReason, ConnectionHandle, ConnectionStats, DropCause, Endpoint, EndpointConfig,
-    EndpointStats, Event, SendError, ServerConfig,
+    Admission, ChannelKind, CloseReason, Config, ConnectionHandle, ConnectionStats, DropCause,
+    Endpoint, EndpointConfig, EndpointStats, Event, LedgerRefusal, Peer, Refusal, SendError,
+    ServerConfig as ListenConfig, TokenAdmission, TokenLedger, UsedTokens,
 };
 
-use super::config::{IoModel, UdpServerConfig};
+use super::config::{IdleStrategy, IoModel, UdpServerConfig};
 use super::counters::WorkerCounters;
 use super::error::RuntimeError;
 use super::placement::{steer_rules, worker_of_datagram, Placement, WorkerRouter};
 use super::worker::{Service, UdpContext, WorkerSet};
+use crate::profile::{with_channels, Profile};
+use crate::stats::SessionStats;
 
 /// A session: the worker (endpoint) that owns it and its connection handle there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -69,37 +85,177 @@ impl fmt::Display for SessionId {
     }
 }
 
-/// Configuration of an RUDP server.
+/// Configuration of a [`Server`]: start from [`ServerConfig::new`] and change what you need with
+/// the builder methods; the fields stay open for tuning beyond them.
+///
+/// ```
+/// use std::time::Duration;
+/// use ricochet::{ChannelKind, Profile, ServerConfig};
+///
+/// let config = ServerConfig::new("0.0.0.0:7777".parse().unwrap())
+///     .tokens(ricochet::TokenKey::from_bytes([7; 32]), 0x1234)
+///     .public_address("203.0.113.5:7777".parse().unwrap())
+///     .profile(Profile::Game)
+///     .channels([ChannelKind::ReliableOrdered, ChannelKind::UnreliableSequenced])
+///     .max_sessions(2_000)
+///     .tick(Duration::from_millis(16));
+/// # let _ = config;
+/// ```
 #[derive(Debug, Clone)]
-pub struct RudpServerConfig {
+#[non_exhaustive]
+pub struct ServerConfig {
     /// Sockets, IO model, workers, backend, idle strategy, tick.
     pub udp: UdpServerConfig,
     /// Protocol settings (connection config, session limits, handshake limits, budgets).
-    /// `endpoint.server` is filled with defaults when `None`.
+    /// Its `server.admission` is replaced by [`ServerConfig::admission`] when the server
+    /// starts.
     pub endpoint: EndpointConfig,
+    /// How clients are admitted: by connect token ([`ServerConfig::tokens`]) or insecurely
+    /// ([`ServerConfig::insecure`]). No default: [`Server::start`] refuses a config that does
+    /// not say.
+    pub admission: Option<Admission>,
+    /// With token admission: the addresses clients reach this server at, as the backend lists
+    /// them in tokens. Empty: the bound address (port 0 resolved), which needs a bind address
+    /// that names an IP; behind NAT or a load balancer, set the outside address.
+    pub public_addresses: Vec<SocketAddr>,
     /// Seed for connection ids and cookie keys; `None` draws one from the OS per worker.
     pub seed: Option<u64>,
 }
 
-impl RudpServerConfig {
-    /// Defaults for a server on `bind`: per-core, one worker per core, default protocol config.
+impl ServerConfig {
+    /// Defaults for a server on `bind`: per-core, one worker per core, [`Profile::Default`].
+    /// Say how clients are admitted before starting it: [`Self::tokens`] or [`Self::insecure`].
     pub fn new(bind: SocketAddr) -> Self {
-        RudpServerConfig {
+        ServerConfig {
             udp: UdpServerConfig::new(bind),
             endpoint: EndpointConfig {
-                server: Some(ServerConfig::default()),
+                server: Some(ListenConfig::new(Admission::Insecure)),
                 ..EndpointConfig::default()
             },
+            admission: None,
+            public_addresses: Vec::new(),
             seed: None,
         }
+    }
+
+    /// Admit clients by connect token sealed with the backend's `key` for the game's
+    /// `protocol_id` (the production mode). Tokens must list one of the server's
+    /// [public addresses](Self::public_address).
+    pub fn tokens(mut self, key: TokenKey, protocol_id: u64) -> Self {
+        self.admission = Some(Admission::Tokens(TokenAdmission::new(
+            key,
+            protocol_id,
+            Vec::new(),
+        )));
+        self
+    }
+
+    /// Admit anyone who proves their address, without tokens, and protect no packet. For LAN
+    /// play and local tests only: whoever sees the traffic can close, hijack or inject into
+    /// any session.
+    pub fn insecure(mut self) -> Self {
+        self.admission = Some(Admission::Insecure);
+        self
+    }
+
+    /// An address clients reach this server at, as the backend lists it in tokens (add one
+    /// per address; by default the bound address, which must then name an IP).
+    pub fn public_address(mut self, addr: SocketAddr) -> Self {
+        self.public_addresses.push(addr);
+        self
+    }
+
+    /// Tune every session for `profile` (clients should use the same one). Keeps the channels.
+    pub fn profile(self, profile: Profile) -> Self {
+        self.session(|c| *c = with_channels(profile.config(), c))
+    }
+
+    /// The channels every session has, by id (clients must list the same kinds in the same
+    /// order). Default: reliable-ordered, reliable-unordered, unreliable, unreliable-sequenced.
+    pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
+        let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
+        self.session(|c| c.channels = kinds)
+    }
+
+    /// Change any protocol setting of every session (see [`Config`]).
+    pub fn session(mut self, tune: impl FnOnce(&mut Config)) -> Self {
+        tune(Arc::make_mut(&mut self.endpoint.connection));
+        self
+    }
+
+    /// Worker threads; 0 (the default) means one per available core.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.udp.io_threads = workers;
+        self
+    }
+
+    /// The IO model ([`IoModel::PerCore`] by default).
+    pub fn io_model(mut self, io_model: IoModel) -> Self {
+        self.udp.io_model = io_model;
+        self
+    }
+
+    /// The datagram I/O backend (automatic by default: io_uring where it can be set up, else
+    /// epoll with `recvmmsg`/`sendmmsg`, kqueue on macOS).
+    pub fn backend(mut self, backend: BackendKind) -> Self {
+        self.udp.backend.kind = backend;
+        self
+    }
+
+    /// What idle workers do ([`IdleStrategy::Balanced`] by default).
+    pub fn idle(mut self, idle: IdleStrategy) -> Self {
+        self.udp.idle = idle;
+        self
+    }
+
+    /// Call [`Handler::on_tick`] every `tick` on every worker.
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.udp.tick = Some(tick);
+        self
+    }
+
+    /// Sessions this server holds at most; clients beyond are refused with
+    /// [`CloseReason::ServerFull`].
+    pub fn max_sessions(mut self, sessions: usize) -> Self {
+        self.listen().max_sessions = sessions;
+        self
+    }
+
+    /// Sessions from one IP address at most (players behind one NAT share an address); more
+    /// are refused with [`CloseReason::TooManyFromAddress`].
+    pub fn max_sessions_per_address(mut self, sessions: usize) -> Self {
+        self.listen().max_sessions_per_address = sessions;
+        self
+    }
+
+    /// Seed connection ids and cookie keys from `seed` (reproducible tests); by default each
+    /// worker draws from the OS.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = Some(seed);
+        self
+    }
+
+    fn listen(&mut self) -> &mut ListenConfig {
+        // The admission written here is a placeholder: `start` puts `self.admission` in.
+        self.endpoint
+            .server
+            .get_or_insert_with(|| ListenConfig::new(Admission::Insecure))
     }
 }
 
 /// Game-server code: one instance per worker, called on that worker's thread.
 pub trait Handler: Send + 'static {
-    /// A client completed the handshake.
-    fn on_connect(&mut self, ctx: &mut ServerContext<'_>, session: SessionId) {
-        let _ = (ctx, session);
+    /// A client passed every check of the handshake (its token, its address); the session
+    /// does not exist yet. Return `Err` to refuse it: the client receives the refusal's code
+    /// and message ([`CloseReason::Rejected`]). Accepts everyone by default.
+    fn on_accept(&mut self, ctx: &mut ServerContext<'_>, peer: &Peer) -> Result<(), Refusal> {
+        let _ = (ctx, peer);
+        Ok(())
+    }
+
+    /// A client completed the handshake: `session` is who [`Handler::on_accept`] accepted.
+    fn on_connect(&mut self, ctx: &mut ServerContext<'_>, session: SessionId, peer: &Peer) {
+        let _ = (ctx, session, peer);
     }
 
     /// A complete message arrived on `channel`.
@@ -127,6 +283,43 @@ pub trait Handler: Send + 'static {
         let _ = ctx;
     }
 }
+
+/// The used-token table the endpoints of a per-core server share: a token is accepted once
+/// whichever worker its handshake reaches. Taken once per handshake, never per datagram.
+#[derive(Debug, Clone)]
+struct SharedLedger(Arc<Mutex<UsedTokens>>);
+
+impl SharedLedger {
+    fn table(&self) -> MutexGuard<'_, UsedTokens> {
+        // Nothing panics while holding it (the table's methods do not); carry on if it did.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl TokenLedger for SharedLedger {
+    fn is_used(&mut self, tag: &[u8; TAG_LEN], now_unix: u64) -> bool {
+        self.table().is_used(tag, now_unix)
+    }
+
+    fn record(
+        &mut self,
+        tag: &[u8; TAG_LEN],
+        expires_unix: u64,
+        now_unix: u64,
+    ) -> Result<(), LedgerRefusal> {
+        self.table().record(tag, expires_unix, now_unix)
+    }
+}
+
+/// Time since the Unix epoch, for token expiry (zero if the clock is before 1970).
+fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// How often a worker re-reads the wall clock for its endpoint.
+const UNIX_REFRESH: Duration = Duration::from_secs(10);
 
 /// A request for another worker, carried by its queue.
 enum Command {
@@ -215,9 +408,16 @@ impl ServerContext<'_> {
         Ok(())
     }
 
-    /// Statistics of a session on this worker (RTT histogram, loss, retransmissions, cwnd,
-    /// queue depth); `None` for an unknown session or one owned by another worker.
-    pub fn session_stats(&self, session: SessionId) -> Option<&ConnectionStats> {
+    /// Counters and path estimates of a session on this worker (RTT, loss, retransmissions,
+    /// congestion window); `None` for an unknown session or one owned by another worker.
+    pub fn session_stats(&self, session: SessionId) -> Option<SessionStats> {
+        self.session_detail(session).map(SessionStats::from)
+    }
+
+    /// Every counter the protocol core keeps for a session on this worker (for benchmarks
+    /// and diagnostics; its shape follows the protocol core, not this crate's API promise).
+    #[doc(hidden)]
+    pub fn session_detail(&self, session: SessionId) -> Option<&ConnectionStats> {
         if session.worker != self.worker {
             return None;
         }
@@ -314,6 +514,8 @@ struct RudpService<H> {
     worker: u32,
     workers: u32,
     endpoint: EndpointSlot,
+    /// When the endpoint was last told the wall-clock time.
+    unix_at: Instant,
     handler: H,
     inbox: Receiver<Command>,
     directory: Directory,
@@ -330,6 +532,10 @@ impl<H: Handler> RudpService<H> {
         let mut guard = self.endpoint.lock();
         let core = &mut *guard;
         let ep = &mut core.endpoint;
+        if now.saturating_duration_since(self.unix_at) >= UNIX_REFRESH {
+            self.unix_at = now;
+            ep.set_unix_time(now, unix_now());
+        }
         while let Ok(cmd) = self.inbox.try_recv() {
             match cmd {
                 Command::Send {
@@ -357,14 +563,16 @@ impl<H: Handler> RudpService<H> {
                 worker: self.worker,
                 handle,
             };
+            let mut peer = None;
             match &event {
                 Event::Connected => {
                     core.sessions.insert(handle);
+                    peer = ep.connection(handle).and_then(|c| c.peer()).cloned();
                 }
                 Event::Closed { .. } => {
                     core.sessions.remove(&handle);
                 }
-                Event::Message { .. } => {}
+                Event::Message { .. } | Event::Incoming(_) => {}
             }
             let mut sctx = ServerContext {
                 worker: self.worker,
@@ -374,11 +582,28 @@ impl<H: Handler> RudpService<H> {
                 sessions: &core.sessions,
             };
             match event {
-                Event::Connected => self.handler.on_connect(&mut sctx, session),
+                Event::Incoming(peer) => {
+                    // Accepting queues `Connected`, which this loop delivers next.
+                    match self.handler.on_accept(&mut sctx, &peer) {
+                        Ok(()) => ep.accept(handle),
+                        Err(refusal) => ep.refuse(handle, &refusal),
+                    }
+                }
+                Event::Connected => {
+                    // Every server connection knows its peer; the fallback is unreachable.
+                    let peer = peer.unwrap_or_else(|| Peer {
+                        address: SocketAddr::from(([0, 0, 0, 0], 0)),
+                        client_id: None,
+                        user_data: Bytes::new(),
+                    });
+                    self.handler.on_connect(&mut sctx, session, &peer)
+                }
                 Event::Message { channel, data } => {
                     self.handler.on_message(&mut sctx, session, channel, data)
                 }
-                Event::Closed { reason, by_peer } => self
+                Event::Closed {
+                    reason, by_peer, ..
+                } => self
                     .handler
                     .on_disconnect(&mut sctx, session, reason, by_peer),
             }
@@ -476,17 +701,17 @@ impl<H: Handler> Service for RudpService<H> {
     }
 }
 
-/// A running RUDP server. Dropping it stops the workers; [`RudpServer::shutdown`] closes every
+/// A running RUDP server. Dropping it stops the workers; [`Server::shutdown`] closes every
 /// session with [`CloseReason::Shutdown`] (clients learn why), then joins the workers.
-pub struct RudpServer {
+pub struct Server {
     workers: WorkerSet,
     placement: Option<Placement>,
     forwarded: Arc<AtomicU64>,
 }
 
-impl fmt::Debug for RudpServer {
+impl fmt::Debug for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RudpServer")
+        f.debug_struct("Server")
             .field("local_addr", &self.workers.local_addr)
             .field("io_model", &self.workers.io_model)
             .field("backend", &self.workers.backend_kind)
@@ -500,18 +725,44 @@ fn os_seed() -> u64 {
     rand::rng().next_u64()
 }
 
-impl RudpServer {
+impl Server {
     /// Bind, start the workers (each with its endpoint and `make_handler(i)`), return once
     /// every worker is up.
-    pub fn start<H, F>(config: RudpServerConfig, mut make_handler: F) -> Result<Self, RuntimeError>
+    pub fn start<H, F>(config: ServerConfig, mut make_handler: F) -> Result<Self, RuntimeError>
     where
         H: Handler,
         F: FnMut(usize) -> H,
     {
         let mut endpoint_cfg = config.endpoint.clone();
-        if endpoint_cfg.server.is_none() {
-            endpoint_cfg.server = Some(ServerConfig::default());
+        let Some(mut admission) = config.admission.clone() else {
+            return Err(RuntimeError::Config(
+                "say how clients are admitted: ServerConfig::tokens(key, protocol_id) (connect \
+                 tokens) or ServerConfig::insecure() (LAN play and local tests)"
+                    .into(),
+            ));
+        };
+        if let Admission::Tokens(t) = &mut admission {
+            if t.public_addresses.is_empty() {
+                t.public_addresses = config.public_addresses.clone();
+            }
+            if t.public_addresses.is_empty() && config.udp.bind.ip().is_unspecified() {
+                return Err(RuntimeError::Config(format!(
+                    "bound to {}: set the public address clients reach \
+                     (ServerConfig::public_address, as the backend lists it in connect tokens)",
+                    config.udp.bind
+                )));
+            }
         }
+        let server = endpoint_cfg
+            .server
+            .get_or_insert_with(|| ListenConfig::new(Admission::Insecure));
+        server.admission = admission;
+        // The runtime asks the handler about every client (`Handler::on_accept`).
+        server.accept_hook = true;
+        let used_tokens = match &server.admission {
+            Admission::Tokens(t) => Some(t.used_token_capacity),
+            Admission::Insecure => None,
+        };
         let n = config.udp.resolved_threads();
         if config.udp.io_model == IoModel::PerCore && n > 256 {
             return Err(RuntimeError::Config(format!(
@@ -519,52 +770,74 @@ impl RudpServer {
             )));
         }
         let now = Instant::now();
-        let shared = (config.udp.io_model == IoModel::Shared).then(|| {
-            let seed = config.seed.unwrap_or_else(os_seed);
-            Arc::new(Mutex::new(Core {
-                endpoint: Endpoint::new(endpoint_cfg.clone(), now, seed),
-                sessions: HashSet::new(),
-            }))
-        });
-        let per_core_workers = if shared.is_some() { 1 } else { n as u32 };
+        let unix = unix_now();
+        let is_shared = config.udp.io_model == IoModel::Shared;
+        let mut shared: Option<Arc<Mutex<Core>>> = None;
+        let per_core_workers = if is_shared { 1 } else { n as u32 };
         // Per-core: every worker's endpoint verifies the others' cookies (one secret, one
-        // clock base) and places sessions on the least-loaded worker; the sockets steer by
-        // the worker the packets name.
-        let per_core = shared.is_none() && n > 1;
+        // clock base), accepts each token once across all of them (one ledger), and places
+        // sessions on the least-loaded worker; the sockets steer by the worker the packets
+        // name.
+        let per_core = !is_shared && n > 1;
         let placement = per_core.then(|| Placement::new(n));
         let cookie_secret: [u8; 32] = match config.seed {
             Some(s) => ChaCha8Rng::seed_from_u64(s ^ 0x636f_6f6b_6965_7321).random(),
             None => rand::rng().random(),
         };
+        let ledger = used_tokens
+            .filter(|_| per_core)
+            .map(|cap| SharedLedger(Arc::new(Mutex::new(UsedTokens::new(cap)))));
         let steering = if per_core { steer_rules() } else { Vec::new() };
         let forwarded = Arc::new(AtomicU64::new(0));
         let directory: Directory = Arc::new(std::sync::OnceLock::new());
         let mut senders = Vec::with_capacity(n);
-        let workers = WorkerSet::start(&config.udp, &steering, |i| {
+        let workers = WorkerSet::start(&config.udp, &steering, |i, local_addr| {
             let (tx, rx) = mpsc::channel();
             senders.push(tx);
-            let endpoint = match &shared {
-                Some(e) => EndpointSlot::Shared(e.clone()),
-                None => {
-                    let seed = config
-                        .seed
-                        .map(|s| s.wrapping_add(i as u64))
-                        .unwrap_or_else(os_seed);
+            // With a port-0 bind, the public address gets the port the sockets were given.
+            let mut endpoint_cfg = endpoint_cfg.clone();
+            if let Some(Admission::Tokens(t)) =
+                endpoint_cfg.server.as_mut().map(|s| &mut s.admission)
+            {
+                if t.public_addresses.is_empty() {
+                    t.public_addresses = vec![local_addr];
+                }
+            }
+            let endpoint = if is_shared {
+                let core = shared.get_or_insert_with(|| {
+                    let seed = config.seed.unwrap_or_else(os_seed);
                     let mut endpoint = Endpoint::new(endpoint_cfg.clone(), now, seed);
-                    // Validated below 256 workers in `start`.
-                    endpoint.set_router(Box::new(WorkerRouter::new(i as u8, placement.clone())));
-                    endpoint.set_cookie_secret(now, cookie_secret);
-                    EndpointSlot::Owned(Box::new(Core {
+                    endpoint.set_unix_time(now, unix);
+                    Arc::new(Mutex::new(Core {
                         endpoint,
                         sessions: HashSet::new(),
                     }))
+                });
+                EndpointSlot::Shared(core.clone())
+            } else {
+                let seed = config
+                    .seed
+                    .map(|s| s.wrapping_add(i as u64))
+                    .unwrap_or_else(os_seed);
+                let mut endpoint = Endpoint::new(endpoint_cfg, now, seed);
+                // Validated below 256 workers in `start`.
+                endpoint.set_router(Box::new(WorkerRouter::new(i as u8, placement.clone())));
+                endpoint.set_cookie_secret(now, cookie_secret);
+                endpoint.set_unix_time(now, unix);
+                if let Some(l) = &ledger {
+                    endpoint.set_token_ledger(Box::new(l.clone()));
                 }
+                EndpointSlot::Owned(Box::new(Core {
+                    endpoint,
+                    sessions: HashSet::new(),
+                }))
             };
             RudpService {
                 // In the shared model every thread serves the one endpoint: sessions are "worker 0".
-                worker: if shared.is_some() { 0 } else { i as u32 },
+                worker: if is_shared { 0 } else { i as u32 },
                 workers: per_core_workers,
                 endpoint,
+                unix_at: now,
                 handler: make_handler(i),
                 inbox: rx,
                 directory: directory.clone(),
@@ -586,7 +859,7 @@ impl RudpServer {
             backend = %workers.backend_kind,
             "ricochet RUDP server started"
         );
-        Ok(RudpServer {
+        Ok(Server {
             workers,
             placement,
             forwarded,

@@ -91,7 +91,7 @@ impl UdpServer {
         H: DatagramHandler,
         F: FnMut(usize) -> H,
     {
-        let workers = WorkerSet::start(&config, &[], |i| HandlerService(make_handler(i)))?;
+        let workers = WorkerSet::start(&config, &[], |i, _| HandlerService(make_handler(i)))?;
         tracing::info!(
             addr = %workers.local_addr,
             io_model = %workers.io_model,

@@ -415,7 +415,7 @@ impl WorkerSet {
     ) -> Result<WorkerSet, RuntimeError>
     where
         S: Service,
-        F: FnMut(usize) -> S,
+        F: FnMut(usize, SocketAddr) -> S,
     {
         config.validate()?;
         let n = config.resolved_threads();
@@ -437,7 +437,7 @@ impl WorkerSet {
         };
         let settings = WorkerSettings::from_config(config);
         for (index, socket) in sockets.into_iter().enumerate() {
-            let service = make_service(index);
+            let service = make_service(index, set.local_addr);
             let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
             let cell = Arc::new(CounterCell::default());
             let (ready_tx, ready_rx) = mpsc::sync_channel(1);

@@ -1,5 +1,5 @@
 //! The deterministic simulated echo scenario: N clients × W messages in flight × B bytes,
-//! complete-message echo on a reliable-ordered channel through a [`SimNetwork`] under a named
+//! complete-message echo on a reliable-ordered channel through a [`SimNetwork`](crate::SimNetwork) under a named
 //! [`Profile`].
 //!
 //! One server [`Endpoint`] and N client `Endpoint`s run as [`SimNode`]s on the virtual clock.
@@ -13,8 +13,13 @@
 //! give equal reports, and [`EchoReport::trace_hash`] (the network's BLAKE3 event trace: every
 //! datagram's time, route, verdict and bytes) proves the runs were bit-identical.
 //!
+//! The scenario runs the secure path by default: the server admits clients by connect token
+//! (one minted in place for each client, with a key drawn from the seed) on a fixed simulated
+//! wall clock, and the sessions' packets are protected with the tokens' keys;
+//! [`EchoScenario::secure`] `= false` runs the same traffic in insecure mode.
+//!
 //! With [`Profile::None`] the links have no delay, and a zero-delay ping-pong never lets time
-//! advance ([`SimError::Stalled`](super::SimError::Stalled)); the scenario gives that profile
+//! advance ([`SimError::Stalled`]); the scenario gives that profile
 //! [`EchoScenario::none_delay`] (1 ms one way by default) instead. The other profiles run as
 //! defined.
 //!
@@ -47,8 +52,12 @@ use hdrhistogram::Histogram;
 
 use super::harness::{SimError, SimNode, Simulation};
 use super::impair::{Impairment, LinkCounters, Profile};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet_proto::{
     ChannelKind, Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig,
+    TokenAdmission,
 };
 
 /// Smallest payload: the client id (4 B) and sequence number (8 B) lead every message.
@@ -78,7 +87,17 @@ pub struct EchoScenario {
     /// Connection settings of the server when they differ from `config` (e.g. another FEC
     /// scheme); `None`: the server uses `config` too.
     pub server_config: Option<Config>,
+    /// The secure path (the default): the server admits clients by connect token (one minted
+    /// in place per client, with a key drawn from `seed`) and every session's packets are
+    /// protected with its token's keys. `false`: the insecure mode.
+    pub secure: bool,
 }
+
+/// The simulated wall clock at the start of every scenario (seconds since the Unix epoch):
+/// fixed, so runs stay bit-identical.
+pub const SIM_UNIX_START: u64 = 1_800_000_000;
+/// The protocol id of the scenario's tokens.
+const SIM_PROTOCOL_ID: u64 = 0x7269_636f_6368_6574;
 
 impl EchoScenario {
     /// The standard shape: 4 clients × 16 in flight × 1,024 B, 1 s warm-up, 10 s measured,
@@ -95,6 +114,7 @@ impl EchoScenario {
             none_delay: Duration::from_millis(1),
             config: Config::default(),
             server_config: None,
+            secure: true,
         }
     }
 
@@ -118,15 +138,29 @@ impl EchoScenario {
             None => cfg.clone(),
         };
         let server_addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 7000);
-        let server_ep = Endpoint::new(
+        // The backend's key and tokens come from their own generator, so the endpoints'
+        // streams stay what they are in insecure mode.
+        let mut backend = ChaCha20Rng::seed_from_u64(seed_for(self.seed, u64::MAX));
+        let key = TokenKey::generate(&mut backend);
+        let server = if !self.secure {
+            ServerConfig::insecure()
+        } else {
+            ServerConfig::tokens(TokenAdmission::new(
+                key.clone(),
+                SIM_PROTOCOL_ID,
+                vec![server_addr],
+            ))
+        };
+        let mut server_ep = Endpoint::new(
             EndpointConfig {
                 connection: server_cfg,
-                server: Some(ServerConfig::default()),
+                server: Some(server),
                 ..EndpointConfig::default()
             },
             base,
             seed_for(self.seed, 0),
         );
+        server_ep.set_unix_time(base, Duration::from_secs(SIM_UNIX_START));
         sim.add_node(
             server_addr,
             Node::new(Role::Server(ServerApp::default()), server_ep),
@@ -142,7 +176,20 @@ impl EchoScenario {
                 base,
                 seed_for(self.seed, i as u64 + 1),
             );
-            let handle = ep.connect(base, server_addr);
+            let handle = if !self.secure {
+                ep.connect(base, server_addr)
+            } else {
+                let params = TokenParams {
+                    protocol_id: SIM_PROTOCOL_ID,
+                    client_id: i as u64,
+                    server_addresses: &[server_addr],
+                    expires_unix: SIM_UNIX_START + 3600,
+                    user_data: &[],
+                };
+                let token = ConnectToken::generate(&key, &params, &mut backend)
+                    .map_err(|e| EchoError::Invalid(format!("connect token: {e}")))?;
+                ep.connect_with_token(base, &token)
+            };
             let app = ClientApp::new(i as u32, handle, self.window, self.payload);
             sim.add_node(addr, Node::new(Role::Client(app), ep))?;
             client_addrs.push(addr);
@@ -248,6 +295,13 @@ impl EchoScenario {
             fec_parity_ignored: fec_on.then_some(after.c.parity_ignored - before.c.parity_ignored),
             fec_data_bytes: fec_on.then_some(after.c.data_bytes - before.c.data_bytes),
             fec_peak_retained_bytes: fec_on.then_some(after.fec_peak_retained),
+            fec_retention_limit: fec_on.then_some(after.fec_retention_limit),
+            fec_final_parity: fec_on.then(|| after.fec.final_parity.clone()),
+            fec_parity_permille: fec_on.then_some((
+                after.fec.peak_window_permille,
+                after.fec.peak_total_permille,
+            )),
+            fec_malformed: fec_on.then_some(after.fec.malformed),
             checks,
             trace_hash: sim.network().trace_hash().map(hex).unwrap_or_default(),
         })
@@ -392,6 +446,18 @@ pub struct EchoReport {
     pub fec_parity_ignored: Option<u64>,
     /// Peak bytes FEC receivers retained for incomplete groups; `None` without FEC.
     pub fec_peak_retained_bytes: Option<u64>,
+    /// The FEC retention budget of each endpoint (what `fec_peak_retained_bytes` must stay
+    /// within); `None` without FEC.
+    pub fec_retention_limit: Option<u64>,
+    /// The parity level of the last group each FEC sender closed, one entry per connection that
+    /// protected data (adaptive FEC settles at 0 on a clean path); `None` without FEC.
+    pub fec_final_parity: Option<Vec<usize>>,
+    /// The highest parity/data ratio (per mille) any FEC sender saw over its cap window, and
+    /// over its whole run; `None` without FEC.
+    pub fec_parity_permille: Option<(u64, u64)>,
+    /// Malformed FEC bodies the receivers dropped (our own packets: must be 0); `None` without
+    /// FEC.
+    pub fec_malformed: Option<u64>,
     /// Correctness counters.
     pub checks: EchoChecks,
     /// Hex BLAKE3 hash of the network's event trace over the whole run.
@@ -558,6 +624,8 @@ impl ClientApp {
                 self.send_next(now, ep);
             }
             Event::Closed { .. } => self.closed = true,
+            // Only a server with an accept hook reports incoming clients.
+            Event::Incoming(_) => {}
         }
     }
 }
@@ -616,40 +684,43 @@ impl Node {
                         }
                     }
                     Event::Closed { .. } => s.closes += 1,
+                    Event::Incoming(_) => {}
                 },
             }
         }
     }
 
-    /// Sums of the connections' loss-recovery counters.
-    fn connection_counters(&self) -> Counters {
+    /// This node's live connections.
+    fn connections(&self) -> impl Iterator<Item = &ricochet_proto::Connection> {
         let handles: &[ConnectionHandle] = match &self.role {
             Role::Server(s) => &s.handles,
             Role::Client(c) => std::slice::from_ref(&c.handle),
         };
-        handles
-            .iter()
-            .filter_map(|&h| self.ep.connection(h))
-            .fold(Counters::default(), |acc, c| {
-                let s = c.stats();
-                acc.add(&Counters {
-                    retransmitted: s.segments_retransmitted,
-                    lost: s.packets_lost,
-                    spurious: s.packets_spurious_lost,
-                    tlp: s.tail_loss_probes,
-                    rto: s.rto_count,
-                    recovered: s.fec.data_recovered,
-                    groups: s.fec.sender.groups,
-                    data_shards: s.fec.sender.data_shards,
-                    parity: s.fec.parity_sent,
-                    unrecoverable: s.fec.groups_unrecoverable,
-                    tail_repairs: s.fec.sender.tail_repairs,
-                    tails_skipped: s.fec.sender.tails_skipped,
-                    parity_ignored: s.fec.receiver.parity_ignored,
-                    parity_bytes: s.fec.parity_bytes,
-                    data_bytes: s.fec.data_bytes,
-                })
+        handles.iter().filter_map(|&h| self.ep.connection(h))
+    }
+
+    /// Sums of the connections' loss-recovery counters.
+    fn connection_counters(&self) -> Counters {
+        self.connections().fold(Counters::default(), |acc, c| {
+            let s = c.stats();
+            acc.add(&Counters {
+                retransmitted: s.segments_retransmitted,
+                lost: s.packets_lost,
+                spurious: s.packets_spurious_lost,
+                tlp: s.tail_loss_probes,
+                rto: s.rto_count,
+                recovered: s.fec.data_recovered,
+                groups: s.fec.sender.groups,
+                data_shards: s.fec.sender.data_shards,
+                parity: s.fec.parity_sent,
+                unrecoverable: s.fec.groups_unrecoverable,
+                tail_repairs: s.fec.sender.tail_repairs,
+                tails_skipped: s.fec.sender.tails_skipped,
+                parity_ignored: s.fec.receiver.parity_ignored,
+                parity_bytes: s.fec.parity_bytes,
+                data_bytes: s.fec.data_bytes,
             })
+        })
     }
 }
 
@@ -731,8 +802,40 @@ impl SimNode for Node {
 struct Snapshot {
     wire: Wire,
     c: Counters,
-    /// The largest FEC retention peak of any endpoint.
+    /// The largest FEC retention peak of any endpoint, and the retention limit.
     fec_peak_retained: u64,
+    fec_retention_limit: u64,
+    fec: FecState,
+}
+
+/// FEC state that is not a counter (levels, peaks), over every connection.
+#[derive(Debug, Clone, Default)]
+struct FecState {
+    final_parity: Vec<usize>,
+    peak_window_permille: u64,
+    peak_total_permille: u64,
+    malformed: u64,
+}
+
+impl FecState {
+    fn of(sim: &Simulation<Node>) -> Self {
+        let mut st = FecState::default();
+        for (_, n) in sim.nodes() {
+            for c in n.connections() {
+                let f = c.stats().fec;
+                st.malformed += f.malformed.total();
+                if f.sender.data_shards > 0 {
+                    st.final_parity.push(f.current_parity);
+                    st.peak_window_permille = st
+                        .peak_window_permille
+                        .max(f.sender.peak_window_parity_permille);
+                    let total = f.sender.parity_bytes_sent * 1000 / f.sender.data_bytes.max(1);
+                    st.peak_total_permille = st.peak_total_permille.max(total);
+                }
+            }
+        }
+        st
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -780,10 +883,17 @@ impl Snapshot {
             .map(|(_, n)| n.ep.fec_budget().peak() as u64)
             .max()
             .unwrap_or(0);
+        let fec_retention_limit = sim
+            .nodes()
+            .map(|(_, n)| n.ep.fec_budget().limit() as u64)
+            .max()
+            .unwrap_or(0);
         Snapshot {
             wire: Wire::of(&sim.network().total_counters()),
             c,
             fec_peak_retained,
+            fec_retention_limit,
+            fec: FecState::of(sim),
         }
     }
 }

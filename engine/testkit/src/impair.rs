@@ -185,7 +185,8 @@ impl Default for Impairment {
     }
 }
 
-/// The named network conditions of the reference report (`rudp-performance.md`).
+/// The named network conditions of the reference library's RUDP report, whose figures
+/// `PERFORMANCE.md` shows next to ours.
 ///
 /// | profile | loss | one-way delay | duplicates / reordering |
 /// | --- | --- | --- | --- |

@@ -21,7 +21,8 @@
 //!
 //! # Profiles
 //!
-//! The named conditions of the reference report (`rudp-performance.md`); each applies to every
+//! The named conditions of the reference library's RUDP report (whose figures `PERFORMANCE.md`
+//! shows next to ours); each applies to every
 //! link direction independently ([`Profile::from_str`](std::str::FromStr::from_str) accepts the
 //! lower-case names):
 //!

@@ -35,9 +35,9 @@ impl<T> Ord for Timed<T> {
 /// One direction of a route as a relay needs it: the [`ImpairedLink`] decisions plus the held
 /// copies in delivery order, with queue accounting done on pop.
 ///
-/// On a real clock (the bench relay, issue 6): `push(Instant::now(), len, payload)` when a
-/// datagram arrives, sleep until [`next_due`](Self::next_due), then send everything
-/// [`pop_due`](Self::pop_due) returns. Memory is bounded by the impairment's queue caps.
+/// On a real clock (`bench relay`, the benchmark's impairment relay): `push(Instant::now(),
+/// len, payload)` when a datagram arrives, sleep until [`next_due`](Self::next_due), then send
+/// everything [`pop_due`](Self::pop_due) returns. Memory is bounded by the impairment's queue caps.
 #[derive(Debug)]
 pub struct ImpairedQueue<T> {
     link: ImpairedLink,

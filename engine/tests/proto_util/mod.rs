@@ -83,7 +83,7 @@ impl Net {
     pub fn add_pair(&mut self, cfg: Arc<Config>) -> (usize, usize) {
         let server = EndpointConfig {
             connection: cfg.clone(),
-            server: Some(ServerConfig::default()),
+            server: Some(ServerConfig::insecure()),
             ..EndpointConfig::default()
         };
         let client = EndpointConfig {

@@ -1,7 +1,9 @@
 //! Linux backends: `uring` (io_uring) and `mmsg` (epoll + `recvmmsg`/`sendmmsg`), and what they
-//! share: the eventfd waker, control-message encoding and parsing, GSO/GRO socket options.
+//! share: the eventfd waker, control-message encoding and parsing, GSO/GRO socket options. Also
+//! [`SlotBatch`], batched `sendmmsg` / `recvmmsg` on a connected socket without a backend.
 
 pub mod mmsg;
+pub mod slots;
 pub mod uring;
 
 use std::io;
@@ -13,6 +15,7 @@ use crate::backend::Wake;
 use crate::sys::CmsgBuf;
 
 pub use mmsg::MmsgBackend;
+pub use slots::SlotBatch;
 pub use uring::UringBackend;
 
 /// An eventfd that a [`Waker`](crate::Waker) writes to and a backend's poll watches.

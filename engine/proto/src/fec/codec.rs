@@ -40,21 +40,12 @@ impl CodecId {
 
     /// The codec the sender uses for a group of `data` + `parity` shards.
     ///
-    /// Chosen from `bench fec` (`cargo run --release -p bench -- fec --json
-    /// results/vm-20261130/fec-codecs.json`; 2-core AMD EPYC VM under a load average of ~11;
-    /// medians, µs per group):
-    ///
-    /// | group × shard | Cauchy AVX2 encode | Cauchy recover 1 / all | reed-solomon-simd encode | reed-solomon-simd recover |
-    /// | --- | ---: | ---: | ---: | ---: |
-    /// | 8+2 × 64 B | 0.10 | 0.14 / 0.42 | 0.28 | 318 |
-    /// | 8+2 × 1,174 B | 0.60 | 0.36 / 0.84 | 0.71 | 295 |
-    /// | 8+4 × 1,174 B | 2.39 | 0.70 / 2.89 | 1.62 | 314 |
-    /// | 16+4 × 1,174 B | 4.73 | 1.29 / 5.09 | 3.18 | 327 |
-    ///
-    /// `reed-solomon-simd` encodes large groups slightly faster, but every recovery costs it a
-    /// fixed ~300 µs here (a GF(2^16) transform), 100–1000× the Cauchy codec, whose cost grows
-    /// with the shards actually lost. Every group shape we allow (up to 64 + 32) therefore uses
-    /// the Cauchy codec; `reed-solomon-simd` stays decodable for a peer that picks it.
+    /// Chosen from `bench fec` (`cargo run --release -p bench -- fec`; the measured table is in
+    /// `PERFORMANCE.md`): `reed-solomon-simd` encodes large groups about as fast, but every
+    /// recovery costs it a fixed GF(2^16) transform, orders of magnitude more than the Cauchy
+    /// codec, whose cost grows with the shards actually lost. Every group shape we allow (up to
+    /// 64 + 32) therefore uses the Cauchy codec; `reed-solomon-simd` stays decodable for a peer
+    /// that picks it.
     pub fn for_group(data: usize, parity: usize) -> CodecId {
         if data <= MAX_DATA_SHARDS && parity <= MAX_PARITY_SHARDS {
             CodecId::Cauchy

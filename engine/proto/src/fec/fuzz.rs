@@ -10,13 +10,19 @@ use super::{FecConfig, FecPolicy, FecScheme, LossReport, RetentionBudget, MAX_PE
 /// The op loop both schemes share: each step picks an operation (send a payload, lose it,
 /// forward a repair, corrupt a byte of it, inject raw bytes as data or repair, advance time
 /// with a loss report). `payload_scale` sizes payloads from the op's argument. Checks after
-/// every step that retention stays within `budget`, pending repairs stay bounded, and every
-/// delivered payload fits the configured maximum.
-/// Ends by dropping the receiver and checking it returned every retained byte.
-fn run_ops(input: &[u8], cfg: FecConfig, budget: RetentionBudget, payload_scale: usize) {
+/// every step that retention stays within `budget` and matches what the receiver holds,
+/// pending repairs stay bounded, and every delivered payload fits the configured maximum.
+/// Time starts at `start` (the caller's clock; nothing here reads one).
+fn run_ops(
+    start: Instant,
+    input: &[u8],
+    cfg: FecConfig,
+    budget: RetentionBudget,
+    payload_scale: usize,
+) {
     let mut tx = Tx::new(cfg);
-    let mut rx = Rx::new(cfg, budget.clone());
-    let mut now = Instant::now();
+    let mut rx = Rx::new(cfg, budget);
+    let mut now = start;
     let mut body = vec![0u8; cfg.max_parity_body()];
     let mut payload = Vec::new();
     let mut bytes = input.iter().copied();
@@ -56,35 +62,39 @@ fn run_ops(input: &[u8], cfg: FecConfig, budget: RetentionBudget, payload_scale:
                 });
             }
         }
-        assert!(budget.used() <= budget.limit());
-        assert!(rx.stats().retained_bytes <= budget.limit());
+        let held = rx.retained_bytes();
+        let b = *rx.budget_mut();
+        assert!(b.used() <= b.limit() && b.peak() <= b.limit());
+        assert_eq!(
+            b.used(),
+            held,
+            "the budget counts exactly what the receiver retains"
+        );
         assert!(rx.pending_repairs() <= MAX_PENDING_REPAIRS);
         let _ = rx.loss_report();
     }
-    drop(rx);
-    assert_eq!(budget.used(), 0, "a dropped receiver returns its bytes");
 }
 
 /// Drives a block-code sender and receiver from `input` (see `run_ops`). Checks that nothing
 /// panics, retention stays within the (deliberately small) budget, and every delivered
 /// payload fits the configured maximum.
-pub fn sender_receiver_ops(input: &[u8]) {
+pub fn sender_receiver_ops(start: Instant, input: &[u8]) {
     let cfg = FecConfig {
         policy: FecPolicy::Fixed { parity: 3 },
         max_payload: 300,
         max_groups: 8,
         ..FecConfig::default()
     };
-    run_ops(input, cfg, RetentionBudget::new(2048), 2);
+    run_ops(start, input, cfg, RetentionBudget::new(2048), 2);
 }
 
 /// Like [`sender_receiver_ops`] for the sliding-window code.
-pub fn sliding_ops(input: &[u8]) {
+pub fn sliding_ops(start: Instant, input: &[u8]) {
     let cfg = FecConfig {
         policy: FecPolicy::Fixed { parity: 4 },
         scheme: FecScheme::Sliding,
         max_payload: 300,
         ..FecConfig::default()
     };
-    run_ops(input, cfg, RetentionBudget::new(4096), 1);
+    run_ops(start, input, cfg, RetentionBudget::new(4096), 1);
 }

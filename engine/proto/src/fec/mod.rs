@@ -34,7 +34,7 @@
 //!
 //! let cfg = FecConfig { policy: FecPolicy::Fixed { parity: 1 }, ..FecConfig::default() };
 //! let (mut tx, mut rx) = (FecSender::new(cfg), FecReceiver::new(cfg));
-//! let now = Instant::now();
+//! # let now = ricochet_testkit::SimClock::new().now(); // time is an argument: any clock
 //! let mut buf = vec![0u8; cfg.max_parity_body()];
 //! let mut bodies = Vec::new();
 //! for msg in [[1u8; 20], [2; 20], [3; 20], [4; 20]] {
@@ -276,6 +276,7 @@ impl FecConfig {
 
 /// Why an FEC operation failed. Receiver errors mean the body was dropped (and counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum FecError {
     /// The body is shorter than its header says.
     #[error("truncated FEC body")]

@@ -1,8 +1,6 @@
 //! The receiving half: delivers data at once, retains incomplete groups within a budget and
 //! an age limit, and rebuilds lost data shards from parity.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 use super::codec::{CauchyCodec, Codec, CodecId, RsSimdCodec, MAX_DATA_SHARDS, MAX_PARITY_SHARDS};
@@ -13,19 +11,19 @@ use super::{FecConfig, FecError};
 /// Default retention budget of one endpoint: 1 MiB.
 pub const DEFAULT_RETENTION_BUDGET: usize = 1 << 20;
 
-/// Bytes all receivers of one endpoint may retain for incomplete groups. Clone it into every
-/// connection's [`FecReceiver`]; the count is atomic so connections may move between
-/// threads, though one worker owning the endpoint never contends on it.
-#[derive(Clone, Debug)]
+/// Bytes a receiver may retain for incomplete groups: a limit, the bytes retained now and the
+/// most ever retained at once.
+///
+/// A receiver draws on the budget it holds ([`FecReceiver::budget_mut`],
+/// [`SlidingReceiver::budget_mut`](super::SlidingReceiver::budget_mut)). To share one budget
+/// among the receivers of many connections, as an endpoint does, swap it into a receiver before
+/// each call and back out after (`std::mem::swap`): everything runs on one thread, so nothing is
+/// shared behind the caller's back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RetentionBudget {
-    inner: Arc<BudgetInner>,
-}
-
-#[derive(Debug)]
-struct BudgetInner {
     limit: usize,
-    used: AtomicUsize,
-    peak: AtomicUsize,
+    used: usize,
+    peak: usize,
 }
 
 impl Default for RetentionBudget {
@@ -38,53 +36,47 @@ impl RetentionBudget {
     /// A budget of `limit` bytes.
     pub fn new(limit: usize) -> RetentionBudget {
         RetentionBudget {
-            inner: Arc::new(BudgetInner {
-                limit,
-                used: AtomicUsize::new(0),
-                peak: AtomicUsize::new(0),
-            }),
+            limit,
+            used: 0,
+            peak: 0,
         }
     }
 
     /// The limit in bytes.
     pub fn limit(&self) -> usize {
-        self.inner.limit
+        self.limit
     }
 
-    /// Bytes retained right now, over all receivers sharing the budget.
+    /// Bytes retained right now, by every receiver that drew on this budget.
     pub fn used(&self) -> usize {
-        self.inner.used.load(Ordering::Relaxed)
+        self.used
     }
 
     /// Most bytes ever retained at once. Never above [`RetentionBudget::limit`].
     pub fn peak(&self) -> usize {
-        self.inner.peak.load(Ordering::Relaxed)
+        self.peak
     }
 
-    pub(crate) fn try_reserve(&self, n: usize) -> bool {
-        let limit = self.inner.limit;
-        let r = self
-            .inner
-            .used
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
-                u.checked_add(n).filter(|&v| v <= limit)
-            });
-        match r {
-            Ok(prev) => {
-                self.inner.peak.fetch_max(prev + n, Ordering::Relaxed);
+    pub(crate) fn try_reserve(&mut self, n: usize) -> bool {
+        match self.used.checked_add(n).filter(|&v| v <= self.limit) {
+            Some(v) => {
+                self.used = v;
+                self.peak = self.peak.max(v);
                 true
             }
-            Err(_) => false,
+            None => false,
         }
     }
 
-    pub(crate) fn release(&self, n: usize) {
-        self.inner.used.fetch_sub(n, Ordering::Relaxed);
+    /// Gives back `n` bytes: a group finished, or (`Endpoint`) a connection holding them ended.
+    pub(crate) fn release(&mut self, n: usize) {
+        self.used = self.used.saturating_sub(n);
     }
 }
 
 /// Malformed bodies dropped, by kind.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MalformedCounts {
     /// Shorter than the header, or a parity shard too short for its codec.
     pub truncated: u64,
@@ -153,6 +145,7 @@ pub struct LossReport {
 
 /// Receiver-side counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ReceiverStats {
     /// Data payloads delivered as received.
     pub data_delivered: u64,
@@ -260,7 +253,7 @@ impl FecReceiver {
         Self::with_budget(config, RetentionBudget::default())
     }
 
-    /// A receiver drawing on a budget shared with the endpoint's other connections.
+    /// A receiver that retains within `budget` (see [`RetentionBudget`] for sharing one).
     pub fn with_budget(config: FecConfig, budget: RetentionBudget) -> FecReceiver {
         FecReceiver {
             cfg: config.sanitized(),
@@ -288,6 +281,11 @@ impl FecReceiver {
     /// The budget this receiver draws on.
     pub fn budget(&self) -> &RetentionBudget {
         &self.budget
+    }
+
+    /// The budget this receiver draws on, to swap a shared one in (see [`RetentionBudget`]).
+    pub fn budget_mut(&mut self) -> &mut RetentionBudget {
+        &mut self.budget
     }
 
     /// Data shards (received, lost) since the last call, for the peer's adaptive policy. A
@@ -673,12 +671,5 @@ impl FecReceiver {
                 ..Group::default()
             });
         }
-    }
-}
-
-impl Drop for FecReceiver {
-    fn drop(&mut self) {
-        // Give the shared budget back what this connection still holds.
-        self.budget.release(self.stats.retained_bytes);
     }
 }

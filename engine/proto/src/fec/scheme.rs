@@ -97,6 +97,19 @@ impl Rx {
         }
     }
 
+    /// The retention budget the receiver draws on (the endpoint lends its shared one here).
+    pub(crate) fn budget_mut(&mut self) -> &mut RetentionBudget {
+        match self {
+            Rx::Block(r) => r.budget_mut(),
+            Rx::Sliding(r) => r.budget_mut(),
+        }
+    }
+
+    /// Bytes this receiver retains now (what its connection gives back when it ends).
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.stats().retained_bytes
+    }
+
     /// Feeds a data (`parity` false) or repair body; delivers what it yields.
     pub(crate) fn receive(
         &mut self,

@@ -10,6 +10,7 @@ use super::{FecConfig, FecError, LossReport};
 
 /// Sender-side counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct SenderStats {
     /// Data bodies produced by `protect`.
     pub data_shards: u64,

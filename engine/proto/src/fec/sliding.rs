@@ -362,7 +362,7 @@ impl SlidingReceiver {
         Self::with_budget(config, RetentionBudget::default())
     }
 
-    /// A receiver drawing on a budget shared with the endpoint's other connections.
+    /// A receiver that retains within `budget` (see [`RetentionBudget`] for sharing one).
     pub fn with_budget(config: FecConfig, budget: RetentionBudget) -> SlidingReceiver {
         let cfg = config.sanitized();
         SlidingReceiver {
@@ -391,6 +391,11 @@ impl SlidingReceiver {
     /// The budget this receiver draws on.
     pub fn budget(&self) -> &RetentionBudget {
         &self.budget
+    }
+
+    /// The budget this receiver draws on, to swap a shared one in (see [`RetentionBudget`]).
+    pub fn budget_mut(&mut self) -> &mut RetentionBudget {
+        &mut self.budget
     }
 
     /// Repair equations pending now.
@@ -795,13 +800,6 @@ impl SlidingReceiver {
     }
 }
 
-impl Drop for SlidingReceiver {
-    fn drop(&mut self) {
-        // Give the shared budget back what this connection still holds.
-        self.budget.release(self.stats.retained_bytes);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -820,7 +818,7 @@ mod tests {
     #[test]
     fn a_lost_source_is_rebuilt_from_the_next_repair() {
         let (mut tx, mut rx) = (SlidingSender::new(cfg()), SlidingReceiver::new(cfg()));
-        let now = Instant::now();
+        let now = ricochet_testkit::SimClock::new().now();
         let mut buf = vec![0u8; cfg().max_parity_body()];
         let mut got = Vec::new();
         // Fixed 4 per span 16: one repair per 4 sources.
@@ -858,7 +856,7 @@ mod tests {
     /// Repairs one tail queues after `sources` sources, at the peer's reported loss.
     fn tail_after(sources: u8, received: u64, lost: u64) -> u64 {
         let (mut tx, mut buf) = sender_at_loss(received, lost);
-        let now = Instant::now();
+        let now = ricochet_testkit::SimClock::new().now();
         for i in 0..sources {
             tx.protect(now, &[i; 10], &mut buf).unwrap();
         }
@@ -883,7 +881,7 @@ mod tests {
     #[test]
     fn a_tail_after_a_likely_received_source_waits_for_the_next_one() {
         let (mut tx, mut buf) = sender_at_loss(950, 50);
-        let now = Instant::now();
+        let now = ricochet_testkit::SimClock::new().now();
         tx.protect(now, &[1; 10], &mut buf).unwrap();
         // One source lost with 5 % odds (at most 6 %): the tail is skipped, no timer remains.
         let t = tx.poll_timeout().unwrap();
@@ -904,7 +902,7 @@ mod tests {
     #[test]
     fn the_tail_timer_repairs_a_quiet_sender() {
         let mut tx = SlidingSender::new(cfg());
-        let now = Instant::now();
+        let now = ricochet_testkit::SimClock::new().now();
         let mut buf = vec![0u8; cfg().max_parity_body()];
         tx.protect(now, &[1; 10], &mut buf).unwrap();
         assert!(tx.poll_parity(now, &mut buf).is_none());

@@ -132,7 +132,7 @@ mod tests {
     fn slow_start_loss_and_rto() {
         let cfg = super::super::Config::default();
         let mut c = Congestion::new(&cfg);
-        let t0 = Instant::now();
+        let t0 = ricochet_testkit::SimClock::new().now();
         let w0 = c.window;
         c.on_sent(1200);
         c.on_acked(1200, t0);

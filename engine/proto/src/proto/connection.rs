@@ -7,15 +7,21 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::admission::{tags_equal, HandshakeKeys, Peer};
 use super::cc::Congestion;
 use super::fec::FecLink;
-use super::recv::{Budget, Need, Receiver};
+use super::protect::{NumberSpace, Protection};
+use super::recv::{Budget, Need, Receiver, SharedBudgets};
 use super::rtt::RttEstimator;
 use super::{
     ChannelKind, CloseReason, Config, ConnectionId, ConnectionStats, DropCause, Event, SendError,
-    Transmit,
+    SessionKeys, Transmit,
 };
-use crate::wire::{self, Frame, Packet, Writer, MAX_ACK_RANGES};
+use crate::token::ConnectToken;
+use crate::wire::{
+    self, Frame, Packet, TokenSection, Writer, COOKIE_LEN, HANDSHAKE_TAG_LEN, MAX_ACK_RANGES,
+    SEALED_ACCEPT_LEN,
+};
 
 /// Largest packet number accepted from a peer: far beyond any real connection's lifetime, so
 /// arithmetic on received packet numbers cannot overflow.
@@ -96,6 +102,39 @@ struct SendChannel {
     queue: VecDeque<OutFrag>,
 }
 
+/// What a token handshake gives a connection.
+#[derive(Debug)]
+struct Secure {
+    /// The session's packet keys.
+    keys: SessionKeys,
+    /// The handshake's keys (derived from `keys`).
+    hk: HandshakeKeys,
+    /// Client: the reset token the server's sealed accept carried.
+    reset_token: Option<[u8; HANDSHAKE_TAG_LEN]>,
+    /// Client: the token it presents, and the next of its server addresses to try.
+    token: Option<(ConnectToken, usize)>,
+}
+
+/// What the endpoint decided for a server connection (see `Connection::server_admitted`).
+#[derive(Debug)]
+pub(crate) struct ServerAdmit {
+    /// The client's hello nonce.
+    pub(crate) nonce: u64,
+    /// The accept packet, encoded once (sealed with a token), re-sent as is.
+    pub(crate) accept: [u8; SEALED_ACCEPT_LEN],
+    /// Its length.
+    pub(crate) accept_len: usize,
+    /// Who the client is.
+    pub(crate) peer: Peer,
+    /// With a token: its keys and the handshake keys.
+    pub(crate) secure: Option<(SessionKeys, HandshakeKeys)>,
+    /// Without a token: the test path's session keys, if any
+    /// ([`crate::EndpointConfig::test_session_secret`]).
+    pub(crate) keys: Option<SessionKeys>,
+    /// Wait for the application's accept or refusal.
+    pub(crate) hook: bool,
+}
+
 /// A sans-IO RUDP connection. Usually owned by an [`super::Endpoint`]; can be driven alone.
 #[derive(Debug)]
 pub struct Connection {
@@ -113,6 +152,16 @@ pub struct Connection {
     hs_deadline: Instant,
     // Server handshake.
     accept_pending: bool,
+    /// The accept to (re)send, pre-encoded by the endpoint (`None`: encode a plain one).
+    accept_packet: Option<Box<([u8; SEALED_ACCEPT_LEN], usize)>>,
+    /// Server: waiting for the application to accept or refuse.
+    awaiting_app: bool,
+    /// Server: who the client is.
+    peer: Option<Peer>,
+    /// Token mode: keys and reset token.
+    secure: Option<Box<Secure>>,
+    /// Client: the message of an application refusal (moves into `Event::Closed`).
+    refusal_message: Bytes,
     // Sending.
     next_pn: u64,
     sent: VecDeque<SentPacket>,
@@ -158,6 +207,10 @@ pub struct Connection {
     events: VecDeque<Event>,
     stats: ConnectionStats,
     fec: FecLink,
+    /// Packet keys and replay windows; `None` in the insecure mode.
+    protection: Option<Box<Protection>>,
+    /// Where a received packet is opened (it arrives borrowed, and opens in place).
+    open_buf: Vec<u8>,
 }
 
 impl Connection {
@@ -167,7 +220,7 @@ impl Connection {
         local_cid: ConnectionId,
         remote: SocketAddr,
         now: Instant,
-        budget: Budget,
+        keys: Option<SessionKeys>,
     ) -> Self {
         let channels = cfg
             .channels
@@ -194,6 +247,11 @@ impl Connection {
             hs_interval: cfg.handshake_retry,
             hs_deadline: now + cfg.handshake_timeout,
             accept_pending: false,
+            accept_packet: None,
+            awaiting_app: false,
+            peer: None,
+            secure: None,
+            refusal_message: Bytes::new(),
             next_pn: 0,
             sent: VecDeque::new(),
             in_flight_packets: 0,
@@ -223,7 +281,7 @@ impl Connection {
             ack_deadline: None,
             ack_immediate: false,
             last_recv: now,
-            receiver: Receiver::new(&cfg, budget),
+            receiver: Receiver::new(&cfg, Budget::unlimited()),
             lr_received: 0,
             lr_base: None,
             lr_due: now + cfg.loss_report_interval,
@@ -234,56 +292,73 @@ impl Connection {
             drain_deadline: None,
             events: VecDeque::new(),
             stats,
-            fec: FecLink::new(&cfg),
+            fec: FecLink::new(&cfg, if keys.is_some() { wire::TAG_LEN } else { 0 }),
+            protection: keys.map(|k| Box::new(Protection::new(&k, side == Side::Client))),
+            open_buf: Vec::new(),
             cfg,
         }
     }
 
     /// A client connection that starts the handshake with `server` on the first `poll_transmit`.
+    ///
+    /// `keys` protect every packet after the handshake (the connect token's session keys);
+    /// `None` is the insecure mode: packets are neither encrypted nor authenticated, and both
+    /// peers must agree on it.
     pub fn client(
         cfg: Arc<Config>,
         local_cid: ConnectionId,
         server: SocketAddr,
         nonce: u64,
         now: Instant,
+        keys: Option<SessionKeys>,
     ) -> Self {
-        Self::client_with_budget(cfg, local_cid, server, nonce, now, Budget::unlimited())
-    }
-
-    pub(crate) fn client_with_budget(
-        cfg: Arc<Config>,
-        local_cid: ConnectionId,
-        server: SocketAddr,
-        nonce: u64,
-        now: Instant,
-        budget: Budget,
-    ) -> Self {
-        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, budget);
+        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, keys);
         c.nonce = nonce;
         c
     }
 
+    /// A client connection with a connect token: it starts the handshake with the token's
+    /// first server address on the first `poll_transmit`, and tries the next ones in turn when
+    /// a server times out or has no room.
+    pub fn client_with_token(
+        cfg: Arc<Config>,
+        local_cid: ConnectionId,
+        token: &ConnectToken,
+        nonce: u64,
+        now: Instant,
+    ) -> Self {
+        // A token always lists a server (`from_bytes` and `generate` check it); one whose list
+        // was emptied since is sent to an unroutable address and times out.
+        let first = token
+            .server_addresses
+            .first()
+            .copied()
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let mut c = Self::client(cfg, local_cid, first, nonce, now, Some(token.keys.clone()));
+        c.secure = Some(Box::new(Secure {
+            keys: token.keys.clone(),
+            hk: HandshakeKeys::new(&token.keys),
+            reset_token: None,
+            token: Some((token.clone(), 1)),
+        }));
+        c
+    }
+
     /// A server connection for a client that proved its address (valid cookie echo). It sends
-    /// the accept on the first `poll_transmit` and reports [`Event::Connected`].
+    /// a plain accept on the first `poll_transmit` and reports [`Event::Connected`] (an
+    /// endpoint admitting by token builds its connections itself, with the sealed accept).
+    ///
+    /// `keys` as for [`Connection::client`]: the same session keys on both sides, or `None`
+    /// on both.
     pub fn server(
         cfg: Arc<Config>,
         local_cid: ConnectionId,
         client_cid: ConnectionId,
         client: SocketAddr,
         now: Instant,
+        keys: Option<SessionKeys>,
     ) -> Self {
-        Self::server_with_budget(cfg, local_cid, client_cid, client, now, Budget::unlimited())
-    }
-
-    pub(crate) fn server_with_budget(
-        cfg: Arc<Config>,
-        local_cid: ConnectionId,
-        client_cid: ConnectionId,
-        client: SocketAddr,
-        now: Instant,
-        budget: Budget,
-    ) -> Self {
-        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, budget);
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, keys);
         c.remote_cid = client_cid;
         c.state = ConnectionState::Established;
         c.accept_pending = true;
@@ -291,9 +366,110 @@ impl Connection {
         c
     }
 
-    /// Share the endpoint's FEC retention budget (call before any datagram arrives).
-    pub(crate) fn set_fec_budget(&mut self, budget: crate::fec::RetentionBudget) {
-        self.fec.set_budget(budget);
+    /// A server connection the endpoint admitted: established at once (the accept goes out on
+    /// the first `poll_transmit`, [`Event::Connected`] follows), or with the accept hook
+    /// waiting for the application ([`Event::Incoming`] first).
+    pub(crate) fn server_admitted(
+        cfg: Arc<Config>,
+        local_cid: ConnectionId,
+        client_cid: ConnectionId,
+        client: SocketAddr,
+        now: Instant,
+        admit: ServerAdmit,
+    ) -> Self {
+        let keys = match &admit.secure {
+            Some((keys, _)) => Some(keys.clone()),
+            None => admit.keys.clone(),
+        };
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, keys);
+        c.remote_cid = client_cid;
+        c.nonce = admit.nonce;
+        c.accept_packet = Some(Box::new((admit.accept, admit.accept_len)));
+        c.secure = admit.secure.map(|(keys, hk)| {
+            Box::new(Secure {
+                keys,
+                hk,
+                reset_token: None,
+                token: None,
+            })
+        });
+        if admit.hook {
+            c.awaiting_app = true;
+            c.events.push_back(Event::Incoming(admit.peer.clone()));
+        } else {
+            c.state = ConnectionState::Established;
+            c.accept_pending = true;
+            c.events.push_back(Event::Connected);
+        }
+        c.peer = Some(admit.peer);
+        c
+    }
+
+    /// The application accepted the client it was asked about.
+    pub(crate) fn accept_by_application(&mut self) {
+        if !self.awaiting_app || self.state != ConnectionState::Handshaking {
+            return;
+        }
+        self.awaiting_app = false;
+        self.state = ConnectionState::Established;
+        self.accept_pending = true;
+        self.events.push_back(Event::Connected);
+    }
+
+    /// True while a server connection waits for the application's accept or refusal.
+    pub(crate) fn awaiting_application(&self) -> bool {
+        self.awaiting_app && self.state == ConnectionState::Handshaking
+    }
+
+    /// End at once, silently (no close frames, no event): the endpoint refused the client.
+    pub(crate) fn discard(&mut self) {
+        self.state = ConnectionState::Closed;
+        self.close_sends_left = 0;
+        self.events.clear();
+    }
+
+    /// The handshake's keys, in token mode.
+    pub(crate) fn handshake_keys(&self) -> Option<&HandshakeKeys> {
+        self.secure.as_ref().map(|s| &s.hk)
+    }
+
+    /// The stateless reset token the server gave this client connection (token mode, once
+    /// established).
+    pub(crate) fn reset_token(&self) -> Option<&[u8; HANDSHAKE_TAG_LEN]> {
+        self.secure.as_ref()?.reset_token.as_ref()
+    }
+
+    /// The session's packet keys, from the connect token (`None` in insecure mode).
+    pub fn session_keys(&self) -> Option<&SessionKeys> {
+        self.secure.as_ref().map(|s| &s.keys)
+    }
+
+    /// Server side: who the client is (address at the handshake, and in token mode its client
+    /// id and user data).
+    pub fn peer(&self) -> Option<&Peer> {
+        self.peer.as_ref()
+    }
+
+    /// Draw on budgets of these limits (reassembly, FEC retention) until the endpoint lends
+    /// its shared ones (call before any datagram arrives).
+    pub(crate) fn set_budget_limits(&mut self, reassembly: usize, fec: usize) {
+        self.receiver.budget = Budget::new(reassembly);
+        self.fec.set_budget_limit(fec);
+    }
+
+    /// Swap the endpoint's shared budgets with the ones this connection draws on. The endpoint
+    /// calls it before and after each call into the connection, so for the length of the call
+    /// the connection draws on the shared budgets: their limits hold over all the endpoint's
+    /// connections, with no shared counter.
+    pub(crate) fn swap_budgets(&mut self, shared: &mut SharedBudgets) {
+        std::mem::swap(&mut self.receiver.budget, &mut shared.reassembly);
+        std::mem::swap(self.fec.budget_mut(), &mut shared.fec);
+    }
+
+    /// Bytes this connection holds against the shared budgets: (reassembly, FEC retention).
+    /// The endpoint takes them back when the connection ends.
+    pub(crate) fn held_bytes(&self) -> (usize, usize) {
+        (self.receiver.bytes, self.fec.retained_bytes())
     }
 
     /// This side's connection id (the peer writes it in every packet).
@@ -309,6 +485,12 @@ impl Connection {
     /// The peer's current address (follows the peer when its address changes).
     pub fn remote_addr(&self) -> SocketAddr {
         self.remote
+    }
+
+    /// True when this session's packets are protected (it has session keys); false in the
+    /// insecure mode.
+    pub fn is_secure(&self) -> bool {
+        self.protection.is_some()
     }
 
     /// Life-cycle state.
@@ -419,7 +601,11 @@ impl Connection {
             return;
         }
         self.state = ConnectionState::Closed;
-        self.events.push_back(Event::Closed { reason, by_peer });
+        self.events.push_back(Event::Closed {
+            reason,
+            by_peer,
+            message: std::mem::take(&mut self.refusal_message),
+        });
         // Free send-side memory at once; a closed connection never sends data again.
         for c in &mut self.channels {
             c.queue.clear();
@@ -482,21 +668,29 @@ impl Connection {
         if self.state == ConnectionState::Closed {
             return Err(DropCause::Closed);
         }
+        if datagram.first().is_some_and(|&t| {
+            t == wire::PacketType::Data as u8
+                || t == wire::PacketType::FecData as u8
+                || t == wire::PacketType::FecParity as u8
+        }) {
+            return self.receive_protected(now, from, datagram);
+        }
         let packet = match wire::decode_packet(datagram) {
             Ok(p) => p,
             Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
             Err(_) => return Err(DropCause::Malformed),
         };
         match packet {
-            Packet::Data { .. } => self.receive_arq(now, from, datagram),
-            Packet::FecData { .. } | Packet::FecParity { .. } => {
-                self.receive_fec(now, from, datagram)
+            // Connection packets went to `receive_protected` above.
+            Packet::Data { .. } | Packet::FecData { .. } | Packet::FecParity { .. } => {
+                Err(DropCause::Malformed)
             }
             Packet::ServerChallenge {
                 client_cid,
                 nonce,
                 timestamp,
                 cookie,
+                tag,
             } => {
                 if self.side != Side::Client
                     || self.state != ConnectionState::Handshaking
@@ -504,6 +698,12 @@ impl Connection {
                     || nonce != self.nonce
                 {
                     return Err(DropCause::UnexpectedHandshake);
+                }
+                if let Some(s) = &self.secure {
+                    let expect = s.hk.challenge_tag(client_cid, nonce, timestamp, &cookie);
+                    if !tag.is_some_and(|t| tags_equal(&t, &expect)) {
+                        return Err(DropCause::Unauthenticated);
+                    }
                 }
                 if self.cookie.is_none() {
                     self.cookie = Some((timestamp, cookie));
@@ -523,21 +723,87 @@ impl Connection {
                 {
                     return Err(DropCause::UnexpectedHandshake);
                 }
-                self.remote_cid = server_cid;
-                self.state = ConnectionState::Established;
-                self.last_recv = now;
-                self.remote = from;
-                self.events.push_back(Event::Connected);
+                if self.secure.is_some() {
+                    // A client with a token only believes a sealed accept.
+                    return Err(DropCause::Unauthenticated);
+                }
+                self.established(now, from, server_cid);
                 Ok(())
             }
-            Packet::Refuse { client_cid, reason } => {
+            Packet::SealedAccept {
+                client_cid,
+                nonce,
+                sealed,
+            } => {
+                if self.side != Side::Client
+                    || self.state != ConnectionState::Handshaking
+                    || client_cid != self.local_cid
+                    || self.cookie.is_none()
+                {
+                    return Err(DropCause::UnexpectedHandshake);
+                }
+                let Some(s) = self.secure.as_mut() else {
+                    return Err(DropCause::UnexpectedHandshake);
+                };
+                let Some((server_cid, reset)) = s.hk.open_accept(nonce, client_cid, sealed) else {
+                    return Err(DropCause::Unauthenticated);
+                };
+                s.reset_token = Some(reset);
+                self.established(now, from, server_cid);
+                Ok(())
+            }
+            Packet::Refuse {
+                client_cid,
+                reason,
+                message,
+                tag,
+            } => {
                 if self.side != Side::Client
                     || self.state != ConnectionState::Handshaking
                     || client_cid != self.local_cid
                 {
                     return Err(DropCause::UnexpectedHandshake);
                 }
+                if let Some(s) = &self.secure {
+                    // Believe a refusal the server tagged, or an untagged one only for what a
+                    // server says before it opened the token.
+                    let ok = match tag {
+                        Some(t) => tags_equal(
+                            &t,
+                            &s.hk.refuse_tag(client_cid, self.nonce, reason, message),
+                        ),
+                        None => reason.refused_before_token(),
+                    };
+                    if !ok {
+                        return Err(DropCause::Unauthenticated);
+                    }
+                }
+                let next_server = matches!(
+                    reason,
+                    CloseReason::ServerFull
+                        | CloseReason::TooManyFromAddress
+                        | CloseReason::TokenWrongServer
+                );
+                if next_server && self.try_next_server(now) {
+                    return Ok(());
+                }
+                self.refusal_message = Bytes::copy_from_slice(message);
                 self.finish(reason, true);
+                Ok(())
+            }
+            Packet::StatelessReset { cid, token } => {
+                if self.side != Side::Client
+                    || self.state == ConnectionState::Handshaking
+                    || cid != self.remote_cid
+                {
+                    return Err(DropCause::UnknownConnection);
+                }
+                if !self.reset_token().is_some_and(|t| tags_equal(t, &token)) {
+                    return Err(DropCause::Unauthenticated);
+                }
+                // The server has no state for us: nothing to tell it, no close to send.
+                self.finish(CloseReason::Reset, true);
+                self.close_sends_left = 0;
                 Ok(())
             }
             Packet::ClientCookieEcho { client_cid, .. } => {
@@ -545,14 +811,91 @@ impl Connection {
                 if self.side != Side::Server || client_cid != self.remote_cid {
                     return Err(DropCause::UnexpectedHandshake);
                 }
-                self.accept_pending = true;
+                if !self.awaiting_app {
+                    self.accept_pending = true;
+                }
                 Ok(())
             }
             Packet::ClientHello { .. } => Err(DropCause::UnexpectedHandshake),
         }
     }
 
-    /// FEC seam (incoming): FEC packets land here. The FEC receiver unwraps them and every ARQ
+    /// The client's handshake completed: the server's id is `server_cid`, at `from`.
+    fn established(&mut self, now: Instant, from: SocketAddr, server_cid: ConnectionId) {
+        self.remote_cid = server_cid;
+        self.state = ConnectionState::Established;
+        self.last_recv = now;
+        self.remote = from;
+        self.events.push_back(Event::Connected);
+    }
+
+    /// Client with a token: start over with the token's next server address, if any.
+    fn try_next_server(&mut self, now: Instant) -> bool {
+        let Some((token, next)) = self.secure.as_mut().and_then(|s| s.token.as_mut()) else {
+            return false;
+        };
+        let Some(&addr) = token.server_addresses.get(*next) else {
+            return false;
+        };
+        *next += 1;
+        self.remote = addr;
+        self.cookie = None;
+        self.hs_next = now;
+        self.hs_interval = self.cfg.handshake_retry;
+        self.hs_deadline = now + self.cfg.handshake_timeout;
+        true
+    }
+
+    /// Every connection packet (`Data`, `FecData`, `FecParity`) enters here. In a session with
+    /// keys it is checked against the replay window and opened first: a replayed, too old,
+    /// forged, damaged or truncated packet is dropped with its cause before anything else
+    /// happens (no path update, no ACK processing, no packet-number or FEC state change), and
+    /// only an authenticated packet's number enters the replay window.
+    fn receive_protected(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let h = match wire::clear_header(datagram) {
+            Ok(h) => h,
+            Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
+            Err(_) => return Err(DropCause::Malformed),
+        };
+        if h.dst_cid != self.local_cid {
+            return Err(DropCause::UnknownConnection);
+        }
+        let Some(p) = self.protection.as_deref_mut() else {
+            return self.receive_open(now, from, h.ty, datagram);
+        };
+        let mut buf = std::mem::take(&mut self.open_buf);
+        let r = match p.open(NumberSpace::of(h.ty), h.number, datagram, h.len, &mut buf) {
+            Ok(n) => self.receive_open(now, from, h.ty, &buf[..n]),
+            Err(cause) => Err(cause),
+        };
+        // An oversize datagram (forged ones included) does not leave its buffer behind.
+        if buf.capacity() <= self.cfg.max_datagram_size {
+            self.open_buf = buf;
+        }
+        r
+    }
+
+    /// An opened (or, in the insecure mode, plain) connection packet goes to ARQ or FEC.
+    fn receive_open(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        ty: wire::PacketType,
+        packet: &[u8],
+    ) -> Result<(), DropCause> {
+        if ty == wire::PacketType::Data {
+            self.receive_arq(now, from, packet)
+        } else {
+            self.receive_fec(now, from, packet)
+        }
+    }
+
+    /// FEC seam (incoming): FEC packets land here (opened). The FEC receiver unwraps them and every ARQ
     /// datagram it delivers or rebuilds goes to [`Self::receive_arq`] as if received. A
     /// malformed FEC body is dropped and counted (`Malformed` here, by kind in
     /// [`ConnectionStats::fec`]); the connection carries on.
@@ -564,7 +907,7 @@ impl Connection {
     ) -> Result<(), DropCause> {
         let (dst_cid, body, parity) = match wire::decode_packet(datagram) {
             Ok(Packet::FecData { dst_cid, body }) => (dst_cid, body, false),
-            Ok(Packet::FecParity { dst_cid, body }) => (dst_cid, body, true),
+            Ok(Packet::FecParity { dst_cid, body, .. }) => (dst_cid, body, true),
             _ => return Err(DropCause::Malformed),
         };
         if dst_cid != self.local_cid {
@@ -1021,7 +1364,10 @@ impl Connection {
                 return t;
             }
             ConnectionState::Handshaking => {
-                add(Some(self.hs_next));
+                // A server connection waiting for its application has no retransmissions.
+                if self.side == Side::Client {
+                    add(Some(self.hs_next));
+                }
                 add(Some(self.hs_deadline));
                 return t;
             }
@@ -1117,7 +1463,12 @@ impl Connection {
             ConnectionState::Closed => return,
             ConnectionState::Handshaking => {
                 if now >= self.hs_deadline {
-                    self.finish(CloseReason::HandshakeTimeout, false);
+                    if self.side == Side::Server {
+                        // The application never answered: drop the attempt.
+                        self.discard();
+                    } else if !self.try_next_server(now) {
+                        self.finish(CloseReason::HandshakeTimeout, false);
+                    }
                 }
                 return;
             }
@@ -1230,11 +1581,20 @@ impl Connection {
         }
         if self.accept_pending && self.side == Side::Server {
             self.accept_pending = false;
-            let p = Packet::ServerAccept {
-                client_cid: self.remote_cid,
-                server_cid: self.local_cid,
+            let size = match &self.accept_packet {
+                Some(a) => {
+                    let (bytes, n) = (&a.0, a.1);
+                    buf.get_mut(..n)?.copy_from_slice(&bytes[..n]);
+                    n
+                }
+                None => {
+                    let p = Packet::ServerAccept {
+                        client_cid: self.remote_cid,
+                        server_cid: self.local_cid,
+                    };
+                    wire::encode_packet(&p, buf).ok()?
+                }
             };
-            let size = wire::encode_packet(&p, buf).ok()?;
             return Some(Transmit {
                 destination: self.remote,
                 size,
@@ -1245,6 +1605,7 @@ impl Connection {
             .fec
             .poll_parity(now, self.remote_cid, buf, &mut self.cc)
         {
+            let size = self.protect(buf, size);
             return Some(Transmit {
                 destination: self.remote,
                 size,
@@ -1410,9 +1771,27 @@ impl Connection {
 
     /// FEC seam (outgoing): every ARQ datagram leaves through here. Without FEC it is sent as is;
     /// with FEC it becomes a `FecData` packet in place (`buf` must hold
-    /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group.
+    /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group. Either way it is then sealed
+    /// (FEC below packet protection: see the `fec` submodule).
     fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> usize {
-        self.fec.seal(now, self.remote_cid, buf, len)
+        let len = self.fec.seal(now, self.remote_cid, buf, len);
+        self.protect(buf, len)
+    }
+
+    /// Seals the connection packet `buf[..len]` in place with this side's packet key and
+    /// returns its length with the tag; without keys it is left as is. Every budget leaves
+    /// room for the tag.
+    fn protect(&mut self, buf: &mut [u8], len: usize) -> usize {
+        let Some(p) = self.protection.as_deref_mut() else {
+            return len;
+        };
+        let sealed = wire::clear_header(&buf[..len])
+            .ok()
+            .and_then(|h| p.seal(NumberSpace::of(h.ty), h.number, buf, h.len, len));
+        debug_assert!(sealed.is_some(), "no room for the tag: a budget is wrong");
+        // Unreachable by the budgets; sent unsealed, the peer drops it as unauthenticated and
+        // ARQ repairs it like a loss.
+        sealed.unwrap_or(len)
     }
 
     fn fill_new_data(
@@ -1497,16 +1876,35 @@ impl Connection {
         if self.side != Side::Client || now < self.hs_next {
             return None;
         }
+        let (ty, timestamp, cookie) = match self.cookie {
+            None => (wire::PacketType::ClientHello, 0, [0u8; COOKIE_LEN]),
+            Some((t, c)) => (wire::PacketType::ClientCookieEcho, t, c),
+        };
+        let token = self.secure.as_ref().and_then(|s| {
+            let (token, _) = s.token.as_ref()?;
+            let tag = token.sealed.tag();
+            Some(TokenSection {
+                protocol_id: token.protocol_id,
+                expires_unix: token.expires_unix,
+                nonce: &token.sealed.nonce,
+                sealed: &token.sealed.bytes,
+                proof: s
+                    .hk
+                    .proof(ty, self.local_cid, self.nonce, timestamp, &cookie, &tag),
+            })
+        });
         let p = match self.cookie {
             None => Packet::ClientHello {
                 client_cid: self.local_cid,
                 nonce: self.nonce,
+                token,
             },
-            Some((timestamp, cookie)) => Packet::ClientCookieEcho {
+            Some(_) => Packet::ClientCookieEcho {
                 client_cid: self.local_cid,
                 nonce: self.nonce,
                 timestamp,
                 cookie,
+                token,
             },
         };
         let size = wire::encode_packet(&p, buf).ok()?;

@@ -1,11 +1,12 @@
-//! The endpoint: demultiplexes datagrams by connection id, runs the stateless-cookie handshake,
-//! owns the connections and schedules their timers and transmissions. Sans-IO.
+//! The endpoint: demultiplexes datagrams by connection id, runs the stateless-cookie handshake
+//! (admitting clients by connect token, or insecurely), answers packets for connections it has
+//! no state for with stateless resets, owns the connections and schedules their timers and
+//! transmissions. Sans-IO.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,28 +14,46 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::recv::Budget;
+use super::admission::{
+    tags_equal, Admission, HandshakeKeys, LedgerRefusal, Peer, Refusal, ResetKey, TokenLedger,
+    UsedTokens,
+};
+use super::connection::ServerAdmit;
+use super::recv::{Budget, SharedBudgets};
 use super::routing::{NoRouting, Router};
 use super::{
     CloseReason, Config, Connection, ConnectionId, DropCause, DropCounters, Event, SendError,
-    Transmit,
+    SessionKeys, Transmit,
 };
-use crate::wire::{self, Packet, COOKIE_LEN};
+use crate::token::{ConnectToken, PrivateToken, SealedToken, TokenKey, NONCE_LEN, TAG_LEN};
+use crate::wire::{self, Packet, TokenSection, COOKIE_LEN, HANDSHAKE_TAG_LEN};
 
 /// Identifies a connection of an endpoint (its local connection id: slab index in the low 32
 /// bits, random generation bits above, so a stale handle never reaches a newer connection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnectionHandle(pub u64);
 
-/// Listening-side settings.
+/// Listening-side settings. There is no default: a server admits clients by connect token
+/// ([`ServerConfig::tokens`]) or, for LAN play and local tests, insecurely
+/// ([`ServerConfig::insecure`]), and says which.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
+    /// How clients are admitted.
+    pub admission: Admission,
+    /// When true, a client that passed every check waits for the application: the endpoint
+    /// reports [`Event::Incoming`] with who it is, and the application answers with
+    /// [`Endpoint::accept`] or [`Endpoint::refuse`] (unanswered within
+    /// [`Config::handshake_timeout`], the attempt is dropped and the client times out). When
+    /// false, it is accepted at once and [`Event::Connected`] follows.
+    pub accept_hook: bool,
     /// Sessions at most; more are refused with [`CloseReason::ServerFull`].
     pub max_sessions: usize,
     /// Sessions per source IP; more are refused with [`CloseReason::TooManyFromAddress`].
     pub max_sessions_per_address: usize,
-    /// Handshake packets accepted per source IP per second (a fixed-size table of counters, no
-    /// per-peer state); the rest are dropped silently.
+    /// Cookie echoes (handshakes with a proven address) accepted per source IP per second (a
+    /// fixed-size table of counters, no per-peer state); the rest are dropped silently and the
+    /// client retries. Hellos are not counted: whoever spoofs a player's address cannot use up
+    /// the player's budget.
     pub max_handshakes_per_address: u32,
     /// How long a cookie stays valid.
     pub cookie_lifetime: Duration,
@@ -42,15 +61,30 @@ pub struct ServerConfig {
     pub key_rotation: Duration,
 }
 
-impl Default for ServerConfig {
-    fn default() -> Self {
-        Self {
+impl ServerConfig {
+    /// A server that admits clients as `admission` says, with the default limits: 4,096
+    /// sessions, 256 per source IP, 64 proven handshakes per IP per second, 10 s cookies,
+    /// 30 s cookie key rotation, no accept hook.
+    pub fn new(admission: Admission) -> Self {
+        ServerConfig {
+            admission,
+            accept_hook: false,
             max_sessions: 4096,
             max_sessions_per_address: 256,
             max_handshakes_per_address: 64,
             cookie_lifetime: Duration::from_secs(10),
             key_rotation: Duration::from_secs(30),
         }
+    }
+
+    /// A server that admits clients by connect token.
+    pub fn tokens(admission: super::TokenAdmission) -> Self {
+        Self::new(Admission::Tokens(admission))
+    }
+
+    /// A server in insecure mode: no tokens, no packet protection. LAN play and local tests.
+    pub fn insecure() -> Self {
+        Self::new(Admission::Insecure)
     }
 }
 
@@ -72,6 +106,14 @@ pub struct EndpointConfig {
     /// turn). Default [`DEFAULT_TRANSMIT_BURST`]: a run of datagrams to one peer leaves in one
     /// GSO send where the runtime coalesces them, which one-each-in-turn breaks up.
     pub transmit_burst: usize,
+    /// **Test and benchmark path, not for production.** `Some`: every session's packets are
+    /// protected with keys derived from this secret and the session's client connection id and
+    /// nonce ([`SessionKeys::derive_for_test`]); client and server endpoints must hold the same
+    /// secret. Both of those inputs cross the network in clear, so whoever holds the secret can
+    /// read and forge every session of every endpoint that shares it; connect tokens, which
+    /// hand each session its own random keys, are the production path. `None` (the default):
+    /// the insecure mode, no packet protection.
+    pub test_session_secret: Option<[u8; 32]>,
 }
 
 /// Default [`EndpointConfig::transmit_burst`]: a full echo window (16 datagrams) to one peer
@@ -87,12 +129,14 @@ impl Default for EndpointConfig {
             max_stateless_queue: 1024,
             fec_retention_budget: crate::fec::DEFAULT_RETENTION_BUDGET,
             transmit_burst: DEFAULT_TRANSMIT_BURST,
+            test_session_secret: None,
         }
     }
 }
 
 /// Endpoint-level counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EndpointStats {
     /// Datagrams dropped, by cause (connection-level drops included).
     pub drops: DropCounters,
@@ -108,6 +152,44 @@ pub struct EndpointStats {
     pub connections: usize,
     /// Largest stateless reply sent.
     pub max_stateless_reply: usize,
+    /// Handshakes refused because of their token (required, invalid, expired, for another
+    /// server, reused).
+    pub token_refusals: u64,
+    /// Handshakes the application refused ([`Endpoint::refuse`]).
+    pub rejected: u64,
+    /// Stateless resets sent.
+    pub resets_sent: u64,
+    /// Stateless resets not sent because of the rate limit.
+    pub resets_limited: u64,
+}
+
+/// Largest stateless reply: a tagged refusal with the longest message.
+const STATELESS_MAX: usize = wire::REFUSE_LEN + wire::MAX_REFUSE_MESSAGE + wire::HANDSHAKE_TAG_LEN;
+
+/// What a token-admitting endpoint keeps from its [`super::TokenAdmission`].
+#[derive(Debug)]
+struct TokenState {
+    key: TokenKey,
+    protocol_id: u64,
+    public_addresses: Vec<SocketAddr>,
+    reset: Option<ResetKey>,
+    max_resets_per_second: u32,
+}
+
+/// A token that passed every stateless check, with what the session needs from it.
+struct Admitted {
+    private: PrivateToken,
+    tag: [u8; TAG_LEN],
+    expires_unix: u64,
+    hk: HandshakeKeys,
+}
+
+/// Why a hello or echo was not taken further.
+enum Verdict {
+    /// Dropped silently, counted under this cause.
+    Drop(DropCause),
+    /// Answered with a refusal; tagged when the token opened.
+    Refuse(CloseReason, Option<HandshakeKeys>),
 }
 
 const RATE_SLOTS: usize = 4096;
@@ -119,6 +201,8 @@ struct Slot {
     timer: Option<Instant>,
     /// Server side: the (client address, client cid) this connection was accepted for.
     accepted_for: Option<(SocketAddr, ConnectionId)>,
+    /// Client side: the server's connection id, once known (stateless resets name it).
+    remote: Option<ConnectionId>,
 }
 
 /// A sans-IO endpoint (client, server or both).
@@ -140,18 +224,29 @@ pub struct Endpoint {
     /// The last two derived period keys (current and previous): a hello or an echo then
     /// costs one keyed hash (the cookie), not two.
     epoch_keys: [Option<(u64, [u8; 32])>; 2],
-    stateless: VecDeque<(SocketAddr, [u8; 48], usize)>,
+    stateless: VecDeque<(SocketAddr, [u8; STATELESS_MAX], usize)>,
     dirty: VecDeque<u32>,
     /// The connection that sent the last datagram, and how many it sent in a row.
     burst: (u32, usize),
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     due: Vec<(Instant, u32)>,
     events: VecDeque<(ConnectionHandle, Event)>,
-    budget: Budget,
-    fec_budget: crate::fec::RetentionBudget,
+    /// The reassembly and FEC retention budgets all connections share (lent to each
+    /// connection for the length of a call, see `with_conn`).
+    shared: SharedBudgets,
     stats: EndpointStats,
     /// What goes into the ids and cookies this endpoint issues (see [`Router`]).
     router: Box<dyn Router>,
+    /// Token admission (server in token mode).
+    tokens: Option<TokenState>,
+    /// The tokens accepted so far (see [`TokenLedger`]).
+    ledger: Box<dyn TokenLedger>,
+    /// Unix time (ms) at an instant: the embedder's wall clock, read by the embedder.
+    unix_anchor: Option<(Instant, u64)>,
+    /// Stateless resets sent in the current second: (second, count).
+    reset_budget: (u64, u32),
+    /// Client side: connections by their server's connection id (for stateless resets).
+    by_remote: HashMap<ConnectionId, u32>,
 }
 
 /// Bits of the cookie "timestamp" (the opaque u64 a challenge carries and the client echoes)
@@ -165,12 +260,28 @@ impl Endpoint {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let cookie_secret = rng.random();
         let rate_salt = rng.random();
-        let budget = Budget {
-            used: Arc::new(AtomicUsize::new(0)),
-            limit: cfg.reassembly_budget,
+        let shared = SharedBudgets {
+            reassembly: Budget::new(cfg.reassembly_budget),
+            fec: crate::fec::RetentionBudget::new(cfg.fec_retention_budget),
+        };
+        let (tokens, used_capacity) = match cfg.server.as_ref().map(|s| &s.admission) {
+            Some(Admission::Tokens(t)) => (
+                Some(TokenState {
+                    key: t.key.clone(),
+                    protocol_id: t.protocol_id,
+                    public_addresses: t.public_addresses.clone(),
+                    reset: t
+                        .public_addresses
+                        .first()
+                        .map(|&a| ResetKey::new(&t.key, a)),
+                    max_resets_per_second: t.max_resets_per_second,
+                }),
+                t.used_token_capacity,
+            ),
+            _ => (None, 0),
         };
         Self {
-            fec_budget: crate::fec::RetentionBudget::new(cfg.fec_retention_budget),
+            shared,
             cfg,
             base: now,
             rng,
@@ -189,10 +300,36 @@ impl Endpoint {
             timers: BinaryHeap::new(),
             due: Vec::new(),
             events: VecDeque::new(),
-            budget,
             stats: EndpointStats::default(),
             router: Box::new(NoRouting),
+            tokens,
+            ledger: Box::new(UsedTokens::new(used_capacity)),
+            unix_anchor: None,
+            reset_budget: (0, 0),
+            by_remote: HashMap::new(),
         }
+    }
+
+    /// Tell the endpoint the wall-clock time: `unix` since the Unix epoch at `now`. A server
+    /// that admits clients by token needs it to check token expiry (until it is set, token
+    /// handshakes are dropped, counted as [`DropCause::NoClock`]); later times are `unix`
+    /// plus the `Instant`s passed since. Call it again now and then (say, once a minute) to
+    /// follow adjustments of the wall clock.
+    pub fn set_unix_time(&mut self, now: Instant, unix: Duration) {
+        self.unix_anchor = Some((now, unix.as_millis() as u64));
+    }
+
+    /// Share `ledger` as this endpoint's table of used tokens (the endpoints of one server's
+    /// workers share one, so a token is accepted once whichever worker it reaches). Call it
+    /// before the first handshake.
+    pub fn set_token_ledger(&mut self, ledger: Box<dyn TokenLedger>) {
+        self.ledger = ledger;
+    }
+
+    fn unix_now(&self, now: Instant) -> Option<u64> {
+        let (at, ms) = self.unix_anchor?;
+        let since = now.saturating_duration_since(at).as_millis() as u64;
+        Some((ms + since) / 1000)
     }
 
     /// Route this endpoint's connection ids and cookies with `router` (see [`Router`]). Call
@@ -220,12 +357,12 @@ impl Endpoint {
 
     /// The FEC retention budget all connections share (current and peak bytes retained).
     pub fn fec_budget(&self) -> &crate::fec::RetentionBudget {
-        &self.fec_budget
+        &self.shared.fec
     }
 
     /// Bytes all connections hold in reassembly now.
     pub fn reassembly_bytes(&self) -> usize {
-        self.budget.used.load(Ordering::Relaxed)
+        self.shared.reassembly.used
     }
 
     /// Number of live connections (any state).
@@ -261,6 +398,7 @@ impl Endpoint {
                     dirty: false,
                     timer: None,
                     accepted_for: None,
+                    remote: None,
                 });
                 (self.slots.len() - 1) as u32
             }
@@ -272,25 +410,78 @@ impl Endpoint {
         )
     }
 
-    /// Start a client connection to `server`. The handshake runs through `poll_transmit`;
-    /// [`Event::Connected`] or [`Event::Closed`] reports its outcome. Messages may be queued
-    /// with [`Self::send`] right away.
+    /// Start a client connection to `server` in insecure mode (no token; the server must be in
+    /// insecure mode too). The handshake runs through `poll_transmit`; [`Event::Connected`] or
+    /// [`Event::Closed`] reports its outcome. Messages may be queued with [`Self::send`] right
+    /// away.
     pub fn connect(&mut self, now: Instant, server: SocketAddr) -> ConnectionHandle {
         let (idx, cid) = self.alloc();
         let nonce = self.rng.random();
-        let mut conn = Connection::client_with_budget(
-            self.cfg.connection.clone(),
-            cid,
-            server,
-            nonce,
-            now,
-            self.budget.clone(),
-        );
-        conn.set_fec_budget(self.fec_budget.clone());
+        let keys = self
+            .cfg
+            .test_session_secret
+            .map(|s| SessionKeys::derive_for_test(&s, cid, nonce));
+        let conn = Connection::client(self.cfg.connection.clone(), cid, server, nonce, now, keys);
+        self.start_client(idx, conn)
+    }
+
+    /// Start a client connection with a connect token: to the token's first server address,
+    /// then the next ones in turn when a server times out or has no room. Otherwise as
+    /// [`Self::connect`]; the session's packets are protected with the token's keys.
+    pub fn connect_with_token(&mut self, now: Instant, token: &ConnectToken) -> ConnectionHandle {
+        let (idx, cid) = self.alloc();
+        let nonce = self.rng.random();
+        let conn =
+            Connection::client_with_token(self.cfg.connection.clone(), cid, token, nonce, now);
+        self.start_client(idx, conn)
+    }
+
+    fn start_client(&mut self, idx: u32, mut conn: Connection) -> ConnectionHandle {
+        conn.set_budget_limits(self.cfg.reassembly_budget, self.cfg.fec_retention_budget);
+        let cid = conn.local_cid();
         self.slots[idx as usize].conn = Some(conn);
         self.stats.connections += 1;
         self.touch(idx);
         ConnectionHandle(cid.0)
+    }
+
+    /// Accept a client the endpoint reported with [`Event::Incoming`] (with
+    /// [`ServerConfig::accept_hook`]): it learns it is in, and [`Event::Connected`] follows.
+    pub fn accept(&mut self, h: ConnectionHandle) {
+        if let Some(idx) = self.index_of(h) {
+            if let Some(c) = self.slots[idx as usize].conn.as_mut() {
+                c.accept_by_application();
+            }
+            self.touch(idx);
+        }
+    }
+
+    /// Refuse a client the endpoint reported with [`Event::Incoming`]: the client receives
+    /// [`CloseReason::Rejected`] with the refusal's code and message, and the handle is
+    /// released at once (no further events). Its token stays used.
+    pub fn refuse(&mut self, h: ConnectionHandle, refusal: &Refusal) {
+        let Some(idx) = self.index_of(h) else {
+            return;
+        };
+        let Some(c) = self.slots[idx as usize].conn.as_mut() else {
+            return;
+        };
+        if !c.awaiting_application() {
+            return;
+        }
+        let (to, client_cid, nonce) = (c.remote_addr(), c.remote_cid(), c.nonce());
+        let hk = c.handshake_keys().cloned();
+        c.discard();
+        self.refuse_with(
+            to,
+            client_cid,
+            nonce,
+            refusal.reason(),
+            refusal.wire_message(),
+            hk.as_ref(),
+        );
+        self.stats.rejected += 1;
+        self.touch(idx);
     }
 
     /// Queue a message.
@@ -307,9 +498,7 @@ impl Endpoint {
     /// Close a connection gracefully with `reason`.
     pub fn close(&mut self, now: Instant, h: ConnectionHandle, reason: CloseReason) {
         if let Some(idx) = self.index_of(h) {
-            if let Some(c) = self.slots[idx as usize].conn.as_mut() {
-                c.close(now, reason);
-            }
+            self.with_conn(idx, |c| c.close(now, reason));
             self.touch(idx);
         }
     }
@@ -347,6 +536,9 @@ impl Endpoint {
         if hello {
             return self.handle_hello(now, from, datagram);
         }
+        if ty == wire::PacketType::StatelessReset as u8 {
+            return self.handle_reset(now, datagram);
+        }
         if datagram.len() < 2 {
             return Err(DropCause::Malformed);
         }
@@ -360,17 +552,74 @@ impl Endpoint {
             .and_then(|s| s.conn.as_ref())
             .is_some_and(|c| c.local_cid() == cid);
         if !ok {
-            // Undecodable garbage is malformed; a well-formed packet for nobody is unknown.
+            // Undecodable garbage is malformed; a well-formed packet for nobody is unknown,
+            // and a connection packet for nobody may deserve a stateless reset.
             return match wire::decode_packet(datagram) {
-                Ok(_) => Err(DropCause::UnknownConnection),
+                Ok(p) => {
+                    if matches!(
+                        p,
+                        Packet::Data { .. } | Packet::FecData { .. } | Packet::FecParity { .. }
+                    ) {
+                        self.send_reset(now, from, cid, datagram.len());
+                    }
+                    Err(DropCause::UnknownConnection)
+                }
                 Err(wire::WireError::VersionMismatch(_)) => Err(DropCause::VersionMismatch),
                 Err(_) => Err(DropCause::Malformed),
             };
         }
-        let r = match self.slots[idx as usize].conn.as_mut() {
-            Some(c) => c.handle_datagram(now, from, datagram),
-            None => Err(DropCause::UnknownConnection),
+        let r = self
+            .with_conn(idx, |c| c.handle_datagram(now, from, datagram))
+            .unwrap_or(Err(DropCause::UnknownConnection));
+        self.touch(idx);
+        r
+    }
+
+    /// Answer a connection packet for `cid`, which this server has no state for, with the
+    /// session's stateless reset: only when admitting by token (the reset key comes from the
+    /// backend's key), only to a packet larger than the reset (no amplification, and a reset
+    /// never answers a reset), and at most [`super::TokenAdmission::max_resets_per_second`].
+    fn send_reset(&mut self, now: Instant, to: SocketAddr, cid: ConnectionId, trigger: usize) {
+        let Some(t) = self.tokens.as_ref() else {
+            return;
         };
+        let Some(reset) = t.reset.as_ref() else {
+            return;
+        };
+        if trigger <= wire::RESET_LEN {
+            return;
+        }
+        let second = self.now_ms(now) / 1000;
+        if self.reset_budget.0 != second {
+            self.reset_budget = (second, 0);
+        }
+        if self.reset_budget.1 >= t.max_resets_per_second {
+            self.stats.resets_limited += 1;
+            return;
+        }
+        self.reset_budget.1 += 1;
+        let token = reset.token(cid);
+        if self.queue_stateless(to, &Packet::StatelessReset { cid, token }) {
+            self.stats.resets_sent += 1;
+        }
+    }
+
+    /// A stateless reset from a server: the client connection talking to that server id
+    /// checks its token.
+    fn handle_reset(&mut self, now: Instant, datagram: &[u8]) -> Result<(), DropCause> {
+        let cid = match wire::decode_packet(datagram) {
+            Ok(Packet::StatelessReset { cid, .. }) => cid,
+            Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
+            _ => return Err(DropCause::Malformed),
+        };
+        let Some(&idx) = self.by_remote.get(&cid) else {
+            return Err(DropCause::UnknownConnection);
+        };
+        // The connection decodes it again: it can be driven without an endpoint too.
+        let unused = SocketAddr::from(([0, 0, 0, 0], 0));
+        let r = self
+            .with_conn(idx, |c| c.handle_datagram(now, unused, datagram))
+            .unwrap_or(Err(DropCause::UnknownConnection));
         self.touch(idx);
         r
     }
@@ -381,21 +630,24 @@ impl Endpoint {
         from: SocketAddr,
         datagram: &[u8],
     ) -> Result<(), DropCause> {
-        let Some(server) = self.cfg.server.clone() else {
+        let Some(server) = self.cfg.server.as_ref() else {
             return Err(DropCause::NotListening);
         };
+        let period = Self::key_period(server);
+        let cookie_lifetime = server.cookie_lifetime.as_millis() as u64;
+        let max_handshakes = server.max_handshakes_per_address;
+        let max_sessions = server.max_sessions;
+        let max_per_ip = server.max_sessions_per_address;
+        let accept_hook = server.accept_hook;
         if datagram.len() < wire::MIN_CLIENT_HELLO_LEN {
             return Err(DropCause::Malformed);
-        }
-        if !self.rate_ok(now, from.ip(), server.max_handshakes_per_address) {
-            return Err(DropCause::RateLimited);
         }
         let packet = match wire::decode_packet(datagram) {
             Ok(p) => p,
             Err(wire::WireError::VersionMismatch(_)) => {
                 // The client cid sits at the same offset in every version: tell it why.
                 if let Some(cid) = wire::peek_cid(datagram) {
-                    self.refuse(from, cid, CloseReason::VersionMismatch);
+                    self.refuse_with(from, cid, 0, CloseReason::VersionMismatch, &[], None);
                 }
                 return Err(DropCause::VersionMismatch);
             }
@@ -403,16 +655,29 @@ impl Endpoint {
         };
         let now_ms = self.now_ms(now);
         match packet {
-            Packet::ClientHello { client_cid, nonce } => {
+            Packet::ClientHello {
+                client_cid,
+                nonce,
+                token,
+            } => {
+                let ty = wire::PacketType::ClientHello;
+                let admitted =
+                    match self.admit(now, ty, client_cid, nonce, 0, &[0; COOKIE_LEN], token) {
+                        Ok(a) => a,
+                        Err(v) => return self.verdict(from, client_cid, nonce, v),
+                    };
                 let mut timestamp = now_ms & ((1 << COOKIE_MS_BITS) - 1);
                 timestamp |= u64::from(self.router.route_new_session()) << COOKIE_MS_BITS;
-                let key = self.epoch_key(now_ms / Self::key_period(&server));
-                let cookie = self.cookie(key, from, timestamp, nonce, client_cid);
+                let key = self.epoch_key(now_ms / period);
+                let tag = token.map_or([0; TAG_LEN], |t| token_tag(&t));
+                let cookie = self.cookie(key, from, timestamp, nonce, client_cid, &tag);
                 let reply = Packet::ServerChallenge {
                     client_cid,
                     nonce,
                     timestamp,
                     cookie,
+                    tag: admitted
+                        .map(|a| a.hk.challenge_tag(client_cid, nonce, timestamp, &cookie)),
                 };
                 if self.queue_stateless(from, &reply) {
                     self.stats.challenges_sent += 1;
@@ -424,13 +689,16 @@ impl Endpoint {
                 nonce,
                 timestamp,
                 cookie,
+                token,
             } => {
+                // The cookie first: one keyed hash, and it proves the address before anything
+                // else is spent on the echo.
                 let issued_ms = timestamp & ((1 << COOKIE_MS_BITS) - 1);
-                let fresh = issued_ms <= now_ms
-                    && now_ms - issued_ms <= server.cookie_lifetime.as_millis() as u64;
+                let fresh = issued_ms <= now_ms && now_ms - issued_ms <= cookie_lifetime;
+                let tag = token.map_or([0; TAG_LEN], |t| token_tag(&t));
                 let valid = fresh
-                    && self.key_for(issued_ms, now_ms, &server).is_some_and(|k| {
-                        let expect = self.cookie(k, from, timestamp, nonce, client_cid);
+                    && self.key_for(issued_ms, now_ms, period).is_some_and(|k| {
+                        let expect = self.cookie(k, from, timestamp, nonce, client_cid, &tag);
                         constant_time_eq(&expect, &cookie)
                     });
                 if !valid {
@@ -439,53 +707,228 @@ impl Endpoint {
                 if let Some(&h) = self.by_client.get(&(from, client_cid)) {
                     // A retransmitted echo: the existing connection re-sends its accept.
                     if let Some(idx) = self.index_of(h) {
-                        let r = match self.slots[idx as usize].conn.as_mut() {
-                            Some(c) => c.handle_datagram(now, from, datagram),
-                            None => Ok(()),
-                        };
+                        let r = self
+                            .with_conn(idx, |c| c.handle_datagram(now, from, datagram))
+                            .unwrap_or(Ok(()));
                         self.touch(idx);
                         return r;
                     }
                 }
-                if self.sessions >= server.max_sessions {
-                    self.refuse(from, client_cid, CloseReason::ServerFull);
+                // Counted per IP only now that the address is proven.
+                if !self.rate_ok(now, from.ip(), max_handshakes) {
+                    return Err(DropCause::RateLimited);
+                }
+                let ty = wire::PacketType::ClientCookieEcho;
+                let admitted =
+                    match self.admit(now, ty, client_cid, nonce, timestamp, &cookie, token) {
+                        Ok(a) => a,
+                        Err(v) => return self.verdict(from, client_cid, nonce, v),
+                    };
+                let hk = admitted.as_ref().map(|a| &a.hk);
+                if self.sessions >= max_sessions {
+                    self.refuse_with(from, client_cid, nonce, CloseReason::ServerFull, &[], hk);
                     return Ok(());
                 }
-                if self.per_ip.get(&from.ip()).copied().unwrap_or(0)
-                    >= server.max_sessions_per_address
-                {
-                    self.refuse(from, client_cid, CloseReason::TooManyFromAddress);
+                if self.per_ip.get(&from.ip()).copied().unwrap_or(0) >= max_per_ip {
+                    let reason = CloseReason::TooManyFromAddress;
+                    self.refuse_with(from, client_cid, nonce, reason, &[], hk);
                     return Ok(());
                 }
-                let (idx, cid) = self.alloc();
-                let mut conn = Connection::server_with_budget(
-                    self.cfg.connection.clone(),
-                    cid,
-                    client_cid,
-                    from,
-                    now,
-                    self.budget.clone(),
-                );
-                conn.set_fec_budget(self.fec_budget.clone());
-                let slot = &mut self.slots[idx as usize];
-                slot.conn = Some(conn);
-                slot.accepted_for = Some((from, client_cid));
-                self.by_client
-                    .insert((from, client_cid), ConnectionHandle(cid.0));
-                *self.per_ip.entry(from.ip()).or_insert(0) += 1;
-                self.sessions += 1;
-                self.router.session_opened();
-                self.stats.connections += 1;
-                self.stats.accepted += 1;
-                self.touch(idx);
+                if let Some(a) = admitted.as_ref() {
+                    let now_unix = self.unix_now(now).unwrap_or(0);
+                    let reason = match self.ledger.record(&a.tag, a.expires_unix, now_unix) {
+                        Ok(()) => None,
+                        Err(LedgerRefusal::Used) => Some(CloseReason::TokenReused),
+                        Err(LedgerRefusal::Full) => Some(CloseReason::ServerFull),
+                    };
+                    if let Some(reason) = reason {
+                        if reason == CloseReason::TokenReused {
+                            self.stats.token_refusals += 1;
+                        }
+                        self.refuse_with(from, client_cid, nonce, reason, &[], Some(&a.hk));
+                        return Ok(());
+                    }
+                }
+                self.open_session(now, from, client_cid, nonce, admitted, accept_hook);
                 Ok(())
             }
             _ => Err(DropCause::Malformed),
         }
     }
 
-    fn refuse(&mut self, to: SocketAddr, client_cid: ConnectionId, reason: CloseReason) {
-        if self.queue_stateless(to, &Packet::Refuse { client_cid, reason }) {
+    /// Every stateless check of a hello's or echo's token: `Ok(None)` in insecure mode (and
+    /// no token), `Ok(Some)` with the opened token in token mode.
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &mut self,
+        now: Instant,
+        ty: wire::PacketType,
+        client_cid: ConnectionId,
+        nonce: u64,
+        timestamp: u64,
+        cookie: &[u8; COOKIE_LEN],
+        token: Option<TokenSection<'_>>,
+    ) -> Result<Option<Admitted>, Verdict> {
+        let Some(ts) = self.tokens.as_ref() else {
+            return match token {
+                Some(_) => Err(Verdict::Refuse(CloseReason::InsecureServer, None)),
+                None => Ok(None),
+            };
+        };
+        let Some(t) = token else {
+            return Err(Verdict::Refuse(CloseReason::TokenRequired, None));
+        };
+        if t.protocol_id != ts.protocol_id {
+            return Err(Verdict::Refuse(CloseReason::TokenInvalid, None));
+        }
+        let Some(now_unix) = self.unix_now(now) else {
+            return Err(Verdict::Drop(DropCause::NoClock));
+        };
+        let sealed = SealedToken {
+            nonce: *t.nonce,
+            bytes: *t.sealed,
+        };
+        let Ok(private) = PrivateToken::unseal(&ts.key, t.protocol_id, t.expires_unix, &sealed)
+        else {
+            return Err(Verdict::Refuse(CloseReason::TokenInvalid, None));
+        };
+        let tag = sealed.tag();
+        let hk = HandshakeKeys::new(&private.keys);
+        let proof = hk.proof(ty, client_cid, nonce, timestamp, cookie, &tag);
+        if !tags_equal(&proof, &t.proof) {
+            return Err(Verdict::Drop(DropCause::Unauthenticated));
+        }
+        if now_unix >= t.expires_unix {
+            return Err(Verdict::Refuse(CloseReason::TokenExpired, Some(hk)));
+        }
+        if !ts.public_addresses.iter().any(|&a| private.lists(a)) {
+            return Err(Verdict::Refuse(CloseReason::TokenWrongServer, Some(hk)));
+        }
+        if self.ledger.is_used(&tag, now_unix) {
+            return Err(Verdict::Refuse(CloseReason::TokenReused, Some(hk)));
+        }
+        Ok(Some(Admitted {
+            private,
+            tag,
+            expires_unix: t.expires_unix,
+            hk,
+        }))
+    }
+
+    fn verdict(
+        &mut self,
+        from: SocketAddr,
+        client_cid: ConnectionId,
+        nonce: u64,
+        v: Verdict,
+    ) -> Result<(), DropCause> {
+        match v {
+            Verdict::Drop(cause) => Err(cause),
+            Verdict::Refuse(reason, hk) => {
+                self.stats.token_refusals += 1;
+                self.refuse_with(from, client_cid, nonce, reason, &[], hk.as_ref());
+                Ok(())
+            }
+        }
+    }
+
+    /// Create the server connection of a client that passed every check.
+    fn open_session(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        client_cid: ConnectionId,
+        nonce: u64,
+        admitted: Option<Admitted>,
+        accept_hook: bool,
+    ) {
+        let (idx, cid) = self.alloc();
+        let mut accept = [0u8; wire::SEALED_ACCEPT_LEN];
+        let (accept_len, peer, secure) = match admitted {
+            Some(a) => {
+                let reset = self
+                    .tokens
+                    .as_ref()
+                    .and_then(|t| t.reset.as_ref())
+                    .map_or([0; HANDSHAKE_TAG_LEN], |r| r.token(cid));
+                let seal_nonce: [u8; NONCE_LEN] = self.rng.random();
+                let sealed = a.hk.seal_accept(&seal_nonce, client_cid, cid, &reset);
+                let p = Packet::SealedAccept {
+                    client_cid,
+                    nonce: &seal_nonce,
+                    sealed: &sealed,
+                };
+                let n = wire::encode_packet(&p, &mut accept).unwrap_or(0);
+                let peer = Peer {
+                    address: from,
+                    client_id: Some(a.private.client_id),
+                    user_data: a.private.user_data,
+                };
+                (n, peer, Some((a.private.keys, a.hk)))
+            }
+            None => {
+                let p = Packet::ServerAccept {
+                    client_cid,
+                    server_cid: cid,
+                };
+                let n = wire::encode_packet(&p, &mut accept).unwrap_or(0);
+                let peer = Peer {
+                    address: from,
+                    client_id: None,
+                    user_data: Bytes::new(),
+                };
+                (n, peer, None)
+            }
+        };
+        let mut conn = Connection::server_admitted(
+            self.cfg.connection.clone(),
+            cid,
+            client_cid,
+            from,
+            now,
+            ServerAdmit {
+                nonce,
+                accept,
+                accept_len,
+                peer,
+                secure,
+                keys: self
+                    .cfg
+                    .test_session_secret
+                    .map(|s| SessionKeys::derive_for_test(&s, client_cid, nonce)),
+                hook: accept_hook,
+            },
+        );
+        conn.set_budget_limits(self.cfg.reassembly_budget, self.cfg.fec_retention_budget);
+        let slot = &mut self.slots[idx as usize];
+        slot.conn = Some(conn);
+        slot.accepted_for = Some((from, client_cid));
+        self.by_client
+            .insert((from, client_cid), ConnectionHandle(cid.0));
+        *self.per_ip.entry(from.ip()).or_insert(0) += 1;
+        self.sessions += 1;
+        self.router.session_opened();
+        self.stats.connections += 1;
+        self.stats.accepted += 1;
+        self.touch(idx);
+    }
+
+    fn refuse_with(
+        &mut self,
+        to: SocketAddr,
+        client_cid: ConnectionId,
+        nonce: u64,
+        reason: CloseReason,
+        message: &[u8],
+        hk: Option<&HandshakeKeys>,
+    ) {
+        let p = Packet::Refuse {
+            client_cid,
+            reason,
+            message,
+            tag: hk.map(|k| k.refuse_tag(client_cid, nonce, reason, message)),
+        };
+        if self.queue_stateless(to, &p) {
             self.stats.refusals_sent += 1;
         }
     }
@@ -495,7 +938,7 @@ impl Endpoint {
             self.stats.stateless_queue_full += 1;
             return false;
         }
-        let mut b = [0u8; 48];
+        let mut b = [0u8; STATELESS_MAX];
         match wire::encode_packet(p, &mut b) {
             Ok(n) => {
                 self.stateless.push_back((to, b, n));
@@ -511,8 +954,7 @@ impl Endpoint {
 
     /// The key that signs cookies stamped `issued_ms`, if its period is the current one (at
     /// `now_ms`) or the one before.
-    fn key_for(&mut self, issued_ms: u64, now_ms: u64, server: &ServerConfig) -> Option<[u8; 32]> {
-        let period = Self::key_period(server);
+    fn key_for(&mut self, issued_ms: u64, now_ms: u64, period: u64) -> Option<[u8; 32]> {
         let (e, current) = (issued_ms / period, now_ms / period);
         (e == current || e + 1 == current).then(|| self.epoch_key(e))
     }
@@ -540,6 +982,8 @@ impl Endpoint {
         key
     }
 
+    /// The cookie: proves the client receives at `addr`, and binds the hello's fields and its
+    /// token (by tag; zero without one), so the echo cannot swap in another token.
     fn cookie(
         &self,
         key: [u8; 32],
@@ -547,8 +991,9 @@ impl Endpoint {
         ts: u64,
         nonce: u64,
         cid: ConnectionId,
+        token_tag: &[u8; TAG_LEN],
     ) -> [u8; COOKIE_LEN] {
-        let mut msg = [0u8; 16 + 2 + 8 + 8 + 8];
+        let mut msg = [0u8; 16 + 2 + 8 + 8 + 8 + TAG_LEN];
         let ip = match addr.ip() {
             IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
             IpAddr::V6(v6) => v6.octets(),
@@ -558,6 +1003,7 @@ impl Endpoint {
         msg[18..26].copy_from_slice(&ts.to_be_bytes());
         msg[26..34].copy_from_slice(&nonce.to_be_bytes());
         msg[34..42].copy_from_slice(&cid.0.to_be_bytes());
+        msg[42..].copy_from_slice(token_tag);
         let h = blake3::keyed_hash(&key, &msg);
         let mut out = [0u8; COOKIE_LEN];
         out.copy_from_slice(&h.as_bytes()[..COOKIE_LEN]);
@@ -592,14 +1038,7 @@ impl Endpoint {
             }
         }
         while let Some(idx) = self.dirty.pop_front() {
-            let t = match self
-                .slots
-                .get_mut(idx as usize)
-                .and_then(|s| s.conn.as_mut())
-            {
-                Some(c) => c.poll_transmit(now, buf),
-                None => None,
-            };
+            let t = self.with_conn(idx, |c| c.poll_transmit(now, buf)).flatten();
             if let Some(slot) = self.slots.get_mut(idx as usize) {
                 slot.dirty = false;
             }
@@ -674,14 +1113,22 @@ impl Endpoint {
                 continue;
             }
             slot.timer = None;
-            if let Some(c) = slot.conn.as_mut() {
-                c.handle_timeout(now);
-            }
+            self.with_conn(idx, |c| c.handle_timeout(now));
             self.touch(idx);
         }
         due.clear();
         self.due = due;
         self.clean_timers();
+    }
+
+    /// Runs `f` on connection `idx` with the shared budgets lent to it (see
+    /// `Connection::swap_budgets`); `None` if the slot is empty.
+    fn with_conn<R>(&mut self, idx: u32, f: impl FnOnce(&mut Connection) -> R) -> Option<R> {
+        let conn = self.slots.get_mut(idx as usize)?.conn.as_mut()?;
+        conn.swap_budgets(&mut self.shared);
+        let r = f(conn);
+        conn.swap_budgets(&mut self.shared);
+        Some(r)
     }
 
     /// After any interaction: collect events, schedule transmission and timer, free if drained.
@@ -706,10 +1153,22 @@ impl Endpoint {
         while let Some(e) = conn.poll_event() {
             self.events.push_back((h, e));
         }
+        if slot.remote.is_none() && slot.accepted_for.is_none() && conn.reset_token().is_some() {
+            // A client connection that learned its server's id and reset token.
+            slot.remote = Some(conn.remote_cid());
+            self.by_remote.insert(conn.remote_cid(), idx);
+        }
         if conn.is_drained() {
+            // What it still holds goes back to the shared budgets.
+            let (reassembly, fec) = conn.held_bytes();
+            self.shared.reassembly.used = self.shared.reassembly.used.saturating_sub(reassembly);
+            self.shared.fec.release(fec);
             slot.conn = None;
             slot.timer = None;
             slot.dirty = false;
+            if let Some(remote) = slot.remote.take() {
+                self.by_remote.remove(&remote);
+            }
             if let Some(key) = slot.accepted_for.take() {
                 self.by_client.remove(&key);
                 if let Some(n) = self.per_ip.get_mut(&key.0.ip()) {
@@ -735,6 +1194,13 @@ impl Endpoint {
         }
         self.clean_timers();
     }
+}
+
+/// The tag of the sealed token in a token section (the token's identity).
+fn token_tag(t: &TokenSection<'_>) -> [u8; TAG_LEN] {
+    let mut tag = [0u8; TAG_LEN];
+    tag.copy_from_slice(&t.sealed[crate::token::PRIVATE_LEN..]);
+    tag
 }
 
 fn constant_time_eq(a: &[u8; COOKIE_LEN], b: &[u8; COOKIE_LEN]) -> bool {

@@ -8,11 +8,25 @@
 //! shared 10 bytes (packet number and frames); the `FecData` packet repeats those 10 bytes with
 //! its own type, then the 3-byte FEC data header, then the protected bytes. The receiver
 //! rebuilds the ARQ datagram by putting a `Data` header with its own cid in front of every
-//! delivered or recovered payload. So each data datagram costs 3 bytes more than without FEC,
-//! and the ARQ datagram budget is the UDP payload limit minus [`FEC_ARQ_OVERHEAD`] (8 B:
-//! 1,192 B of 1,200), sized so a parity packet (10 + 6-byte parity header + 2-byte length
-//! prefix + the longest protected payload) still fits the UDP payload limit. The reference
-//! spends 26 B.
+//! delivered or recovered payload. So each data datagram costs 3 bytes more than without FEC.
+//! A parity packet carries an 8-byte parity number after the shared 10 bytes (its
+//! packet-protection nonce), then the 6-byte parity header, a 2-byte length prefix and the
+//! coded shard, as long as the longest protected payload. The ARQ datagram budget is the UDP
+//! payload limit minus [`FEC_ARQ_OVERHEAD`] (16 B) and the tag ([`crate::wire::TAG_LEN`],
+//! reserved whether or not the session seals), sized so the parity packet fits the UDP payload
+//! limit with its tag.
+//!
+//! # FEC below packet protection
+//!
+//! FEC works on plaintext ARQ datagrams and every packet it emits, `FecData` and `FecParity`
+//! alike, is then sealed on its own (FEC first, encryption second); the receiver opens each
+//! packet before FEC sees it. So only authenticated shards and repairs ever enter the FEC
+//! receiver: a forged repair cannot be combined into a rebuilt datagram, nor can a forged data
+//! header move the FEC sequence, shrink the retained groups or fake the loss the receiver
+//! reports. A rebuilt datagram is a combination of authenticated packets, so it is as authentic
+//! as they are, and it still passes ARQ's duplicate checks. The other order (encrypt each
+//! datagram, then FEC over ciphertext) would leave the FEC headers and repairs unauthenticated
+//! unless each FEC packet carried a second tag.
 //!
 //! # Congestion control
 //!
@@ -31,13 +45,17 @@ use crate::fec::{
     max_protected_payload, FecConfig, FecError, FecPolicy, LossReport, MalformedCounts,
     ReceiverStats, RetentionBudget, SenderStats,
 };
-use crate::wire::{self, ConnectionId, Packet, FEC_HEADER_LEN};
+use crate::wire::{self, ConnectionId, Packet, FEC_HEADER_LEN, FEC_PARITY_HEADER_LEN, TAG_LEN};
 
-/// Bytes the ARQ datagram budget gives up when FEC is on (see the module docs).
-pub const FEC_ARQ_OVERHEAD: usize = crate::fec::PARITY_HEADER_LEN + crate::fec::header::LEN_PREFIX;
+/// Bytes the ARQ datagram budget gives up when FEC is on (see the module docs): the parity
+/// number, the parity header and the coded shard's length prefix.
+pub const FEC_ARQ_OVERHEAD: usize = (FEC_PARITY_HEADER_LEN - FEC_HEADER_LEN)
+    + crate::fec::PARITY_HEADER_LEN
+    + crate::fec::header::LEN_PREFIX;
 
 /// FEC counters of one connection (both directions), in [`super::ConnectionStats::fec`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
 pub struct FecStats {
     /// Data shards this side rebuilt from parity and handed to ARQ.
     pub data_recovered: u64,
@@ -55,11 +73,12 @@ pub struct FecStats {
     pub max_parity: usize,
     /// Times the adaptive policy changed the parity level.
     pub policy_changes: u64,
-    /// Bytes retained for incomplete groups by every connection of the endpoint's budget.
+    /// Bytes this connection retains for incomplete groups now.
     pub retained_bytes: usize,
     /// Peak of `retained_bytes` (never above `retention_limit`).
     pub peak_retained_bytes: usize,
-    /// The retention budget's limit.
+    /// The limit of the retention budget this connection draws on: its endpoint's, shared by
+    /// all the endpoint's connections (see [`crate::Endpoint::fec_budget`]).
     pub retention_limit: usize,
     /// Loss of data shards this side observed on the wire, before recovery (fraction).
     pub realized_loss: f64,
@@ -91,6 +110,10 @@ pub(crate) struct FecLink {
     parity_flight: VecDeque<(Instant, usize)>,
     /// Parity body bytes dropped unsent (see `FecStats::parity_unsendable`).
     unsendable_bytes: u64,
+    /// Number of the next parity packet (its packet-protection nonce).
+    next_parity_number: u64,
+    /// Tag bytes the connection appends to every FEC packet (0 in the insecure mode).
+    tag: usize,
     stats: FecStats,
 }
 
@@ -106,9 +129,14 @@ impl std::fmt::Debug for FecLink {
 }
 
 impl FecLink {
-    pub(crate) fn new(cfg: &Config) -> Self {
+    /// `tag`: bytes of authentication tag the connection appends to each FEC packet it seals
+    /// (0 without keys); room for a tag is reserved either way.
+    pub(crate) fn new(cfg: &Config, tag: usize) -> Self {
         let fec = FecConfig {
-            max_payload: max_protected_payload(cfg.max_datagram_size, FEC_HEADER_LEN),
+            max_payload: max_protected_payload(
+                cfg.max_datagram_size,
+                FEC_PARITY_HEADER_LEN + TAG_LEN,
+            ),
             ..cfg.fec
         };
         let tx = (fec.policy != FecPolicy::Off).then(|| Box::new(Tx::new(fec)));
@@ -122,13 +150,29 @@ impl FecLink {
             out_lens: Vec::new(),
             parity_flight: VecDeque::new(),
             unsendable_bytes: 0,
+            next_parity_number: 0,
+            tag,
             stats: FecStats::default(),
         }
     }
 
-    /// Share the endpoint's retention budget (before any FEC packet arrived).
-    pub(crate) fn set_budget(&mut self, budget: RetentionBudget) {
-        self.budget = budget;
+    /// Start from an empty retention budget of `limit` bytes (before any FEC packet arrived).
+    pub(crate) fn set_budget_limit(&mut self, limit: usize) {
+        self.budget = RetentionBudget::new(limit);
+    }
+
+    /// The retention budget receiving draws on: the receiver's once it exists, else the one a
+    /// new receiver starts with (the endpoint swaps its shared budget in here for each call).
+    pub(crate) fn budget_mut(&mut self) -> &mut RetentionBudget {
+        match self.rx.as_mut() {
+            Some(rx) => rx.budget_mut(),
+            None => &mut self.budget,
+        }
+    }
+
+    /// Bytes the receiver retains now.
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.rx.as_ref().map_or(0, |rx| rx.retained_bytes())
     }
 
     /// Whether outgoing ARQ datagrams are wrapped.
@@ -166,8 +210,10 @@ impl FecLink {
         }
     }
 
-    /// The ARQ datagram budget for a UDP payload limit of `udp` bytes.
+    /// The ARQ datagram budget for a UDP payload limit of `udp` bytes (room for the tag is
+    /// always left, see [`Config::arq_datagram_size`]).
     pub(crate) fn arq_budget(&self, udp: usize) -> usize {
+        let udp = udp.saturating_sub(TAG_LEN);
         if self.sending() {
             udp.saturating_sub(FEC_ARQ_OVERHEAD)
         } else {
@@ -176,8 +222,9 @@ impl FecLink {
     }
 
     /// Wraps the ARQ datagram `buf[..len]` in place into a `FecData` packet addressed to
-    /// `dst`; returns the new length. Sends the datagram unwrapped if FEC is off or it does
-    /// not fit (the receiver handles plain `Data` packets either way).
+    /// `dst`; returns the new length (room for the tag stays free after it). Sends the
+    /// datagram unwrapped if FEC is off or it does not fit (the receiver handles plain `Data`
+    /// packets either way).
     pub(crate) fn seal(
         &mut self,
         now: Instant,
@@ -194,7 +241,7 @@ impl FecLink {
         let Ok(n) = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body) else {
             return len;
         };
-        if FEC_HEADER_LEN + n > buf.len() {
+        if FEC_HEADER_LEN + n + TAG_LEN > buf.len() {
             // Cannot happen with the budget from `arq_budget`; the datagram is already part of
             // the group, so the receiver will count it lost and ARQ repairs it.
             return len;
@@ -207,7 +254,7 @@ impl FecLink {
             return len;
         }
         buf[FEC_HEADER_LEN..FEC_HEADER_LEN + n].copy_from_slice(&self.body[..n]);
-        self.stats.data_bytes += (FEC_HEADER_LEN + n) as u64;
+        self.stats.data_bytes += (FEC_HEADER_LEN + n + self.tag) as u64;
         FEC_HEADER_LEN + n
     }
 
@@ -219,16 +266,17 @@ impl FecLink {
         }
     }
 
-    /// Size of the next parity packet, if one is ready.
+    /// Size of the next parity packet on the wire (tag included), if one is ready.
     pub(crate) fn next_parity(&self) -> Option<usize> {
         self.tx
             .as_ref()
             .and_then(|t| t.next_parity_len())
-            .map(|n| FEC_HEADER_LEN + n)
+            .map(|n| FEC_PARITY_HEADER_LEN + n + self.tag)
     }
 
     /// Writes the next parity packet into `buf` if one is ready and the congestion window has
-    /// room for it; returns its length.
+    /// room for it; returns its length before the tag (`buf` keeps room for one; the
+    /// congestion window counts it).
     pub(crate) fn poll_parity(
         &mut self,
         now: Instant,
@@ -238,7 +286,7 @@ impl FecLink {
     ) -> Option<usize> {
         self.close_expired(now);
         let size = self.next_parity()?;
-        if size > buf.len() {
+        if size - self.tag + TAG_LEN > buf.len() {
             // The caller's buffer is below the configured datagram size: this parity can never
             // go out, drop it rather than wait for it (ARQ covers its group).
             let tx = self.tx.as_mut()?;
@@ -253,17 +301,19 @@ impl FecLink {
         }
         let p = Packet::FecParity {
             dst_cid: dst,
+            number: self.next_parity_number,
             body: &[],
         };
-        wire::encode_packet(&p, &mut buf[..FEC_HEADER_LEN]).ok()?;
+        wire::encode_packet(&p, &mut buf[..FEC_PARITY_HEADER_LEN]).ok()?;
+        let end = buf.len() - TAG_LEN;
         let n = self
             .tx
             .as_mut()?
-            .poll_parity(now, &mut buf[FEC_HEADER_LEN..])?;
-        let size = FEC_HEADER_LEN + n;
+            .poll_parity(now, &mut buf[FEC_PARITY_HEADER_LEN..end])?;
+        self.next_parity_number += 1;
         cc.on_sent(size);
         self.parity_flight.push_back((now, size));
-        Some(size)
+        Some(FEC_PARITY_HEADER_LEN + n)
     }
 
     /// A packet sent at `sent` was acknowledged: parity sent no later has left the path.
@@ -334,7 +384,7 @@ impl FecLink {
     ) -> Result<(), FecError> {
         let rx = self
             .rx
-            .get_or_insert_with(|| Box::new(Rx::new(self.cfg, self.budget.clone())));
+            .get_or_insert_with(|| Box::new(Rx::new(self.cfg, self.budget)));
         let mut hdr = [0u8; wire::DATA_HEADER_LEN];
         // A `Data` header for our own cid; its first 10 bytes prefix every rebuilt datagram.
         if wire::encode_data_header(local, 0, &mut hdr).is_err() {
@@ -373,8 +423,8 @@ impl FecLink {
             let t = tx.stats();
             // The sender counts parity handed out; some may have been dropped unsendable.
             s.parity_sent = t.parity_shards_sent - s.parity_unsendable;
-            s.parity_bytes =
-                t.parity_bytes_sent - self.unsendable_bytes + s.parity_sent * FEC_HEADER_LEN as u64;
+            s.parity_bytes = t.parity_bytes_sent - self.unsendable_bytes
+                + s.parity_sent * (FEC_PARITY_HEADER_LEN + self.tag) as u64;
             s.current_parity = t.current_parity;
             s.max_parity = t.max_parity;
             s.policy_changes = t.policy_changes;
@@ -388,8 +438,11 @@ impl FecLink {
             s.malformed = r.malformed;
             s.receiver = r;
         }
-        s.retained_bytes = self.budget.used();
-        s.peak_retained_bytes = self.budget.peak();
+        if let Some(rx) = self.rx.as_ref() {
+            let r = rx.stats();
+            s.retained_bytes = r.retained_bytes;
+            s.peak_retained_bytes = r.peak_retained_bytes;
+        }
         s.retention_limit = self.budget.limit();
         s
     }
@@ -404,7 +457,7 @@ mod tests {
         let mut cfg = Config::competitive();
         cfg.fec.policy = FecPolicy::Adaptive { max_parity: 4 };
         cfg.fec.scheme = FecScheme::Block;
-        FecLink::new(&cfg)
+        FecLink::new(&cfg, 0)
     }
 
     fn level(link: &FecLink) -> usize {
@@ -430,9 +483,9 @@ mod tests {
             c.fec.policy = FecPolicy::Fixed { parity: 1 };
             c
         };
-        let mut tx = FecLink::new(&cfg);
-        let mut rx = FecLink::new(&cfg);
-        let now = Instant::now();
+        let mut tx = FecLink::new(&cfg, 0);
+        let mut rx = FecLink::new(&cfg, 0);
+        let now = ricochet_testkit::SimClock::new().now();
         let cid = ConnectionId(7);
         let mut bodies = Vec::new();
         for i in 0..48u8 {

@@ -5,23 +5,29 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+mod admission;
 mod cc;
 mod connection;
 mod endpoint;
 mod fec;
 mod keys;
+mod protect;
 mod recv;
 mod routing;
 mod rtt;
 mod stats;
 
 pub use crate::wire::{CloseReason, ConnectionId};
+pub use admission::{
+    Admission, LedgerRefusal, Peer, Refusal, TokenAdmission, TokenLedger, UsedTokens,
+};
 pub use connection::{Connection, ConnectionState};
 pub use endpoint::{
     ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig, DEFAULT_TRANSMIT_BURST,
 };
 pub use fec::{FecStats, FEC_ARQ_OVERHEAD};
 pub use keys::SessionKeys;
+pub use protect::{NumberSpace, PacketKey, ReplayWindow, Unauthenticated, REPLAY_WINDOW};
 pub use routing::{NoRouting, Router};
 pub use stats::{ConnectionStats, DropCause, DropCounters};
 
@@ -48,9 +54,9 @@ impl ChannelKind {
 /// Connection configuration. Both peers must use the same channel list.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Largest UDP payload this connection writes. With FEC on, ARQ datagrams are
-    /// [`FEC_ARQ_OVERHEAD`] bytes smaller ([`Config::arq_datagram_size`]) so data and parity
-    /// packets both fit.
+    /// Largest UDP payload this connection writes. ARQ datagrams leave room for the
+    /// authentication tag, and with FEC on they are [`FEC_ARQ_OVERHEAD`] bytes smaller still
+    /// ([`Config::arq_datagram_size`]) so data and parity packets both fit.
     pub max_datagram_size: usize,
     /// Maximum unacknowledged reliable fragments in flight (segments).
     pub send_window: usize,
@@ -204,13 +210,16 @@ impl Config {
             .max(1)
     }
 
-    /// Largest ARQ datagram: [`Config::max_datagram_size`], less [`FEC_ARQ_OVERHEAD`] when this
-    /// side sends FEC.
+    /// Largest ARQ datagram: [`Config::max_datagram_size`] less the authentication tag
+    /// ([`crate::wire::TAG_LEN`]), and less [`FEC_ARQ_OVERHEAD`] when this side sends FEC.
+    /// The tag's room is left in the insecure mode too, so both modes cut messages into the
+    /// same fragments.
     pub fn arq_datagram_size(&self) -> usize {
+        let udp = self.max_datagram_size.saturating_sub(crate::wire::TAG_LEN);
         if self.fec.policy == crate::fec::FecPolicy::Off {
-            self.max_datagram_size
+            udp
         } else {
-            self.max_datagram_size.saturating_sub(FEC_ARQ_OVERHEAD)
+            udp.saturating_sub(FEC_ARQ_OVERHEAD)
         }
     }
 
@@ -227,9 +236,13 @@ pub(crate) const FRAGMENT_HEADER_MAX: usize = 1 + 1 + 8 + 4 + 4 + 4;
 /// Room kept in every data packet for an ACK frame.
 pub(crate) const ACK_RESERVE: usize = 96;
 
-/// What the application learns from a connection.
+/// What the application learns from a connection. Deliberately exhaustive: an embedder must
+/// handle every event, and a new one is a breaking change it should see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
+    /// Server with [`ServerConfig::accept_hook`]: a client passed every check and waits for
+    /// the application's [`Endpoint::accept`] or [`Endpoint::refuse`].
+    Incoming(Peer),
     /// The handshake completed.
     Connected,
     /// A complete message arrived.
@@ -245,6 +258,9 @@ pub enum Event {
         reason: CloseReason,
         /// True when the peer (or the server, for a refused handshake) decided it.
         by_peer: bool,
+        /// The server application's message with a refusal ([`CloseReason::Rejected`]);
+        /// empty otherwise.
+        message: Bytes,
     },
 }
 
@@ -259,6 +275,7 @@ pub struct Transmit {
 
 /// Why `send` refused a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SendError {
     /// No such channel.
     #[error("unknown channel {0}")]

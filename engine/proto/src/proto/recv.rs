@@ -1,8 +1,6 @@
 //! Receive side of the channels: duplicate suppression, ordering, reassembly, memory accounting.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -69,20 +67,30 @@ struct Channel {
     pending: BTreeMap<u64, Partial>,
 }
 
-/// Shared per-endpoint reassembly budget (bytes in use, limit).
-#[derive(Debug, Clone)]
+/// A reassembly budget: bytes in use and the limit. A connection draws on its own (unlimited)
+/// one; an endpoint lends every connection its shared one for the length of each call (see
+/// `Connection::swap_budgets`), so the limit holds over all of them without shared counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Budget {
-    pub(crate) used: Arc<AtomicUsize>,
+    pub(crate) used: usize,
     pub(crate) limit: usize,
 }
 
 impl Budget {
     pub(crate) fn unlimited() -> Self {
-        Self {
-            used: Arc::new(AtomicUsize::new(0)),
-            limit: usize::MAX,
-        }
+        Self::new(usize::MAX)
     }
+
+    pub(crate) fn new(limit: usize) -> Self {
+        Self { used: 0, limit }
+    }
+}
+
+/// The budgets all of an endpoint's connections share: reassembly bytes and FEC retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SharedBudgets {
+    pub(crate) reassembly: Budget,
+    pub(crate) fec: crate::fec::RetentionBudget,
 }
 
 /// All receive channels of a connection.
@@ -98,7 +106,7 @@ pub(crate) struct Receiver {
     /// per-connection and per-endpoint reassembly budgets.
     pub(crate) segments: usize,
     limit: usize,
-    budget: Budget,
+    pub(crate) budget: Budget,
     max_fragments: u64,
     max_message: usize,
     pub(crate) unreliable_dropped: u64,
@@ -214,19 +222,17 @@ impl Receiver {
     /// Whether `need` fits the connection and endpoint budgets.
     pub(crate) fn fits(&self, need: &Need, extra_bytes: usize) -> bool {
         let n = need.bytes + extra_bytes;
-        self.bytes + n <= self.limit
-            && self.budget.used.load(Ordering::Relaxed).saturating_add(n) <= self.budget.limit
+        self.bytes + n <= self.limit && self.budget.used.saturating_add(n) <= self.budget.limit
     }
 
     fn charge(&mut self, n: usize) -> bool {
         if self.bytes + n > self.limit {
             return false;
         }
-        let prev = self.budget.used.fetch_add(n, Ordering::Relaxed);
-        if prev.saturating_add(n) > self.budget.limit {
-            self.budget.used.fetch_sub(n, Ordering::Relaxed);
+        if self.budget.used.saturating_add(n) > self.budget.limit {
             return false;
         }
+        self.budget.used += n;
         self.bytes += n;
         self.peak = self.peak.max(self.bytes);
         true
@@ -234,7 +240,7 @@ impl Receiver {
 
     fn release(&mut self, n: usize) {
         self.bytes -= n;
-        self.budget.used.fetch_sub(n, Ordering::Relaxed);
+        self.budget.used = self.budget.used.saturating_sub(n);
     }
 
     /// Accept one fragment (count 1 = whole message). Complete messages become events.
@@ -492,12 +498,6 @@ impl Receiver {
     }
 }
 
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        self.budget.used.fetch_sub(self.bytes, Ordering::Relaxed);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -515,7 +515,7 @@ mod tests {
     fn ordered_reassembly_waits_for_the_gap_and_releases_memory() {
         let mut r = rx(1 << 20);
         let (mut ev, mut n) = (VecDeque::new(), 0);
-        let t = Instant::now();
+        let t = ricochet_testkit::SimClock::new().now();
         // Message 1 (two fragments) before message 0.
         r.on_fragment(t, 0, 1, 1, 2, b"d", &mut ev, &mut n).unwrap();
         r.on_fragment(t, 0, 1, 0, 2, b"c", &mut ev, &mut n).unwrap();
@@ -555,7 +555,7 @@ mod tests {
     fn unreliable_partials_expire_and_sequenced_drops_stale() {
         let mut r = rx(1 << 20);
         let (mut ev, mut n) = (VecDeque::new(), 0);
-        let t = Instant::now();
+        let t = ricochet_testkit::SimClock::new().now();
         r.on_fragment(t, 2, 0, 0, 2, b"half", &mut ev, &mut n)
             .unwrap();
         assert!(r.bytes > 0);
@@ -585,7 +585,7 @@ mod tests {
     fn caps_refuse_without_losing_accounting() {
         let mut r = rx(100);
         let (mut ev, mut n) = (VecDeque::new(), 0);
-        let t = Instant::now();
+        let t = ricochet_testkit::SimClock::new().now();
         assert_eq!(
             r.on_fragment(t, 2, 0, 0, 2, &[0u8; 200], &mut ev, &mut n),
             Err(DropCause::FlowControl)

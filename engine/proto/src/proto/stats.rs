@@ -6,6 +6,7 @@ use hdrhistogram::Histogram;
 
 /// Why an incoming datagram (or part of it) was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum DropCause {
     /// Did not decode (truncated, bad length, bad fragment, unknown frame or packet type).
     Malformed,
@@ -13,9 +14,11 @@ pub enum DropCause {
     VersionMismatch,
     /// No connection with that id.
     UnknownConnection,
-    /// A packet number already received (duplicate or replay).
+    /// An ARQ packet number already received (a duplicate, or a datagram FEC already
+    /// rebuilt).
     Duplicate,
-    /// A packet number older than the replay window.
+    /// A packet number older than the replay window (protected sessions) or than the
+    /// received ranges ARQ tracks.
     TooOld,
     /// Cookie invalid or expired.
     BadCookie,
@@ -34,11 +37,23 @@ pub enum DropCause {
     FecUnsupported,
     /// The connection is closed.
     Closed,
+    /// A protected session's packet whose tag did not verify: forged, damaged, truncated, or
+    /// sealed with another key; or a handshake packet (challenge, accept, refusal, a token's
+    /// proof) or stateless reset whose tag, proof or seal does not verify. Dropped before it
+    /// changed anything.
+    Unauthenticated,
+    /// A protected session's packet number already authenticated once (a replay), in the
+    /// replay window. Dropped before it was opened.
+    Replay,
+    /// A token handshake reached a server that was not told the wall-clock time
+    /// ([`Endpoint::set_unix_time`](crate::Endpoint::set_unix_time)), so it cannot check
+    /// expiry.
+    NoClock,
 }
 
 impl DropCause {
     /// All causes, in counter order.
-    pub const ALL: [DropCause; 13] = [
+    pub const ALL: [DropCause; 16] = [
         Self::Malformed,
         Self::VersionMismatch,
         Self::UnknownConnection,
@@ -52,6 +67,9 @@ impl DropCause {
         Self::NotListening,
         Self::FecUnsupported,
         Self::Closed,
+        Self::Unauthenticated,
+        Self::Replay,
+        Self::NoClock,
     ];
 
     fn index(self) -> usize {
@@ -61,8 +79,9 @@ impl DropCause {
 
 /// Counters of dropped datagrams by cause.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DropCounters {
-    counts: [u64; 13],
+    counts: [u64; DropCause::ALL.len()],
 }
 
 impl DropCounters {
@@ -82,6 +101,7 @@ impl DropCounters {
 
 /// Statistics of one connection.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConnectionStats {
     /// RTT samples in microseconds.
     pub rtt_us: Histogram<u64>,

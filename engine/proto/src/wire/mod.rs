@@ -17,28 +17,60 @@
 //!
 //! | type | name | layout after the common header | total |
 //! | --- | --- | --- | ---: |
-//! | `0x01` | [`ClientHello`](Packet::ClientHello) | client cid, nonce, zero padding | ≥ [`MIN_CLIENT_HELLO_LEN`] |
-//! | `0x02` | [`ServerChallenge`](Packet::ServerChallenge) | client cid, nonce, timestamp u64 (see below), cookie (16) | 42 |
-//! | `0x03` | [`ClientCookieEcho`](Packet::ClientCookieEcho) | client cid, nonce, timestamp u64, cookie (16), zero padding | ≥ [`MIN_CLIENT_HELLO_LEN`] |
-//! | `0x04` | [`ServerAccept`](Packet::ServerAccept) | client cid, server cid | 18 |
-//! | `0x05` | [`Refuse`](Packet::Refuse) | client cid, reason u8 | 11 |
+//! | `0x01` | [`ClientHello`](Packet::ClientHello) | client cid, nonce, mode u8, then the [token section](#token-section) (mode 1) or zero padding (mode 0) | ≥ [`MIN_CLIENT_HELLO_LEN`]; [`TOKEN_HELLO_LEN`] with a token |
+//! | `0x02` | [`ServerChallenge`](Packet::ServerChallenge) | client cid, nonce, timestamp u64 (see below), cookie (16), with a token: tag (16) | 42 / 58 |
+//! | `0x03` | [`ClientCookieEcho`](Packet::ClientCookieEcho) | client cid, nonce, timestamp u64, cookie (16), mode u8, then the token section (mode 1) or zero padding (mode 0) | ≥ [`MIN_CLIENT_HELLO_LEN`]; [`TOKEN_ECHO_LEN`] with a token |
+//! | `0x04` | [`ServerAccept`](Packet::ServerAccept) | client cid, server cid (a handshake without a token) | 18 |
+//! | `0x05` | [`Refuse`](Packet::Refuse) | client cid, reason u8, flags u8 (bit 0: tagged), message length u8 (≤ [`MAX_REFUSE_MESSAGE`]), message, tag (16) when tagged | 13..=93 |
+//! | `0x06` | [`SealedAccept`](Packet::SealedAccept) | client cid, nonce (24), sealed { server cid, stateless reset token (16) } and its AEAD tag (16) | [`SEALED_ACCEPT_LEN`] |
+//! | `0x07` | [`StatelessReset`](Packet::StatelessReset) | the connection id the triggering packet was sent to, reset token (16) | [`RESET_LEN`] |
 //!
 //! The challenge's timestamp is the server's own token, opaque to the client, which echoes it
 //! unchanged: bits 0–47 are milliseconds on the server's cookie clock; the top 16 bits (offset
 //! [`ECHO_ROUTE_OFFSET`] of the echo, big-endian) are a route the server's
 //! [`Router`](crate::Router) chose, so an embedder that runs several endpoints can steer the echo
-//! to the one that will own the session (0: no route); the cookie covers all 64 bits.
+//! to the one that will own the session (0: no route); the cookie covers all 64 bits, and with a
+//! token the token's tag too.
 //!
 //! Client hellos are padded so that every server reply sent before the client has proved its
 //! address (challenge, refuse, accept) is smaller than the datagram that caused it: no amplification.
 //!
+//! ## Token section
+//!
+//! What a client with a [connect token](crate::token) puts in its hello and again in its
+//! cookie echo (the server keeps no state between the two, so it reads the token twice):
+//!
+//! | size | field |
+//! | ---: | --- |
+//! | 8 | protocol id (public copy; sealing authenticates it) |
+//! | 8 | expiry, Unix seconds (public copy; sealing authenticates it) |
+//! | 24 | nonce of the sealed part |
+//! | [`SEALED_LEN`] | the sealed private part |
+//! | 16 | proof: a MAC with a key derived from the client-to-server key over the packet type, client cid, nonce, timestamp, cookie (zero in a hello) and the token's tag |
+//!
+//! The proof shows the sender holds the token's keys, which only the backend and the player
+//! have: someone who captured the token on the path cannot use it from their own address.
+//! With a token, the challenge's tag and a tagged refusal's tag are MACs with a key derived
+//! from the server-to-client key, and the accept is sealed with a third key derived from it:
+//! the client believes them only when they verify. A refusal the server could not tag (it
+//! could not open the token, or speaks another version) is untagged; a client with a token
+//! believes an untagged refusal only for those reasons.
 //! # Connection packets
 //!
-//! | type | name | layout after the common header |
-//! | --- | --- | --- |
-//! | `0x10` | [`Data`](Packet::Data) | destination cid, packet number u64, frames to the end |
-//! | `0x20` | [`FecData`](Packet::FecData) | destination cid, opaque body (layout owned by `fec`) |
-//! | `0x21` | [`FecParity`](Packet::FecParity) | destination cid, opaque body: block parity or sliding-window repair (layout owned by `fec`, told apart by its codec byte) |
+//! | type | name | layout after the common header | clear header |
+//! | --- | --- | --- | ---: |
+//! | `0x10` | [`Data`](Packet::Data) | destination cid, packet number u64, frames to the end | 18 |
+//! | `0x20` | [`FecData`](Packet::FecData) | destination cid, body: the 3-byte FEC data header, then the wrapped `Data` packet from its packet number on (layout owned by `fec`) | 21 |
+//! | `0x21` | [`FecParity`](Packet::FecParity) | destination cid, parity number u64, body: block parity or sliding-window repair (layout owned by `fec`, told apart by its codec byte) | 18 |
+//!
+//! **Packet protection.** In a session with keys every connection packet is sealed
+//! (`ricochet_proto::PacketKey`, AES-128-GCM): the *clear header* (the last column: through
+//! the packet number, and for `FecData` the FEC data header before it) is associated data,
+//! the rest is encrypted, and a [`TAG_LEN`]-byte tag follows. The nonce comes from the packet
+//! number (`Data`, `FecData`: the ARQ packet number of the datagram, in clear at
+//! [`clear_header`]'s offset) or the parity number (`FecParity`: a counter of its own).
+//! Without keys (the insecure mode) the layouts are the same, without the tag. FEC runs
+//! below the protection, on plaintext: see the `fec` seam in the crate docs for why.
 //!
 //! The destination cid is the *receiver's* connection id, so an endpoint demultiplexes by reading
 //! bytes [`CID_OFFSET`]`..+8` without looking at the source address. A cid is opaque to everyone
@@ -48,7 +80,7 @@
 //!
 //! # Frames (inside `Data`)
 //!
-//! `v` = variable-length integer ([QUIC encoding](varint): the top two bits of the first byte
+//! `v` = variable-length integer (QUIC encoding, RFC 9000 §16: the top two bits of the first byte
 //! give the length, 1/2/4/8 bytes, values up to 2^62 − 1).
 //!
 //! | type | name | fields |
@@ -67,12 +99,15 @@
 
 use std::fmt;
 
+use crate::token::{NONCE_LEN, SEALED_LEN};
+
 mod varint;
 
 pub use varint::{varint_len, MAX_VARINT};
 
-/// The protocol version this build speaks.
-pub const VERSION: u8 = 2;
+/// The protocol version this build speaks (3: packet protection, parity numbers; 4: connect
+/// tokens in the handshake).
+pub const VERSION: u8 = 4;
 /// Minimum size of a client hello / cookie echo (the padding that prevents amplification).
 pub const MIN_CLIENT_HELLO_LEN: usize = 256;
 /// Size of a handshake cookie (a truncated keyed BLAKE3 MAC).
@@ -86,21 +121,51 @@ pub const ECHO_ROUTE_OFFSET: usize = 18;
 pub const CID_OFFSET: usize = 2;
 /// Size of the `Data` packet header (type, version, destination cid, packet number).
 pub const DATA_HEADER_LEN: usize = 18;
-/// Size of the `FecData` / `FecParity` header (type, version, destination cid).
+/// Size of the part every FEC packet starts with (type, version, destination cid).
 pub const FEC_HEADER_LEN: usize = 10;
+/// Size of the `FecParity` packet header (type, version, destination cid, parity number).
+pub const FEC_PARITY_HEADER_LEN: usize = FEC_HEADER_LEN + 8;
+/// Size of the clear header of a `FecData` packet: type, version, destination cid, the FEC data
+/// header, and the wrapped datagram's packet number.
+pub const FEC_DATA_CLEAR_LEN: usize = FEC_HEADER_LEN + crate::fec::DATA_HEADER_LEN + 8;
+/// Bytes of authentication tag after every protected connection packet.
+pub const TAG_LEN: usize = 16;
 /// Maximum number of ACK ranges in one ACK frame (first range included).
 pub const MAX_ACK_RANGES: usize = 32;
-/// Size of a server challenge.
+/// Size of a server challenge without a tag (insecure mode).
 pub const CHALLENGE_LEN: usize = 2 + 8 + 8 + 8 + COOKIE_LEN;
-/// Size of a server accept.
+/// Size of the tag on handshake replies, the proof in a token section, and a reset token.
+pub const HANDSHAKE_TAG_LEN: usize = 16;
+/// Size of a server accept in insecure mode.
 pub const ACCEPT_LEN: usize = 2 + 8 + 8;
-/// Size of a refuse packet.
-pub const REFUSE_LEN: usize = 2 + 8 + 1;
-/// Payload of a cookie echo before padding.
+/// Size of the smallest refuse packet (untagged, no message).
+pub const REFUSE_LEN: usize = 2 + 8 + 3;
+/// Longest message an application refusal carries.
+pub const MAX_REFUSE_MESSAGE: usize = 64;
+/// Size of the sealed part of a [`Packet::SealedAccept`]: server cid, reset token, AEAD tag.
+pub const SEALED_ACCEPT_BODY_LEN: usize = 8 + HANDSHAKE_TAG_LEN + 16;
+/// Size of a sealed accept.
+pub const SEALED_ACCEPT_LEN: usize = 2 + 8 + NONCE_LEN + SEALED_ACCEPT_BODY_LEN;
+/// Size of a stateless reset. A server only sends one in answer to a larger packet.
+pub const RESET_LEN: usize = 2 + 8 + HANDSHAKE_TAG_LEN;
+/// Size of the token section of a hello or cookie echo.
+pub const TOKEN_SECTION_LEN: usize = 8 + 8 + NONCE_LEN + SEALED_LEN + HANDSHAKE_TAG_LEN;
+/// Size of a client hello carrying a token.
+pub const TOKEN_HELLO_LEN: usize = HELLO_BODY_LEN + 1 + TOKEN_SECTION_LEN;
+/// Size of a cookie echo carrying a token.
+pub const TOKEN_ECHO_LEN: usize = COOKIE_ECHO_BODY_LEN + 1 + TOKEN_SECTION_LEN;
+/// Payload of a hello before its mode byte.
+const HELLO_BODY_LEN: usize = 2 + 8 + 8;
+/// Payload of a cookie echo before its mode byte.
 const COOKIE_ECHO_BODY_LEN: usize = 2 + 8 + 8 + 8 + COOKIE_LEN;
+/// Mode byte: no token (insecure), zero padding follows.
+const MODE_INSECURE: u8 = 0;
+/// Mode byte: a token section follows.
+const MODE_TOKEN: u8 = 1;
 
 /// Why decoding or encoding failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// The input ended before the structure did.
     #[error("truncated input")]
@@ -137,6 +202,9 @@ pub enum WireError {
     /// A value does not fit its encoding (varint > 2^62 − 1).
     #[error("value out of range")]
     ValueOutOfRange,
+    /// A hello's mode byte is neither 0 (no token) nor 1 (token).
+    #[error("unknown hello mode {0}")]
+    UnknownMode(u8),
 }
 
 /// Packet type byte (offset 0).
@@ -153,6 +221,10 @@ pub enum PacketType {
     ServerAccept = 0x04,
     /// Server refuses a handshake (reason attached).
     Refuse = 0x05,
+    /// Server accepts, its connection id and reset token sealed with the session's keys.
+    SealedAccept = 0x06,
+    /// A server that has no state for a connection id says so.
+    StatelessReset = 0x07,
     /// Connection data packet carrying frames.
     Data = 0x10,
     /// FEC-protected data shard (body owned by `fec`).
@@ -170,6 +242,8 @@ impl PacketType {
             0x03 => Self::ClientCookieEcho,
             0x04 => Self::ServerAccept,
             0x05 => Self::Refuse,
+            0x06 => Self::SealedAccept,
+            0x07 => Self::StatelessReset,
             0x10 => Self::Data,
             0x20 => Self::FecData,
             0x21 => Self::FecParity,
@@ -190,6 +264,7 @@ impl fmt::Debug for ConnectionId {
 
 /// Why a connection or handshake ended, as carried on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CloseReason {
     /// The application closed the connection normally.
     Application,
@@ -197,7 +272,7 @@ pub enum CloseReason {
     IdleTimeout,
     /// The peer speaks another protocol version.
     VersionMismatch,
-    /// The server has no room for another session.
+    /// The server has no room for another session (or for another used token).
     ServerFull,
     /// Too many sessions or handshakes from this source address.
     TooManyFromAddress,
@@ -207,9 +282,59 @@ pub enum CloseReason {
     ProtocolViolation,
     /// The endpoint is shutting down.
     Shutdown,
+    /// The server has no state for this connection (it restarted, or dropped the session):
+    /// it answered with a stateless reset only it can produce.
+    Reset,
+    /// The server admits clients by connect token and the client sent none.
+    TokenRequired,
+    /// The server could not open the token: sealed with another key, for another protocol
+    /// id, or altered.
+    TokenInvalid,
+    /// The token's expiry has passed.
+    TokenExpired,
+    /// None of the server's public addresses is in the token.
+    TokenWrongServer,
+    /// The server already accepted this token once.
+    TokenReused,
+    /// The client sent a token to a server in insecure mode.
+    InsecureServer,
+    /// The server application refused the client, with its own code (0..=127); the refusal
+    /// may carry a message too.
+    Rejected(u8),
     /// A reason code this version does not know.
     Unknown(u8),
 }
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Application => f.write_str("closed by the application"),
+            Self::IdleTimeout => f.write_str("nothing arrived within the idle timeout"),
+            Self::VersionMismatch => f.write_str("the peer speaks another protocol version"),
+            Self::ServerFull => f.write_str("the server is full"),
+            Self::TooManyFromAddress => f.write_str("too many sessions from this address"),
+            Self::HandshakeTimeout => f.write_str("the handshake did not complete in time"),
+            Self::ProtocolViolation => f.write_str("the peer violated the protocol"),
+            Self::Shutdown => f.write_str("the endpoint is shutting down"),
+            Self::Reset => f.write_str("the server has no state for this session (reset)"),
+            Self::TokenRequired => f.write_str("the server requires a connect token"),
+            Self::TokenInvalid => {
+                f.write_str("the server could not open the connect token (another key or game)")
+            }
+            Self::TokenExpired => f.write_str("the connect token expired"),
+            Self::TokenWrongServer => f.write_str("the connect token is not for this server"),
+            Self::TokenReused => f.write_str("the connect token was already used"),
+            Self::InsecureServer => {
+                f.write_str("the server is in insecure mode and takes no connect tokens")
+            }
+            Self::Rejected(code) => write!(f, "refused by the server application (code {code})"),
+            Self::Unknown(c) => write!(f, "reason code {c}"),
+        }
+    }
+}
+
+/// Wire codes from this one up are application refusals ([`CloseReason::Rejected`]).
+const REJECTED_BASE: u8 = 0x80;
 
 impl CloseReason {
     /// Wire code.
@@ -223,6 +348,14 @@ impl CloseReason {
             Self::HandshakeTimeout => 5,
             Self::ProtocolViolation => 6,
             Self::Shutdown => 7,
+            Self::Reset => 8,
+            Self::TokenRequired => 9,
+            Self::TokenInvalid => 10,
+            Self::TokenExpired => 11,
+            Self::TokenWrongServer => 12,
+            Self::TokenReused => 13,
+            Self::InsecureServer => 14,
+            Self::Rejected(code) => REJECTED_BASE | (code & 0x7f),
             Self::Unknown(c) => c,
         }
     }
@@ -238,9 +371,42 @@ impl CloseReason {
             5 => Self::HandshakeTimeout,
             6 => Self::ProtocolViolation,
             7 => Self::Shutdown,
+            8 => Self::Reset,
+            9 => Self::TokenRequired,
+            10 => Self::TokenInvalid,
+            11 => Self::TokenExpired,
+            12 => Self::TokenWrongServer,
+            13 => Self::TokenReused,
+            14 => Self::InsecureServer,
+            c if c >= REJECTED_BASE => Self::Rejected(c & 0x7f),
             c => Self::Unknown(c),
         }
     }
+
+    /// True for the refusals a server can send without having opened the client's token
+    /// (so without a tag): a client with a token believes an untagged refusal only for these.
+    pub fn refused_before_token(self) -> bool {
+        matches!(
+            self,
+            Self::VersionMismatch | Self::TokenRequired | Self::TokenInvalid | Self::InsecureServer
+        )
+    }
+}
+
+/// The token section of a hello or cookie echo (see the module docs), borrowing from the
+/// datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenSection<'a> {
+    /// Public copy of the token's protocol id.
+    pub protocol_id: u64,
+    /// Public copy of the token's expiry (Unix seconds).
+    pub expires_unix: u64,
+    /// Nonce of the sealed part.
+    pub nonce: &'a [u8; NONCE_LEN],
+    /// The sealed private part.
+    pub sealed: &'a [u8; SEALED_LEN],
+    /// Proof that the sender holds the token's keys.
+    pub proof: [u8; HANDSHAKE_TAG_LEN],
 }
 
 /// A decoded packet, borrowing from the datagram.
@@ -252,6 +418,8 @@ pub enum Packet<'a> {
         client_cid: ConnectionId,
         /// Client's random nonce.
         nonce: u64,
+        /// The connect token, when the client has one.
+        token: Option<TokenSection<'a>>,
     },
     /// Server challenge: echo the cookie to prove the address.
     ServerChallenge {
@@ -264,6 +432,8 @@ pub enum Packet<'a> {
         timestamp: u64,
         /// The cookie.
         cookie: [u8; COOKIE_LEN],
+        /// With a token: a MAC under a key derived from the server-to-client key.
+        tag: Option<[u8; HANDSHAKE_TAG_LEN]>,
     },
     /// Client hello echoing a cookie.
     ClientCookieEcho {
@@ -275,13 +445,25 @@ pub enum Packet<'a> {
         timestamp: u64,
         /// Cookie from the challenge.
         cookie: [u8; COOKIE_LEN],
+        /// The connect token again, when the client has one.
+        token: Option<TokenSection<'a>>,
     },
-    /// Server accept.
+    /// Server accept of a handshake without a token.
     ServerAccept {
         /// The client's connection id.
         client_cid: ConnectionId,
         /// The server's connection id (the client writes it in every later packet).
         server_cid: ConnectionId,
+    },
+    /// Server accept with a token: the server cid and the session's stateless reset token,
+    /// sealed with a key derived from the server-to-client key.
+    SealedAccept {
+        /// The client's connection id.
+        client_cid: ConnectionId,
+        /// The seal's random nonce.
+        nonce: &'a [u8; NONCE_LEN],
+        /// Ciphertext and tag.
+        sealed: &'a [u8; SEALED_ACCEPT_BODY_LEN],
     },
     /// Server refuses the handshake.
     Refuse {
@@ -289,6 +471,20 @@ pub enum Packet<'a> {
         client_cid: ConnectionId,
         /// Why.
         reason: CloseReason,
+        /// The application's message ([`CloseReason::Rejected`]), at most
+        /// [`MAX_REFUSE_MESSAGE`] bytes; empty otherwise.
+        message: &'a [u8],
+        /// With a token the server opened: a MAC under a key derived from the
+        /// server-to-client key.
+        tag: Option<[u8; HANDSHAKE_TAG_LEN]>,
+    },
+    /// A server without state for `cid` answers a packet sent to it.
+    StatelessReset {
+        /// The connection id the triggering packet was sent to (the server's id of the
+        /// session).
+        cid: ConnectionId,
+        /// The session's reset token: only the server that issued the id can compute it.
+        token: [u8; HANDSHAKE_TAG_LEN],
     },
     /// Data packet.
     Data {
@@ -310,6 +506,8 @@ pub enum Packet<'a> {
     FecParity {
         /// The receiver's connection id.
         dst_cid: ConnectionId,
+        /// The sender's parity counter (the packet-protection nonce of this packet).
+        number: u64,
         /// Body (layout owned by `fec`).
         body: &'a [u8],
     },
@@ -450,12 +648,11 @@ pub fn decode_packet(datagram: &[u8]) -> Result<Packet<'_>, WireError> {
     Ok(match ty {
         PacketType::ClientHello => {
             let nonce = r.u64()?;
-            if datagram.len() < MIN_CLIENT_HELLO_LEN {
-                return Err(WireError::Unpadded);
-            }
+            let token = token_section(&mut r, datagram.len())?;
             Packet::ClientHello {
                 client_cid: cid,
                 nonce,
+                token,
             }
         }
         PacketType::ServerChallenge => Packet::ServerChallenge {
@@ -463,26 +660,56 @@ pub fn decode_packet(datagram: &[u8]) -> Result<Packet<'_>, WireError> {
             nonce: r.u64()?,
             timestamp: r.u64()?,
             cookie: cookie(&mut r)?,
+            tag: optional_tag(&mut r)?,
         },
         PacketType::ClientCookieEcho => {
-            let p = Packet::ClientCookieEcho {
+            let nonce = r.u64()?;
+            let timestamp = r.u64()?;
+            let cookie = cookie(&mut r)?;
+            let token = token_section(&mut r, datagram.len())?;
+            Packet::ClientCookieEcho {
                 client_cid: cid,
-                nonce: r.u64()?,
-                timestamp: r.u64()?,
-                cookie: cookie(&mut r)?,
-            };
-            if datagram.len() < MIN_CLIENT_HELLO_LEN {
-                return Err(WireError::Unpadded);
+                nonce,
+                timestamp,
+                cookie,
+                token,
             }
-            p
         }
         PacketType::ServerAccept => Packet::ServerAccept {
             client_cid: cid,
             server_cid: ConnectionId(r.u64()?),
         },
-        PacketType::Refuse => Packet::Refuse {
+        PacketType::SealedAccept => Packet::SealedAccept {
             client_cid: cid,
-            reason: CloseReason::from_u8(r.u8()?),
+            nonce: array(r.bytes(NONCE_LEN)?)?,
+            sealed: array(r.bytes(SEALED_ACCEPT_BODY_LEN)?)?,
+        },
+        PacketType::Refuse => {
+            let reason = CloseReason::from_u8(r.u8()?);
+            let flags = r.u8()?;
+            if flags > 1 {
+                return Err(WireError::BadLength);
+            }
+            let len = usize::from(r.u8()?);
+            if len > MAX_REFUSE_MESSAGE {
+                return Err(WireError::BadLength);
+            }
+            let message = r.bytes(len)?;
+            let tag = if flags & 1 == 1 {
+                Some(tag_of(&mut r)?)
+            } else {
+                None
+            };
+            Packet::Refuse {
+                client_cid: cid,
+                reason,
+                message,
+                tag,
+            }
+        }
+        PacketType::StatelessReset => Packet::StatelessReset {
+            cid,
+            token: tag_of(&mut r)?,
         },
         PacketType::Data => Packet::Data {
             dst_cid: cid,
@@ -495,8 +722,90 @@ pub fn decode_packet(datagram: &[u8]) -> Result<Packet<'_>, WireError> {
         },
         PacketType::FecParity => Packet::FecParity {
             dst_cid: cid,
+            number: r.u64()?,
             body: r.rest(),
         },
+    })
+}
+
+fn array<const N: usize>(b: &[u8]) -> Result<&[u8; N], WireError> {
+    b.try_into().map_err(|_| WireError::Truncated)
+}
+
+fn tag_of(r: &mut Reader<'_>) -> Result<[u8; HANDSHAKE_TAG_LEN], WireError> {
+    Ok(*array(r.bytes(HANDSHAKE_TAG_LEN)?)?)
+}
+
+/// A tag when the packet has one more tag's worth of bytes (trailing bytes beyond are ignored,
+/// as after every fixed-size packet).
+fn optional_tag(r: &mut Reader<'_>) -> Result<Option<[u8; HANDSHAKE_TAG_LEN]>, WireError> {
+    if r.remaining() >= HANDSHAKE_TAG_LEN {
+        Ok(Some(tag_of(r)?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// The mode byte of a hello or echo and what follows it: a token section, or padding (the
+/// datagram must then be at least [`MIN_CLIENT_HELLO_LEN`] long).
+fn token_section<'a>(
+    r: &mut Reader<'a>,
+    total: usize,
+) -> Result<Option<TokenSection<'a>>, WireError> {
+    if total < MIN_CLIENT_HELLO_LEN {
+        return Err(WireError::Unpadded);
+    }
+    match r.u8()? {
+        MODE_INSECURE => Ok(None),
+        MODE_TOKEN => Ok(Some(TokenSection {
+            protocol_id: r.u64()?,
+            expires_unix: r.u64()?,
+            nonce: array(r.bytes(NONCE_LEN)?)?,
+            sealed: array(r.bytes(SEALED_LEN)?)?,
+            proof: tag_of(r)?,
+        })),
+        m => Err(WireError::UnknownMode(m)),
+    }
+}
+
+/// The clear header of a connection packet (`Data`, `FecData`, `FecParity`): what packet
+/// protection authenticates without encrypting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClearHeader {
+    /// `Data`, `FecData` or `FecParity`.
+    pub ty: PacketType,
+    /// The receiver's connection id.
+    pub dst_cid: ConnectionId,
+    /// The packet number (`Data`, `FecData`) or parity number (`FecParity`): the nonce.
+    pub number: u64,
+    /// Bytes of clear header: 18 (`Data`, `FecParity`) or [`FEC_DATA_CLEAR_LEN`] (`FecData`).
+    pub len: usize,
+}
+
+/// Reads the clear header of a connection packet without touching the rest (which may be
+/// sealed). Handshake packets are [`WireError::UnknownPacketType`] here.
+pub fn clear_header(datagram: &[u8]) -> Result<ClearHeader, WireError> {
+    let mut r = Reader::new(datagram);
+    let b = r.u8()?;
+    let ty = PacketType::from_u8(b)?;
+    let version = r.u8()?;
+    if version != VERSION {
+        return Err(WireError::VersionMismatch(version));
+    }
+    let dst_cid = ConnectionId(r.u64()?);
+    let len = match ty {
+        PacketType::Data | PacketType::FecParity => DATA_HEADER_LEN,
+        PacketType::FecData => {
+            r.bytes(crate::fec::DATA_HEADER_LEN)?;
+            FEC_DATA_CLEAR_LEN
+        }
+        _ => return Err(WireError::UnknownPacketType(b)),
+    };
+    Ok(ClearHeader {
+        ty,
+        dst_cid,
+        number: r.u64()?,
+        len,
     })
 }
 
@@ -524,33 +833,42 @@ fn header(w: &mut Writer<'_>, ty: PacketType, cid: ConnectionId) -> Result<(), W
 pub fn encode_packet(p: &Packet<'_>, out: &mut [u8]) -> Result<usize, WireError> {
     let mut w = Writer::new(out);
     match *p {
-        Packet::ClientHello { client_cid, nonce } => {
+        Packet::ClientHello {
+            client_cid,
+            nonce,
+            token,
+        } => {
             header(&mut w, PacketType::ClientHello, client_cid)?;
             w.u64(nonce)?;
-            w.zeros(MIN_CLIENT_HELLO_LEN - 18)?;
+            put_token_section(&mut w, token)?;
         }
         Packet::ServerChallenge {
             client_cid,
             nonce,
             timestamp,
             cookie,
+            tag,
         } => {
             header(&mut w, PacketType::ServerChallenge, client_cid)?;
             w.u64(nonce)?;
             w.u64(timestamp)?;
             w.bytes(&cookie)?;
+            if let Some(t) = tag {
+                w.bytes(&t)?;
+            }
         }
         Packet::ClientCookieEcho {
             client_cid,
             nonce,
             timestamp,
             cookie,
+            token,
         } => {
             header(&mut w, PacketType::ClientCookieEcho, client_cid)?;
             w.u64(nonce)?;
             w.u64(timestamp)?;
             w.bytes(&cookie)?;
-            w.zeros(MIN_CLIENT_HELLO_LEN - COOKIE_ECHO_BODY_LEN)?;
+            put_token_section(&mut w, token)?;
         }
         Packet::ServerAccept {
             client_cid,
@@ -559,9 +877,36 @@ pub fn encode_packet(p: &Packet<'_>, out: &mut [u8]) -> Result<usize, WireError>
             header(&mut w, PacketType::ServerAccept, client_cid)?;
             w.u64(server_cid.0)?;
         }
-        Packet::Refuse { client_cid, reason } => {
+        Packet::SealedAccept {
+            client_cid,
+            nonce,
+            sealed,
+        } => {
+            header(&mut w, PacketType::SealedAccept, client_cid)?;
+            w.bytes(nonce)?;
+            w.bytes(sealed)?;
+        }
+        Packet::Refuse {
+            client_cid,
+            reason,
+            message,
+            tag,
+        } => {
+            if message.len() > MAX_REFUSE_MESSAGE {
+                return Err(WireError::ValueOutOfRange);
+            }
             header(&mut w, PacketType::Refuse, client_cid)?;
             w.u8(reason.to_u8())?;
+            w.u8(u8::from(tag.is_some()))?;
+            w.u8(message.len() as u8)?;
+            w.bytes(message)?;
+            if let Some(t) = tag {
+                w.bytes(&t)?;
+            }
+        }
+        Packet::StatelessReset { cid, token } => {
+            header(&mut w, PacketType::StatelessReset, cid)?;
+            w.bytes(&token)?;
         }
         Packet::Data {
             dst_cid,
@@ -576,12 +921,36 @@ pub fn encode_packet(p: &Packet<'_>, out: &mut [u8]) -> Result<usize, WireError>
             header(&mut w, PacketType::FecData, dst_cid)?;
             w.bytes(body)?;
         }
-        Packet::FecParity { dst_cid, body } => {
+        Packet::FecParity {
+            dst_cid,
+            number,
+            body,
+        } => {
             header(&mut w, PacketType::FecParity, dst_cid)?;
+            w.u64(number)?;
             w.bytes(body)?;
         }
     }
     Ok(w.len())
+}
+
+/// The mode byte and a token section, or the mode byte and zero padding up to
+/// [`MIN_CLIENT_HELLO_LEN`].
+fn put_token_section(w: &mut Writer<'_>, token: Option<TokenSection<'_>>) -> Result<(), WireError> {
+    match token {
+        Some(t) => {
+            w.u8(MODE_TOKEN)?;
+            w.u64(t.protocol_id)?;
+            w.u64(t.expires_unix)?;
+            w.bytes(t.nonce)?;
+            w.bytes(t.sealed)?;
+            w.bytes(&t.proof)
+        }
+        None => {
+            w.u8(MODE_INSECURE)?;
+            w.zeros(MIN_CLIENT_HELLO_LEN.saturating_sub(w.len()))
+        }
+    }
 }
 
 /// Write a `Data` packet header; frames follow at offset [`DATA_HEADER_LEN`].

@@ -1,0 +1,65 @@
+//! What a session's counters say, as a small value.
+
+use std::time::Duration;
+
+use ricochet_proto::ConnectionStats;
+
+/// A session's counters and path estimates at one moment: a small `Copy` value, cheap to read
+/// every frame ([`Client::stats`](crate::Client::stats),
+/// [`ServerContext::session_stats`](crate::ServerContext::session_stats)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionStats {
+    /// Smoothed round-trip time.
+    pub rtt: Duration,
+    /// Smallest round-trip time seen.
+    pub min_rtt: Duration,
+    /// Current retransmission timeout (backoff included).
+    pub rto: Duration,
+    /// Datagrams sent.
+    pub packets_sent: u64,
+    /// Datagrams received and accepted.
+    pub packets_received: u64,
+    /// UDP payload bytes sent.
+    pub bytes_sent: u64,
+    /// UDP payload bytes received (accepted datagrams).
+    pub bytes_received: u64,
+    /// Packets declared lost.
+    pub packets_lost: u64,
+    /// Reliable fragments sent again (retransmissions and tail-loss probes).
+    pub retransmitted: u64,
+    /// Messages delivered to the application.
+    pub messages_delivered: u64,
+    /// Unreliable messages dropped incomplete or stale.
+    pub unreliable_dropped: u64,
+    /// Datagrams dropped (malformed, duplicate, unauthenticated, ...).
+    pub datagrams_dropped: u64,
+    /// Datagrams forward error correction rebuilt before ARQ had to.
+    pub fec_recovered: u64,
+    /// Congestion window, bytes.
+    pub congestion_window: usize,
+    /// Bytes in flight.
+    pub bytes_in_flight: usize,
+}
+
+impl From<&ConnectionStats> for SessionStats {
+    fn from(s: &ConnectionStats) -> Self {
+        SessionStats {
+            rtt: s.srtt,
+            min_rtt: s.min_rtt,
+            rto: s.rto,
+            packets_sent: s.packets_sent,
+            packets_received: s.packets_received,
+            bytes_sent: s.bytes_sent,
+            bytes_received: s.bytes_received,
+            packets_lost: s.packets_lost,
+            retransmitted: s.segments_retransmitted,
+            messages_delivered: s.messages_delivered,
+            unreliable_dropped: s.unreliable_dropped,
+            datagrams_dropped: s.drops.total(),
+            fec_recovered: s.fec.data_recovered,
+            congestion_window: s.cwnd,
+            bytes_in_flight: s.bytes_in_flight,
+        }
+    }
+}

@@ -1,0 +1,688 @@
+//! Connect-token admission, sans-IO: a token admits its player with its keys and identity;
+//! expired, reused, foreign and wrong-server tokens are refused with their reason; the accept
+//! hook sees who connects and its refusal reaches the client; forged handshake replies are
+//! dropped; a stolen token cannot be used from another address; a spoofed hello flood from the
+//! player's address does not stop the player; a restarted server resets its old sessions.
+
+mod proto_util;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use proto_util::{addr, Impair, Net};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
+use ricochet_proto::wire::{self, Packet};
+use ricochet_proto::{
+    CloseReason, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, Refusal,
+    ServerConfig, TokenAdmission,
+};
+
+const PROTOCOL_ID: u64 = 0x7465_7374;
+/// The simulated wall clock when every test starts (Unix seconds).
+const UNIX: u64 = 1_900_000_000;
+
+fn key() -> TokenKey {
+    TokenKey::from_bytes([9; 32])
+}
+
+fn admission() -> TokenAdmission {
+    TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(1)])
+}
+
+/// A token server endpoint with `server` settings, told the wall clock.
+fn token_server(net: &Net, server: ServerConfig, seed: u64) -> Endpoint {
+    let mut ep = Endpoint::new(
+        EndpointConfig {
+            server: Some(server),
+            ..EndpointConfig::default()
+        },
+        net.now,
+        seed,
+    );
+    ep.set_unix_time(net.now, Duration::from_secs(UNIX));
+    ep
+}
+
+fn client(net: &Net, seed: u64) -> Endpoint {
+    Endpoint::new(EndpointConfig::default(), net.now, seed)
+}
+
+/// A token sealed with `key` for `servers`, expiring at `expires` (Unix seconds).
+fn mint(key: &TokenKey, client_id: u64, servers: &[SocketAddr], expires: u64) -> ConnectToken {
+    let mut rng = ChaCha20Rng::seed_from_u64(client_id ^ expires);
+    let params = TokenParams {
+        protocol_id: PROTOCOL_ID,
+        client_id,
+        server_addresses: servers,
+        expires_unix: expires,
+        user_data: b"team=blue",
+    };
+    ConnectToken::generate(key, &params, &mut rng).unwrap()
+}
+
+fn good_token(client_id: u64) -> ConnectToken {
+    mint(&key(), client_id, &[addr(1)], UNIX + 60)
+}
+
+fn new_net() -> Net {
+    Net::new(
+        Impair {
+            delay: Duration::from_millis(5),
+            ..Impair::default()
+        },
+        3,
+    )
+}
+
+/// What became of client connection `h` of endpoint `c` within `within`: connected, or closed
+/// with (reason, by peer, message). Events of other endpoints go to `others`.
+fn outcome(
+    net: &mut Net,
+    c: usize,
+    h: ConnectionHandle,
+    within: Duration,
+    others: &mut dyn FnMut(usize, &mut Net, ConnectionHandle, Event),
+) -> Option<Result<(), (CloseReason, bool, Bytes)>> {
+    let mut out = None;
+    let limit = net.now + within;
+    while out.is_none()
+        && net.step(limit, &mut |ep, n, eh, e| {
+            if ep == c && eh == h {
+                match e {
+                    Event::Connected => out = Some(Ok(())),
+                    Event::Closed {
+                        reason,
+                        by_peer,
+                        message,
+                    } => out = Some(Err((reason, by_peer, message))),
+                    _ => {}
+                }
+            } else {
+                others(ep, n, eh, e)
+            }
+        })
+    {}
+    out
+}
+
+fn refused(reason: CloseReason) -> Option<Result<(), (CloseReason, bool, Bytes)>> {
+    Some(Err((reason, true, Bytes::new())))
+}
+
+#[test]
+fn a_token_admits_its_player_with_its_keys_and_identity() {
+    let mut net = new_net();
+    let s = net.add(
+        addr(1),
+        token_server(&net, ServerConfig::tokens(admission()), 1),
+    );
+    let c = net.add(addr(2), client(&net, 2));
+    let token = good_token(42);
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &token);
+    let mut server_side = None;
+    let r = outcome(
+        &mut net,
+        c,
+        h,
+        Duration::from_secs(2),
+        &mut |ep, _, sh, e| {
+            if ep == s && e == Event::Connected {
+                server_side = Some(sh);
+            }
+        },
+    );
+    assert_eq!(r, Some(Ok(())));
+    // One more turn so the server's Connected is seen too, if it came in the same step.
+    let limit = net.now + Duration::from_millis(50);
+    net.run_until(limit, &mut |ep, _, sh, e| {
+        if ep == s && e == Event::Connected {
+            server_side = Some(sh);
+        }
+    });
+    let sh = server_side.expect("the server saw the session");
+    let conn = net.ep(s).connection(sh).expect("server connection");
+    let peer = conn.peer().expect("peer").clone();
+    assert_eq!(peer.client_id, Some(42));
+    assert_eq!(&peer.user_data[..], b"team=blue");
+    assert_eq!(peer.address, addr(2));
+    assert_eq!(conn.session_keys(), Some(&token.keys));
+    assert_eq!(
+        net.ep(c).connection(h).and_then(|c| c.session_keys()),
+        Some(&token.keys)
+    );
+    // Data flows.
+    net.ep(c).send(h, 0, Bytes::from_static(b"hi")).unwrap();
+    let mut got = None;
+    let limit = net.now + Duration::from_secs(1);
+    net.run_until(limit, &mut |ep, _, _, e| {
+        if let (true, Event::Message { data, .. }) = (ep == s, e) {
+            got = Some(data);
+        }
+    });
+    assert_eq!(got.as_deref(), Some(&b"hi"[..]));
+    // Every server reply stayed smaller than the client datagram that caused it.
+    assert!(net.ep(s).stats().max_stateless_reply < wire::TOKEN_HELLO_LEN);
+}
+
+#[test]
+fn expired_reused_foreign_and_wrong_server_tokens_are_refused_with_their_reason() {
+    let other_key = TokenKey::from_bytes([8; 32]);
+    let cases: Vec<(&str, ConnectToken, Option<Vec<SocketAddr>>, CloseReason)> = vec![
+        (
+            "expired",
+            mint(&key(), 1, &[addr(1)], UNIX - 1),
+            None,
+            CloseReason::TokenExpired,
+        ),
+        (
+            "sealed with another key",
+            mint(&other_key, 2, &[addr(1)], UNIX + 60),
+            None,
+            CloseReason::TokenInvalid,
+        ),
+        (
+            // The server at addr(1) believes it is reached at addr(9): the token is not for it.
+            "for another server",
+            good_token(3),
+            Some(vec![addr(9)]),
+            CloseReason::TokenWrongServer,
+        ),
+    ];
+    for (name, token, public, reason) in cases {
+        let mut net = new_net();
+        let mut adm = admission();
+        if let Some(p) = public {
+            adm.public_addresses = p;
+        }
+        let s = net.add(addr(1), token_server(&net, ServerConfig::tokens(adm), 1));
+        let c = net.add(addr(2), client(&net, 2));
+        let now = net.now;
+        let h = net.ep(c).connect_with_token(now, &token);
+        let r = outcome(&mut net, c, h, Duration::from_secs(2), &mut |_, _, _, _| {});
+        assert_eq!(r, refused(reason), "{name}");
+        assert_eq!(net.ep(s).connection_count(), 0, "{name}: no state");
+        assert!(net.ep(s).stats().token_refusals >= 1, "{name}");
+    }
+
+    // Another protocol id.
+    let mut net = new_net();
+    let mut adm = admission();
+    adm.protocol_id = PROTOCOL_ID + 1;
+    net.add(addr(1), token_server(&net, ServerConfig::tokens(adm), 1));
+    let c = net.add(addr(2), client(&net, 2));
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &good_token(4));
+    let r = outcome(&mut net, c, h, Duration::from_secs(2), &mut |_, _, _, _| {});
+    assert_eq!(r, refused(CloseReason::TokenInvalid), "other protocol id");
+
+    // Reused: the second player with the same token, from another address, is refused; so is
+    // the first player reconnecting with it after closing.
+    let mut net = new_net();
+    let s = net.add(
+        addr(1),
+        token_server(&net, ServerConfig::tokens(admission()), 1),
+    );
+    let a = net.add(addr(2), client(&net, 2));
+    let b = net.add(addr(3), client(&net, 3));
+    let token = good_token(5);
+    let now = net.now;
+    let ha = net.ep(a).connect_with_token(now, &token);
+    let r = outcome(
+        &mut net,
+        a,
+        ha,
+        Duration::from_secs(2),
+        &mut |_, _, _, _| {},
+    );
+    assert_eq!(r, Some(Ok(())), "first use");
+    let now = net.now;
+    let hb = net.ep(b).connect_with_token(now, &token);
+    let r = outcome(
+        &mut net,
+        b,
+        hb,
+        Duration::from_secs(2),
+        &mut |_, _, _, _| {},
+    );
+    assert_eq!(r, refused(CloseReason::TokenReused), "second player");
+    let now = net.now;
+    net.ep(a).close(now, ha, CloseReason::Application);
+    let limit = net.now + Duration::from_secs(1);
+    net.run_until(limit, &mut |_, _, _, _| {});
+    let now = net.now;
+    let again = net.ep(a).connect_with_token(now, &token);
+    let r = outcome(
+        &mut net,
+        a,
+        again,
+        Duration::from_secs(2),
+        &mut |_, _, _, _| {},
+    );
+    assert_eq!(r, refused(CloseReason::TokenReused), "reconnect");
+    assert_eq!(net.ep(s).connection_count(), 0);
+}
+
+#[test]
+fn a_mode_mismatch_is_refused_with_its_reason() {
+    // No token for a token server.
+    let mut net = new_net();
+    net.add(
+        addr(1),
+        token_server(&net, ServerConfig::tokens(admission()), 1),
+    );
+    let c = net.add(addr(2), client(&net, 2));
+    let now = net.now;
+    let h = net.ep(c).connect(now, addr(1));
+    let r = outcome(&mut net, c, h, Duration::from_secs(2), &mut |_, _, _, _| {});
+    assert_eq!(r, refused(CloseReason::TokenRequired));
+    // A token for an insecure server.
+    let mut net = new_net();
+    net.add(addr(1), token_server(&net, ServerConfig::insecure(), 1));
+    let c = net.add(addr(2), client(&net, 2));
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &good_token(1));
+    let r = outcome(&mut net, c, h, Duration::from_secs(2), &mut |_, _, _, _| {});
+    assert_eq!(r, refused(CloseReason::InsecureServer));
+}
+
+#[test]
+fn the_accept_hook_sees_who_connects_and_its_refusal_reaches_the_client() {
+    let mut net = new_net();
+    let server = ServerConfig {
+        accept_hook: true,
+        ..ServerConfig::tokens(admission())
+    };
+    let s = net.add(addr(1), token_server(&net, server, 1));
+    let a = net.add(addr(2), client(&net, 2));
+    let b = net.add(addr(3), client(&net, 3));
+    let now = net.now;
+    let ha = net.ep(a).connect_with_token(now, &good_token(10));
+    let hb = net.ep(b).connect_with_token(now, &good_token(11));
+    // The application admits client 10 and refuses client 11, with a message.
+    let mut asked = Vec::new();
+    let mut results = std::collections::HashMap::new();
+    let limit = net.now + Duration::from_secs(2);
+    net.run_until(limit, &mut |ep, n, h, e| match e {
+        Event::Incoming(peer) if ep == s => {
+            asked.push((peer.client_id, peer.address));
+            assert_eq!(&peer.user_data[..], b"team=blue");
+            assert_eq!(
+                n.ep(s).connection(h).map(|c| c.state()),
+                Some(ricochet_proto::ConnectionState::Handshaking),
+                "no session before the application answers"
+            );
+            if peer.client_id == Some(10) {
+                n.ep(s).accept(h);
+            } else {
+                n.ep(s).refuse(h, &Refusal::new(3, "banned until Friday"));
+            }
+        }
+        Event::Connected if ep != s => {
+            results.insert((ep, h), Ok(()));
+        }
+        Event::Closed {
+            reason,
+            by_peer,
+            message,
+        } if ep != s => {
+            results.insert((ep, h), Err((reason, by_peer, message)));
+        }
+        _ => {}
+    });
+    assert_eq!(results.get(&(a, ha)), Some(&Ok(())));
+    assert_eq!(
+        results.get(&(b, hb)),
+        Some(&Err((
+            CloseReason::Rejected(3),
+            true,
+            Bytes::from_static(b"banned until Friday")
+        )))
+    );
+    asked.sort_by_key(|(id, _)| *id);
+    assert_eq!(asked, vec![(Some(10), addr(2)), (Some(11), addr(3))]);
+    assert_eq!(
+        net.ep(s).connection_count(),
+        1,
+        "the refused client left nothing"
+    );
+    assert_eq!(net.ep(s).stats().rejected, 1);
+}
+
+/// Drive one handshake by hand: `(hello, challenge, echo, accept)` as the network carried them.
+fn handshake_by_hand(
+    server: &mut Endpoint,
+    client: &mut Endpoint,
+    token: &ConnectToken,
+    now: Instant,
+    from: SocketAddr,
+) -> (ConnectionHandle, [Vec<u8>; 4]) {
+    let mut buf = vec![0u8; 2048];
+    let h = client.connect_with_token(now, token);
+    let t = client.poll_transmit(now, &mut buf).expect("hello");
+    let hello = buf[..t.size].to_vec();
+    server
+        .handle_datagram(now, from, &hello)
+        .expect("hello taken");
+    let t = server.poll_transmit(now, &mut buf).expect("challenge");
+    let challenge = buf[..t.size].to_vec();
+    client
+        .handle_datagram(now, addr(1), &challenge)
+        .expect("challenge taken");
+    let t = client.poll_transmit(now, &mut buf).expect("echo");
+    let echo = buf[..t.size].to_vec();
+    server
+        .handle_datagram(now, from, &echo)
+        .expect("echo taken");
+    let t = server.poll_transmit(now, &mut buf).expect("accept");
+    let accept = buf[..t.size].to_vec();
+    (h, [hello, challenge, echo, accept])
+}
+
+#[test]
+fn forged_or_altered_handshake_replies_are_dropped_and_counted() {
+    let net = new_net();
+    let now = net.now;
+    let mut server = token_server(&net, ServerConfig::tokens(admission()), 1);
+    let mut reference = client(&net, 2);
+    let (_, [_, challenge, _, accept]) =
+        handshake_by_hand(&mut server, &mut reference, &good_token(1), now, addr(2));
+    // A second client (same seed: same cid and nonce) gets every reply altered in one bit.
+    for (name, packet, at) in [("challenge", &challenge, 30), ("accept", &accept, 40)] {
+        let mut c = client(&net, 2);
+        let mut s = token_server(&net, ServerConfig::tokens(admission()), 1);
+        let mut buf = vec![0u8; 2048];
+        let h = c.connect_with_token(now, &good_token(1));
+        let t = c.poll_transmit(now, &mut buf).unwrap();
+        s.handle_datagram(now, addr(2), &buf[..t.size]).unwrap();
+        if name == "accept" {
+            let t = s.poll_transmit(now, &mut buf).unwrap();
+            c.handle_datagram(now, addr(1), &buf[..t.size]).unwrap();
+        }
+        let mut forged = packet.clone();
+        forged[at] ^= 1;
+        assert_eq!(
+            c.handle_datagram(now, addr(1), &forged),
+            Err(DropCause::Unauthenticated),
+            "{name}"
+        );
+        assert_eq!(c.stats().drops.get(DropCause::Unauthenticated), 1);
+        assert_eq!(
+            c.connection(h).map(|x| x.state()),
+            Some(ricochet_proto::ConnectionState::Handshaking),
+            "{name}: the handshake goes on"
+        );
+    }
+    // A forged refusal (untagged, for a reason only a server that opened the token gives) and
+    // a plain accept are not believed by a client with a token.
+    let mut c = client(&net, 2);
+    let h = c.connect_with_token(now, &good_token(1));
+    let cid = c.connection(h).unwrap().local_cid();
+    let mut buf = vec![0u8; 128];
+    for p in [
+        Packet::Refuse {
+            client_cid: cid,
+            reason: CloseReason::TokenReused,
+            message: &[],
+            tag: None,
+        },
+        Packet::Refuse {
+            client_cid: cid,
+            reason: CloseReason::ServerFull,
+            message: &[],
+            tag: Some([0; 16]),
+        },
+    ] {
+        let n = wire::encode_packet(&p, &mut buf).unwrap();
+        assert_eq!(
+            c.handle_datagram(now, addr(1), &buf[..n]),
+            Err(DropCause::Unauthenticated)
+        );
+    }
+    assert!(c.poll_event().is_none(), "no close: the handshake goes on");
+}
+
+#[test]
+fn a_captured_token_cannot_be_used_from_another_address() {
+    let net = new_net();
+    let now = net.now;
+    let mut server = token_server(&net, ServerConfig::tokens(admission()), 1);
+    let token = good_token(7);
+    // The attacker saw the player's hello and echo (token and proof) and replays them from
+    // its own address.
+    let mut player = client(&net, 2);
+    let mut buf = vec![0u8; 2048];
+    let _h = player.connect_with_token(now, &token);
+    let t = player.poll_transmit(now, &mut buf).unwrap();
+    let hello = buf[..t.size].to_vec();
+    let attacker = addr(66);
+    // The captured hello gets the attacker a challenge (its own address, its own cookie)...
+    server.handle_datagram(now, attacker, &hello).unwrap();
+    let t = server.poll_transmit(now, &mut buf).unwrap();
+    let Ok(Packet::ServerChallenge {
+        client_cid,
+        nonce,
+        timestamp,
+        cookie,
+        ..
+    }) = wire::decode_packet(&buf[..t.size])
+    else {
+        panic!("a challenge")
+    };
+    // ...but an echo needs a proof made with the token's keys, which the attacker lacks: it
+    // reuses the hello's proof.
+    let Ok(Packet::ClientHello {
+        token: Some(section),
+        ..
+    }) = wire::decode_packet(&hello)
+    else {
+        panic!("a token hello")
+    };
+    let echo = Packet::ClientCookieEcho {
+        client_cid,
+        nonce,
+        timestamp,
+        cookie,
+        token: Some(section),
+    };
+    let n = wire::encode_packet(&echo, &mut buf).unwrap();
+    assert_eq!(
+        server.handle_datagram(now, attacker, &buf[..n]),
+        Err(DropCause::Unauthenticated)
+    );
+    assert_eq!(server.connection_count(), 0);
+    // The token is still unused: the player gets in.
+    let mut net = net;
+    let s = net.add(addr(1), server);
+    let c = net.add(addr(2), client(&net, 3));
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &token);
+    let r = outcome(&mut net, c, h, Duration::from_secs(2), &mut |_, _, _, _| {});
+    assert_eq!(r, Some(Ok(())));
+    assert_eq!(net.ep(s).connection_count(), 1);
+}
+
+#[test]
+fn a_spoofed_hello_flood_from_the_players_address_does_not_stop_the_player() {
+    let mut net = new_net();
+    let s = net.add(
+        addr(1),
+        token_server(&net, ServerConfig::tokens(admission()), 1),
+    );
+    let c = net.add(addr(2), client(&net, 2));
+    // Hellos with the player's own address as source, 100 per millisecond (far above the
+    // per-address handshake limit of 64 per second): garbage tokens, and replays of a real
+    // hello the attacker captured.
+    let mut captured = client(&net, 9);
+    let mut buf = vec![0u8; 2048];
+    let now = net.now;
+    captured.connect_with_token(now, &good_token(99));
+    let t = captured.poll_transmit(now, &mut buf).unwrap();
+    let replay = buf[..t.size].to_vec();
+    let mut garbage = replay.clone();
+    garbage[200] ^= 0xff; // the sealed part: it no longer opens
+    let h = net.ep(c).connect_with_token(now, &good_token(1));
+    let mut result = None;
+    let deadline = net.now + Duration::from_secs(3);
+    while result.is_none() && net.now < deadline {
+        for _ in 0..50 {
+            net.inject(addr(2), s, replay.clone());
+            net.inject(addr(2), s, garbage.clone());
+        }
+        let limit = net.now + Duration::from_millis(1);
+        net.run_until(limit, &mut |ep, _, eh, e| {
+            if ep == c && eh == h {
+                match e {
+                    Event::Connected => result = Some(Ok(())),
+                    Event::Closed { reason, .. } => result = Some(Err(reason)),
+                    _ => {}
+                }
+            }
+        });
+    }
+    assert_eq!(
+        result,
+        Some(Ok(())),
+        "the player connects through the flood"
+    );
+    assert!(
+        net.now - net.base < Duration::from_millis(100),
+        "without a retry: {:?}",
+        net.now - net.base
+    );
+    assert_eq!(net.ep(s).stats().drops.get(DropCause::RateLimited), 0);
+}
+
+#[test]
+fn a_restarted_server_resets_its_old_sessions_and_only_it_can() {
+    let mut net = new_net();
+    let s = net.add(
+        addr(1),
+        token_server(&net, ServerConfig::tokens(admission()), 1),
+    );
+    let c = net.add(addr(2), client(&net, 2));
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &good_token(1));
+    assert_eq!(
+        outcome(&mut net, c, h, Duration::from_secs(2), &mut |_, _, _, _| {}),
+        Some(Ok(()))
+    );
+    // A forged reset (right connection id, wrong token) is dropped.
+    let server_cid = net.ep(c).connection(h).unwrap().remote_cid();
+    let mut buf = vec![0u8; 64];
+    let n = wire::encode_packet(
+        &Packet::StatelessReset {
+            cid: server_cid,
+            token: [1; 16],
+        },
+        &mut buf,
+    )
+    .unwrap();
+    let now = net.now;
+    assert_eq!(
+        net.ep(c).handle_datagram(now, addr(1), &buf[..n]),
+        Err(DropCause::Unauthenticated)
+    );
+    // The server restarts: same key, same address, no state. The client's next packet draws
+    // a reset, and the client closes with `Reset` one path round trip later.
+    net.eps[s].1 = token_server(&net, ServerConfig::tokens(admission()), 77);
+    let now = net.now;
+    net.ep(c)
+        .send(h, 0, Bytes::from_static(b"anyone?"))
+        .unwrap();
+    let sent_at = now;
+    let r = outcome(&mut net, c, h, Duration::from_secs(2), &mut |_, _, _, _| {});
+    assert_eq!(r, Some(Err((CloseReason::Reset, true, Bytes::new()))));
+    assert!(
+        net.now - sent_at <= Duration::from_millis(11),
+        "reset after {:?} (path RTT 10 ms)",
+        net.now - sent_at
+    );
+    assert_eq!(net.ep(s).stats().resets_sent, 1);
+    // The reset was smaller than the packet that drew it.
+    assert!(net.ep(s).stats().max_stateless_reply <= wire::RESET_LEN);
+    // Another server of the same backend computes other resets: the client of a session it
+    // never had would not believe them. An insecure server sends none.
+    let mut other = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
+    other.max_resets_per_second = 10;
+    let mut elsewhere = token_server(&net, ServerConfig::tokens(other), 5);
+    let mut insecure = token_server(&net, ServerConfig::insecure(), 6);
+    // A ping padded to 48 bytes (a reset only answers packets larger than itself).
+    let mut data = vec![0u8; 48];
+    let hdr = wire::encode_data_header(server_cid, 1, &mut data).unwrap();
+    data[hdr] = wire::frame_type::PING;
+    let data = &data[..];
+    let now = net.now;
+    for _ in 0..20 {
+        let _ = elsewhere.handle_datagram(now, addr(2), data);
+        let _ = insecure.handle_datagram(now, addr(2), data);
+    }
+    assert_eq!(
+        elsewhere.stats().resets_sent,
+        10,
+        "rate-limited to 10 per second"
+    );
+    assert_eq!(elsewhere.stats().resets_limited, 10);
+    assert_eq!(insecure.stats().resets_sent, 0);
+    let reset_of = |ep: &mut Endpoint, buf: &mut [u8]| {
+        let t = ep.poll_transmit(now, buf).expect("a reset");
+        assert!(t.size < data.len(), "smaller than its trigger");
+        match wire::decode_packet(&buf[..t.size]) {
+            Ok(Packet::StatelessReset { cid, token }) => (cid, token),
+            other => panic!("not a reset: {other:?}"),
+        }
+    };
+    let mut restarted = token_server(&net, ServerConfig::tokens(admission()), 78);
+    let _ = restarted.handle_datagram(now, addr(2), data);
+    let ours = reset_of(&mut restarted, &mut buf);
+    let theirs = reset_of(&mut elsewhere, &mut buf);
+    assert_eq!(ours.0, theirs.0);
+    assert_ne!(ours.1, theirs.1, "another server's reset token differs");
+}
+
+#[test]
+fn a_client_tries_the_tokens_next_server_when_the_first_does_not_answer() {
+    let mut net = new_net();
+    // addr(7) has nobody; the server at addr(1) is the token's second address.
+    let mut adm = admission();
+    adm.public_addresses = vec![addr(1)];
+    let s = net.add(addr(1), token_server(&net, ServerConfig::tokens(adm), 1));
+    let c = net.add(addr(2), client(&net, 2));
+    let token = mint(&key(), 1, &[addr(7), addr(1)], UNIX + 60);
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &token);
+    let r = outcome(
+        &mut net,
+        c,
+        h,
+        Duration::from_secs(12),
+        &mut |_, _, _, _| {},
+    );
+    assert_eq!(r, Some(Ok(())));
+    assert_eq!(net.ep(c).connection(h).unwrap().remote_addr(), addr(1));
+    assert_eq!(net.ep(s).connection_count(), 1);
+}
+
+#[test]
+fn without_the_wall_clock_a_token_server_drops_token_handshakes() {
+    let mut net = new_net();
+    let ep = Endpoint::new(
+        EndpointConfig {
+            server: Some(ServerConfig::tokens(admission())),
+            ..EndpointConfig::default()
+        },
+        net.now,
+        1,
+    );
+    let s = net.add(addr(1), ep);
+    let c = net.add(addr(2), client(&net, 2));
+    let now = net.now;
+    net.ep(c).connect_with_token(now, &good_token(1));
+    let limit = net.now + Duration::from_millis(100);
+    net.run_until(limit, &mut |_, _, _, _| {});
+    assert!(net.ep(s).stats().drops.get(DropCause::NoClock) >= 1);
+    assert_eq!(net.ep(s).stats().challenges_sent, 0);
+}
