@@ -9,11 +9,15 @@ use clap::{Parser, Subcommand};
 
 mod crypto;
 mod fec;
+
+/// Counts heap bytes while `bench gate` weighs a simulated server (off otherwise).
+#[global_allocator]
+static ALLOC: bench::alloc::CountingAlloc = bench::alloc::CountingAlloc;
 mod handshake;
 
 use bench::commands::{
-    self, gate::GateArgs, matrix::MatrixArgs, report::ReportArgs, rudp::RudpArgs, tour::TourArgs,
-    udp::UdpArgs, udp_limits::LimitsArgs, Global,
+    self, game::GameArgs, gate::GateArgs, matrix::MatrixArgs, report::ReportArgs, rudp::RudpArgs,
+    sessions::SessionsArgs, tour::TourArgs, udp::UdpArgs, udp_limits::LimitsArgs, Global,
 };
 
 #[derive(Debug, Parser)]
@@ -57,6 +61,15 @@ enum Command {
     /// bench itself; talks JSON lines on standard input and output).
     #[command(name = "rudp-clients", hide = true)]
     RudpClients,
+    /// N clients connected at once to one server: idle memory per session, handshakes per
+    /// second, a window-1 echo over all of them from one thread.
+    Sessions(SessionsArgs),
+    /// N players on a 60 Hz game server: snapshot latency, losses, tick cadence, server CPU.
+    Game(GameArgs),
+    /// The server process of `bench sessions` and `bench game` (started by the bench itself;
+    /// talks JSON lines on standard input and output).
+    #[command(name = "scale-server", hide = true)]
+    ScaleServer,
 }
 
 fn main() -> ExitCode {
@@ -80,6 +93,12 @@ fn main() -> ExitCode {
         Some(Command::Matrix(a)) => commands::matrix::run(a, &cli.global),
         Some(Command::Gate(a)) => commands::gate::run(a, &cli.global),
         Some(Command::Report(a)) => commands::report::run(a, &cli.global),
+        Some(Command::Sessions(a)) => commands::sessions::run(a, &cli.global),
+        Some(Command::Game(a)) => commands::game::run(a, &cli.global),
+        Some(Command::ScaleServer) => {
+            bench::scale::server::serve_process(std::io::stdin().lock(), std::io::stdout())
+                .map(|()| true)
+        }
         Some(Command::RudpClients) => {
             bench::rudp::fleet::serve_clients_process(std::io::stdin().lock(), std::io::stdout())
                 .map(|()| true)

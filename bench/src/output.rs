@@ -50,6 +50,8 @@ pub fn result_file(kind: &str, at: &UtcTime, host: HostInfo, runs: Vec<UdpRun>) 
         ok: runs.iter().all(|r| r.ok),
         udp_runs: runs,
         rudp_cases: Vec::new(),
+        sessions_runs: Vec::new(),
+        game_runs: Vec::new(),
     }
 }
 

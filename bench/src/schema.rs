@@ -17,8 +17,9 @@ use crate::host::{BuildInfo, HostInfo};
 /// `sessions_per_worker` and `forwarded`; version 4 added the RUDP config's
 /// `client_placement`; version 5 added the RUDP config's `clients_process`, the round's
 /// `client_process` and `host_cpu`, the wire counters' `tail_loss_probes` and the RUDP config's
-/// `security`.
-pub const SCHEMA_VERSION: u32 = 5;
+/// `security`; version 6 added `sessions_runs` (`bench sessions`) and `game_runs`
+/// (`bench game`).
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// Oldest schema version this build reads (every later change so far only added fields).
 pub const MIN_SCHEMA_VERSION: u32 = 1;
@@ -57,6 +58,12 @@ pub struct ResultFile {
     /// RUDP echo cases (schema 2), in the order they ran; absent when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rudp_cases: Vec<RudpCase>,
+    /// `bench sessions` runs (schema 6), in the order they ran; absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sessions_runs: Vec<crate::scale::sessions::SessionsRun>,
+    /// `bench game` runs (schema 6), in the order they ran; absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub game_runs: Vec<crate::scale::game::GameRun>,
 }
 
 impl ResultFile {

@@ -47,6 +47,10 @@ use ricochet_proto::{
 use crate::profile::{with_channels, Profile};
 use crate::stats::SessionStats;
 
+mod set;
+
+pub use set::{ClientSet, ClientSetError};
+
 /// Room for one outgoing datagram (any UDP payload) in the send batch.
 const TRANSMIT_BUF: usize = 65_536;
 
@@ -239,7 +243,11 @@ pub struct Client {
     send_batch: SendBatch,
     events: VecDeque<ClientEvent>,
     connected: bool,
+    /// The handshake completed at some point (a close after it is not a failed connect).
+    ever_connected: bool,
     closed: Option<(CloseReason, bool)>,
+    /// Bumped whenever `backend` is replaced (a [`ClientSet`] re-registers its descriptor).
+    backend_generation: u64,
     /// The server application's message with its refusal, once refused.
     refusal_message: Bytes,
 }
@@ -321,7 +329,9 @@ impl Client {
             config,
             events: VecDeque::new(),
             connected: false,
+            ever_connected: false,
             closed: None,
+            backend_generation: 0,
             refusal_message: Bytes::new(),
         };
         client.drive(Some(Duration::ZERO), true)?;
@@ -465,6 +475,7 @@ impl Client {
             self.events.push_back(match event {
                 Event::Connected => {
                     self.connected = true;
+                    self.ever_connected = true;
                     ClientEvent::Connected
                 }
                 Event::Message { channel, data } => ClientEvent::Message { channel, data },
@@ -522,13 +533,13 @@ impl Client {
     /// The session's counters and path estimates (RTT, loss, retransmissions, congestion
     /// window); `None` once the session is gone.
     pub fn stats(&self) -> Option<SessionStats> {
-        self.detail().map(SessionStats::from)
+        self.detail().map(|d| SessionStats::from(&d))
     }
 
     /// Every counter the protocol core keeps for the session (for benchmarks and diagnostics;
     /// its shape follows the protocol core, not this crate's API promise).
     #[doc(hidden)]
-    pub fn detail(&self) -> Option<&ConnectionStats> {
+    pub fn detail(&self) -> Option<ConnectionStats> {
         self.endpoint.connection(self.handle).map(|c| c.stats())
     }
 
@@ -580,6 +591,7 @@ impl Client {
     pub fn rebind(&mut self) -> Result<(), ClientError> {
         self.backend.flush(&mut self.send_batch)?;
         self.backend = open_backend(self.server, &self.config)?;
+        self.backend_generation += 1;
         Ok(())
     }
 
@@ -588,194 +600,5 @@ impl Client {
     pub fn close(&mut self) {
         self.endpoint
             .close(Instant::now(), self.handle, CloseReason::Application);
-    }
-}
-
-/// A member of a [`ClientSet`] failed, or the set's wait did.
-#[derive(Debug, thiserror::Error)]
-#[error("client {index:?} of the set: {source}")]
-#[non_exhaustive]
-pub struct ClientSetError {
-    /// The member's index in the set; `None` when the wait over every member failed.
-    pub index: Option<usize>,
-    /// What failed.
-    #[source]
-    pub source: ClientError,
-}
-
-/// Several [`Client`]s driven from one thread, as a load tester or a bot farm runs hundreds of
-/// connections on a few threads: each member keeps its own socket and connection, and one
-/// wait covers every member's socket and protocol timers (instead of a thread per client,
-/// whose wake-ups and context switches cost more than the protocol work on a busy host).
-///
-/// ```no_run
-/// use ricochet::client::{Client, ClientConfig, ClientEvent, ClientSet};
-/// use ricochet::proto::token::ConnectToken;
-/// use std::time::Duration;
-///
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// # let tokens: Vec<ConnectToken> = Vec::new();
-/// // One token per bot, from the backend (or minted with the key in a test rig).
-/// let mut set = ClientSet::new();
-/// for token in &tokens {
-///     let c = Client::connect_blocking(token, ClientConfig::new(), Duration::from_secs(5))?;
-///     set.push(c);
-/// }
-/// for i in 0..set.len() {
-///     set.get_mut(i).expect("member").send(0, &b"hello"[..])?;
-/// }
-/// loop {
-///     set.step(Duration::from_millis(5))?;
-///     while let Some((i, event)) = set.poll_event() {
-///         if let ClientEvent::Message { data, .. } = event {
-///             set.get_mut(i).expect("member").send(0, data)?; // keep it going
-///         }
-///     }
-/// }
-/// # }
-/// ```
-///
-/// With io_uring, members must be driven by the thread that created them (connect on the
-/// thread that will call [`ClientSet::step`]).
-#[derive(Debug, Default)]
-pub struct ClientSet {
-    clients: Vec<Client>,
-    ready: platform::ReadySet,
-    /// The member [`ClientSet::poll_event`] looks at first (rotates so no member starves).
-    next_event: usize,
-}
-
-impl ClientSet {
-    /// An empty set.
-    pub fn new() -> Self {
-        ClientSet::default()
-    }
-
-    /// Add a client; returns its index (members keep their index until the set is dropped).
-    pub fn push(&mut self, client: Client) -> usize {
-        self.clients.push(client);
-        self.clients.len() - 1
-    }
-
-    /// Number of members.
-    pub fn len(&self) -> usize {
-        self.clients.len()
-    }
-
-    /// True when the set has no member.
-    pub fn is_empty(&self) -> bool {
-        self.clients.is_empty()
-    }
-
-    /// Member `index`.
-    pub fn get(&self, index: usize) -> Option<&Client> {
-        self.clients.get(index)
-    }
-
-    /// Member `index`, to send on it, read its stats, close it.
-    pub fn get_mut(&mut self, index: usize) -> Option<&mut Client> {
-        self.clients.get_mut(index)
-    }
-
-    /// Every member, by index.
-    pub fn clients_mut(&mut self) -> &mut [Client] {
-        &mut self.clients
-    }
-
-    /// The members, by index.
-    pub fn into_clients(self) -> Vec<Client> {
-        self.clients
-    }
-
-    /// The next event of any member, with the member's index. Members are visited in turn.
-    pub fn poll_event(&mut self) -> Option<(usize, ClientEvent)> {
-        let n = self.clients.len();
-        for k in 0..n {
-            let i = (self.next_event + k) % n;
-            if let Some(e) = self.clients[i].poll_event() {
-                self.next_event = i;
-                return Some((i, e));
-            }
-        }
-        None
-    }
-
-    /// One turn for every member, like [`Client::step`] for each: send what every member has
-    /// queued (with the acknowledgements the last turn's arrivals called for), wait up to
-    /// `timeout` until any member has a datagram or a protocol timer due — not at all when a
-    /// member already has news — and handle what arrived at every ready member. Events stay
-    /// queued for [`ClientSet::poll_event`]. Call it again promptly (a loop), or call
-    /// [`ClientSet::update`] when the next turn may be late, so acknowledgements are not held.
-    ///
-    /// System calls per turn: one per member with output (which also picks up what it has
-    /// received), then — unless every member did that and one has news — one wait for the
-    /// whole set and one per member that became ready.
-    pub fn step(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
-        let start = Instant::now();
-        let deadline = start.checked_add(timeout);
-        let fail =
-            |index: Option<usize>| move |source: ClientError| ClientSetError { index, source };
-        // Submit what each member queued; the same call reaps what it already received.
-        let mut news = false;
-        let mut polled_all = true;
-        let mut wake_at = deadline;
-        for (i, c) in self.clients.iter_mut().enumerate() {
-            c.transmit(start);
-            if !c.send_batch.is_empty() || c.backend.needs_poll() {
-                c.backend
-                    .poll(&mut c.send_batch, Some(Duration::ZERO))
-                    .map_err(|e| fail(Some(i))(e.into()))?;
-                c.absorb(Instant::now());
-            } else {
-                polled_all = false;
-            }
-            news |= !c.events.is_empty();
-            if let Some(t) = c.endpoint.poll_timeout() {
-                wake_at = Some(wake_at.map_or(t, |w| w.min(t)));
-            }
-        }
-        if news && polled_all {
-            // Every member just looked at its socket and some have news: no wait needed.
-            return Ok(());
-        }
-        // One wait for the whole set; only a look when some member already has news (so the
-        // members that did not send this turn are not left behind).
-        let wait = if news {
-            Duration::ZERO
-        } else {
-            wake_at.map_or(timeout, |w| w.saturating_duration_since(Instant::now()))
-        };
-        self.ready.clear();
-        for c in &self.clients {
-            self.ready.push(c.backend.ready_fd());
-        }
-        let ready = self
-            .ready
-            .wait(Some(wait))
-            .map_err(|e| fail(None)(e.into()))?;
-        let now = Instant::now();
-        for (i, c) in self.clients.iter_mut().enumerate() {
-            if (ready > 0 && self.ready.is_ready(i)) || c.backend.needs_poll() {
-                c.backend
-                    .poll(&mut c.send_batch, Some(Duration::ZERO))
-                    .map_err(|e| fail(Some(i))(e.into()))?;
-                c.absorb(Instant::now());
-            } else {
-                c.run_timers(now);
-            }
-        }
-        Ok(())
-    }
-
-    /// Do every member's pending work without blocking, and send what arrivals call for
-    /// ([`Client::update`] for each member).
-    pub fn update(&mut self) -> Result<(), ClientSetError> {
-        for (index, c) in self.clients.iter_mut().enumerate() {
-            c.update().map_err(|source| ClientSetError {
-                index: Some(index),
-                source,
-            })?;
-        }
-        Ok(())
     }
 }

@@ -53,7 +53,7 @@ impl Handler for Echo {
     fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
         let sessions: Vec<SessionId> = ctx.sessions().collect();
         let mut o = Observed {
-            drops: ctx.endpoint_stats().drops.clone(),
+            drops: ctx.endpoint_stats().drops,
             sessions: sessions.len(),
             ..Observed::default()
         };
@@ -397,7 +397,7 @@ impl Session {
     }
 
     fn client_drops(&self) -> DropCounters {
-        self.client.detail().expect("connected").drops.clone()
+        self.client.detail().expect("connected").drops
     }
 
     fn client_received(&self) -> u64 {

@@ -285,11 +285,11 @@ fn fec_sender_to_plain_receiver_and_back() {
         },
     );
     assert_eq!(echo(&mut net, s, c, h, 50, 1024), 50);
-    let cs = net.ep(c).connection(h).unwrap().stats().clone();
+    let cs = net.ep(c).connection(h).unwrap().stats();
     assert!(cs.fec.sender.data_shards > 0);
     assert!(cs.fec.parity_sent > 0);
     let sh = ConnectionHandle(net.ep(c).connection(h).unwrap().remote_cid().0);
-    let ss = net.ep(s).connection(sh).unwrap().stats().clone();
+    let ss = net.ep(s).connection(sh).unwrap().stats();
     assert_eq!(ss.fec.parity_sent, 0);
     assert!(ss.fec.receiver.data_delivered > 0);
     assert_eq!(ss.drops.get(DropCause::FecUnsupported), 0);

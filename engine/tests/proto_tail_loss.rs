@@ -251,7 +251,7 @@ fn a_paused_peer_on_a_short_clean_path_draws_no_probe() {
         };
         let limit = net.now + Duration::from_millis(200);
         net.run_until(limit, &mut echo);
-        let before = net.ep(c).connection(h).expect("connection").stats().clone();
+        let before = net.ep(c).connection(h).expect("connection").stats();
         assert!(
             before.srtt < Duration::from_millis(1),
             "srtt {:?}",
@@ -261,7 +261,7 @@ fn a_paused_peer_on_a_short_clean_path_draws_no_probe() {
         net.hold = Some((addr(1), net.now + Duration::from_millis(8)));
         let limit = net.now + Duration::from_millis(100);
         net.run_until(limit, &mut echo);
-        let after = net.ep(c).connection(h).expect("connection").stats().clone();
+        let after = net.ep(c).connection(h).expect("connection").stats();
         assert!(
             after.segments_sent > before.segments_sent + 100,
             "the echo did not resume after the pause"

@@ -524,3 +524,117 @@ fn idle_client_set_step_returns_after_its_timeout() {
     assert!(empty.is_empty() && empty.get(0).is_none());
     srv.shutdown().unwrap();
 }
+
+/// The per-address limit holds per server, not per worker: 2 workers, 3 sessions per address,
+/// 5 clients from 127.0.0.1. The refused clients' error names the setting to raise.
+#[test]
+fn per_address_limit_counts_across_workers_and_names_its_setting() {
+    let mut cfg = secure_cfg().max_sessions_per_address(3);
+    cfg.udp.io_threads = 2;
+    cfg.seed = Some(9);
+    let server = Server::start(cfg, |_| Echo).unwrap();
+    let addr = server.local_addr();
+    let mut connected = Vec::new();
+    let mut refused = Vec::new();
+    for _ in 0..5 {
+        let cfg = ClientConfig::new().seed(rand_seed(addr));
+        match Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10)) {
+            Ok(c) => connected.push(c),
+            Err(e) => refused.push(e),
+        }
+    }
+    assert_eq!(connected.len(), 3);
+    assert_eq!(refused.len(), 2);
+    for e in &refused {
+        assert!(
+            matches!(
+                e,
+                ricochet::ClientError::Refused(CloseReason::TooManyFromAddress)
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("max_sessions_per_address"), "{e}");
+    }
+    // Both workers hold some: the limit was not simply one worker's.
+    let per_worker = server
+        .sessions_per_worker()
+        .expect("per-core with 2 workers");
+    assert_eq!(per_worker.iter().sum::<u32>(), 3);
+    assert_eq!(server.session_count(), 3);
+    assert!(per_worker.iter().all(|&n| n > 0), "{per_worker:?}");
+    drop(connected);
+    server.shutdown().unwrap();
+}
+
+/// `ClientSet::connect` connects many clients at once from one thread; then every member
+/// echoes one message through the set, and a set that cannot connect names the member.
+#[test]
+fn client_set_connects_many_at_once() {
+    let srv = server(IoModel::PerCore, 2, BackendKind::Auto);
+    let addr = srv.local_addr();
+    let n = 300;
+    let cfg = ClientConfig::new().seed(rand_seed(addr));
+    let t0 = Instant::now();
+    let tokens: Vec<ConnectToken> = (0..n).map(|_| token(addr)).collect();
+    let mut set = ClientSet::connect(&tokens, &cfg, Duration::from_secs(20)).expect("all connect");
+    let took = t0.elapsed();
+    assert_eq!(set.len(), n);
+    assert_eq!(set.connected(), n);
+    assert_eq!(srv.session_count(), n);
+    assert!(
+        set.poll_event().is_none(),
+        "Connected events are not queued"
+    );
+    for i in 0..n {
+        set.get_mut(i)
+            .unwrap()
+            .send(0, Bytes::from(message(i, 64)))
+            .unwrap();
+    }
+    let mut got = vec![false; n];
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.iter().any(|g| !g) {
+        assert!(
+            Instant::now() < deadline,
+            "echoed {} of {n}",
+            got.iter().filter(|g| **g).count()
+        );
+        set.step(Duration::from_millis(50)).unwrap();
+        while let Some((i, e)) = set.poll_event() {
+            match e {
+                ClientEvent::Message { channel: 0, data } => {
+                    assert_eq!(&data[..], &message(i, 64)[..]);
+                    assert!(!got[i], "member {i} echoed twice");
+                    got[i] = true;
+                }
+                other => panic!("member {i}: unexpected event {other:?}"),
+            }
+        }
+    }
+    eprintln!("{n} clients connected in {took:?}");
+    drop(set);
+    srv.shutdown().unwrap();
+
+    // Insecure mode, two sessions per address: the third member is refused, and the error
+    // says which.
+    let cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap())
+        .insecure()
+        .max_sessions_per_address(2);
+    let srv = Server::start(cfg, |_| Echo).unwrap();
+    let err = ClientSet::connect_insecure(
+        srv.local_addr(),
+        &ClientConfig::new(),
+        3,
+        Duration::from_secs(10),
+    )
+    .expect_err("the third is refused");
+    assert!(
+        matches!(
+            err.source,
+            ricochet::ClientError::Refused(CloseReason::TooManyFromAddress)
+        ),
+        "{err}"
+    );
+    assert!(err.index.is_some(), "{err}");
+    srv.shutdown().unwrap();
+}

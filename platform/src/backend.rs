@@ -196,12 +196,14 @@ pub trait Backend: Send {
     fn stats(&self) -> BackendStats;
 
     /// A descriptor that polls readable (`POLLIN`) when [`Backend::poll`] has something to
-    /// return: a datagram or a wake-up (uring: the ring, mmsg: its epoll set, kqueue: its
-    /// kqueue). It lets one thread wait on several backends at once (`poll(2)` or `epoll` over
-    /// their descriptors), then call `poll` with a zero timeout on the ready ones. Waiting on
-    /// it is only sound while [`Backend::needs_poll`] is false. With io_uring, the thread
-    /// that waits must be the one that created the backend (its receive completions are
-    /// posted by that thread's task work).
+    /// return: a datagram or a wake-up (uring: the ring, mmsg: its epoll set once it has one,
+    /// else its socket, kqueue: its kqueue). It lets one thread wait on several backends at
+    /// once (`poll(2)` or `epoll` over their descriptors), then call `poll` with a zero timeout
+    /// on the ready ones. Waiting on it is only sound while [`Backend::needs_poll`] is false.
+    /// It may change after a `poll` that waited or a [`Backend::waker`] call (mmsg makes its
+    /// epoll set then): read it again after either. With io_uring, the thread that waits must
+    /// be the one that created the backend (its receive completions are posted by that
+    /// thread's task work).
     #[cfg(unix)]
     fn ready_fd(&self) -> std::os::fd::RawFd;
 

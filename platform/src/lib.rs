@@ -43,7 +43,7 @@ pub use batch::{
 pub use counters::KernelCounters;
 pub use error::{Error, Result};
 #[cfg(unix)]
-pub use ready::ReadySet;
+pub use ready::{Poller, ReadySet};
 pub use select::{open, probe, Capabilities, Capability};
 pub use socket::{
     bind, steer_reuseport, steer_reuseport_by_source_port, BoundSocket, PmtuDiscovery,

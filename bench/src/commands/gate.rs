@@ -114,6 +114,28 @@ pub fn run(args: &GateArgs, global: &Global) -> Result<bool> {
                 r.wall_s
             )
         })?;
+        match crate::gate::sim::sessions_heap()? {
+            Some(r) => {
+                eprintln!(
+                    "gate: sim sessions: heap per idle session {} B ({:.1} s wall)",
+                    r.metrics
+                        .get("server_heap_bytes_per_idle_session")
+                        .copied()
+                        .unwrap_or(0.0),
+                    r.wall_s
+                );
+                sim.push(r);
+            }
+            None => verdicts.push(Verdict {
+                group: format!("sim/{}", crate::gate::sim::SESSIONS_PROFILE),
+                metric: "server heap per session".into(),
+                baseline: None,
+                measured: None,
+                rule: "exact".into(),
+                status: Status::Skipped,
+                note: "this process does not count allocations (not the bench binary)".into(),
+            }),
+        }
         verdicts.extend(compare_sim(&sim, baseline.as_ref(), &cfg.sim));
     }
     let mut ratios = Vec::new();

@@ -1,10 +1,12 @@
 //! One module per subcommand; each has its clap arguments and a `run` returning whether every
 //! measurement was ok.
 
+pub mod game;
 pub mod gate;
 pub mod matrix;
 pub mod report;
 pub mod rudp;
+pub mod sessions;
 pub mod tour;
 pub mod udp;
 pub mod udp_limits;

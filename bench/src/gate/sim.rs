@@ -160,3 +160,89 @@ impl SimResult {
         }
     }
 }
+
+/// The name of the gate's heap-per-session check (a [`SimResult`] profile).
+pub const SESSIONS_PROFILE: &str = "sessions";
+
+/// Heap bytes per session of a simulated server endpoint ([`ricochet_testkit::sessions`]):
+/// 1,000 clients connected and idle for 3 simulated s, then each with 16 × 1 KiB echoes in
+/// flight, then idle again for 3 s, and the same with protected sessions (keys from a test
+/// secret) and with connect tokens (the production path). Exact for the code:
+/// the counting allocator of the bench binary weighs what dropping the server endpoint frees.
+/// `Ok(None)` when this process does not count allocations (a test binary).
+pub fn sessions_heap() -> Result<Option<SimResult>> {
+    use ricochet_testkit::sessions::SessionsScenario;
+    if !crate::alloc::installed() {
+        return Ok(None);
+    }
+    let t0 = Instant::now();
+    let weigh = |s: &SessionsScenario| -> Result<(usize, usize)> {
+        crate::alloc::counting(|live| {
+            let out = s.run().context("sessions scenario")?;
+            let before = live();
+            let connected = out.connected;
+            drop(out.server);
+            Ok((connected, (before - live()).max(0) as usize))
+        })
+    };
+    let empty = SessionsScenario {
+        clients: 0,
+        ..SessionsScenario::new(1)
+    };
+    let idle = SessionsScenario {
+        clients: 1000,
+        ..SessionsScenario::new(1)
+    };
+    let loaded = SessionsScenario {
+        load: Some((16, 1024)),
+        ..idle.clone()
+    };
+    let after = SessionsScenario {
+        settle_after_load: Duration::from_secs(3),
+        ..loaded.clone()
+    };
+    let protected = SessionsScenario {
+        test_session_secret: Some([9; 32]),
+        ..after.clone()
+    };
+    let tokens = SessionsScenario {
+        tokens: true,
+        ..after.clone()
+    };
+    let (_, base) = weigh(&empty)?;
+    let (_, base_tokens) = weigh(&SessionsScenario {
+        tokens: true,
+        ..empty.clone()
+    })?;
+    let mut metrics = BTreeMap::new();
+    let mut problems = Vec::new();
+    for (name, s, empty_server) in [
+        ("server_heap_bytes_per_idle_session", &idle, base),
+        (
+            "server_heap_bytes_per_session_16x1k_in_flight",
+            &loaded,
+            base,
+        ),
+        (
+            "server_heap_bytes_per_session_idle_after_load",
+            &after,
+            base,
+        ),
+        ("server_heap_bytes_per_protected_session", &protected, base),
+        ("server_heap_bytes_per_token_session", &tokens, base_tokens),
+    ] {
+        let (connected, held) = weigh(s)?;
+        if connected != s.clients {
+            problems.push(format!("{name}: {connected} of {} connected", s.clients));
+        }
+        let per = held.saturating_sub(empty_server) as f64 / s.clients as f64;
+        metrics.insert(name.to_string(), (per * 10.0).round() / 10.0);
+    }
+    Ok(Some(SimResult {
+        profile: SESSIONS_PROFILE.into(),
+        metrics,
+        trace_hash: String::new(),
+        problems,
+        wall_s: t0.elapsed().as_secs_f64(),
+    }))
+}

@@ -20,6 +20,7 @@
 mod charts;
 mod reference;
 mod rudp;
+mod scale;
 mod sections;
 
 use std::collections::BTreeMap;
@@ -35,6 +36,8 @@ use crate::schema::ResultFile;
 pub use charts::Chart;
 
 /// One input file, parsed by kind.
+// A report reads a few dozen files: the variants' size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum Input {
     /// A bench result file (`tour`, `udp`, `udp-limits`, `rudp`, `rudp-matrix`).

@@ -836,6 +836,8 @@ mod tests {
             ok: cases.iter().all(|c| c.ok),
             udp_runs: Vec::new(),
             rudp_cases: cases,
+            sessions_runs: Vec::new(),
+            game_runs: Vec::new(),
         }
     }
 

@@ -84,7 +84,8 @@ pub fn render_all(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
     for (path, input) in &inputs.files {
         if let Input::Bench(f) = input {
             let known = ["tour", "udp", "udp-limits"].contains(&f.kind.as_str())
-                || super::rudp::KINDS.contains(&f.kind.as_str());
+                || super::rudp::KINDS.contains(&f.kind.as_str())
+                || super::scale::KINDS.contains(&f.kind.as_str());
             if !known {
                 cx.refused.push((
                     path.clone(),
@@ -103,6 +104,7 @@ pub fn render_all(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
     platform_blast(&mut cx)?;
     fec_codecs(&mut cx);
     super::rudp::render(&mut cx)?;
+    super::scale::render(&mut cx)?;
     let mut body = String::new();
     if cx.refused.is_empty() {
         body.push_str("Every measurement under `results/` was complete and is shown above.\n");
@@ -264,7 +266,12 @@ fn sim_echo(cx: &mut Ctx) -> Result<()> {
         body.push_str(&command_line(&b.command_line));
         body.push('\n');
         let mut rows = Vec::new();
-        for r in &b.sim {
+        // The sessions row holds heap per session, not an echo (its own section renders it).
+        for r in b
+            .sim
+            .iter()
+            .filter(|r| r.profile != crate::gate::sim::SESSIONS_PROFILE)
+        {
             let m = |k: &str| r.metrics.get(k).copied();
             rows.push(vec![
                 r.profile.clone(),

@@ -229,7 +229,7 @@ impl Echoer {
             })
         });
         if let Some(st) = client.detail() {
-            self.out.wire = super::wire_of(st, self.app_sent);
+            self.out.wire = super::wire_of(&st, self.app_sent);
         }
         let out = std::mem::replace(&mut self.out, ClientOutcome::empty());
         let _ = done.send(out);
@@ -240,7 +240,7 @@ impl Echoer {
 /// share one wait through a [`ClientSet`].
 enum Clients {
     One(Box<Client>),
-    Set(ClientSet),
+    Set(Box<ClientSet>),
 }
 
 impl Clients {
@@ -269,7 +269,7 @@ impl Clients {
     fn into_vec(self) -> Vec<Client> {
         match self {
             Clients::One(c) => vec![*c],
-            Clients::Set(s) => s.into_clients(),
+            Clients::Set(s) => (*s).into_clients(),
         }
     }
 }
@@ -327,7 +327,7 @@ pub fn run_clients(
         for c in connected {
             set.push(c);
         }
-        Clients::Set(set)
+        Clients::Set(Box::new(set))
     };
     let warmup = plans.first().map_or(Duration::ZERO, |p| p.warmup);
     let measured = plans.first().map_or(Duration::ZERO, |p| p.measured);

@@ -89,7 +89,7 @@ impl Handler for Echo {
                 Some((
                     s,
                     // Application bytes are summed once for all handlers in `ServerShared::wire`.
-                    super::wire_of(st, 0),
+                    super::wire_of(&st, 0),
                 ))
             })
             .collect();

@@ -62,7 +62,9 @@ pub enum IdleStrategy {
     /// while work has recently come back soon after a worker went idle (a moving average of
     /// the idle gaps under half of `spin_for`). When the next datagram usually takes longer,
     /// spinning would only burn a core the senders may need (on a host with more busy threads
-    /// than cores it delays them), so the worker parks at once.
+    /// than cores it delays them), so the worker parks at once. Every empty spin turn yields
+    /// the core (`sched_yield`) to any other runnable thread first: a pinned worker never
+    /// holds its core from the game's or a load generator's threads while it only waits.
     #[default]
     Balanced,
 }

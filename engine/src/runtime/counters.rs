@@ -30,6 +30,16 @@ pub struct WorkerCounters {
     pub truncated: u64,
     /// Kernel drops on this worker's socket (`SO_RXQ_OVFL`), where counted.
     pub socket_drops: u64,
+    /// Ticks run ([`UdpServerConfig::tick`](super::UdpServerConfig::tick)). Tick `k` is due
+    /// at start + k × tick: a late tick does not move the ones after it.
+    pub ticks: u64,
+    /// Ticks that ran more than half a period after their due time.
+    pub ticks_late: u64,
+    /// Due times that passed without a tick because an earlier tick (or the loop) ran past
+    /// them: missed ticks are skipped and counted, never run back to back.
+    pub ticks_skipped: u64,
+    /// Longest a tick ran after its due time, in nanoseconds.
+    pub tick_lateness_max_ns: u64,
 }
 
 /// Live counters of one worker, padded to its own cache lines.
@@ -46,6 +56,10 @@ pub(crate) struct CounterCell {
     send_errors: AtomicU64,
     truncated: AtomicU64,
     socket_drops: AtomicU64,
+    ticks: AtomicU64,
+    ticks_late: AtomicU64,
+    ticks_skipped: AtomicU64,
+    tick_lateness_max_ns: AtomicU64,
 }
 
 impl CounterCell {
@@ -61,6 +75,11 @@ impl CounterCell {
         self.send_errors.store(c.send_errors, Relaxed);
         self.truncated.store(c.truncated, Relaxed);
         self.socket_drops.store(c.socket_drops, Relaxed);
+        self.ticks.store(c.ticks, Relaxed);
+        self.ticks_late.store(c.ticks_late, Relaxed);
+        self.ticks_skipped.store(c.ticks_skipped, Relaxed);
+        self.tick_lateness_max_ns
+            .store(c.tick_lateness_max_ns, Relaxed);
     }
 
     /// Read the last published snapshot.
@@ -78,6 +97,10 @@ impl CounterCell {
             send_errors: self.send_errors.load(Relaxed),
             truncated: self.truncated.load(Relaxed),
             socket_drops: self.socket_drops.load(Relaxed),
+            ticks: self.ticks.load(Relaxed),
+            ticks_late: self.ticks_late.load(Relaxed),
+            ticks_skipped: self.ticks_skipped.load(Relaxed),
+            tick_lateness_max_ns: self.tick_lateness_max_ns.load(Relaxed),
         }
     }
 }

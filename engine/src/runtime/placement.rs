@@ -7,12 +7,14 @@
 //! packet). A challenge's cookie names the least-loaded worker as its route: flag byte
 //! [`ROUTE_PLACED`] then the worker index, at [`wire::ECHO_ROUTE_OFFSET`] of the echo.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ricochet_platform as platform;
 use ricochet_proto::wire::{self, PacketType};
-use ricochet_proto::{ConnectionId, Router};
+use ricochet_proto::{CloseReason, ConnectionId, Router, ServerConfig as ListenConfig};
 
 /// Offset in a connection packet of the byte whose bit 0 says the destination cid carries its
 /// owner worker's index (bit 8 of the cid's upper half).
@@ -110,18 +112,108 @@ impl Placement {
     }
 }
 
-/// The router of worker `worker`'s endpoint: tags every connection id with the worker and, with
-/// a placement, routes each new session to the least-loaded worker.
+/// The sessions a server holds, in total and per client IP, shared by its workers' routers so
+/// that [`ListenConfig::max_sessions`] and [`ListenConfig::max_sessions_per_address`] hold per
+/// server, not per worker. Touched once when a session opens and once when it ends, under a
+/// lock (never on the datagram path).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SessionLimits(Arc<Mutex<LimitsTable>>);
+
+#[derive(Debug, Default)]
+struct LimitsTable {
+    total: usize,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+impl SessionLimits {
+    fn table(&self) -> std::sync::MutexGuard<'_, LimitsTable> {
+        // Every update is a single step: a poisoned table is still consistent.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a session from `ip` if the limits allow it.
+    pub(crate) fn admit(&self, ip: IpAddr, limits: &ListenConfig) -> Result<(), CloseReason> {
+        let mut t = self.table();
+        if t.total >= limits.max_sessions {
+            return Err(CloseReason::ServerFull);
+        }
+        let from_ip = t.per_ip.get(&ip).copied().unwrap_or(0);
+        if from_ip >= limits.max_sessions_per_address {
+            return Err(CloseReason::TooManyFromAddress);
+        }
+        t.total += 1;
+        t.per_ip.insert(ip, from_ip + 1);
+        Ok(())
+    }
+
+    /// A session from `ip` that [`SessionLimits::admit`] counted has ended.
+    pub(crate) fn release(&self, ip: IpAddr) {
+        let mut t = self.table();
+        t.total = t.total.saturating_sub(1);
+        if let Some(n) = t.per_ip.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                t.per_ip.remove(&ip);
+            }
+        }
+    }
+
+    /// Sessions counted now.
+    pub(crate) fn sessions(&self) -> usize {
+        self.table().total
+    }
+}
+
+/// The router of the one endpoint of a shared-model server: untagged connection ids (as
+/// [`ricochet_proto::NoRouting`]) and the server's session count.
+#[derive(Debug)]
+pub(crate) struct CountingRouter {
+    admission: SessionLimits,
+}
+
+impl CountingRouter {
+    pub(crate) fn new(admission: SessionLimits) -> Self {
+        CountingRouter { admission }
+    }
+}
+
+impl Router for CountingRouter {
+    fn connection_id_bits(&mut self, random: u32) -> u32 {
+        ricochet_proto::NoRouting.connection_id_bits(random)
+    }
+
+    fn admit_session(
+        &mut self,
+        ip: IpAddr,
+        limits: &ListenConfig,
+    ) -> Option<Result<(), CloseReason>> {
+        Some(self.admission.admit(ip, limits))
+    }
+
+    fn release_session(&mut self, ip: IpAddr) {
+        self.admission.release(ip);
+    }
+}
+
+/// The router of worker `worker`'s endpoint: tags every connection id with the worker, counts
+/// sessions against the server's limits with the other workers ([`SessionLimits`]) and, with a
+/// placement, routes each new session to the least-loaded worker.
 #[derive(Debug)]
 pub(crate) struct WorkerRouter {
     worker: u8,
     placement: Option<Placement>,
+    admission: SessionLimits,
 }
 
 impl WorkerRouter {
-    /// The router of worker `worker`, placing sessions with `placement` when there is one.
-    pub(crate) fn new(worker: u8, placement: Option<Placement>) -> Self {
-        WorkerRouter { worker, placement }
+    /// The router of worker `worker`, counting sessions in `admission` (shared by the server's
+    /// workers) and placing them with `placement` when there is one.
+    pub(crate) fn new(worker: u8, placement: Option<Placement>, admission: SessionLimits) -> Self {
+        WorkerRouter {
+            worker,
+            placement,
+            admission,
+        }
     }
 }
 
@@ -148,6 +240,18 @@ impl Router for WorkerRouter {
         if let Some(p) = &self.placement {
             p.closed(self.worker);
         }
+    }
+
+    fn admit_session(
+        &mut self,
+        ip: IpAddr,
+        limits: &ListenConfig,
+    ) -> Option<Result<(), CloseReason>> {
+        Some(self.admission.admit(ip, limits))
+    }
+
+    fn release_session(&mut self, ip: IpAddr) {
+        self.admission.release(ip);
     }
 }
 
@@ -211,13 +315,33 @@ mod tests {
     }
 
     fn worker(w: u8, placement: &Placement, now: Instant) -> Endpoint {
+        worker_with(
+            w,
+            placement,
+            &SessionLimits::default(),
+            ServerConfig::insecure(),
+            now,
+        )
+    }
+
+    fn worker_with(
+        w: u8,
+        placement: &Placement,
+        admission: &SessionLimits,
+        limits: ServerConfig,
+        now: Instant,
+    ) -> Endpoint {
         let cfg = EndpointConfig {
             connection: Arc::new(Config::default()),
-            server: Some(ServerConfig::insecure()),
+            server: Some(limits),
             ..EndpointConfig::default()
         };
         let mut e = Endpoint::new(cfg, now, 100 + u64::from(w));
-        e.set_router(Box::new(WorkerRouter::new(w, Some(placement.clone()))));
+        e.set_router(Box::new(WorkerRouter::new(
+            w,
+            Some(placement.clone()),
+            admission.clone(),
+        )));
         e.set_cookie_secret(now, [7u8; 32]);
         e
     }
@@ -273,8 +397,69 @@ mod tests {
     }
 
     #[test]
+    fn session_limits_hold_per_server_across_workers() {
+        let now = Instant::now();
+        let placement = Placement::new(2);
+        let admission = SessionLimits::default();
+        let mut limits = ServerConfig::insecure();
+        limits.max_sessions_per_address = 3;
+        limits.max_sessions = 4;
+        let mut workers: Vec<Endpoint> = (0..2u8)
+            .map(|w| worker_with(w, &placement, &admission, limits.clone(), now))
+            .collect();
+        // Six clients from one IP, then two from another: each worker alone would admit all
+        // but one of them (3 per address, 4 in all, on each).
+        let mut refused = Vec::new();
+        for k in 0..8u64 {
+            let from = if k < 6 {
+                addr(1000 + k as u16)
+            } else {
+                SocketAddr::from(([10, 0, 0, 2], 1000 + k as u16))
+            };
+            let mut client = Endpoint::new(EndpointConfig::default(), now, 300 + k);
+            let _ = client.connect(now, addr(1));
+            let mut buf = vec![0u8; 2048];
+            let t = client.poll_transmit(now, &mut buf).expect("hello");
+            workers[0]
+                .handle_datagram(now, from, &buf[..t.size])
+                .expect("hello accepted");
+            let t = workers[0].poll_transmit(now, &mut buf).expect("challenge");
+            client
+                .handle_datagram(now, addr(1), &buf[..t.size])
+                .expect("challenge accepted");
+            let t = client.poll_transmit(now, &mut buf).expect("cookie echo");
+            let echo = buf[..t.size].to_vec();
+            let w = usize::from(worker_of_datagram(&echo).expect("placed"));
+            workers[w]
+                .handle_datagram(now, from, &echo)
+                .expect("echo accepted");
+            if let Some(t) = workers[w].poll_transmit(now, &mut buf) {
+                if client.handle_datagram(now, addr(1), &buf[..t.size]).is_ok() {
+                    while let Some((_, e)) = client.poll_event() {
+                        if let ricochet_proto::Event::Closed { reason, .. } = e {
+                            refused.push((k, reason));
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            refused,
+            [
+                (3, CloseReason::TooManyFromAddress),
+                (4, CloseReason::TooManyFromAddress),
+                (5, CloseReason::TooManyFromAddress),
+                (7, CloseReason::ServerFull),
+            ]
+        );
+        assert_eq!(admission.sessions(), 4);
+        let held: usize = workers.iter().map(|w| w.connection_count()).sum();
+        assert_eq!(held, 4);
+    }
+
+    #[test]
     fn tagged_ids_name_their_worker_and_untagged_ones_none() {
-        let mut r = WorkerRouter::new(5, None);
+        let mut r = WorkerRouter::new(5, None, SessionLimits::default());
         let bits = r.connection_id_bits(0xffff_ffff);
         assert_eq!(
             worker_of_cid(ConnectionId(u64::from(bits) << 32 | 7)),

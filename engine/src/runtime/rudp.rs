@@ -65,7 +65,10 @@ use ricochet_proto::{
 use super::config::{IdleStrategy, IoModel, UdpServerConfig};
 use super::counters::WorkerCounters;
 use super::error::RuntimeError;
-use super::placement::{steer_rules, worker_of_datagram, Placement, WorkerRouter};
+use super::placement::{
+    steer_rules, worker_of_datagram, CountingRouter, Placement, SessionLimits, WorkerRouter,
+};
+use super::rtt::{self, RttPercentiles, WorkerRtt};
 use super::worker::{Service, UdpContext, WorkerSet};
 use crate::profile::{with_channels, Profile};
 use crate::stats::SessionStats;
@@ -214,17 +217,25 @@ impl ServerConfig {
         self
     }
 
-    /// Sessions this server holds at most; clients beyond are refused with
-    /// [`CloseReason::ServerFull`].
+    /// Sessions this server holds at most, counted over all its workers (default 16,384);
+    /// clients beyond are refused with [`CloseReason::ServerFull`].
     pub fn max_sessions(mut self, sessions: usize) -> Self {
         self.listen().max_sessions = sessions;
         self
     }
 
-    /// Sessions from one IP address at most (players behind one NAT share an address); more
-    /// are refused with [`CloseReason::TooManyFromAddress`].
+    /// Sessions from one IP address at most, counted over all workers (default 2,048: players
+    /// behind one NAT share an address); more are refused with
+    /// [`CloseReason::TooManyFromAddress`].
     pub fn max_sessions_per_address(mut self, sessions: usize) -> Self {
         self.listen().max_sessions_per_address = sessions;
+        self
+    }
+
+    /// Handshake packets accepted per source IP per second, per worker (default 4,096; two per
+    /// connect plus retries): what a crowd behind one address connecting at once needs.
+    pub fn max_handshakes_per_address(mut self, packets: u32) -> Self {
+        self.listen().max_handshakes_per_address = packets;
         self
     }
 
@@ -411,13 +422,13 @@ impl ServerContext<'_> {
     /// Counters and path estimates of a session on this worker (RTT, loss, retransmissions,
     /// congestion window); `None` for an unknown session or one owned by another worker.
     pub fn session_stats(&self, session: SessionId) -> Option<SessionStats> {
-        self.session_detail(session).map(SessionStats::from)
+        self.session_detail(session).map(|d| SessionStats::from(&d))
     }
 
     /// Every counter the protocol core keeps for a session on this worker (for benchmarks
     /// and diagnostics; its shape follows the protocol core, not this crate's API promise).
     #[doc(hidden)]
-    pub fn session_detail(&self, session: SessionId) -> Option<&ConnectionStats> {
+    pub fn session_detail(&self, session: SessionId) -> Option<ConnectionStats> {
         if session.worker != self.worker {
             return None;
         }
@@ -509,6 +520,8 @@ impl EndpointSlot {
 
 /// Room for one outgoing datagram (any UDP payload), reserved in the send batch as it is written.
 const TRANSMIT_BUF: usize = 65_536;
+/// RTT samples an endpoint keeps between two turns of its worker (which drains them).
+const RTT_SAMPLE_BUFFER: usize = 8192;
 
 struct RudpService<H> {
     worker: u32,
@@ -522,6 +535,8 @@ struct RudpService<H> {
     stopping: bool,
     /// Datagrams this server's workers handed to another worker (all workers share it).
     forwarded: Arc<AtomicU64>,
+    /// This worker's RTT histogram (fed from the endpoint's samples every turn).
+    rtt: WorkerRtt,
 }
 
 impl<H: Handler> RudpService<H> {
@@ -556,6 +571,7 @@ impl<H: Handler> RudpService<H> {
         if ep.poll_timeout().is_some_and(|t| t <= now) {
             ep.handle_timeout(now);
         }
+        self.rtt.record(ep.drain_rtt_samples());
         // Handlers send from their callbacks; new events only come from I/O and timers, so one
         // pass over the events then one over the transmits is enough.
         while let Some((handle, event)) = ep.poll_event() {
@@ -707,6 +723,8 @@ pub struct Server {
     workers: WorkerSet,
     placement: Option<Placement>,
     forwarded: Arc<AtomicU64>,
+    rtt: Vec<WorkerRtt>,
+    limits: SessionLimits,
 }
 
 impl fmt::Debug for Server {
@@ -753,6 +771,10 @@ impl Server {
                 )));
             }
         }
+        if endpoint_cfg.rtt_sample_buffer == 0 {
+            // Drained every turn into the worker's histogram.
+            endpoint_cfg.rtt_sample_buffer = RTT_SAMPLE_BUFFER;
+        }
         let server = endpoint_cfg
             .server
             .get_or_insert_with(|| ListenConfig::new(Admission::Insecure));
@@ -774,6 +796,8 @@ impl Server {
         let is_shared = config.udp.io_model == IoModel::Shared;
         let mut shared: Option<Arc<Mutex<Core>>> = None;
         let per_core_workers = if is_shared { 1 } else { n as u32 };
+        // The session limits hold per server: every endpoint's router counts in this one table.
+        let limits = SessionLimits::default();
         // Per-core: every worker's endpoint verifies the others' cookies (one secret, one
         // clock base), accepts each token once across all of them (one ledger), and places
         // sessions on the least-loaded worker; the sockets steer by the worker the packets
@@ -791,7 +815,10 @@ impl Server {
         let forwarded = Arc::new(AtomicU64::new(0));
         let directory: Directory = Arc::new(std::sync::OnceLock::new());
         let mut senders = Vec::with_capacity(n);
+        let mut rtts = Vec::with_capacity(n);
         let workers = WorkerSet::start(&config.udp, &steering, |i, local_addr| {
+            let rtt = WorkerRtt::new();
+            rtts.push(rtt.clone());
             let (tx, rx) = mpsc::channel();
             senders.push(tx);
             // With a port-0 bind, the public address gets the port the sockets were given.
@@ -807,6 +834,7 @@ impl Server {
                 let core = shared.get_or_insert_with(|| {
                     let seed = config.seed.unwrap_or_else(os_seed);
                     let mut endpoint = Endpoint::new(endpoint_cfg.clone(), now, seed);
+                    endpoint.set_router(Box::new(CountingRouter::new(limits.clone())));
                     endpoint.set_unix_time(now, unix);
                     Arc::new(Mutex::new(Core {
                         endpoint,
@@ -821,7 +849,11 @@ impl Server {
                     .unwrap_or_else(os_seed);
                 let mut endpoint = Endpoint::new(endpoint_cfg, now, seed);
                 // Validated below 256 workers in `start`.
-                endpoint.set_router(Box::new(WorkerRouter::new(i as u8, placement.clone())));
+                endpoint.set_router(Box::new(WorkerRouter::new(
+                    i as u8,
+                    placement.clone(),
+                    limits.clone(),
+                )));
                 endpoint.set_cookie_secret(now, cookie_secret);
                 endpoint.set_unix_time(now, unix);
                 if let Some(l) = &ledger {
@@ -843,6 +875,7 @@ impl Server {
                 directory: directory.clone(),
                 stopping: false,
                 forwarded: forwarded.clone(),
+                rtt,
             }
         })?;
         let mailboxes = senders
@@ -863,6 +896,8 @@ impl Server {
             workers,
             placement,
             forwarded,
+            rtt: rtts,
+            limits,
         })
     }
 
@@ -878,6 +913,25 @@ impl Server {
     /// counts what the kernel's hash sent astray.
     pub fn forwarded(&self) -> u64 {
         self.forwarded.load(Ordering::Relaxed)
+    }
+
+    /// Sessions the server holds now, over all its workers (what
+    /// [`ServerConfig::max_sessions`] limits).
+    pub fn session_count(&self) -> usize {
+        self.limits.sessions()
+    }
+
+    /// RTT percentiles over every session of every worker since the server started (or since
+    /// the last [`Server::take_rtt`]): each worker keeps one histogram of its sessions' RTT
+    /// samples, merged here.
+    pub fn rtt(&self) -> RttPercentiles {
+        rtt::merge(&self.rtt, false)
+    }
+
+    /// Like [`Server::rtt`], and empties the histograms: the next call covers what came
+    /// after this one (a measurement phase).
+    pub fn take_rtt(&self) -> RttPercentiles {
+        rtt::merge(&self.rtt, true)
     }
 
     /// The bound address.

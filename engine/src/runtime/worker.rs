@@ -180,8 +180,45 @@ impl IdleGap {
     }
 }
 
+/// The tick's fixed grid: tick `k` is due at `start + k × period`.
+#[derive(Debug, Clone, Copy)]
+struct TickGrid {
+    start: Instant,
+    period: Duration,
+    /// Index of the tick scheduled next.
+    next: u64,
+}
+
+impl TickGrid {
+    fn due(&self, k: u64) -> Instant {
+        // `period` is at least 1 ns and `k` counts periods since start: no overflow in practice,
+        // and a saturated product only delays the tick.
+        let nanos = self.period.as_nanos().saturating_mul(u128::from(k));
+        self.start + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+
+    /// The tick due now ran at `now`: its lateness, and the due time of the next tick, skipping
+    /// (and returning the count of) due times already past.
+    fn advance(&mut self, now: Instant) -> (Duration, u64, Instant) {
+        let late = now.saturating_duration_since(self.due(self.next));
+        let mut k = self.next + 1;
+        let mut skipped = 0;
+        if self.due(k) <= now {
+            let behind = now.saturating_duration_since(self.start).as_nanos()
+                / self.period.as_nanos().max(1);
+            let behind = u64::try_from(behind).unwrap_or(u64::MAX);
+            // Tick `behind` was due at or before now and is skipped too: the next runs on time.
+            skipped = behind + 1 - k;
+            k = behind + 1;
+        }
+        self.next = k;
+        (late, skipped, self.due(k))
+    }
+}
+
 struct Worker<S> {
     index: usize,
+    tick: Option<TickGrid>,
     idle_gap: IdleGap,
     backend: Box<dyn Backend>,
     service: S,
@@ -197,7 +234,13 @@ impl<S: Service> Worker<S> {
     fn run(mut self) -> Result<WorkerCounters, platform::Error> {
         let start = Instant::now();
         if let Some(t) = self.settings.tick {
-            self.timers.insert(start + t, TimerEvent::Tick);
+            let grid = TickGrid {
+                start,
+                period: t,
+                next: 1,
+            };
+            self.timers.insert(grid.due(1), TimerEvent::Tick);
+            self.tick = Some(grid);
         }
         let mut last_work = start;
         let mut now = start;
@@ -219,6 +262,13 @@ impl<S: Service> Worker<S> {
                 last_work = now;
             } else if outcome.sent > 0 {
                 last_work = now;
+            } else if timeout == Some(Duration::ZERO)
+                && !stopping
+                && self.settings.idle == IdleStrategy::Balanced
+            {
+                // An empty spin turn: let a runnable thread of this core (a client, the game's
+                // own threads) have it before looking again. Returns at once when none waits.
+                std::thread::yield_now();
             }
             self.fire_timers(now);
             let service_done = {
@@ -316,9 +366,19 @@ impl<S: Service> Worker<S> {
             send_errors: &mut self.counters.send_errors,
         };
         self.service.on_tick(&mut ctx);
-        if let Some(t) = self.settings.tick {
-            // Keep the cadence, but never queue up missed ticks after a stall.
-            self.timers.insert(now + t, TimerEvent::Tick);
+        if let Some(grid) = self.tick.as_mut() {
+            // On the grid: a late wake-up does not push the later ticks back; ticks whose due
+            // time already passed are skipped and counted, not run back to back.
+            let (late, skipped, next) = grid.advance(now);
+            let c = &mut self.counters;
+            c.ticks += 1;
+            c.ticks_skipped += skipped;
+            if late > grid.period / 2 {
+                c.ticks_late += 1;
+            }
+            let late_ns = u64::try_from(late.as_nanos()).unwrap_or(u64::MAX);
+            c.tick_lateness_max_ns = c.tick_lateness_max_ns.max(late_ns);
+            self.timers.insert(next, TimerEvent::Tick);
         }
     }
 
@@ -609,6 +669,7 @@ impl SpawnArgs {
         send.set_coalescing(self.settings.coalesce);
         Worker {
             index: self.index,
+            tick: None,
             idle_gap: IdleGap::default(),
             backend,
             service,
@@ -629,8 +690,27 @@ impl SpawnArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::IdleGap;
-    use std::time::Duration;
+    use super::{IdleGap, TickGrid};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn ticks_stay_on_the_grid_and_skip_what_a_stall_missed() {
+        let start = Instant::now();
+        let ms = Duration::from_millis;
+        let mut g = TickGrid {
+            start,
+            period: ms(10),
+            next: 1,
+        };
+        // Tick 1 runs 3 ms late: tick 2 is still due at 20 ms, not 23.
+        assert_eq!(g.advance(start + ms(13)), (ms(3), 0, start + ms(20)));
+        // On time.
+        assert_eq!(g.advance(start + ms(20)), (ms(0), 0, start + ms(30)));
+        // Tick 3 runs at 57 ms: 40 and 50 passed without a tick; the next is due at 60.
+        assert_eq!(g.advance(start + ms(57)), (ms(27), 2, start + ms(60)));
+        // Exactly at a due time that already passed: skipped too, the next is a period on.
+        assert_eq!(g.advance(start + ms(70)), (ms(10), 1, start + ms(80)));
+    }
 
     #[test]
     fn balanced_spins_only_while_work_returns_quickly() {

@@ -179,6 +179,11 @@ impl<N: SimNode> Simulation<N> {
         self.nodes.iter().map(|(a, n)| (*a, n))
     }
 
+    /// Ends the simulation and hands back every node with its address, in the order added.
+    pub fn into_nodes(self) -> Vec<(SocketAddr, N)> {
+        self.nodes
+    }
+
     /// The virtual clock.
     pub fn clock(&self) -> &SimClock {
         &self.clock

@@ -4,10 +4,15 @@
 //! `batch_size × max_datagram` bytes; one `sendmmsg` sends up to the whole send batch. GSO
 //! entries go out as one message with a `UDP_SEGMENT` control message when the kernel supports
 //! it, else segment by segment. All per-datagram arrays are allocated once, at construction.
+//!
+//! The epoll set and the wake-up eventfd are made on first need (the first blocking poll or
+//! [`Backend::waker`] call): a backend only ever polled without waiting, as the members of a
+//! client set are (the set waits on their sockets with one epoll of its own), holds one
+//! descriptor, its socket.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendConfig, BackendKind, BackendStats, PollOutcome, Waker};
@@ -22,12 +27,57 @@ const MIN_SEND_BATCH: usize = 32;
 const TOKEN_SOCKET: u64 = 0;
 const TOKEN_WAKER: u64 = 1;
 
+/// The epoll set (socket and eventfd) a blocking poll waits on, and the eventfd that wakes it.
+struct Wakeup {
+    epoll: OwnedFd,
+    waker: Arc<EventFd>,
+}
+
+impl Wakeup {
+    fn new(socket: RawFd) -> Result<Wakeup> {
+        // SAFETY: plain syscall; the result is checked.
+        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epfd < 0 {
+            return Err(Error::io("epoll_create1", io::Error::last_os_error()));
+        }
+        // SAFETY: `epfd` is a fresh descriptor nothing else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(epfd) };
+        let waker = EventFd::new().map_err(|e| Error::io("eventfd", e))?;
+        epoll_ctl(
+            epfd,
+            libc::EPOLL_CTL_ADD,
+            socket,
+            libc::EPOLLIN as u32,
+            TOKEN_SOCKET,
+        )
+        .map_err(|e| Error::io("epoll_ctl add socket", e))?;
+        epoll_ctl(
+            epfd,
+            libc::EPOLL_CTL_ADD,
+            waker.fd(),
+            libc::EPOLLIN as u32,
+            TOKEN_WAKER,
+        )
+        .map_err(|e| Error::io("epoll_ctl add eventfd", e))?;
+        Ok(Wakeup { epoll, waker })
+    }
+}
+
+/// A waker whose eventfd could not be made: every wake reports why.
+struct BrokenWaker(String);
+
+impl crate::backend::Wake for BrokenWaker {
+    fn wake(&self) -> io::Result<()> {
+        Err(io::Error::other(self.0.clone()))
+    }
+}
+
 /// epoll + `recvmmsg`/`sendmmsg` on one socket.
 pub struct MmsgBackend {
     sock: BoundSocket,
     fd: RawFd,
-    epoll: OwnedFd,
-    waker: Arc<EventFd>,
+    /// Made on first need (see the module docs).
+    wakeup: OnceLock<Wakeup>,
     reason: String,
     max_datagram: usize,
     gso: bool,
@@ -109,38 +159,12 @@ impl MmsgBackend {
             false
         };
 
-        // SAFETY: plain syscall; the result is checked.
-        let epfd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if epfd < 0 {
-            return Err(Error::io("epoll_create1", io::Error::last_os_error()));
-        }
-        // SAFETY: `epfd` is a fresh descriptor nothing else owns.
-        let epoll = unsafe { OwnedFd::from_raw_fd(epfd) };
-        let waker = EventFd::new().map_err(|e| Error::io("eventfd", e))?;
-        epoll_ctl(
-            epfd,
-            libc::EPOLL_CTL_ADD,
-            fd,
-            libc::EPOLLIN as u32,
-            TOKEN_SOCKET,
-        )
-        .map_err(|e| Error::io("epoll_ctl add socket", e))?;
-        epoll_ctl(
-            epfd,
-            libc::EPOLL_CTL_ADD,
-            waker.fd(),
-            libc::EPOLLIN as u32,
-            TOKEN_WAKER,
-        )
-        .map_err(|e| Error::io("epoll_ctl add eventfd", e))?;
-
         let n = cfg.batch_size;
         let tx_n = n.max(MIN_SEND_BATCH);
         let mut b = MmsgBackend {
             fd,
             sock,
-            epoll,
-            waker,
+            wakeup: OnceLock::new(),
             reason,
             max_datagram: cfg.max_datagram,
             gso,
@@ -404,11 +428,21 @@ impl MmsgBackend {
         Ok(self.metas.len())
     }
 
+    /// The epoll set and eventfd, made now if they were not yet.
+    fn wakeup(&self) -> Result<&Wakeup> {
+        if let Some(w) = self.wakeup.get() {
+            return Ok(w);
+        }
+        let w = Wakeup::new(self.fd)?;
+        // Only this backend's owner (or its waker call) gets here; a lost race keeps the first.
+        Ok(self.wakeup.get_or_init(|| w))
+    }
+
     fn set_want_out(&mut self, want: bool) -> Result<()> {
         if want != self.want_out {
             let events = libc::EPOLLIN as u32 | if want { libc::EPOLLOUT as u32 } else { 0 };
             epoll_ctl(
-                self.epoll.as_raw_fd(),
+                self.wakeup()?.epoll.as_raw_fd(),
                 libc::EPOLL_CTL_MOD,
                 self.fd,
                 events,
@@ -425,7 +459,7 @@ impl MmsgBackend {
     fn wait(&mut self, timeout: Option<Duration>) -> Result<(bool, bool, bool)> {
         // SAFETY: all-zero epoll_event values are valid.
         let mut events: [libc::epoll_event; 2] = unsafe { std::mem::zeroed() };
-        let epfd = self.epoll.as_raw_fd();
+        let epfd = self.wakeup()?.epoll.as_raw_fd();
         let rc = loop {
             let rc = if self.no_pwait2 {
                 let ms = match timeout {
@@ -458,7 +492,7 @@ impl MmsgBackend {
         for ev in &events[..rc] {
             let (token, flags) = (ev.u64, ev.events);
             if token == TOKEN_WAKER {
-                woken |= self.waker.drain();
+                woken |= self.wakeup.get().is_some_and(|w| w.waker.drain());
             } else {
                 readable |= flags & (libc::EPOLLIN | libc::EPOLLERR) as u32 != 0;
                 writable |= flags & libc::EPOLLOUT as u32 != 0;
@@ -493,7 +527,13 @@ impl Backend for MmsgBackend {
     }
 
     fn waker(&self) -> Waker {
-        Waker::new(self.waker.clone())
+        match self.wakeup() {
+            Ok(w) => Waker::new(w.waker.clone()),
+            Err(e) => {
+                tracing::error!(error = %e, "mmsg backend: cannot make its wake-up eventfd");
+                Waker::new(Arc::new(BrokenWaker(e.to_string())))
+            }
+        }
     }
 
     fn poll(&mut self, send: &mut SendBatch, timeout: Option<Duration>) -> Result<PollOutcome> {
@@ -566,8 +606,9 @@ impl Backend for MmsgBackend {
     }
 
     fn ready_fd(&self) -> RawFd {
-        // Level-triggered: readable while the socket holds a datagram or the waker fired.
-        self.epoll.as_raw_fd()
+        // Level-triggered: readable while the socket holds a datagram or the waker fired;
+        // before either exists, the socket alone (nothing else can make a poll return).
+        self.wakeup.get().map_or(self.fd, |w| w.epoll.as_raw_fd())
     }
 
     fn needs_poll(&mut self) -> bool {

@@ -549,6 +549,15 @@ impl FecReceiver {
         b
     }
 
+    /// Gives back pooled buffers and spare groups (the connection is idle); groups still open
+    /// stay until they complete or age out as usual.
+    pub fn release_idle(&mut self) {
+        self.pool = Vec::new();
+        self.spare_groups = Vec::new();
+        self.scratch = Vec::new();
+        self.groups.shrink_to_fit();
+    }
+
     /// Rebuilds the group's missing data if enough shards are present.
     fn try_recover(&mut self, gi: usize, deliver: &mut dyn FnMut(&[u8])) {
         let g = &self.groups[gi];

@@ -78,6 +78,14 @@ impl Tx {
             Tx::Sliding(t) => t.stats(),
         }
     }
+
+    /// Gives back what an idle sender need not hold (see the schemes' `release_idle`).
+    pub(crate) fn release_idle(&mut self, now: Instant) {
+        match self {
+            Tx::Block(t) => t.release_idle(),
+            Tx::Sliding(t) => t.release_idle(now),
+        }
+    }
 }
 
 /// The receiving half of the configured scheme.
@@ -159,6 +167,14 @@ impl Rx {
         match self {
             Rx::Block(r) => r.stats(),
             Rx::Sliding(r) => r.stats(),
+        }
+    }
+
+    /// Gives back what an idle receiver need not hold (see the schemes' `release_idle`).
+    pub(crate) fn release_idle(&mut self) {
+        match self {
+            Rx::Block(r) => r.release_idle(),
+            Rx::Sliding(r) => r.release_idle(),
         }
     }
 }

@@ -125,6 +125,15 @@ impl FecSender {
         &self.cfg
     }
 
+    /// Gives back pooled buffers (the connection is idle); an open group keeps its shards.
+    pub fn release_idle(&mut self) {
+        self.spare = Vec::new();
+        if self.group.is_none() {
+            self.shards = Vec::new();
+        }
+        self.ready.shrink_to_fit();
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> SenderStats {
         SenderStats {

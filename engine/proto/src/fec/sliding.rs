@@ -239,6 +239,16 @@ impl SlidingSender {
         Some(len)
     }
 
+    /// Gives back pooled buffers and sources past their age (the connection is idle). Changes
+    /// no decision: aged sources would leave at the next `protect` anyway, and the pool only
+    /// saves allocations.
+    pub fn release_idle(&mut self, now: Instant) {
+        self.trim(now);
+        self.spare = Vec::new();
+        self.window.shrink_to_fit();
+        self.ready.shrink_to_fit();
+    }
+
     /// Takes a peer's [`LossReport`].
     pub fn on_loss_report_detail(&mut self, report: LossReport) {
         self.stats.reported_received = self.stats.reported_received.saturating_add(report.received);
@@ -791,6 +801,13 @@ impl SlidingReceiver {
         let mut b = self.pool.pop().unwrap_or_default();
         b.clear();
         b
+    }
+
+    /// Gives back pooled buffers (the connection is idle); held sources and pending equations
+    /// stay until they age out as usual.
+    pub fn release_idle(&mut self) {
+        self.pool = Vec::new();
+        self.eqs.shrink_to_fit();
     }
 
     fn recycle(&mut self, b: Vec<u8>) {

@@ -13,6 +13,7 @@ use super::fec::FecLink;
 use super::protect::{NumberSpace, Protection};
 use super::recv::{Budget, Need, Receiver, SharedBudgets};
 use super::rtt::RttEstimator;
+use super::stats::Counters;
 use super::{
     ChannelKind, CloseReason, Config, ConnectionId, ConnectionStats, DropCause, Event, SendError,
     SessionKeys, Transmit,
@@ -33,6 +34,9 @@ const MAX_TRACKED_RANGES: usize = 64;
 const LOSS_REPORT_MAX: usize = 1 + 8 + 8 + 8;
 /// Close frames sent when closing locally.
 const CLOSE_SENDS: u32 = 3;
+/// RTT samples a connection holds for its endpoint to collect (see
+/// [`super::Endpoint::drain_rtt_samples`]); more between two collections overwrite the last.
+const UNREAD_RTT: usize = 4;
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +209,13 @@ pub struct Connection {
     close_next: Option<Instant>,
     drain_deadline: Option<Instant>,
     events: VecDeque<Event>,
-    stats: ConnectionStats,
+    counters: Counters,
+    /// RTT samples (µs) not yet collected by the endpoint, and how many.
+    unread_rtt: ([u32; UNREAD_RTT], u8),
+    /// Last time data (a message fragment) was sent or received.
+    last_data: Instant,
+    /// Data moved since the last [`Connection::trim`]: buffers may hold capacity to give back.
+    trim_pending: bool,
     fec: FecLink,
     /// Packet keys and replay windows; `None` in the insecure mode.
     protection: Option<Box<Protection>>,
@@ -231,10 +241,6 @@ impl Connection {
                 queue: VecDeque::new(),
             })
             .collect();
-        let stats = ConnectionStats {
-            cwnd: cfg.initial_window_packets * cfg.max_datagram_size,
-            ..ConnectionStats::default()
-        };
         Self {
             side,
             state: ConnectionState::Handshaking,
@@ -291,7 +297,11 @@ impl Connection {
             close_next: None,
             drain_deadline: None,
             events: VecDeque::new(),
-            stats,
+            counters: Counters::default(),
+            unread_rtt: ([0; UNREAD_RTT], 0),
+            last_data: now,
+            // The handshake grows the event and packet queues too.
+            trim_pending: true,
             fec: FecLink::new(&cfg, if keys.is_some() { wire::TAG_LEN } else { 0 }),
             protection: keys.map(|k| Box::new(Protection::new(&k, side == Side::Client))),
             open_buf: Vec::new(),
@@ -503,10 +513,99 @@ impl Connection {
         self.state == ConnectionState::Closed && self.close_sends_left == 0
     }
 
-    /// Statistics. Counters are exact; derived fields (cwnd, RTO, RTT, ...) are refreshed
-    /// after every input and whenever [`Connection::poll_transmit`] has nothing more to send.
-    pub fn stats(&self) -> &ConnectionStats {
-        &self.stats
+    /// Statistics, as of now: counters, RTT summary, congestion state, FEC counters.
+    pub fn stats(&self) -> ConnectionStats {
+        let c = &self.counters;
+        ConnectionStats {
+            rtt: c.rtt,
+            packets_sent: c.packets_sent,
+            bytes_sent: c.bytes_sent,
+            packets_received: c.packets_received,
+            bytes_received: c.bytes_received,
+            packets_lost: c.packets_lost,
+            packets_spurious_lost: c.packets_spurious_lost,
+            segments_retransmitted: c.segments_retransmitted,
+            segments_sent: c.segments_sent,
+            tail_loss_probes: c.tail_loss_probes,
+            rto_count: c.rto_count,
+            messages_delivered: c.messages_delivered,
+            unreliable_dropped: self.receiver.unreliable_dropped,
+            drops: c.drops,
+            cwnd: self.cc.window,
+            bytes_in_flight: self.cc.in_flight,
+            rto: self.current_rto(),
+            srtt: self.rtt.smoothed,
+            min_rtt: self.rtt.min,
+            reassembly_bytes: self.receiver.bytes,
+            reassembly_peak: self.receiver.peak,
+            peer_loss_report: c.peer_loss_report,
+            fec: self.fec.stats(),
+        }
+    }
+
+    /// Hands the RTT samples taken since the last call to `f` (µs, oldest first). A connection
+    /// keeps the last few; its endpoint collects them after every input.
+    pub(crate) fn take_rtt_samples(&mut self, mut f: impl FnMut(u32)) {
+        let (buf, n) = &mut self.unread_rtt;
+        for &us in &buf[..usize::from(*n)] {
+            f(us);
+        }
+        *n = 0;
+    }
+
+    fn note_rtt_sample(&mut self, sample: Duration) {
+        self.counters.rtt.record(sample);
+        let us = u32::try_from(sample.as_micros()).unwrap_or(u32::MAX);
+        let (buf, n) = &mut self.unread_rtt;
+        if usize::from(*n) < UNREAD_RTT {
+            buf[usize::from(*n)] = us;
+            *n += 1;
+        } else {
+            buf[UNREAD_RTT - 1] = us;
+        }
+    }
+
+    /// Nothing in flight, queued, held for reassembly or waiting for the application.
+    fn quiescent(&self) -> bool {
+        self.in_flight_packets == 0
+            && self.unacked_segments == 0
+            && self.queued_bytes == 0
+            && self.retx.is_empty()
+            && self.receiver.bytes == 0
+            && self.events.is_empty()
+    }
+
+    /// When [`Self::trim`] is due: [`Config::idle_trim`] after the last data, if data moved since the
+    /// last trim and nothing is left in flight.
+    fn trim_deadline(&self) -> Option<Instant> {
+        let after = self.cfg.idle_trim?;
+        (self.trim_pending && self.quiescent()).then(|| self.last_data + after)
+    }
+
+    /// Gives back the capacity that traffic grew in the send, receive and FEC buffers: an idle
+    /// connection holds its state, not its peak's buffers. They grow again with the next burst.
+    fn trim(&mut self, now: Instant) {
+        self.trim_pending = false;
+        self.sent.shrink_to_fit();
+        self.segments.shrink_to_fit();
+        self.retx = VecDeque::new();
+        self.vec_pool = Vec::new();
+        for c in &mut self.channels {
+            c.queue.shrink_to_fit();
+        }
+        self.recv_ranges.shrink_to_fit();
+        self.events.shrink_to_fit();
+        self.open_buf = Vec::new();
+        if self.side == Side::Server && !self.accept_pending && self.largest_recv.is_some() {
+            // The client answered the accept with protected data: it will not echo again.
+            self.accept_packet = None;
+        }
+        self.fec.trim(now);
+    }
+
+    fn note_data(&mut self, now: Instant) {
+        self.last_data = now;
+        self.trim_pending = true;
     }
 
     /// The client nonce of this connection's handshake.
@@ -628,14 +727,17 @@ impl Connection {
     }
 
     /// How long after the last ack-eliciting packet the next probe timer fires. The first
-    /// expiry is a tail-loss probe after two smoothed RTTs plus the peer's ACK delay (RFC 8985),
+    /// expiry is a tail-loss probe after two smoothed RTTs (or the smoothed RTT and four
+    /// deviations, if longer) plus the peer's ACK delay (RFC 8985, [`RttEstimator::probe_delay`]),
     /// at least [`Config::min_probe_timeout`] and never later than the RTO: it repairs a lost
     /// last packet (or a lost retransmission that blocks an ordered channel) well before a
     /// conservative minimum RTO would, without firing at every scheduling hiccup of a short
     /// path.
     fn probe_timeout(&self) -> Duration {
         if self.pto_count == 0 {
-            let tlp = (self.rtt.smoothed * 2 + self.cfg.max_ack_delay)
+            let tlp = self
+                .rtt
+                .probe_delay(self.cfg.max_ack_delay)
                 .max(self.cfg.min_probe_timeout)
                 .max(Duration::from_millis(1));
             tlp.min(self.current_rto())
@@ -653,9 +755,8 @@ impl Connection {
     ) -> Result<(), DropCause> {
         let res = self.dispatch(now, from, datagram);
         if let Err(cause) = res {
-            self.stats.drops.add(cause);
+            self.counters.drops.add(cause);
         }
-        self.refresh_stats();
         res
     }
 
@@ -913,7 +1014,11 @@ impl Connection {
         if dst_cid != self.local_cid {
             return Err(DropCause::UnknownConnection);
         }
-        if self.fec.receive(now, self.local_cid, body, parity).is_err() {
+        if self
+            .fec
+            .receive(&self.cfg, now, self.local_cid, body, parity)
+            .is_err()
+        {
             return Err(DropCause::Malformed);
         }
         let (out, lens) = self.fec.take_datagrams();
@@ -927,7 +1032,7 @@ impl Connection {
                 if result.is_ok() {
                     result = Err(c);
                 } else {
-                    self.stats.drops.add(c);
+                    self.counters.drops.add(c);
                 }
             }
         }
@@ -975,6 +1080,7 @@ impl Connection {
         // Pass 1: validate everything and check buffer space, before any state changes, so a
         // dropped packet is not acknowledged (the peer retransmits its data).
         let mut ack_eliciting = false;
+        let mut carries_data = false;
         let mut need = Need {
             segments: 0,
             bytes: 0,
@@ -995,6 +1101,7 @@ impl Connection {
                     data,
                 } => {
                     ack_eliciting = true;
+                    carries_data = true;
                     self.receiver.validate(channel, count, data.len())?;
                     let n = self
                         .receiver
@@ -1008,6 +1115,7 @@ impl Connection {
                     data,
                 } => {
                     ack_eliciting = true;
+                    carries_data = true;
                     self.receiver.validate(channel, 1, data.len())?;
                     let n = self.receiver.need(channel, message_id, 0, 1, data.len());
                     need.segments += n.segments;
@@ -1029,8 +1137,11 @@ impl Connection {
             self.remote = from; // follow a peer whose address changed
         }
         self.last_recv = now;
-        self.stats.packets_received += 1;
-        self.stats.bytes_received += datagram.len() as u64;
+        if carries_data {
+            self.note_data(now);
+        }
+        self.counters.packets_received += 1;
+        self.counters.bytes_received += datagram.len() as u64;
         self.lr_received += 1;
         if self.lr_base.is_none() {
             self.lr_base = Some(pn);
@@ -1066,7 +1177,7 @@ impl Connection {
                             &mut self.events,
                             &mut delivered,
                         ) {
-                            self.stats.drops.add(c);
+                            self.counters.drops.add(c);
                         }
                     }
                 }
@@ -1088,7 +1199,7 @@ impl Connection {
                             &mut self.events,
                             &mut delivered,
                         ) {
-                            self.stats.drops.add(c);
+                            self.counters.drops.add(c);
                         }
                     }
                 }
@@ -1098,13 +1209,13 @@ impl Connection {
                     lost,
                     max_burst,
                 } => {
-                    self.stats.peer_loss_report = (received, lost);
+                    self.counters.peer_loss_report = (received, lost);
                     self.fec.on_loss_report(received, lost, max_burst);
                 }
                 Frame::Ping | Frame::Padding => {}
             }
         }
-        self.stats.messages_delivered += delivered;
+        self.counters.messages_delivered += delivered;
         if acked_something {
             self.maybe_start_draining(now);
         }
@@ -1205,7 +1316,7 @@ impl Connection {
                     }
                     PacketState::Lost => {
                         p.state = PacketState::Acked;
-                        self.stats.packets_spurious_lost += 1;
+                        self.counters.packets_spurious_lost += 1;
                         let segs = std::mem::take(&mut p.segs);
                         for &sid in &segs {
                             self.ack_segment(sid);
@@ -1223,9 +1334,7 @@ impl Connection {
             let sample = now.saturating_duration_since(sent_time);
             let delay = Duration::from_micros(ack.ack_delay_us).min(self.cfg.max_ack_delay);
             self.rtt.update(sample, delay);
-            self.stats
-                .rtt_us
-                .saturating_record((sample.as_micros() as u64).max(1));
+            self.note_rtt_sample(sample);
         }
         if self.largest_acked.is_none_or(|l| ack.largest > l) {
             self.largest_acked = Some(ack.largest);
@@ -1327,7 +1436,7 @@ impl Connection {
         let size = p.size;
         let segs = std::mem::take(&mut p.segs);
         self.cc.on_removed(size);
-        self.stats.packets_lost += 1;
+        self.counters.packets_lost += 1;
         for &sid in &segs {
             if sid < self.seg_base {
                 continue;
@@ -1394,6 +1503,7 @@ impl Connection {
             add(Some(self.last_sent + k));
         }
         add(self.linger_deadline);
+        add(self.trim_deadline());
         add(self.receiver.next_expiry(self.cfg.unreliable_timeout));
         add(self.fec.poll_timeout());
         if self.fec.next_parity().is_some_and(|n| self.cc.can_send(n)) {
@@ -1455,7 +1565,6 @@ impl Connection {
     /// Run expired timers: idle timeout, handshake retries, loss detection, probe timeout / RTO.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.on_timeout(now);
-        self.refresh_stats();
     }
 
     fn on_timeout(&mut self, now: Instant) {
@@ -1493,7 +1602,9 @@ impl Connection {
         self.maybe_start_draining(now);
         self.fec.handle_timeout(now);
         self.receiver.expire(now, self.cfg.unreliable_timeout);
-        self.stats.unreliable_dropped = self.receiver.unreliable_dropped;
+        if self.trim_deadline().is_some_and(|t| now >= t) {
+            self.trim(now);
+        }
         if self.loss_time.is_some_and(|t| now >= t) {
             self.detect_lost(now);
             self.pop_sent(now);
@@ -1502,9 +1613,9 @@ impl Connection {
             self.pto_count += 1;
             if self.pto_count == 1 {
                 // Tail-loss probe: elicit an ACK (and repair a lost tail) before the RTO.
-                self.stats.tail_loss_probes += 1;
+                self.counters.tail_loss_probes += 1;
             } else {
-                self.stats.rto_count += 1;
+                self.counters.rto_count += 1;
                 for i in 0..self.sent.len() {
                     if self.sent[i].state == PacketState::InFlight {
                         self.declare_lost(i);
@@ -1521,30 +1632,14 @@ impl Connection {
         }
     }
 
-    fn refresh_stats(&mut self) {
-        self.stats.cwnd = self.cc.window;
-        self.stats.bytes_in_flight = self.cc.in_flight;
-        self.stats.rto = self.current_rto();
-        self.stats.srtt = self.rtt.smoothed;
-        self.stats.min_rtt = self.rtt.min;
-        self.stats.reassembly_bytes = self.receiver.bytes;
-        self.stats.reassembly_peak = self.receiver.peak;
-        self.stats.unreliable_dropped = self.receiver.unreliable_dropped;
-        self.stats.fec = self.fec.stats();
-    }
-
     /// Write the next datagram into `buf` (at most [`Config::max_datagram_size`] bytes), or
     /// return `None` when there is nothing to send now. Call until `None` after every input.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let t = self.transmit(now, buf);
         if let Some(t) = t {
-            self.stats.packets_sent += 1;
-            self.stats.bytes_sent += t.size as u64;
+            self.counters.packets_sent += 1;
+            self.counters.bytes_sent += t.size as u64;
             self.last_sent = now;
-        } else {
-            // Derived stats (cwnd, RTO, ...) once per burst, when the caller has drained it:
-            // recomputing them per datagram showed in profiles of the echo benchmark.
-            self.refresh_stats();
         }
         t
     }
@@ -1675,6 +1770,7 @@ impl Connection {
             }
         }
         let probe = std::mem::take(&mut self.probe_pending);
+        let mut wrote_data = false;
         let cc_ok = self.cc.can_send(max) && data_ok;
         // Retransmissions first (a probe may send them past the congestion window).
         let mut deferred = Vec::new();
@@ -1708,14 +1804,14 @@ impl Connection {
                 s.last_pn = pn;
                 segs.push(sid);
                 ack_eliciting = true;
-                self.stats.segments_retransmitted += 1;
+                self.counters.segments_retransmitted += 1;
             }
         }
         for sid in deferred.into_iter().rev() {
             self.retx.push_front(sid);
         }
         if cc_ok {
-            self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);
+            wrote_data |= self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);
         }
         if probe && !ack_eliciting {
             // Tail-loss probe / RTO: resend the oldest unacknowledged fragment, else new data,
@@ -1727,11 +1823,11 @@ impl Connection {
                     self.segments[idx].last_pn = pn;
                     segs.push(sid);
                     ack_eliciting = true;
-                    self.stats.segments_retransmitted += 1;
+                    self.counters.segments_retransmitted += 1;
                 }
             }
             if !ack_eliciting {
-                self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);
+                wrote_data |= self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);
             }
         }
         if (probe || keepalive_due)
@@ -1744,8 +1840,12 @@ impl Connection {
             self.recycle(segs);
             return None;
         }
+        wrote_data |= !segs.is_empty();
         let len = hdr + w.len();
         self.next_pn += 1;
+        if wrote_data {
+            self.note_data(now);
+        }
         let state = if ack_eliciting {
             self.cc.on_sent(len);
             self.last_ack_eliciting_sent = Some(now);
@@ -1794,14 +1894,16 @@ impl Connection {
         sealed.unwrap_or(len)
     }
 
+    /// Writes queued fragments, channels in turn; true when it wrote any.
     fn fill_new_data(
         &mut self,
         w: &mut Writer<'_>,
         pn: u64,
         segs: &mut Vec<u64>,
         ack_eliciting: &mut bool,
-    ) {
+    ) -> bool {
         let n = self.channels.len();
+        let mut wrote = false;
         loop {
             let mut progress = false;
             for k in 0..n {
@@ -1822,6 +1924,7 @@ impl Connection {
                 };
                 self.queued_bytes -= f.data.len();
                 progress = true;
+                wrote = true;
                 *ack_eliciting = true;
                 if reliable {
                     let sid = self.seg_base + self.segments.len() as u64;
@@ -1836,12 +1939,12 @@ impl Connection {
                         queued: false,
                     });
                     self.unacked_segments += 1;
-                    self.stats.segments_sent += 1;
+                    self.counters.segments_sent += 1;
                     segs.push(sid);
                 }
             }
             if !progress {
-                return;
+                return wrote;
             }
         }
     }

@@ -35,7 +35,8 @@ pub struct ConnectionHandle(pub u64);
 
 /// Listening-side settings. There is no default: a server admits clients by connect token
 /// ([`ServerConfig::tokens`]) or, for LAN play and local tests, insecurely
-/// ([`ServerConfig::insecure`]), and says which.
+/// ([`ServerConfig::insecure`]), and says which. The default limits admit a thousand players
+/// behind one address (a NAT, a LAN event, a load test) connecting at once, twice over.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// How clients are admitted.
@@ -46,13 +47,18 @@ pub struct ServerConfig {
     /// [`Config::handshake_timeout`], the attempt is dropped and the client times out). When
     /// false, it is accepted at once and [`Event::Connected`] follows.
     pub accept_hook: bool,
-    /// Sessions at most; more are refused with [`CloseReason::ServerFull`].
+    /// Sessions at most (default 16,384); more are refused with [`CloseReason::ServerFull`].
+    /// Counted per endpoint, or across all the endpoints of a server where its [`Router`]
+    /// counts them ([`Router::admit_session`]; the `ricochet` runtime does, so the limit is the
+    /// server's whatever its worker count).
     pub max_sessions: usize,
-    /// Sessions per source IP; more are refused with [`CloseReason::TooManyFromAddress`].
+    /// Sessions per source IP (default 2,048: players behind one NAT share an address); more
+    /// are refused with [`CloseReason::TooManyFromAddress`]. Counted like `max_sessions`.
     pub max_sessions_per_address: usize,
-    /// Cookie echoes (handshakes with a proven address) accepted per source IP per second (a
-    /// fixed-size table of counters, no per-peer state); the rest are dropped silently and the
-    /// client retries. Hellos are not counted: whoever spoofs a player's address cannot use up
+    /// Cookie echoes (handshakes with a proven address) accepted per source IP per second and
+    /// per endpoint (default 4,096: a thousand players behind one address connecting at once,
+    /// with retries), in a fixed-size table of counters with no per-peer state; the rest are
+    /// dropped silently and the client retries. Hellos are not counted: whoever spoofs a player's address cannot use up
     /// the player's budget.
     pub max_handshakes_per_address: u32,
     /// How long a cookie stays valid.
@@ -62,16 +68,16 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    /// A server that admits clients as `admission` says, with the default limits: 4,096
-    /// sessions, 256 per source IP, 64 proven handshakes per IP per second, 10 s cookies,
+    /// A server that admits clients as `admission` says, with the default limits: 16,384
+    /// sessions, 2,048 per source IP, 4,096 proven handshakes per IP per second, 10 s cookies,
     /// 30 s cookie key rotation, no accept hook.
     pub fn new(admission: Admission) -> Self {
         ServerConfig {
             admission,
             accept_hook: false,
-            max_sessions: 4096,
-            max_sessions_per_address: 256,
-            max_handshakes_per_address: 64,
+            max_sessions: 16_384,
+            max_sessions_per_address: 2_048,
+            max_handshakes_per_address: 4_096,
             cookie_lifetime: Duration::from_secs(10),
             key_rotation: Duration::from_secs(30),
         }
@@ -106,6 +112,11 @@ pub struct EndpointConfig {
     /// turn). Default [`DEFAULT_TRANSMIT_BURST`]: a run of datagrams to one peer leaves in one
     /// GSO send where the runtime coalesces them, which one-each-in-turn breaks up.
     pub transmit_burst: usize,
+    /// RTT samples the endpoint keeps for [`Endpoint::drain_rtt_samples`] between two calls
+    /// (0, the default: none are kept). An embedder that aggregates RTT over its sessions (the
+    /// runtime's per-worker histogram) sets it and drains every turn; samples beyond it are
+    /// counted in [`EndpointStats::rtt_samples_dropped`].
+    pub rtt_sample_buffer: usize,
     /// **Test and benchmark path, not for production.** `Some`: every session's packets are
     /// protected with keys derived from this secret and the session's client connection id and
     /// nonce ([`SessionKeys::derive_for_test`]); client and server endpoints must hold the same
@@ -129,6 +140,7 @@ impl Default for EndpointConfig {
             max_stateless_queue: 1024,
             fec_retention_budget: crate::fec::DEFAULT_RETENTION_BUDGET,
             transmit_burst: DEFAULT_TRANSMIT_BURST,
+            rtt_sample_buffer: 0,
             test_session_secret: None,
         }
     }
@@ -152,6 +164,8 @@ pub struct EndpointStats {
     pub connections: usize,
     /// Largest stateless reply sent.
     pub max_stateless_reply: usize,
+    /// RTT samples not kept because [`EndpointConfig::rtt_sample_buffer`] was full.
+    pub rtt_samples_dropped: u64,
     /// Handshakes refused because of their token (required, invalid, expired, for another
     /// server, reused).
     pub token_refusals: u64,
@@ -216,6 +230,8 @@ pub struct Endpoint {
     by_client: HashMap<(SocketAddr, ConnectionId), ConnectionHandle>,
     per_ip: HashMap<IpAddr, usize>,
     sessions: usize,
+    /// Handshake counters per hashed source address (allocated by the first hello: a client
+    /// endpoint never needs them).
     rate: Box<[(u64, u32)]>,
     rate_salt: u64,
     /// Cookie keys are derived per rotation period from this secret, so the endpoints of one
@@ -231,6 +247,8 @@ pub struct Endpoint {
     timers: BinaryHeap<Reverse<(Instant, u32)>>,
     due: Vec<(Instant, u32)>,
     events: VecDeque<(ConnectionHandle, Event)>,
+    /// RTT samples (µs) for [`Endpoint::drain_rtt_samples`].
+    rtt_samples: Vec<u32>,
     /// The reassembly and FEC retention budgets all connections share (lent to each
     /// connection for the length of a call, see `with_conn`).
     shared: SharedBudgets,
@@ -290,7 +308,7 @@ impl Endpoint {
             by_client: HashMap::new(),
             per_ip: HashMap::new(),
             sessions: 0,
-            rate: vec![(0, 0); RATE_SLOTS].into_boxed_slice(),
+            rate: Box::default(),
             rate_salt,
             cookie_secret,
             epoch_keys: [None; 2],
@@ -300,6 +318,7 @@ impl Endpoint {
             timers: BinaryHeap::new(),
             due: Vec::new(),
             events: VecDeque::new(),
+            rtt_samples: Vec::new(),
             stats: EndpointStats::default(),
             router: Box::new(NoRouting),
             tokens,
@@ -368,6 +387,15 @@ impl Endpoint {
     /// Number of live connections (any state).
     pub fn connection_count(&self) -> usize {
         self.stats.connections
+    }
+
+    /// The RTT samples the connections took since the last call, oldest first (empty unless
+    /// [`EndpointConfig::rtt_sample_buffer`] is set). Each is the time from sending a packet to
+    /// the acknowledgement of it as the newest the peer had.
+    pub fn drain_rtt_samples(&mut self) -> impl Iterator<Item = Duration> + '_ {
+        self.rtt_samples
+            .drain(..)
+            .map(|us| Duration::from_micros(u64::from(us)))
     }
 
     /// Stateless replies waiting to be sent.
@@ -725,12 +753,21 @@ impl Endpoint {
                         Err(v) => return self.verdict(from, client_cid, nonce, v),
                     };
                 let hk = admitted.as_ref().map(|a| &a.hk);
-                if self.sessions >= max_sessions {
-                    self.refuse_with(from, client_cid, nonce, CloseReason::ServerFull, &[], hk);
-                    return Ok(());
-                }
-                if self.per_ip.get(&from.ip()).copied().unwrap_or(0) >= max_per_ip {
-                    let reason = CloseReason::TooManyFromAddress;
+                let ip = from.ip();
+                let routed = self
+                    .cfg
+                    .server
+                    .as_ref()
+                    .and_then(|limits| self.router.admit_session(ip, limits));
+                let verdict = match routed {
+                    Some(v) => v,
+                    None if self.sessions >= max_sessions => Err(CloseReason::ServerFull),
+                    None if self.per_ip.get(&ip).copied().unwrap_or(0) >= max_per_ip => {
+                        Err(CloseReason::TooManyFromAddress)
+                    }
+                    None => Ok(()),
+                };
+                if let Err(reason) = verdict {
                     self.refuse_with(from, client_cid, nonce, reason, &[], hk);
                     return Ok(());
                 }
@@ -744,6 +781,10 @@ impl Endpoint {
                     if let Some(reason) = reason {
                         if reason == CloseReason::TokenReused {
                             self.stats.token_refusals += 1;
+                        }
+                        if routed.is_some() {
+                            // The router counted the session it will not get.
+                            self.router.release_session(ip);
                         }
                         self.refuse_with(from, client_cid, nonce, reason, &[], Some(&a.hk));
                         return Ok(());
@@ -1016,6 +1057,9 @@ impl Endpoint {
         ip.hash(&mut h);
         let i = (h.finish() as usize) % RATE_SLOTS;
         let second = self.now_ms(now) / 1000;
+        if self.rate.is_empty() {
+            self.rate = vec![(0, 0); RATE_SLOTS].into_boxed_slice();
+        }
         let e = &mut self.rate[i];
         if e.0 != second {
             *e = (second, 0);
@@ -1119,6 +1163,31 @@ impl Endpoint {
         due.clear();
         self.due = due;
         self.clean_timers();
+        self.shrink_queues();
+    }
+
+    /// Gives back queue capacity a burst grew once the queues are mostly empty again (a server
+    /// that served a wave of traffic keeps its sessions, not the wave's buffers). Halving at a
+    /// quarter full keeps the cost amortized and never thrashes.
+    fn shrink_queues(&mut self) {
+        fn sparse(len: usize, cap: usize) -> bool {
+            cap > 64 && len < cap / 4
+        }
+        if sparse(self.timers.len(), self.timers.capacity()) {
+            self.timers.shrink_to(self.timers.len() * 2);
+        }
+        if sparse(self.dirty.len(), self.dirty.capacity()) {
+            self.dirty.shrink_to(self.dirty.len() * 2);
+        }
+        if sparse(self.events.len(), self.events.capacity()) {
+            self.events.shrink_to(self.events.len() * 2);
+        }
+        if sparse(self.stateless.len(), self.stateless.capacity()) {
+            self.stateless.shrink_to(self.stateless.len() * 2);
+        }
+        if sparse(0, self.due.capacity()) {
+            self.due = Vec::new();
+        }
     }
 
     /// Runs `f` on connection `idx` with the shared budgets lent to it (see
@@ -1153,6 +1222,15 @@ impl Endpoint {
         while let Some(e) = conn.poll_event() {
             self.events.push_back((h, e));
         }
+        let cap = self.cfg.rtt_sample_buffer;
+        let (samples, stats) = (&mut self.rtt_samples, &mut self.stats);
+        conn.take_rtt_samples(|us| {
+            if samples.len() < cap {
+                samples.push(us);
+            } else if cap > 0 {
+                stats.rtt_samples_dropped += 1;
+            }
+        });
         if slot.remote.is_none() && slot.accepted_for.is_none() && conn.reset_token().is_some() {
             // A client connection that learned its server's id and reset token.
             slot.remote = Some(conn.remote_cid());
@@ -1179,6 +1257,7 @@ impl Endpoint {
                 }
                 self.sessions -= 1;
                 self.router.session_closed();
+                self.router.release_session(key.0.ip());
             }
             self.stats.connections -= 1;
             self.free.push(idx);

@@ -92,16 +92,27 @@ pub struct FecStats {
     pub receiver: ReceiverStats,
 }
 
-/// Per-connection FEC state.
+/// Per-connection FEC wiring: nothing but the retention budget until this side sends FEC or
+/// its peer does (most sessions of a server on the default settings never do), then the boxed
+/// state.
 pub(crate) struct FecLink {
+    /// The budget a new receiver starts with (the endpoint swaps its shared budget in here for
+    /// each call while no receiver exists).
+    budget: RetentionBudget,
+    /// Tag bytes the connection appends to every FEC packet (0 in the insecure mode).
+    tag: usize,
+    state: Option<Box<FecState>>,
+}
+
+/// What a connection that sends or receives FEC holds.
+struct FecState {
     /// FEC settings with `max_payload` set to what the ARQ budget protects.
     cfg: FecConfig,
     /// Present when this side's policy is not `Off`.
     tx: Option<Box<Tx>>,
     /// Created on the first FEC packet from the peer (the peer may protect while we do not).
     rx: Option<Box<Rx>>,
-    budget: RetentionBudget,
-    /// Scratch for a data body.
+    /// Scratch for a data body (allocated on first use, given back by [`Self::trim`]).
     body: Vec<u8>,
     /// ARQ datagrams rebuilt from the last FEC packet, back to back, and their lengths.
     out: Vec<u8>,
@@ -110,20 +121,24 @@ pub(crate) struct FecLink {
     parity_flight: VecDeque<(Instant, usize)>,
     /// Parity body bytes dropped unsent (see `FecStats::parity_unsendable`).
     unsendable_bytes: u64,
+    /// Parity shards dropped unsent (`FecStats::parity_unsendable`).
+    parity_unsendable: u64,
+    /// `FecData` packet bytes sent (`FecStats::data_bytes`).
+    data_bytes: u64,
     /// Number of the next parity packet (its packet-protection nonce).
     next_parity_number: u64,
     /// Tag bytes the connection appends to every FEC packet (0 in the insecure mode).
     tag: usize,
-    stats: FecStats,
 }
 
 impl std::fmt::Debug for FecLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.state.as_deref();
         f.debug_struct("FecLink")
-            .field("cfg", &self.cfg)
-            .field("sending", &self.tx.is_some())
-            .field("receiving", &self.rx.is_some())
-            .field("stats", &self.stats)
+            .field("cfg", &st.map(|s| s.cfg))
+            .field("sending", &self.sending())
+            .field("receiving", &self.receiving())
+            .field("data_bytes", &st.map_or(0, |s| s.data_bytes))
             .finish_non_exhaustive()
     }
 }
@@ -132,27 +147,11 @@ impl FecLink {
     /// `tag`: bytes of authentication tag the connection appends to each FEC packet it seals
     /// (0 without keys); room for a tag is reserved either way.
     pub(crate) fn new(cfg: &Config, tag: usize) -> Self {
-        let fec = FecConfig {
-            max_payload: max_protected_payload(
-                cfg.max_datagram_size,
-                FEC_PARITY_HEADER_LEN + TAG_LEN,
-            ),
-            ..cfg.fec
-        };
-        let tx = (fec.policy != FecPolicy::Off).then(|| Box::new(Tx::new(fec)));
+        let state = (cfg.fec.policy != FecPolicy::Off).then(|| Box::new(FecState::new(cfg, tag)));
         FecLink {
-            body: vec![0u8; fec.max_parity_body()],
-            cfg: fec,
-            tx,
-            rx: None,
             budget: RetentionBudget::default(),
-            out: Vec::new(),
-            out_lens: Vec::new(),
-            parity_flight: VecDeque::new(),
-            unsendable_bytes: 0,
-            next_parity_number: 0,
             tag,
-            stats: FecStats::default(),
+            state,
         }
     }
 
@@ -164,7 +163,7 @@ impl FecLink {
     /// The retention budget receiving draws on: the receiver's once it exists, else the one a
     /// new receiver starts with (the endpoint swaps its shared budget in here for each call).
     pub(crate) fn budget_mut(&mut self) -> &mut RetentionBudget {
-        match self.rx.as_mut() {
+        match self.state.as_mut().and_then(|s| s.rx.as_mut()) {
             Some(rx) => rx.budget_mut(),
             None => &mut self.budget,
         }
@@ -172,17 +171,190 @@ impl FecLink {
 
     /// Bytes the receiver retains now.
     pub(crate) fn retained_bytes(&self) -> usize {
-        self.rx.as_ref().map_or(0, |rx| rx.retained_bytes())
+        self.rx().map_or(0, |rx| rx.retained_bytes())
+    }
+
+    fn rx(&self) -> Option<&Rx> {
+        self.state.as_ref()?.rx.as_deref()
     }
 
     /// Whether outgoing ARQ datagrams are wrapped.
     pub(crate) fn sending(&self) -> bool {
-        self.tx.is_some()
+        self.state.as_ref().is_some_and(|s| s.tx.is_some())
     }
 
     /// Whether the peer sends FEC (its shard loss then drives our loss reports).
     pub(crate) fn receiving(&self) -> bool {
-        self.rx.is_some()
+        self.rx().is_some()
+    }
+
+    /// Extra packets ARQ's fast retransmit tolerates while FEC may still rebuild a lost one
+    /// (see [`FecState::reorder_allowance`]).
+    pub(crate) fn reorder_allowance(&self) -> u64 {
+        self.state.as_ref().map_or(0, |s| s.reorder_allowance())
+    }
+
+    /// Extra time ARQ's time-threshold loss detection waits (see
+    /// [`FecState::reorder_delay`]).
+    pub(crate) fn reorder_delay(&self) -> std::time::Duration {
+        self.state
+            .as_ref()
+            .map_or(std::time::Duration::ZERO, |s| s.reorder_delay())
+    }
+
+    /// The ARQ datagram budget for a UDP payload limit of `udp` bytes (room for the tag is
+    /// always left, see [`Config::arq_datagram_size`]).
+    pub(crate) fn arq_budget(&self, udp: usize) -> usize {
+        let udp = udp.saturating_sub(TAG_LEN);
+        if self.sending() {
+            udp.saturating_sub(FEC_ARQ_OVERHEAD)
+        } else {
+            udp
+        }
+    }
+
+    /// Wraps an outgoing ARQ datagram (see [`FecState::seal`]); as is without FEC.
+    pub(crate) fn seal(
+        &mut self,
+        now: Instant,
+        dst: ConnectionId,
+        buf: &mut [u8],
+        len: usize,
+    ) -> usize {
+        match self.state.as_mut() {
+            Some(s) => s.seal(now, dst, buf, len),
+            None => len,
+        }
+    }
+
+    /// Size of the next parity packet, if one is ready.
+    pub(crate) fn next_parity(&self) -> Option<usize> {
+        self.state.as_ref()?.next_parity()
+    }
+
+    /// Writes the next parity packet, if any (see [`FecState::poll_parity`]).
+    pub(crate) fn poll_parity(
+        &mut self,
+        now: Instant,
+        dst: ConnectionId,
+        buf: &mut [u8],
+        cc: &mut Congestion,
+    ) -> Option<usize> {
+        self.state.as_mut()?.poll_parity(now, dst, buf, cc)
+    }
+
+    /// A packet sent at `sent` was acknowledged: parity sent no later has left the path.
+    pub(crate) fn on_acked(&mut self, sent: Instant, cc: &mut Congestion) {
+        if let Some(s) = self.state.as_mut() {
+            s.on_acked(sent, cc);
+        }
+    }
+
+    /// Retransmission timeout: no parity is in flight any more.
+    pub(crate) fn on_rto(&mut self, cc: &mut Congestion) {
+        if let Some(s) = self.state.as_mut() {
+            s.on_rto(cc);
+        }
+    }
+
+    /// Earliest FEC timer.
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        self.state.as_ref()?.poll_timeout()
+    }
+
+    /// Runs FEC timers.
+    pub(crate) fn handle_timeout(&mut self, now: Instant) {
+        if let Some(s) = self.state.as_mut() {
+            s.handle_timeout(now);
+        }
+    }
+
+    /// The peer's loss report reached us: it steers the adaptive parity.
+    pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64, max_burst: u64) {
+        if let Some(s) = self.state.as_mut() {
+            s.on_loss_report(received, lost, max_burst);
+        }
+    }
+
+    /// Data shards (received, lost, longest loss burst) the peer's FEC stream showed since
+    /// the last call.
+    pub(crate) fn take_loss_report(&mut self) -> Option<(u64, u64, u64)> {
+        self.state.as_mut()?.take_loss_report()
+    }
+
+    /// Feeds an FEC packet body to the receiver (created, with the state, on the first one);
+    /// see [`FecState::receive`].
+    pub(crate) fn receive(
+        &mut self,
+        cfg: &Config,
+        now: Instant,
+        local: ConnectionId,
+        body: &[u8],
+        parity: bool,
+    ) -> Result<(), FecError> {
+        let (budget, tag) = (self.budget, self.tag);
+        self.state
+            .get_or_insert_with(|| Box::new(FecState::new(cfg, tag)))
+            .receive(budget, now, local, body, parity)
+    }
+
+    /// The ARQ datagrams the last [`Self::receive`] yielded (see
+    /// [`FecState::take_datagrams`]).
+    pub(crate) fn take_datagrams(&mut self) -> (Vec<u8>, Vec<usize>) {
+        self.state
+            .as_mut()
+            .map_or((Vec::new(), Vec::new()), |s| s.take_datagrams())
+    }
+
+    /// Returns the buffers of [`Self::take_datagrams`].
+    pub(crate) fn restore_datagrams(&mut self, out: Vec<u8>, lens: Vec<usize>) {
+        if let Some(s) = self.state.as_mut() {
+            s.restore_datagrams(out, lens);
+        }
+    }
+
+    /// Gives back scratch and pooled buffers (the connection is idle).
+    pub(crate) fn trim(&mut self, now: Instant) {
+        if let Some(s) = self.state.as_mut() {
+            s.trim(now);
+        }
+    }
+
+    /// Current counters.
+    pub(crate) fn stats(&self) -> FecStats {
+        let mut s = self
+            .state
+            .as_ref()
+            .map_or_else(FecStats::default, |s| s.stats());
+        s.retention_limit = self.budget.limit();
+        s
+    }
+}
+
+impl FecState {
+    fn new(cfg: &Config, tag: usize) -> Self {
+        let fec = FecConfig {
+            max_payload: max_protected_payload(
+                cfg.max_datagram_size,
+                FEC_PARITY_HEADER_LEN + TAG_LEN,
+            ),
+            ..cfg.fec
+        };
+        let tx = (fec.policy != FecPolicy::Off).then(|| Box::new(Tx::new(fec)));
+        FecState {
+            body: Vec::new(),
+            cfg: fec,
+            tx,
+            rx: None,
+            out: Vec::new(),
+            out_lens: Vec::new(),
+            parity_flight: VecDeque::new(),
+            unsendable_bytes: 0,
+            parity_unsendable: 0,
+            data_bytes: 0,
+            next_parity_number: 0,
+            tag,
+        }
     }
 
     /// Extra packets ARQ's fast retransmit tolerates while groups carry parity: a lost packet
@@ -210,21 +382,9 @@ impl FecLink {
         }
     }
 
-    /// The ARQ datagram budget for a UDP payload limit of `udp` bytes (room for the tag is
-    /// always left, see [`Config::arq_datagram_size`]).
-    pub(crate) fn arq_budget(&self, udp: usize) -> usize {
-        let udp = udp.saturating_sub(TAG_LEN);
-        if self.sending() {
-            udp.saturating_sub(FEC_ARQ_OVERHEAD)
-        } else {
-            udp
-        }
-    }
-
     /// Wraps the ARQ datagram `buf[..len]` in place into a `FecData` packet addressed to
-    /// `dst`; returns the new length (room for the tag stays free after it). Sends the
-    /// datagram unwrapped if FEC is off or it does not fit (the receiver handles plain `Data`
-    /// packets either way).
+    /// `dst`; returns the new length. Sends the datagram unwrapped if FEC is off or it does
+    /// not fit (the receiver handles plain `Data` packets either way).
     pub(crate) fn seal(
         &mut self,
         now: Instant,
@@ -237,6 +397,9 @@ impl FecLink {
         };
         if len < FEC_HEADER_LEN {
             return len;
+        }
+        if self.body.is_empty() {
+            self.body = vec![0u8; self.cfg.max_parity_body()];
         }
         let Ok(n) = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body) else {
             return len;
@@ -254,7 +417,7 @@ impl FecLink {
             return len;
         }
         buf[FEC_HEADER_LEN..FEC_HEADER_LEN + n].copy_from_slice(&self.body[..n]);
-        self.stats.data_bytes += (FEC_HEADER_LEN + n + self.tag) as u64;
+        self.data_bytes += (FEC_HEADER_LEN + n + self.tag) as u64;
         FEC_HEADER_LEN + n
     }
 
@@ -266,7 +429,7 @@ impl FecLink {
         }
     }
 
-    /// Size of the next parity packet on the wire (tag included), if one is ready.
+    /// Size of the next parity packet, if one is ready.
     pub(crate) fn next_parity(&self) -> Option<usize> {
         self.tx
             .as_ref()
@@ -275,8 +438,7 @@ impl FecLink {
     }
 
     /// Writes the next parity packet into `buf` if one is ready and the congestion window has
-    /// room for it; returns its length before the tag (`buf` keeps room for one; the
-    /// congestion window counts it).
+    /// room for it; returns its length.
     pub(crate) fn poll_parity(
         &mut self,
         now: Instant,
@@ -290,8 +452,11 @@ impl FecLink {
             // The caller's buffer is below the configured datagram size: this parity can never
             // go out, drop it rather than wait for it (ARQ covers its group).
             let tx = self.tx.as_mut()?;
+            if self.body.is_empty() {
+                self.body = vec![0u8; self.cfg.max_parity_body()];
+            }
             if let Some(n) = tx.poll_parity(now, &mut self.body) {
-                self.stats.parity_unsendable += 1;
+                self.parity_unsendable += 1;
                 self.unsendable_bytes += n as u64;
             }
             return None;
@@ -375,16 +540,18 @@ impl FecLink {
     /// Feeds an FEC packet body to the receiver. The ARQ datagrams it yields (the data shard
     /// itself and any rebuilt ones) are left for [`Self::take_datagrams`]. `Err` means the
     /// body was malformed, dropped and counted.
-    pub(crate) fn receive(
+    fn receive(
         &mut self,
+        budget: RetentionBudget,
         now: Instant,
         local: ConnectionId,
         body: &[u8],
         parity: bool,
     ) -> Result<(), FecError> {
+        let cfg = self.cfg;
         let rx = self
             .rx
-            .get_or_insert_with(|| Box::new(Rx::new(self.cfg, self.budget)));
+            .get_or_insert_with(|| Box::new(Rx::new(cfg, budget)));
         let mut hdr = [0u8; wire::DATA_HEADER_LEN];
         // A `Data` header for our own cid; its first 10 bytes prefix every rebuilt datagram.
         if wire::encode_data_header(local, 0, &mut hdr).is_err() {
@@ -416,9 +583,28 @@ impl FecLink {
         self.out_lens = lens;
     }
 
-    /// Current counters.
-    pub(crate) fn stats(&self) -> FecStats {
-        let mut s = self.stats;
+    /// Gives back scratch and pooled buffers (the connection is idle); they are taken again
+    /// when FEC packets flow.
+    fn trim(&mut self, now: Instant) {
+        self.body = Vec::new();
+        self.out = Vec::new();
+        self.out_lens = Vec::new();
+        self.parity_flight.shrink_to_fit();
+        if let Some(tx) = self.tx.as_mut() {
+            tx.release_idle(now);
+        }
+        if let Some(rx) = self.rx.as_mut() {
+            rx.release_idle();
+        }
+    }
+
+    /// Current counters (the retention limit is the link's to fill in).
+    fn stats(&self) -> FecStats {
+        let mut s = FecStats {
+            data_bytes: self.data_bytes,
+            parity_unsendable: self.parity_unsendable,
+            ..FecStats::default()
+        };
         if let Some(tx) = self.tx.as_ref() {
             let t = tx.stats();
             // The sender counts parity handed out; some may have been dropped unsendable.
@@ -443,7 +629,6 @@ impl FecLink {
             s.retained_bytes = r.retained_bytes;
             s.peak_retained_bytes = r.peak_retained_bytes;
         }
-        s.retention_limit = self.budget.limit();
         s
     }
 }
@@ -461,7 +646,10 @@ mod tests {
     }
 
     fn level(link: &FecLink) -> usize {
-        link.tx.as_ref().map_or(0, |t| t.parity_level())
+        link.state
+            .as_ref()
+            .and_then(|s| s.tx.as_ref())
+            .map_or(0, |t| t.parity_level())
     }
 
     #[test]
@@ -505,7 +693,7 @@ mod tests {
             let Ok(Packet::FecData { body, .. }) = wire::decode_packet(b) else {
                 panic!("not an FEC data packet");
             };
-            rx.receive(now, cid, body, false).unwrap();
+            rx.receive(&cfg, now, cid, body, false).unwrap();
         }
         let (received, lost, burst) = rx.take_loss_report().unwrap();
         assert_eq!((received, lost, burst), (44, 4, 3));

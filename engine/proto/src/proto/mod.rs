@@ -29,7 +29,7 @@ pub use fec::{FecStats, FEC_ARQ_OVERHEAD};
 pub use keys::SessionKeys;
 pub use protect::{NumberSpace, PacketKey, ReplayWindow, Unauthenticated, REPLAY_WINDOW};
 pub use routing::{NoRouting, Router};
-pub use stats::{ConnectionStats, DropCause, DropCounters};
+pub use stats::{ConnectionStats, DropCause, DropCounters, RttSummary, RTT_BUCKETS};
 
 /// Delivery guarantees of a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -118,6 +118,11 @@ pub struct Config {
     pub handshake_retry: Duration,
     /// Give up a handshake after this long.
     pub handshake_timeout: Duration,
+    /// How long a session goes without data (messages sent or received) before it gives back
+    /// the buffer capacity its traffic grew (send and receive queues, acknowledgement ranges,
+    /// FEC pools). Long enough that a session sending every game tick keeps its buffers; short
+    /// beside the idle timeout. `None`: never.
+    pub idle_trim: Option<Duration>,
     /// How long a graceful close waits for queued reliable data to be acknowledged.
     pub close_linger: Duration,
     /// How often a [`crate::wire::Frame::LossReport`] is sent while packets arrive.
@@ -162,6 +167,7 @@ impl Default for Config {
             keepalive_interval: Some(Duration::from_secs(1)),
             handshake_retry: Duration::from_millis(250),
             handshake_timeout: Duration::from_secs(5),
+            idle_trim: Some(Duration::from_secs(1)),
             close_linger: Duration::from_secs(2),
             loss_report_interval: Duration::from_millis(100),
             fec: crate::fec::FecConfig {

@@ -1,6 +1,9 @@
 //! How the embedder routes a server's sessions when several endpoints serve one address.
 
 use std::fmt;
+use std::net::IpAddr;
+
+use crate::wire::CloseReason;
 
 /// Decides what an endpoint writes into the connection ids it allocates and the cookies it
 /// issues, so that the embedder can steer datagrams to the endpoint that owns their session.
@@ -35,6 +38,27 @@ pub trait Router: Send + fmt::Debug {
 
     /// A session this endpoint accepted has ended.
     fn session_closed(&mut self) {}
+
+    /// Server side: a client at `ip` proved its address and would open a session. `None` (the
+    /// default) lets the endpoint apply `limits` to its own sessions; `Some(Ok(()))` admits the
+    /// session and counts it, `Some(Err(reason))` refuses it with `reason` (which the client
+    /// receives). An embedder that serves one address with several endpoints counts here
+    /// across all of them, so [`ServerConfig::max_sessions`](crate::ServerConfig::max_sessions)
+    /// and [`ServerConfig::max_sessions_per_address`](crate::ServerConfig::max_sessions_per_address)
+    /// hold per server rather than per endpoint.
+    fn admit_session(
+        &mut self,
+        ip: IpAddr,
+        limits: &crate::ServerConfig,
+    ) -> Option<Result<(), CloseReason>> {
+        let _ = (ip, limits);
+        None
+    }
+
+    /// A session that [`Router::admit_session`] admitted has ended.
+    fn release_session(&mut self, ip: IpAddr) {
+        let _ = ip;
+    }
 }
 
 /// The router of a lone endpoint: random connection ids, no routes.

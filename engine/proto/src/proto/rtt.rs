@@ -50,6 +50,16 @@ impl RttEstimator {
         (self.smoothed + (self.var * 4).max(Duration::from_millis(1)) + max_ack_delay).max(min)
     }
 
+    /// When a tail-loss probe is due after the last ack-eliciting packet, before the floor and
+    /// the RTO cap: two smoothed RTTs (RFC 8985), or the smoothed RTT plus four deviations when
+    /// that is longer, plus the peer's ACK delay. The deviation term matters where the RTT
+    /// swings (a busy server, one client thread driving thousands of sessions): there 2 × SRTT
+    /// is exceeded by ordinary round trips, and each spurious probe adds load that stretches
+    /// the next ones.
+    pub(crate) fn probe_delay(&self, max_ack_delay: Duration) -> Duration {
+        (self.smoothed * 2).max(self.smoothed + self.var * 4) + max_ack_delay
+    }
+
     /// Time-threshold loss delay: 9/8 of the larger of smoothed and latest RTT, at least 1 ms.
     pub(crate) fn loss_delay(&self) -> Duration {
         (self.smoothed.max(self.latest) * 9 / 8).max(Duration::from_millis(1))
@@ -75,5 +85,28 @@ mod tests {
         r.update(Duration::from_millis(21), Duration::from_millis(10));
         assert!(r.smoothed > Duration::from_millis(20));
         assert!(r.rto(Duration::from_millis(30), Duration::ZERO) >= Duration::from_millis(30));
+    }
+
+    #[test]
+    fn probe_delay_covers_the_rtt_deviation() {
+        let mut r = RttEstimator::new(Duration::from_millis(100));
+        // A steady path: two smoothed RTTs.
+        for _ in 0..100 {
+            r.update(Duration::from_millis(20), Duration::ZERO);
+        }
+        let steady = r.probe_delay(Duration::from_millis(5));
+        assert!(steady.abs_diff(Duration::from_millis(45)) < Duration::from_millis(1));
+        // A path whose RTT swings between 10 and 90 ms: beyond 2 x SRTT.
+        for i in 0..100 {
+            let ms = if i % 2 == 0 { 10 } else { 90 };
+            r.update(Duration::from_millis(ms), Duration::ZERO);
+        }
+        let swinging = r.probe_delay(Duration::ZERO);
+        assert!(
+            swinging > r.smoothed * 2,
+            "{swinging:?} vs srtt {:?}",
+            r.smoothed
+        );
+        assert_eq!(swinging, r.smoothed + r.var * 4);
     }
 }

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
-
 /// Why an incoming datagram (or part of it) was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -78,7 +76,7 @@ impl DropCause {
 }
 
 /// Counters of dropped datagrams by cause.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DropCounters {
     counts: [u64; DropCause::ALL.len()],
@@ -99,12 +97,104 @@ impl DropCounters {
     }
 }
 
-/// Statistics of one connection.
-#[derive(Debug, Clone)]
+/// Buckets of [`RttSummary::buckets`]: bucket `i` counts samples of `2^i` to `2^(i+1)` - 1 µs
+/// (bucket 0 also takes 0 µs); the last one takes everything from `2^27` µs (about 134 s) up.
+pub const RTT_BUCKETS: usize = 28;
+
+/// The RTT samples of one connection in a fixed-size summary: count, sum, extremes and a
+/// log2-bucket histogram, 144 bytes that are never allocated. Percentiles from it are bucket
+/// bounds (within a factor of 2); exact percentiles across many sessions come from the
+/// runtime's per-worker histogram, fed by [`crate::Endpoint::drain_rtt_samples`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RttSummary {
+    /// Samples recorded.
+    pub samples: u64,
+    /// Sum of every sample, µs (for the mean).
+    pub sum_us: u64,
+    /// Smallest sample, µs (`u64::MAX` before the first).
+    pub min_us: u64,
+    /// Largest sample, µs.
+    pub max_us: u64,
+    /// Sample counts per power-of-two range of microseconds (see [`RTT_BUCKETS`]).
+    pub buckets: [u32; RTT_BUCKETS],
+}
+
+impl Default for RttSummary {
+    fn default() -> Self {
+        Self {
+            samples: 0,
+            sum_us: 0,
+            min_us: u64::MAX,
+            max_us: 0,
+            buckets: [0; RTT_BUCKETS],
+        }
+    }
+}
+
+impl RttSummary {
+    /// The bucket of a sample of `us` microseconds.
+    pub fn bucket_of(us: u64) -> usize {
+        (63 - us.max(1).leading_zeros() as usize).min(RTT_BUCKETS - 1)
+    }
+
+    /// Record one sample.
+    pub fn record(&mut self, sample: Duration) {
+        let us = u64::try_from(sample.as_micros()).unwrap_or(u64::MAX);
+        self.samples += 1;
+        self.sum_us = self.sum_us.saturating_add(us);
+        self.min_us = self.min_us.min(us);
+        self.max_us = self.max_us.max(us);
+        let b = &mut self.buckets[Self::bucket_of(us)];
+        *b = b.saturating_add(1);
+    }
+
+    /// Mean sample, if any.
+    pub fn mean(&self) -> Option<Duration> {
+        (self.samples > 0).then(|| Duration::from_micros(self.sum_us / self.samples))
+    }
+
+    /// Smallest sample, if any.
+    pub fn min(&self) -> Option<Duration> {
+        (self.samples > 0).then(|| Duration::from_micros(self.min_us))
+    }
+
+    /// Largest sample, if any.
+    pub fn max(&self) -> Option<Duration> {
+        (self.samples > 0).then(|| Duration::from_micros(self.max_us))
+    }
+
+    /// An upper bound of the `q` quantile (`0.0..=1.0`): the top of the bucket that holds it,
+    /// never above the largest sample nor below the smallest. `None` before the first sample.
+    pub fn quantile_bound(&self, q: f64) -> Option<Duration> {
+        if self.samples == 0 {
+            return None;
+        }
+        let total: u64 = self.buckets.iter().map(|&c| u64::from(c)).sum();
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0u64;
+        for (i, &c) in self.buckets.iter().enumerate() {
+            seen += u64::from(c);
+            if seen >= rank {
+                let top = if i + 1 == RTT_BUCKETS {
+                    u64::MAX
+                } else {
+                    (2u64 << i) - 1
+                };
+                return Some(Duration::from_micros(top.min(self.max_us).max(self.min_us)));
+            }
+        }
+        self.max()
+    }
+}
+
+/// Statistics of one connection: a small `Copy` value computed when asked for
+/// ([`crate::Connection::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[non_exhaustive]
 pub struct ConnectionStats {
-    /// RTT samples in microseconds.
-    pub rtt_us: Histogram<u64>,
+    /// RTT samples (every acknowledgement of a new largest packet is one).
+    pub rtt: RttSummary,
     /// Datagrams sent.
     pub packets_sent: u64,
     /// UDP payload bytes sent.
@@ -151,34 +241,52 @@ pub struct ConnectionStats {
     pub fec: super::FecStats,
 }
 
-impl Default for ConnectionStats {
-    fn default() -> Self {
-        Self {
-            // 1 µs .. 100 s, 3 significant digits: bounds are constants, creation cannot fail.
-            rtt_us: Histogram::new_with_bounds(1, 100_000_000, 3)
-                .expect("constant histogram bounds are valid"),
-            packets_sent: 0,
-            bytes_sent: 0,
-            packets_received: 0,
-            bytes_received: 0,
-            packets_lost: 0,
-            packets_spurious_lost: 0,
-            segments_retransmitted: 0,
-            segments_sent: 0,
-            tail_loss_probes: 0,
-            rto_count: 0,
-            messages_delivered: 0,
-            unreliable_dropped: 0,
-            drops: DropCounters::default(),
-            cwnd: 0,
-            bytes_in_flight: 0,
-            rto: Duration::ZERO,
-            srtt: Duration::ZERO,
-            min_rtt: Duration::ZERO,
-            reassembly_bytes: 0,
-            reassembly_peak: 0,
-            peer_loss_report: (0, 0),
-            fec: super::FecStats::default(),
+/// The counters a connection keeps itself (the rest of [`ConnectionStats`] is derived from its
+/// state when asked for).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Counters {
+    pub(crate) rtt: RttSummary,
+    pub(crate) packets_sent: u64,
+    pub(crate) bytes_sent: u64,
+    pub(crate) packets_received: u64,
+    pub(crate) bytes_received: u64,
+    pub(crate) packets_lost: u64,
+    pub(crate) packets_spurious_lost: u64,
+    pub(crate) segments_retransmitted: u64,
+    pub(crate) segments_sent: u64,
+    pub(crate) tail_loss_probes: u64,
+    pub(crate) rto_count: u64,
+    pub(crate) messages_delivered: u64,
+    pub(crate) drops: DropCounters,
+    pub(crate) peer_loss_report: (u64, u64),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rtt_summary_buckets_and_bounds() {
+        let mut s = RttSummary::default();
+        assert_eq!(s.quantile_bound(0.5), None);
+        assert_eq!(RttSummary::bucket_of(0), 0);
+        assert_eq!(RttSummary::bucket_of(1), 0);
+        assert_eq!(RttSummary::bucket_of(2), 1);
+        assert_eq!(RttSummary::bucket_of(1023), 9);
+        assert_eq!(RttSummary::bucket_of(1024), 10);
+        assert_eq!(RttSummary::bucket_of(u64::MAX), RTT_BUCKETS - 1);
+        for us in [300u64, 310, 320, 330, 340, 350, 360, 370, 380, 9_000] {
+            s.record(Duration::from_micros(us));
         }
+        assert_eq!(s.samples, 10);
+        assert_eq!(s.min(), Some(Duration::from_micros(300)));
+        assert_eq!(s.max(), Some(Duration::from_micros(9_000)));
+        assert_eq!(s.mean(), Some(Duration::from_micros(1_206)));
+        // Nine samples in 256..511 µs: the median's bound is that bucket's top.
+        assert_eq!(s.quantile_bound(0.5), Some(Duration::from_micros(511)));
+        // The tail is the largest sample, not its bucket's top (16,383 µs).
+        assert_eq!(s.quantile_bound(0.99), Some(Duration::from_micros(9_000)));
+        assert_eq!(s.quantile_bound(0.0), Some(Duration::from_micros(511)));
+        assert!(std::mem::size_of::<RttSummary>() <= 1024);
     }
 }

@@ -309,11 +309,22 @@ impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Application => f.write_str("closed by the application"),
-            Self::IdleTimeout => f.write_str("nothing arrived within the idle timeout"),
+            Self::IdleTimeout => {
+                f.write_str("nothing arrived within the idle timeout (Config::idle_timeout)")
+            }
             Self::VersionMismatch => f.write_str("the peer speaks another protocol version"),
-            Self::ServerFull => f.write_str("the server is full"),
-            Self::TooManyFromAddress => f.write_str("too many sessions from this address"),
-            Self::HandshakeTimeout => f.write_str("the handshake did not complete in time"),
+            // The settings behind a refusal are named, so the error says what the server's
+            // operator can raise.
+            Self::ServerFull => {
+                f.write_str("the server is full (its session limit, ServerConfig::max_sessions)")
+            }
+            Self::TooManyFromAddress => f.write_str(
+                "too many sessions from this address (the server's \
+                 ServerConfig::max_sessions_per_address)",
+            ),
+            Self::HandshakeTimeout => {
+                f.write_str("the handshake did not complete in time (Config::handshake_timeout)")
+            }
             Self::ProtocolViolation => f.write_str("the peer violated the protocol"),
             Self::Shutdown => f.write_str("the endpoint is shutting down"),
             Self::Reset => f.write_str("the server has no state for this session (reset)"),

@@ -1,0 +1,201 @@
+//! `bench game`: N players on a ticking game server (see [`crate::scale::game`]).
+
+use std::fmt::Write as _;
+
+use anyhow::{bail, Result};
+use clap::Args;
+
+use super::Global;
+use crate::host::{HostInfo, UtcTime};
+use crate::output::{host_line, render_table, result_file, thousands, write_result};
+use crate::scale::game::{run as run_one, GameConfig, GameRun};
+
+/// Flags of `bench game`.
+#[derive(Debug, Clone, Args)]
+pub struct GameArgs {
+    /// Player counts to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
+    pub players: Vec<usize>,
+    /// Paths: direct, or through the impairment relay under a named profile (e.g. random);
+    /// comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "direct,random")]
+    pub paths: Vec<String>,
+    /// Server tick (and input) rate, Hz.
+    #[arg(long, default_value_t = 60.0)]
+    pub tick_hz: f64,
+    /// Snapshot size, bytes (16 to 1,000 in the workload).
+    #[arg(long, default_value_t = 200)]
+    pub snapshot_bytes: usize,
+    /// Input size, bytes.
+    #[arg(long, default_value_t = 32)]
+    pub input_bytes: usize,
+    /// Players per loopback address (127.0.0.1, 127.0.0.2, ... on Linux).
+    #[arg(long, default_value_t = 1000)]
+    pub players_per_ip: usize,
+    /// Server workers.
+    #[arg(long, default_value_t = 2)]
+    pub io_threads: usize,
+    /// Server workers' idle strategy: balanced, park or spin.
+    #[arg(long, default_value = "balanced", value_parser = ["balanced", "park", "spin"])]
+    pub server_idle: String,
+    /// Datagram backend of server and clients.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "uring", "mmsg"])]
+    pub backend: String,
+    /// Protocol profile of both sides.
+    #[arg(long, default_value = "game", value_parser = ["default", "game", "bulk"])]
+    pub profile: String,
+    /// secure: connect tokens and every packet protected (the production path); insecure: no
+    /// token, no protection (LAN play).
+    #[arg(long, default_value = "secure", value_parser = ["secure", "insecure"])]
+    pub security: String,
+    /// Warm-up seconds.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Measured seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Runs per case (a fresh server each); the table shows the median.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    /// Seed of the relay's impairment streams.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
+}
+
+/// The table: one row per (players, path), medians over its rounds.
+pub fn game_table(runs: &[GameRun]) -> String {
+    let header = [
+        "players",
+        "path",
+        "rounds",
+        "ticks/s",
+        "late",
+        "skipped",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "max ms",
+        "lost snap",
+        "stale",
+        "reliable lost",
+        "server CPU %",
+        "µs/tick",
+        "RSS B/session",
+        "ok",
+    ];
+    let mut keys: Vec<(usize, Option<String>)> = Vec::new();
+    for r in runs {
+        let k = (r.config.players, r.config.relay_profile.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let rows: Vec<Vec<String>> = keys
+        .iter()
+        .map(|(n, path)| {
+            let rs: Vec<&GameRun> = runs
+                .iter()
+                .filter(|r| r.config.players == *n && &r.config.relay_profile == path)
+                .collect();
+            let m = |f: &dyn Fn(&GameRun) -> Option<f64>| {
+                median(rs.iter().filter_map(|r| f(r)).collect())
+            };
+            let ms = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.2}", v / 1000.0));
+            let int =
+                |x: Option<f64>| x.map_or("-".into(), |v| thousands(v.max(0.0).round() as u64));
+            vec![
+                thousands(*n as u64),
+                path.clone()
+                    .map_or("direct".into(), |p| format!("relay {p}")),
+                rs.len().to_string(),
+                m(&|r| Some(r.ticks_per_s)).map_or("-".into(), |v| format!("{v:.1}")),
+                int(m(&|r| Some(r.ticks_late as f64))),
+                int(m(&|r| Some(r.ticks_skipped as f64))),
+                ms(m(&|r| r.snapshot_latency_us.map(|l| l.p50))),
+                ms(m(&|r| r.snapshot_latency_us.map(|l| l.p99))),
+                ms(m(&|r| r.snapshot_latency_us.map(|l| l.p999))),
+                ms(m(&|r| r.snapshot_latency_us.map(|l| l.max))),
+                int(m(&|r| Some(r.snapshots_lost as f64))),
+                int(m(&|r| Some(r.snapshots_stale as f64))),
+                int(m(&|r| Some(r.inputs_lost as f64))),
+                m(&|r| Some(r.server_cpu_percent)).map_or("-".into(), |v| format!("{v:.1}")),
+                m(&|r| Some(r.server_cpu_us_per_tick)).map_or("-".into(), |v| format!("{v:.0}")),
+                int(m(&|r| r.server_rss_per_session_bytes)),
+                if rs.iter().all(|r| r.ok) {
+                    "yes".into()
+                } else {
+                    "NO".into()
+                },
+            ]
+        })
+        .collect();
+    let mut out = render_table(&header, &rows);
+    for r in runs.iter().filter(|r| !r.ok) {
+        for e in &r.errors {
+            let _ = writeln!(out, "  {} players: {e}", r.config.players);
+        }
+    }
+    out
+}
+
+/// `bench game`.
+pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
+    if args.players.is_empty() || args.paths.is_empty() || args.rounds == 0 {
+        bail!("--players, --paths and --rounds need at least one");
+    }
+    let started = UtcTime::now();
+    let host = HostInfo::collect();
+    eprintln!("{}", host_line(&host));
+    let mut runs = Vec::new();
+    for path in &args.paths {
+        let relay_profile = (path != "direct").then(|| path.clone());
+        for &n in &args.players {
+            for round in 0..args.rounds {
+                let cfg = GameConfig {
+                    players: n,
+                    tick_hz: args.tick_hz,
+                    snapshot_bytes: args.snapshot_bytes,
+                    input_bytes: args.input_bytes,
+                    relay_profile: relay_profile.clone(),
+                    seed: args.seed + round as u64,
+                    players_per_ip: args.players_per_ip,
+                    io_threads: args.io_threads,
+                    server_idle: args.server_idle.clone(),
+                    backend: args.backend.clone(),
+                    profile: args.profile.clone(),
+                    security: args.security.clone(),
+                    warmup_s: args.warmup,
+                    seconds: args.seconds,
+                };
+                let r = run_one(&cfg)?;
+                eprintln!(
+                    "  {n} players {path}, round {}: {:.1} ticks/s, p99 {:.2} ms, lost {} stale {} reliable lost {}, server CPU {:.1}%{}",
+                    round + 1,
+                    r.ticks_per_s,
+                    r.snapshot_latency_us.map_or(0.0, |l| l.p99 / 1000.0),
+                    r.snapshots_lost,
+                    r.snapshots_stale,
+                    r.inputs_lost,
+                    r.server_cpu_percent,
+                    if r.ok { "" } else { " (NOT ok)" }
+                );
+                runs.push(r);
+            }
+        }
+    }
+    print!("{}", game_table(&runs));
+    let mut file = result_file("game", &started, host, Vec::new());
+    file.ok = runs.iter().all(|r| r.ok);
+    file.game_runs = runs;
+    let ok = file.ok;
+    write_result(&file, &global.path_for("game", &started))?;
+    Ok(ok)
+}

@@ -1,0 +1,202 @@
+//! `bench sessions`: N clients connected at once to one server (see [`crate::scale::sessions`]).
+
+use std::fmt::Write as _;
+
+use anyhow::{bail, Result};
+use clap::Args;
+
+use super::Global;
+use crate::host::{HostInfo, UtcTime};
+use crate::output::{host_line, render_table, result_file, thousands, write_result};
+use crate::scale::sessions::{run as run_one, SessionsConfig, SessionsRun};
+
+/// Flags of `bench sessions`.
+#[derive(Debug, Clone, Args)]
+pub struct SessionsArgs {
+    /// Client counts to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
+    pub clients: Vec<usize>,
+    /// idle: connect, let the sessions sit, weigh the server. echo: that, then a window-1 echo
+    /// on every client.
+    #[arg(long, default_value = "echo", value_parser = ["idle", "echo"])]
+    pub mode: String,
+    /// Clients per loopback address (127.0.0.1, 127.0.0.2, ... on Linux).
+    #[arg(long, default_value_t = 1000)]
+    pub clients_per_ip: usize,
+    /// Server workers.
+    #[arg(long, default_value_t = 2)]
+    pub io_threads: usize,
+    /// Server workers' idle strategy: balanced, park or spin.
+    #[arg(long, default_value = "balanced", value_parser = ["balanced", "park", "spin"])]
+    pub server_idle: String,
+    /// Datagram backend of server and clients (clients in a set use mmsg for auto).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "uring", "mmsg"])]
+    pub backend: String,
+    /// Protocol profile of both sides.
+    #[arg(long, default_value = "default", value_parser = ["default", "game", "bulk"])]
+    pub profile: String,
+    /// secure: connect tokens and every packet protected (the production path); insecure: no
+    /// token, no protection (LAN play).
+    #[arg(long, default_value = "secure", value_parser = ["secure", "insecure"])]
+    pub security: String,
+    /// Echo message size, bytes.
+    #[arg(long, default_value_t = 64)]
+    pub payload: usize,
+    /// Idle seconds after connecting, before the server is weighed.
+    #[arg(long, default_value_t = 2.0)]
+    pub settle: f64,
+    /// Echo warm-up seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Echo measured seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Runs per client count (a fresh server each); the table shows the median.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
+}
+
+/// The table: one row per client count, medians over its rounds.
+pub fn sessions_table(runs: &[SessionsRun]) -> String {
+    let header = [
+        "clients",
+        "mode",
+        "idle",
+        "rounds",
+        "connect s",
+        "handshakes/s",
+        "RSS B/session",
+        "rt/s",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "max ms",
+        "server CPU %",
+        "client CPU %",
+        "ok",
+    ];
+    let mut keys: Vec<(usize, String, String)> = Vec::new();
+    for r in runs {
+        let k = (
+            r.config.clients,
+            r.config.mode.clone(),
+            r.config.server_idle.clone(),
+        );
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let rows: Vec<Vec<String>> = keys
+        .iter()
+        .map(|(n, mode, idle)| {
+            let rs: Vec<&SessionsRun> = runs
+                .iter()
+                .filter(|r| {
+                    r.config.clients == *n
+                        && &r.config.mode == mode
+                        && &r.config.server_idle == idle
+                })
+                .collect();
+            let m = |f: &dyn Fn(&SessionsRun) -> Option<f64>| {
+                median(rs.iter().filter_map(|r| f(r)).collect())
+            };
+            let ms = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.2}", v / 1000.0));
+            let echo = mode == "echo";
+            vec![
+                thousands(*n as u64),
+                mode.clone(),
+                idle.clone(),
+                rs.len().to_string(),
+                m(&|r| Some(r.connect_s)).map_or("-".into(), |v| format!("{v:.2}")),
+                m(&|r| Some(r.handshakes_per_s))
+                    .map_or("-".into(), |v| thousands(v.round() as u64)),
+                m(&|r| r.server_rss_per_session_bytes)
+                    .map_or("-".into(), |v| thousands(v.max(0.0).round() as u64)),
+                if echo {
+                    m(&|r| Some(r.round_trips_per_s))
+                        .map_or("-".into(), |v| thousands(v.round() as u64))
+                } else {
+                    "-".into()
+                },
+                ms(m(&|r| r.rtt_us.map(|l| l.p50))),
+                ms(m(&|r| r.rtt_us.map(|l| l.p99))),
+                ms(m(&|r| r.rtt_us.map(|l| l.p999))),
+                ms(m(&|r| r.rtt_us.map(|l| l.max))),
+                m(&|r| r.server_cpu_percent).map_or("-".into(), |v| format!("{v:.0}")),
+                m(&|r| r.client_cpu_percent).map_or("-".into(), |v| format!("{v:.0}")),
+                if rs.iter().all(|r| r.ok) {
+                    "yes".into()
+                } else {
+                    "NO".into()
+                },
+            ]
+        })
+        .collect();
+    let mut out = render_table(&header, &rows);
+    for r in runs.iter().filter(|r| !r.ok) {
+        for e in &r.errors {
+            let _ = writeln!(out, "  {} clients: {e}", r.config.clients);
+        }
+    }
+    out
+}
+
+/// `bench sessions`.
+pub fn run(args: &SessionsArgs, global: &Global) -> Result<bool> {
+    if args.clients.is_empty() || args.rounds == 0 {
+        bail!("--clients and --rounds need at least one");
+    }
+    let started = UtcTime::now();
+    let host = HostInfo::collect();
+    eprintln!("{}", host_line(&host));
+    let mut runs = Vec::new();
+    for &n in &args.clients {
+        for round in 0..args.rounds {
+            let cfg = SessionsConfig {
+                clients: n,
+                mode: args.mode.clone(),
+                clients_per_ip: args.clients_per_ip,
+                io_threads: args.io_threads,
+                server_idle: args.server_idle.clone(),
+                backend: args.backend.clone(),
+                profile: args.profile.clone(),
+                security: args.security.clone(),
+                payload: args.payload.max(16),
+                settle_s: args.settle,
+                warmup_s: args.warmup,
+                seconds: args.seconds,
+            };
+            let r = run_one(&cfg)?;
+            eprintln!(
+                "  {n} clients, round {}: connected {} in {:.2} s ({} handshakes/s), RSS {} B/session{}{}",
+                round + 1,
+                r.connected,
+                r.connect_s,
+                thousands(r.handshakes_per_s.round() as u64),
+                r.server_rss_per_session_bytes.map_or("-".into(), |v| format!("{v:.0}")),
+                if cfg.mode == "echo" {
+                    format!(", {} rt/s, p99 {:.1} ms", thousands(r.round_trips_per_s.round() as u64), r.rtt_us.map_or(0.0, |l| l.p99 / 1000.0))
+                } else {
+                    String::new()
+                },
+                if r.ok { "" } else { " (NOT ok)" }
+            );
+            runs.push(r);
+        }
+    }
+    print!("{}", sessions_table(&runs));
+    let mut file = result_file("sessions", &started, host, Vec::new());
+    file.ok = runs.iter().all(|r| r.ok);
+    file.sessions_runs = runs;
+    let ok = file.ok;
+    write_result(&file, &global.path_for("sessions", &started))?;
+    Ok(ok)
+}

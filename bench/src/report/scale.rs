@@ -1,0 +1,334 @@
+//! The many-sessions sections: `bench sessions` and `bench game` results, and the simulated
+//! heap per session from the gate baseline.
+
+use std::fmt::Write as _;
+
+use anyhow::Result;
+
+use super::charts::bars;
+use super::md_table;
+use super::sections::Ctx;
+use super::Input;
+use crate::output::thousands;
+use crate::scale::game::GameRun;
+use crate::scale::sessions::SessionsRun;
+
+/// Result kinds rendered here.
+pub const KINDS: [&str; 2] = ["sessions", "game"];
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    Some(v[v.len() / 2])
+}
+
+fn ms(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{:.2}", v / 1000.0))
+}
+
+fn int(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| thousands(v.max(0.0).round() as u64))
+}
+
+/// The newest file of `kind` (paths sort by host, date and time), with its runs.
+fn newest<'a>(
+    inputs: &'a super::Inputs,
+    kind: &str,
+) -> Option<(&'a str, &'a crate::schema::ResultFile)> {
+    inputs
+        .files
+        .iter()
+        .filter_map(|(p, i)| match i {
+            Input::Bench(f) if f.kind == kind => Some((p.as_str(), f)),
+            _ => None,
+        })
+        .max_by(|a, b| (a.1.created_unix_s, a.0).cmp(&(b.1.created_unix_s, b.0)))
+}
+
+/// Renders the `sessions`, `game` and `session-memory` sections.
+pub(super) fn render(cx: &mut Ctx) -> Result<()> {
+    sessions(cx)?;
+    game(cx)?;
+    memory(cx);
+    Ok(())
+}
+
+fn sessions(cx: &mut Ctx) -> Result<()> {
+    let Some((path, file)) = newest(cx.inputs, "sessions") else {
+        cx.section(
+            "sessions",
+            "No `bench sessions` result under `results/` yet.\n".into(),
+        );
+        return Ok(());
+    };
+    let path = path.to_string();
+    let runs: Vec<SessionsRun> = file.sessions_runs.clone();
+    let mut keys: Vec<(usize, String, String, String)> = Vec::new();
+    for r in &runs {
+        let c = &r.config;
+        let k = (
+            c.clients,
+            c.mode.clone(),
+            c.server_idle.clone(),
+            c.security.clone(),
+        );
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut rows = Vec::new();
+    let (mut labels, mut p99, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+    for (n, mode, idle, security) in &keys {
+        let rs: Vec<&SessionsRun> = runs
+            .iter()
+            .filter(|r| {
+                let c = &r.config;
+                c.clients == *n
+                    && &c.mode == mode
+                    && &c.server_idle == idle
+                    && &c.security == security
+            })
+            .collect();
+        let m = |f: &dyn Fn(&SessionsRun) -> Option<f64>| {
+            median(rs.iter().filter_map(|r| f(r)).collect())
+        };
+        let echo = mode == "echo";
+        let p = m(&|r| r.rtt_us.map(|l| l.p99));
+        let b = m(&|r| r.server_rss_per_session_bytes);
+        rows.push(vec![
+            thousands(*n as u64),
+            format!("{mode}, {idle}, {security}"),
+            rs.len().to_string(),
+            m(&|r| Some(r.connect_s)).map_or("-".into(), |v| format!("{v:.2}")),
+            int(m(&|r| Some(r.handshakes_per_s))),
+            int(b),
+            if echo {
+                int(m(&|r| Some(r.round_trips_per_s)))
+            } else {
+                "-".into()
+            },
+            ms(m(&|r| r.rtt_us.map(|l| l.p50))),
+            ms(p),
+            ms(m(&|r| r.rtt_us.map(|l| l.p999))),
+            ms(m(&|r| r.rtt_us.map(|l| l.max))),
+            m(&|r| r.server_cpu_percent).map_or("-".into(), |v| format!("{v:.0}")),
+            m(&|r| r.client_cpu_percent).map_or("-".into(), |v| format!("{v:.0}")),
+            if rs.iter().all(|r| r.ok) {
+                "yes".into()
+            } else {
+                "NO".into()
+            },
+        ]);
+        if echo {
+            labels.push(format!(
+                "{} clients ({idle}, {security})",
+                thousands(*n as u64)
+            ));
+            p99.push(p.unwrap_or(0.0) / 1000.0);
+            rss.push(b.unwrap_or(0.0));
+        }
+    }
+    let mut body = format!(
+        "From `{path}` ({}, load average at start {}): N clients connected at once to one server \
+         process (2 workers unless the JSON says otherwise), all driven by one `ClientSet` on one \
+         thread of the bench; then a window-1 echo of 64 B on every client. Medians over the \
+         rounds. RSS per session is the server process's resident memory growth from before \
+         the first client to every client connected and idle, divided by N.\n\n",
+        file.created_utc,
+        file.host
+            .load_average
+            .map_or("unknown".into(), |l| format!("{:.1}", l[0]))
+    );
+    body.push_str(&md_table(
+        &[
+            "clients",
+            "mode, server idle, security",
+            "rounds",
+            "connect s",
+            "handshakes/s",
+            "RSS B/session",
+            "rt/s",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "max ms",
+            "server CPU %",
+            "client CPU %",
+            "ok",
+        ],
+        2,
+        &rows,
+    ));
+    if !labels.is_empty() {
+        body.push('\n');
+        let c = bars(
+            "sessions-p99.svg",
+            "Echo p99 RTT by sessions",
+            "ms",
+            &labels,
+            &p99,
+        )?;
+        body.push_str(&cx.chart(c, "echo p99 RTT against the session count"));
+        let c = bars(
+            "sessions-rss.svg",
+            "Server RSS per session",
+            "bytes",
+            &labels,
+            &rss,
+        )?;
+        body.push_str(&cx.chart(c, "server RSS per session against the session count"));
+    }
+    let _ = writeln!(body, "\nCommand: `{}`", file.command_line.replace('`', "'"));
+    cx.section("sessions", body);
+    Ok(())
+}
+
+fn game(cx: &mut Ctx) -> Result<()> {
+    let Some((path, file)) = newest(cx.inputs, "game") else {
+        cx.section(
+            "game",
+            "No `bench game` result under `results/` yet.\n".into(),
+        );
+        return Ok(());
+    };
+    let path = path.to_string();
+    let runs: Vec<GameRun> = file.game_runs.clone();
+    let mut keys: Vec<(usize, Option<String>, String)> = Vec::new();
+    for r in &runs {
+        let k = (
+            r.config.players,
+            r.config.relay_profile.clone(),
+            r.config.security.clone(),
+        );
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mut rows = Vec::new();
+    let (mut labels, mut p99, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+    for (n, relay, security) in &keys {
+        let rs: Vec<&GameRun> = runs
+            .iter()
+            .filter(|r| {
+                r.config.players == *n
+                    && &r.config.relay_profile == relay
+                    && &r.config.security == security
+            })
+            .collect();
+        let m =
+            |f: &dyn Fn(&GameRun) -> Option<f64>| median(rs.iter().filter_map(|r| f(r)).collect());
+        let path_name = relay
+            .clone()
+            .map_or("direct".into(), |p| format!("relay {p}"));
+        let p = m(&|r| r.snapshot_latency_us.map(|l| l.p99));
+        let b = m(&|r| r.server_rss_per_session_bytes);
+        rows.push(vec![
+            thousands(*n as u64),
+            format!("{path_name}, {security}"),
+            rs.len().to_string(),
+            m(&|r| Some(r.ticks_per_s)).map_or("-".into(), |v| format!("{v:.1}")),
+            int(m(&|r| Some((r.ticks_late + r.ticks_skipped) as f64))),
+            ms(m(&|r| r.snapshot_latency_us.map(|l| l.p50))),
+            ms(p),
+            ms(m(&|r| r.snapshot_latency_us.map(|l| l.p999))),
+            ms(m(&|r| r.snapshot_latency_us.map(|l| l.max))),
+            int(m(&|r| Some(r.snapshots_lost as f64))),
+            int(m(&|r| Some(r.snapshots_stale as f64))),
+            int(m(&|r| Some(r.inputs_lost as f64))),
+            m(&|r| Some(r.server_cpu_percent)).map_or("-".into(), |v| format!("{v:.1}")),
+            int(m(&|r| Some(r.server_cpu_us_per_tick))),
+            int(b),
+            if rs.iter().all(|r| r.ok) {
+                "yes".into()
+            } else {
+                "NO".into()
+            },
+        ]);
+        labels.push(format!("{} players, {path_name}", thousands(*n as u64)));
+        p99.push(p.unwrap_or(0.0) / 1000.0);
+        rss.push(b.unwrap_or(0.0));
+    }
+    let mut body = format!(
+        "From `{path}` ({}, load average at start {}): N players on one game server process \
+         ticking at the configured rate (60 Hz unless the JSON says otherwise): every tick a \
+         snapshot to every player on the unreliable-sequenced channel, every player a 32 B input \
+         per tick on the reliable-ordered channel; all players in one `ClientSet` on one thread. \
+         Latency is from the server's tick to the player's receive, on the host's monotonic \
+         clock. Late/skipped: ticks more than half a period late, and due times that passed \
+         without a tick, over both workers. µs/tick: server process CPU per tick period.\n\n",
+        file.created_utc,
+        file.host
+            .load_average
+            .map_or("unknown".into(), |l| format!("{:.1}", l[0]))
+    );
+    body.push_str(&md_table(
+        &[
+            "players",
+            "path, security",
+            "rounds",
+            "ticks/s",
+            "late+skipped",
+            "p50 ms",
+            "p99 ms",
+            "p99.9 ms",
+            "max ms",
+            "lost snapshots",
+            "stale",
+            "reliable lost",
+            "server CPU %",
+            "µs/tick",
+            "RSS B/session",
+            "ok",
+        ],
+        2,
+        &rows,
+    ));
+    if !labels.is_empty() {
+        body.push('\n');
+        let c = bars("game-p99.svg", "Snapshot p99 latency", "ms", &labels, &p99)?;
+        body.push_str(&cx.chart(c, "snapshot p99 latency against the player count"));
+        let c = bars(
+            "game-rss.svg",
+            "Server RSS per player",
+            "bytes",
+            &labels,
+            &rss,
+        )?;
+        body.push_str(&cx.chart(c, "server RSS per player against the player count"));
+    }
+    let _ = writeln!(body, "\nCommand: `{}`", file.command_line.replace('`', "'"));
+    cx.section("game", body);
+    Ok(())
+}
+
+/// The gate baseline's exact heap per simulated session.
+fn memory(cx: &mut Ctx) {
+    let base = cx.inputs.files.iter().find_map(|(p, i)| match i {
+        Input::Gate(b) => b
+            .sim
+            .iter()
+            .find(|s| s.profile == crate::gate::sim::SESSIONS_PROFILE)
+            .map(|s| (p.clone(), s.metrics.clone())),
+        _ => None,
+    });
+    let body = match base {
+        None => "The gate baseline has no simulated heap-per-session row yet (`bench gate \
+                 --update-baseline` records it).\n"
+            .to_string(),
+        Some((path, m)) => {
+            let rows: Vec<Vec<String>> = m
+                .iter()
+                .map(|(k, v)| vec![format!("`{k}`"), thousands(v.round() as u64)])
+                .collect();
+            format!(
+                "From `{path}`: heap bytes a simulated server endpoint holds per session, 1,000 \
+                 clients (`ricochet_testkit::sessions`, counted by the bench binary's allocator; \
+                 exact for the code, gated exactly by `bench gate`).\n\n{}",
+                md_table(&["measure", "bytes per session"], 1, &rows)
+            )
+        }
+    };
+    cx.section("session-memory", body);
+}

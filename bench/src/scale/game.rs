@@ -1,0 +1,396 @@
+//! `bench game`: N players on one game server (in its own process). The server ticks at a
+//! fixed rate and sends every player a snapshot per tick on an unreliable-sequenced channel;
+//! every player sends a small input per tick on a reliable-ordered channel. All players run in
+//! one `ClientSet` on one thread of the bench, directly or through the impairment relay (one
+//! route per player).
+//!
+//! Reported: snapshot latency from the server's send (its tick) to the player's receive, on
+//! the host's monotonic clock that both processes read; snapshots lost (tick numbers a player
+//! never saw) and stale (older than one already seen, or dropped as such by the protocol);
+//! reliable inputs lost (sent but never received by the server after a drain: must be 0); the
+//! server's tick rate, late and skipped ticks, CPU per tick and resident memory per session.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use ricochet::{ClientConfig, ClientEvent};
+use serde::{Deserialize, Serialize};
+
+use super::server::{
+    monotonic_ns, ServerKind, ServerProcess, ServerSpec, ServerStats, INPUT_CHANNEL, INPUT_HEADER,
+    SNAPSHOT_CHANNEL,
+};
+use super::sessions::{connect_all, idle_for};
+use crate::host::CpuTimes;
+use crate::relay::{Relay, RelayConfig};
+use crate::schema::{finite, Latency};
+use crate::udp::tracker::new_rtt_histogram;
+
+/// One `bench game` measurement's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GameConfig {
+    /// Players.
+    pub players: usize,
+    /// Server tick rate (and input rate), Hz.
+    pub tick_hz: f64,
+    /// Snapshot size, bytes.
+    pub snapshot_bytes: usize,
+    /// Input size, bytes.
+    pub input_bytes: usize,
+    /// Network condition through the relay (`None`: direct).
+    pub relay_profile: Option<String>,
+    /// Relay seed.
+    pub seed: u64,
+    /// Players that share one loopback address.
+    pub players_per_ip: usize,
+    /// Server workers.
+    pub io_threads: usize,
+    /// Server idle strategy.
+    pub server_idle: String,
+    /// Backend of server and clients.
+    pub backend: String,
+    /// Protocol profile of both sides.
+    pub profile: String,
+    /// `secure` (connect tokens, every packet protected) or `insecure`.
+    pub security: String,
+    /// Warm-up, s.
+    pub warmup_s: f64,
+    /// Measured time, s.
+    pub seconds: f64,
+}
+
+/// One `bench game` measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GameRun {
+    /// Settings.
+    pub config: GameConfig,
+    /// Players connected.
+    pub connected: usize,
+    /// Time to connect them all, s.
+    pub connect_s: f64,
+    /// Snapshot latency, server send to player receive.
+    pub snapshot_latency_us: Option<Latency>,
+    /// Snapshots the players received in the measured phase.
+    pub snapshots_received: u64,
+    /// Tick numbers within a player's first and last received snapshot that it never saw.
+    pub snapshots_lost: u64,
+    /// Snapshots older than one already delivered (dropped by the protocol or seen late).
+    pub snapshots_stale: u64,
+    /// Inputs the players sent in the measured phase.
+    pub inputs_sent: u64,
+    /// Inputs the players sent in the whole run (warm-up included).
+    pub inputs_sent_total: u64,
+    /// Inputs sent but not received by the server after the drain (must be 0; a backlog that
+    /// outlasts the drain counts too).
+    pub inputs_lost: u64,
+    /// Inputs the server saw out of order (must be 0).
+    pub input_order_errors: u64,
+    /// Server ticks per second per worker.
+    pub ticks_per_s: f64,
+    /// Ticks more than half a period late, over every worker.
+    pub ticks_late: u64,
+    /// Tick due times skipped, over every worker.
+    pub ticks_skipped: u64,
+    /// Longest tick lateness, µs.
+    pub tick_lateness_max_us: f64,
+    /// Snapshots the server queued.
+    pub snapshots_sent: u64,
+    /// Snapshot sends the server's sessions refused.
+    pub snapshot_send_errors: u64,
+    /// Server process CPU, % of one core.
+    pub server_cpu_percent: f64,
+    /// Server process CPU per tick period (all workers), µs.
+    pub server_cpu_us_per_tick: f64,
+    /// Client process CPU, % of one core.
+    pub client_cpu_percent: f64,
+    /// Server RSS growth per session, bytes (RSS with the players connected, less before).
+    pub server_rss_per_session_bytes: Option<f64>,
+    /// The server's report at the end of the measured phase.
+    pub server: ServerStats,
+    /// Realized loss on the relay, both directions (`None`: direct).
+    pub relay_loss: Option<f64>,
+    /// What went wrong (empty when ok).
+    pub errors: Vec<String>,
+    /// Every player connected, no reliable input lost or reordered, no snapshot refused.
+    pub ok: bool,
+}
+
+/// Longest the players keep their connections serviced after the last input, so the reliable
+/// inputs still in flight arrive before they are counted as lost.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// Per-player state on the client side.
+#[derive(Debug, Clone, Copy, Default)]
+struct Player {
+    input_seq: u64,
+    last_tick: Option<u64>,
+    first_measured: Option<u64>,
+    last_measured: u64,
+    measured: u64,
+}
+
+fn client_config(cfg: &GameConfig, ip: std::net::IpAddr, seed: u64) -> Result<ClientConfig> {
+    let profile = match cfg.profile.as_str() {
+        "default" => ricochet::Profile::Default,
+        "bulk" => ricochet::Profile::Bulk,
+        _ => ricochet::Profile::Game,
+    };
+    let mut c = ClientConfig::new()
+        .profile(profile)
+        .seed(seed)
+        .bind(SocketAddr::new(ip, 0));
+    c.backend.kind = cfg.backend.parse()?;
+    c.backend.batch_size = 8;
+    c.backend.recv_buffers = 8;
+    c.backend.max_datagram = 2048;
+    c.backend.gro = false;
+    c.socket_buffer = Some(256 << 10);
+    Ok(c)
+}
+
+/// Runs one measurement.
+pub fn run(cfg: &GameConfig) -> Result<GameRun> {
+    let period = Duration::from_secs_f64(1.0 / cfg.tick_hz.max(1.0));
+    let relayed = cfg.relay_profile.is_some();
+    let key = super::sessions::token_key(&cfg.security)?;
+    let spec = ServerSpec {
+        kind: ServerKind::Game {
+            tick_us: period.as_micros() as u64,
+            snapshot_bytes: cfg.snapshot_bytes,
+        },
+        bind: "127.0.0.1:0".into(),
+        io_threads: cfg.io_threads,
+        idle: cfg.server_idle.clone(),
+        backend: cfg.backend.clone(),
+        profile: cfg.profile.clone(),
+        max_sessions: None,
+        // Through the relay every player comes from the relay's address, as from one NAT.
+        max_sessions_per_address: relayed.then_some(cfg.players.max(1)),
+        token_key: key,
+    };
+    let mut server = ServerProcess::start(&spec)?;
+    let before = server.stats()?;
+    let relay = match &cfg.relay_profile {
+        Some(p) => {
+            let profile: ricochet_testkit::Profile =
+                p.parse().with_context(|| format!("relay profile {p:?}"))?;
+            let mut rc = RelayConfig::new(server.addr, profile.impairment()).with_seed(cfg.seed);
+            rc.max_routes = cfg.players + 16;
+            Some(Relay::start(rc)?)
+        }
+        None => None,
+    };
+    let target = relay.as_ref().map_or(server.addr, |r| r.addr());
+    let limit = Duration::from_secs(30) + Duration::from_millis(3 * cfg.players as u64);
+    let (mut set, took) = connect_all(
+        target,
+        server.addr,
+        key,
+        cfg.players,
+        cfg.players_per_ip,
+        |ip, seed| client_config(cfg, ip, seed),
+        limit,
+    )?;
+    let connected = set.connected();
+    idle_for(&mut set, Duration::from_millis(500))?;
+    let loaded = server.stats()?;
+    let n = set.len();
+    let mut players = vec![Player::default(); n];
+    let mut hist: Histogram<u64> = new_rtt_histogram();
+    let mut stale = 0u64;
+    let mut body = vec![0u8; cfg.input_bytes.max(INPUT_HEADER)];
+    let start = Instant::now();
+    let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
+    let end = measure_at + Duration::from_secs_f64(cfg.seconds);
+    let (mut measuring, mut cpu0, mut t0) = (false, CpuTimes::now(), Instant::now());
+    let mut inputs_sent_measured = 0u64;
+    // Inputs on a grid: player i's k-th input is due at start + (k + i/n) periods.
+    let mut inputs_due = 0u64;
+    let mut next_player = 0usize;
+    let mut errors = Vec::new();
+    let mut server_stats = loaded.clone();
+    loop {
+        let now = Instant::now();
+        if !measuring && now >= measure_at {
+            measuring = true;
+            server.reset()?;
+            cpu0 = CpuTimes::now();
+            t0 = Instant::now();
+        }
+        if now >= end {
+            server_stats = server.stats()?;
+            break;
+        }
+        let elapsed = now.saturating_duration_since(start).as_secs_f64();
+        let target_inputs = (elapsed / period.as_secs_f64() * n as f64) as u64;
+        while inputs_due < target_inputs {
+            let i = next_player;
+            next_player = (next_player + 1) % n.max(1);
+            inputs_due += 1;
+            let p = &mut players[i];
+            body[..INPUT_HEADER].copy_from_slice(&p.input_seq.to_le_bytes());
+            if let Some(c) = set.get_mut(i) {
+                c.send(INPUT_CHANNEL, Bytes::copy_from_slice(&body))
+                    .with_context(|| format!("player {i} input"))?;
+                p.input_seq += 1;
+                if measuring {
+                    inputs_sent_measured += 1;
+                }
+            }
+        }
+        let next_input = start
+            + Duration::from_secs_f64(
+                (inputs_due + 1) as f64 / n.max(1) as f64 * period.as_secs_f64(),
+            );
+        let wait = next_input
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(5));
+        set.step(wait)?;
+        let recv_ns = monotonic_ns();
+        while let Some((i, e)) = set.poll_event() {
+            match e {
+                ClientEvent::Message { channel, data } if channel == SNAPSHOT_CHANNEL => {
+                    let (Some(tick), Some(sent)) = (le_u64(&data, 0), le_u64(&data, 8)) else {
+                        errors.push(format!("player {i}: a short snapshot"));
+                        continue;
+                    };
+                    let p = &mut players[i];
+                    if p.last_tick.is_some_and(|l| tick <= l) {
+                        stale += 1;
+                        continue;
+                    }
+                    p.last_tick = Some(tick);
+                    if measuring {
+                        hist.saturating_record(recv_ns.saturating_sub(sent).max(1));
+                        p.first_measured.get_or_insert(tick);
+                        p.last_measured = tick;
+                        p.measured += 1;
+                    }
+                }
+                ClientEvent::Message { channel, .. } => {
+                    errors.push(format!("player {i}: a message on channel {channel}"));
+                }
+                ClientEvent::Disconnected { reason, .. } => {
+                    errors.push(format!("player {i} disconnected: {reason}"));
+                }
+                _ => {}
+            }
+        }
+        if errors.len() > 20 {
+            break;
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = CpuTimes::now();
+    let client_cpu = (cpu.user_s + cpu.sys_s - cpu0.user_s - cpu0.sys_s) / wall.max(1e-9) * 100.0;
+    // Drain: no more inputs; give the reliable channel time to deliver what is in flight.
+    let inputs_total: u64 = players.iter().map(|p| p.input_seq).sum();
+    let drain_end = Instant::now() + DRAIN;
+    let mut drained = server.stats()?;
+    while Instant::now() < drain_end {
+        idle_for(&mut set, Duration::from_millis(100))?;
+        drained = server.stats()?;
+        if drained.game.inputs_received >= inputs_total {
+            break;
+        }
+    }
+    // Inputs are counted from the start on both sides (a reset does not clear them).
+    let inputs_lost = inputs_total.saturating_sub(drained.game.inputs_received);
+    let stale_protocol: u64 = (0..n)
+        .filter_map(|i| set.get(i).and_then(|c| c.detail()))
+        .map(|d| d.unreliable_dropped)
+        .sum();
+    let (mut lost, mut received_snapshots) = (0u64, 0u64);
+    for p in &players {
+        if let Some(first) = p.first_measured {
+            lost += (p.last_measured - first + 1).saturating_sub(p.measured);
+            received_snapshots += p.measured;
+        }
+    }
+    drop(set);
+    let relay_loss = match relay {
+        Some(r) => {
+            let c = r.shutdown()?;
+            Some(finite(c.total().realized_loss()))
+        }
+        None => None,
+    };
+    if let Err(e) = server.quit() {
+        errors.push(format!("server: {e:#}"));
+    }
+    let workers = cfg.io_threads.max(1) as f64;
+    let ticks = server_stats.game.ticks as f64;
+    let ticks_per_s = ticks / workers / server_stats.wall_s.max(1e-9);
+    let late: u64 = server_stats.workers.iter().map(|w| w.ticks_late).sum();
+    let skipped: u64 = server_stats.workers.iter().map(|w| w.ticks_skipped).sum();
+    let lateness = server_stats
+        .workers
+        .iter()
+        .map(|w| w.tick_lateness_max_ns)
+        .max()
+        .unwrap_or(0);
+    let tick_periods = server_stats.wall_s / period.as_secs_f64();
+    let per_session = match (before.rss_kib, loaded.rss_kib) {
+        (Some(a), Some(b)) if connected > 0 => {
+            Some(finite((b as f64 - a as f64) * 1024.0 / connected as f64))
+        }
+        _ => None,
+    };
+    if inputs_lost > 0 {
+        errors.push(format!(
+            "{inputs_lost} reliable inputs not delivered {} s after the last was sent",
+            DRAIN.as_secs()
+        ));
+    }
+    if drained.game.input_order_errors > 0 {
+        errors.push(format!(
+            "{} inputs out of order",
+            drained.game.input_order_errors
+        ));
+    }
+    if server_stats.game.snapshot_send_errors > 0 {
+        errors.push(format!(
+            "{} snapshots refused by the server's sessions",
+            server_stats.game.snapshot_send_errors
+        ));
+    }
+    let ok = errors.is_empty() && connected == cfg.players;
+    Ok(GameRun {
+        config: cfg.clone(),
+        connected,
+        connect_s: finite(took.as_secs_f64()),
+        snapshot_latency_us: Latency::from_ns(&hist),
+        snapshots_received: received_snapshots,
+        snapshots_lost: lost,
+        snapshots_stale: stale + stale_protocol,
+        inputs_sent: inputs_sent_measured,
+        inputs_sent_total: inputs_total,
+        inputs_lost,
+        input_order_errors: drained.game.input_order_errors,
+        ticks_per_s: finite(ticks_per_s),
+        ticks_late: late,
+        ticks_skipped: skipped,
+        tick_lateness_max_us: finite(lateness as f64 / 1000.0),
+        snapshots_sent: server_stats.game.snapshots_sent,
+        snapshot_send_errors: server_stats.game.snapshot_send_errors,
+        server_cpu_percent: finite(server_stats.cpu_s / server_stats.wall_s.max(1e-9) * 100.0),
+        server_cpu_us_per_tick: finite(server_stats.cpu_s * 1e6 / tick_periods.max(1e-9)),
+        client_cpu_percent: finite(client_cpu),
+        server_rss_per_session_bytes: per_session,
+        server: server_stats,
+        relay_loss,
+        errors,
+        ok,
+    })
+}
+
+fn le_u64(b: &[u8], at: usize) -> Option<u64> {
+    b.get(at..at + 8)
+        .and_then(|s| <[u8; 8]>::try_from(s).ok())
+        .map(u64::from_le_bytes)
+}

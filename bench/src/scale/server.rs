@@ -1,0 +1,554 @@
+//! The server of `bench sessions` and `bench game`, in a child process of the bench, so that
+//! its resident memory and CPU time are its own (the clients run in the parent).
+//!
+//! The parent talks to the child over its standard input and output, one JSON message a line:
+//!
+//! ```text
+//! parent → child   spec                    stats | reset              quit
+//! child → parent         ready {addr}            stats {..}               stats {..} (final)
+//! ```
+//!
+//! `reset` empties the RTT histograms and restarts the CPU and game counters (the start of a
+//! measured phase); `stats` reports everything since.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::Bytes;
+use ricochet::runtime::{
+    Handler, IdleStrategy, Server, ServerConfig, ServerContext, SessionId, WorkerCounters,
+};
+use ricochet::Profile;
+use ricochet_platform::BackendKind;
+use serde::{Deserialize, Serialize};
+
+use crate::host::CpuTimes;
+use crate::rudp::run::BENCH_PROTOCOL_ID;
+use crate::schema::{finite, Latency};
+use ricochet_proto::token::TokenKey;
+
+/// The hidden sub-command the server process runs.
+pub const SERVER_SUBCOMMAND: &str = "scale-server";
+
+/// The channel game inputs use (reliable-ordered in every profile's channel list).
+pub const INPUT_CHANNEL: u8 = 0;
+/// The channel game snapshots use (unreliable-sequenced in every profile's channel list).
+pub const SNAPSHOT_CHANNEL: u8 = 3;
+/// Bytes of a snapshot's header: tick number and send time (monotonic ns), little-endian.
+pub const SNAPSHOT_HEADER: usize = 16;
+/// Bytes of an input's header: the player's input sequence number.
+pub const INPUT_HEADER: usize = 8;
+
+static SERVER_EXECUTABLE: OnceLock<PathBuf> = OnceLock::new();
+
+/// Run the server process from `path` instead of this executable (tests point this at
+/// `CARGO_BIN_EXE_bench`). Only the first call counts.
+pub fn set_server_executable(path: impl Into<PathBuf>) {
+    let _ = SERVER_EXECUTABLE.set(path.into());
+}
+
+/// The monotonic clock in nanoseconds, comparable across the processes of one host (the
+/// snapshot latency spans the server and client processes).
+pub fn monotonic_ns() -> u64 {
+    // SAFETY: `clock_gettime` writes one timespec into the zeroed value we own; the clock id
+    // is a constant every supported OS has.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+        ts
+    };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// What the server does with its sessions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum ServerKind {
+    /// Echo every message on the channel it came on.
+    Echo,
+    /// A game tick: every `tick` a snapshot of `snapshot_bytes` to every session on
+    /// [`SNAPSHOT_CHANNEL`]; inputs on [`INPUT_CHANNEL`] are counted and checked for order.
+    Game {
+        /// Tick period, µs.
+        tick_us: u64,
+        /// Snapshot size, bytes (at least [`SNAPSHOT_HEADER`]).
+        snapshot_bytes: usize,
+    },
+}
+
+/// How the server process sets up its server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSpec {
+    /// Echo or game.
+    pub kind: ServerKind,
+    /// Bind address (port 0: any).
+    pub bind: String,
+    /// Workers.
+    pub io_threads: usize,
+    /// Idle strategy name (`balanced`, `park`, `spin`).
+    pub idle: String,
+    /// Backend name (`auto`, `uring`, `mmsg`).
+    pub backend: String,
+    /// Protocol profile name (`default`, `game`, `bulk`).
+    pub profile: String,
+    /// Session limit override (`None`: the default).
+    pub max_sessions: Option<usize>,
+    /// Per-address session limit override (`None`: the default).
+    pub max_sessions_per_address: Option<usize>,
+    /// Admit clients by connect token sealed with this key (the bench's protocol id), with
+    /// every packet protected; `None`: the insecure mode.
+    pub token_key: Option<[u8; 32]>,
+}
+
+/// Server-side counters of a game run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GameServerCounts {
+    /// Snapshots queued (one per session per tick).
+    pub snapshots_sent: u64,
+    /// Snapshot sends the session refused (queue full, closed).
+    pub snapshot_send_errors: u64,
+    /// Inputs received since the server started (not cleared by a reset).
+    pub inputs_received: u64,
+    /// Inputs that did not follow their session's previous one, since the start.
+    pub input_order_errors: u64,
+    /// Ticks run, over every worker.
+    pub ticks: u64,
+}
+
+/// One worker's loop counters, as the bench reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerStats {
+    /// Loop turns.
+    pub loop_turns: u64,
+    /// Datagrams in.
+    pub datagrams_in: u64,
+    /// Datagrams out.
+    pub datagrams_out: u64,
+    /// Ticks run.
+    pub ticks: u64,
+    /// Ticks more than half a period late.
+    pub ticks_late: u64,
+    /// Tick due times skipped.
+    pub ticks_skipped: u64,
+    /// Longest tick lateness, ns.
+    pub tick_lateness_max_ns: u64,
+}
+
+impl From<&WorkerCounters> for WorkerStats {
+    fn from(c: &WorkerCounters) -> Self {
+        WorkerStats {
+            loop_turns: c.loop_turns,
+            datagrams_in: c.datagrams_in,
+            datagrams_out: c.datagrams_out,
+            ticks: c.ticks,
+            ticks_late: c.ticks_late,
+            ticks_skipped: c.ticks_skipped,
+            tick_lateness_max_ns: c.tick_lateness_max_ns,
+        }
+    }
+}
+
+/// What the server process reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerStats {
+    /// Sessions held now.
+    pub sessions: usize,
+    /// Resident set size now, KiB (Linux).
+    pub rss_kib: Option<u64>,
+    /// CPU time since start or the last reset, user + system, s.
+    pub cpu_s: f64,
+    /// Wall time since start or the last reset, s.
+    pub wall_s: f64,
+    /// RTT over every session since start or the last reset (the workers' histograms).
+    pub rtt_us: Option<Latency>,
+    /// Game counters since start or the last reset.
+    pub game: GameServerCounts,
+    /// Per worker, since start (not reset).
+    pub workers: Vec<WorkerStats>,
+    /// Datagrams the server's endpoints dropped, by cause (as of the last tick, from start).
+    #[serde(default)]
+    pub drops: std::collections::BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Default)]
+struct GameShared {
+    /// Per worker: its endpoint's drops by cause (`DropCause::ALL` order).
+    drops: std::sync::Mutex<HashMap<u32, Vec<u64>>>,
+    snapshots_sent: AtomicU64,
+    snapshot_send_errors: AtomicU64,
+    inputs_received: AtomicU64,
+    input_order_errors: AtomicU64,
+    ticks: AtomicU64,
+}
+
+impl GameShared {
+    fn read(&self) -> GameServerCounts {
+        let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        GameServerCounts {
+            snapshots_sent: r(&self.snapshots_sent),
+            snapshot_send_errors: r(&self.snapshot_send_errors),
+            inputs_received: r(&self.inputs_received),
+            input_order_errors: r(&self.input_order_errors),
+            ticks: r(&self.ticks),
+        }
+    }
+
+    fn reset(&self) {
+        // Inputs are not cleared: the bench compares them with everything its players sent.
+        for a in [
+            &self.snapshots_sent,
+            &self.snapshot_send_errors,
+            &self.ticks,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+struct ScaleHandler {
+    kind: ServerKind,
+    shared: Arc<GameShared>,
+    /// Next expected input sequence, per session.
+    next_input: HashMap<SessionId, u64>,
+    tick: u64,
+    body: Vec<u8>,
+}
+
+impl Handler for ScaleHandler {
+    fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
+        match self.kind {
+            ServerKind::Echo => {
+                // A refusal (queue full) shows as a missing echo on the client.
+                let _ = ctx.send(s, channel, data);
+            }
+            ServerKind::Game { .. } => {
+                let seq = data
+                    .get(..INPUT_HEADER)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .map(u64::from_le_bytes);
+                let expect = self.next_input.entry(s).or_insert(0);
+                if channel != INPUT_CHANNEL || seq != Some(*expect) {
+                    self.shared
+                        .input_order_errors
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                *expect = seq.map_or(*expect, |q| q + 1);
+                self.shared.inputs_received.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn on_disconnect(
+        &mut self,
+        _: &mut ServerContext<'_>,
+        s: SessionId,
+        _: ricochet::CloseReason,
+        _: bool,
+    ) {
+        self.next_input.remove(&s);
+    }
+
+    fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
+        let d = &ctx.endpoint_stats().drops;
+        let counts = ricochet_proto::DropCause::ALL
+            .iter()
+            .map(|&c| d.get(c))
+            .collect();
+        if let Ok(mut m) = self.shared.drops.lock() {
+            m.insert(ctx.worker(), counts);
+        }
+        let ServerKind::Game { snapshot_bytes, .. } = self.kind else {
+            return;
+        };
+        self.tick += 1;
+        self.shared.ticks.fetch_add(1, Ordering::Relaxed);
+        // One body per tick, shared by every session's send (reference-counted, not copied).
+        self.body.clear();
+        self.body.extend_from_slice(&self.tick.to_le_bytes());
+        self.body.extend_from_slice(&monotonic_ns().to_le_bytes());
+        self.body.resize(snapshot_bytes.max(SNAPSHOT_HEADER), 0xab);
+        let snapshot = Bytes::copy_from_slice(&self.body);
+        let sessions: Vec<SessionId> = ctx.sessions().collect();
+        let (mut sent, mut failed) = (0, 0);
+        for s in sessions {
+            match ctx.send(s, SNAPSHOT_CHANNEL, snapshot.clone()) {
+                Ok(()) => sent += 1,
+                Err(_) => failed += 1,
+            }
+        }
+        self.shared
+            .snapshots_sent
+            .fetch_add(sent, Ordering::Relaxed);
+        self.shared
+            .snapshot_send_errors
+            .fetch_add(failed, Ordering::Relaxed);
+    }
+}
+
+fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
+    let bind: SocketAddr = spec.bind.parse().context("server bind address")?;
+    let profile = match spec.profile.as_str() {
+        "default" => Profile::Default,
+        "game" => Profile::Game,
+        "bulk" => Profile::Bulk,
+        other => bail!("unknown profile {other:?}"),
+    };
+    let cfg = ServerConfig::new(bind);
+    let cfg = match spec.token_key {
+        Some(k) => cfg.tokens(TokenKey::from_bytes(k), BENCH_PROTOCOL_ID),
+        None => cfg.insecure(),
+    };
+    let mut cfg = cfg
+        .profile(profile)
+        .workers(spec.io_threads)
+        .idle(IdleStrategy::from_str(&spec.idle)?)
+        .backend(BackendKind::from_str(&spec.backend)?);
+    if let Some(n) = spec.max_sessions {
+        cfg = cfg.max_sessions(n);
+    }
+    if let Some(n) = spec.max_sessions_per_address {
+        cfg = cfg.max_sessions_per_address(n);
+    }
+    cfg = match spec.kind {
+        ServerKind::Game { tick_us, .. } => cfg.tick(Duration::from_micros(tick_us.max(1))),
+        // A slow tick publishes the endpoints' drop counters.
+        ServerKind::Echo => cfg.tick(Duration::from_millis(100)),
+    };
+    let kind = spec.kind.clone();
+    let shared = shared.clone();
+    Server::start(cfg, move |_| ScaleHandler {
+        kind: kind.clone(),
+        shared: shared.clone(),
+        next_input: HashMap::new(),
+        tick: 0,
+        body: Vec::new(),
+    })
+    .map_err(|e| anyhow!("starting the server: {e}"))
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+enum ToServer {
+    Stats,
+    Reset,
+    Quit,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+enum FromServer {
+    Ready { addr: String },
+    Failed { error: String },
+    Stats(Box<ServerStats>),
+}
+
+/// The server process's main: read the spec, start the server, answer until `quit`.
+pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> {
+    let mut lines = input.lines();
+    let spec: ServerSpec = match lines.next() {
+        Some(line) => {
+            serde_json::from_str(&line.context("reading the spec")?).context("the server spec")?
+        }
+        None => bail!("no server spec on standard input"),
+    };
+    let shared = Arc::new(GameShared::default());
+    let server = match start_server(&spec, &shared) {
+        Ok(s) => s,
+        Err(e) => {
+            send(
+                &mut output,
+                &FromServer::Failed {
+                    error: format!("{e:#}"),
+                },
+            )?;
+            return Err(e);
+        }
+    };
+    send(
+        &mut output,
+        &FromServer::Ready {
+            addr: server.local_addr().to_string(),
+        },
+    )?;
+    let mut since = (CpuTimes::now(), std::time::Instant::now());
+    let stats = |server: &Server, since: &(CpuTimes, std::time::Instant), reset: bool| {
+        let cpu = CpuTimes::now();
+        let rtt = if reset {
+            server.take_rtt()
+        } else {
+            server.rtt()
+        };
+        ServerStats {
+            sessions: server.session_count(),
+            rss_kib: crate::rudp::run::rss_kib(),
+            cpu_s: finite(cpu.user_s + cpu.sys_s - since.0.user_s - since.0.sys_s),
+            wall_s: finite(since.1.elapsed().as_secs_f64()),
+            rtt_us: (rtt.samples > 0).then(|| {
+                let us = |d: Duration| finite(d.as_secs_f64() * 1e6);
+                Latency {
+                    count: rtt.samples,
+                    mean: us(rtt.mean),
+                    p50: us(rtt.p50),
+                    p90: us(rtt.p90),
+                    p99: us(rtt.p99),
+                    p999: us(rtt.p999),
+                    max: us(rtt.max),
+                }
+            }),
+            game: shared.read(),
+            workers: server.counters().iter().map(WorkerStats::from).collect(),
+            drops: {
+                let mut out = std::collections::BTreeMap::new();
+                if let Ok(m) = shared.drops.lock() {
+                    for counts in m.values() {
+                        for (c, n) in ricochet_proto::DropCause::ALL.iter().zip(counts) {
+                            if *n > 0 {
+                                *out.entry(format!("{c:?}")).or_insert(0) += n;
+                            }
+                        }
+                    }
+                }
+                out
+            },
+        }
+    };
+    for line in lines {
+        let line = line.context("reading a command")?;
+        match serde_json::from_str::<ToServer>(&line).context("a server command")? {
+            ToServer::Stats => send(
+                &mut output,
+                &FromServer::Stats(Box::new(stats(&server, &since, false))),
+            )?,
+            ToServer::Reset => {
+                let _ = server.take_rtt();
+                shared.reset();
+                since = (CpuTimes::now(), std::time::Instant::now());
+                send(
+                    &mut output,
+                    &FromServer::Stats(Box::new(stats(&server, &since, false))),
+                )?;
+            }
+            ToServer::Quit => break,
+        }
+    }
+    let last = stats(&server, &since, false);
+    server
+        .shutdown()
+        .map_err(|e| anyhow!("server shutdown: {e}"))?;
+    send(&mut output, &FromServer::Stats(Box::new(last)))?;
+    Ok(())
+}
+
+fn send(out: &mut impl Write, msg: &FromServer) -> Result<()> {
+    let line = serde_json::to_string(msg)?;
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The parent's handle on a running server process.
+pub struct ServerProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// The server's address.
+    pub addr: SocketAddr,
+}
+
+impl ServerProcess {
+    /// Start the server process with `spec` and wait until it listens.
+    pub fn start(spec: &ServerSpec) -> Result<ServerProcess> {
+        let exe = match SERVER_EXECUTABLE.get() {
+            Some(p) => p.clone(),
+            None => std::env::current_exe().context("locating the bench executable")?,
+        };
+        let mut child = Command::new(exe)
+            .arg(SERVER_SUBCOMMAND)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .context("starting the server process")?;
+        let mut stdin = child.stdin.take().context("server stdin")?;
+        let mut stdout = BufReader::new(child.stdout.take().context("server stdout")?);
+        writeln!(stdin, "{}", serde_json::to_string(spec)?)?;
+        stdin.flush()?;
+        let addr = match read(&mut stdout)? {
+            FromServer::Ready { addr } => addr.parse().context("the server's address")?,
+            FromServer::Failed { error } => bail!("the server process failed: {error}"),
+            FromServer::Stats(_) => bail!("the server process answered out of turn"),
+        };
+        Ok(ServerProcess {
+            child,
+            stdin,
+            stdout,
+            addr,
+        })
+    }
+
+    fn ask(&mut self, cmd: &ToServer) -> Result<ServerStats> {
+        writeln!(self.stdin, "{}", serde_json::to_string(cmd)?)?;
+        self.stdin.flush()?;
+        match read(&mut self.stdout)? {
+            FromServer::Stats(s) => Ok(*s),
+            other => bail!("unexpected answer from the server process: {other:?}"),
+        }
+    }
+
+    /// Everything since the start or the last [`ServerProcess::reset`].
+    pub fn stats(&mut self) -> Result<ServerStats> {
+        self.ask(&ToServer::Stats)
+    }
+
+    /// Start a measured phase: RTT histograms, CPU and game counters restart.
+    pub fn reset(&mut self) -> Result<ServerStats> {
+        self.ask(&ToServer::Reset)
+    }
+
+    /// Stop the server; its last report.
+    pub fn quit(mut self) -> Result<ServerStats> {
+        writeln!(self.stdin, "{}", serde_json::to_string(&ToServer::Quit)?)?;
+        self.stdin.flush()?;
+        let last = read(&mut self.stdout);
+        let status = self
+            .child
+            .wait()
+            .context("waiting for the server process")?;
+        match last? {
+            FromServer::Stats(s) if status.success() => Ok(*s),
+            FromServer::Stats(_) => bail!("the server process exited with {status}"),
+            other => bail!("unexpected answer from the server process: {other:?}"),
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        // After `quit` the child is gone and this fails harmlessly; otherwise it must not
+        // outlive the bench.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn read(r: &mut impl BufRead) -> Result<FromServer> {
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        bail!("the server process closed its output (see its errors above)");
+    }
+    serde_json::from_str(&line).with_context(|| format!("a server message: {line:?}"))
+}

@@ -1,0 +1,427 @@
+//! `bench sessions`: N clients connected at once to one server (in its own process), all
+//! driven by one [`ClientSet`] on one thread.
+//!
+//! - **idle**: connect all of them (handshakes per second), let them sit (keepalives only), and
+//!   weigh the server: resident memory per session.
+//! - **echo**: then each keeps one message in flight (window 1): round trips per second, RTT
+//!   percentiles, CPU of the server process and of the client thread's process.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use ricochet::{ClientConfig, ClientEvent, ClientSet};
+use serde::{Deserialize, Serialize};
+
+use super::server::{ServerKind, ServerProcess, ServerSpec, ServerStats};
+use crate::host::CpuTimes;
+use crate::schema::{finite, Latency};
+use crate::udp::tracker::new_rtt_histogram;
+
+/// One `bench sessions` measurement's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsConfig {
+    /// Clients (sessions).
+    pub clients: usize,
+    /// `idle` or `echo`.
+    pub mode: String,
+    /// Clients that share one loopback address (127.0.0.x, one x per group).
+    pub clients_per_ip: usize,
+    /// Server workers.
+    pub io_threads: usize,
+    /// Server idle strategy.
+    pub server_idle: String,
+    /// Backend of server and clients.
+    pub backend: String,
+    /// Protocol profile of both sides.
+    pub profile: String,
+    /// `secure` (connect tokens, every packet protected) or `insecure`.
+    pub security: String,
+    /// Echo message size, bytes (at least 16).
+    pub payload: usize,
+    /// Idle time after connecting before the server is weighed, s.
+    pub settle_s: f64,
+    /// Echo warm-up, s.
+    pub warmup_s: f64,
+    /// Echo measured time, s.
+    pub seconds: f64,
+}
+
+/// One `bench sessions` measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionsRun {
+    /// Settings.
+    pub config: SessionsConfig,
+    /// Clients connected.
+    pub connected: usize,
+    /// Wall time from the first connect to the last handshake, s.
+    pub connect_s: f64,
+    /// `connected / connect_s`.
+    pub handshakes_per_s: f64,
+    /// Server RSS before the first client, KiB.
+    pub server_rss_before_kib: Option<u64>,
+    /// Server RSS with every client connected and idle, KiB.
+    pub server_rss_idle_kib: Option<u64>,
+    /// (idle − before) / connected, bytes.
+    pub server_rss_per_session_bytes: Option<f64>,
+    /// Server RSS at the end of the echo, KiB.
+    pub server_rss_end_kib: Option<u64>,
+    /// Echo: round trips in the measured phase.
+    pub round_trips: u64,
+    /// Echo: round trips per second.
+    pub round_trips_per_s: f64,
+    /// Echo: RTT as the clients measured it (send to complete echo).
+    pub rtt_us: Option<Latency>,
+    /// Echo: fewest round trips of any client in the measured phase (0: one starved).
+    pub min_client_round_trips: u64,
+    /// Echo: server process CPU over the measured phase, % of one core.
+    pub server_cpu_percent: Option<f64>,
+    /// Echo: this (client) process's CPU over the measured phase, % of one core.
+    pub client_cpu_percent: Option<f64>,
+    /// Echo: the clients' protocol counters summed over every member, from connect to the
+    /// end of the run (warm-up included).
+    #[serde(default)]
+    pub clients_total: ClientTotals,
+    /// The server's last report.
+    pub server: ServerStats,
+    /// What went wrong (empty when ok).
+    pub errors: Vec<String>,
+    /// No error, every client connected, and (echo) every client echoed.
+    pub ok: bool,
+}
+
+/// Protocol counters summed over the members of a client set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientTotals {
+    /// Datagrams sent.
+    pub packets_sent: u64,
+    /// Datagrams received.
+    pub packets_received: u64,
+    /// Reliable segments sent again (loss, tail-loss probe or timeout).
+    pub segments_retransmitted: u64,
+    /// Tail-loss probes sent.
+    pub tail_loss_probes: u64,
+    /// Retransmission timeouts.
+    pub rto_count: u64,
+    /// Packets declared lost that arrived after all.
+    pub packets_spurious_lost: u64,
+}
+
+impl ClientTotals {
+    /// Sums the counters of every member of `set`.
+    pub fn of(set: &ClientSet) -> Self {
+        let mut t = Self::default();
+        for d in (0..set.len()).filter_map(|i| set.get(i).and_then(|c| c.detail())) {
+            t.packets_sent += d.packets_sent;
+            t.packets_received += d.packets_received;
+            t.segments_retransmitted += d.segments_retransmitted;
+            t.tail_loss_probes += d.tail_loss_probes;
+            t.rto_count += d.rto_count;
+            t.packets_spurious_lost += d.packets_spurious_lost;
+        }
+        t
+    }
+}
+
+/// The client configuration every member uses, bound to `ip`.
+fn client_config(cfg: &SessionsConfig, ip: IpAddr, seed: u64) -> Result<ClientConfig> {
+    let profile = match cfg.profile.as_str() {
+        "game" => ricochet::Profile::Game,
+        "bulk" => ricochet::Profile::Bulk,
+        _ => ricochet::Profile::Default,
+    };
+    let mut c = ClientConfig::new()
+        .profile(profile)
+        .seed(seed)
+        .bind(SocketAddr::new(ip, 0));
+    c.backend.kind = cfg.backend.parse()?;
+    // Many members, small messages: a small batch, no GRO buffers (64 KiB each otherwise).
+    c.backend.batch_size = 8;
+    c.backend.recv_buffers = 8;
+    c.backend.max_datagram = 2048;
+    c.backend.gro = false;
+    c.socket_buffer = Some(256 << 10);
+    Ok(c)
+}
+
+/// Loopback address of client group `g` (127.0.0.1, 127.0.0.2, ...). macOS answers only on
+/// 127.0.0.1 by default: everything goes there.
+fn group_ip(g: usize) -> IpAddr {
+    if cfg!(target_os = "linux") {
+        let n = g as u32 + 1;
+        IpAddr::V4(Ipv4Addr::new(127, (n >> 16) as u8, (n >> 8) as u8, n as u8))
+    } else {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    }
+}
+
+/// A fresh backend key for a measurement's tokens (`None` for the insecure mode).
+pub(crate) fn token_key(security: &str) -> Result<Option<[u8; 32]>> {
+    match security {
+        "secure" => Ok(Some(rand::random())),
+        "insecure" => Ok(None),
+        other => anyhow::bail!("unknown security mode {other:?} (secure or insecure)"),
+    }
+}
+
+/// Connect `n` clients to `target` in groups of `per_ip` per address; with `key`, each with a
+/// token the backend would mint (listing `target`, then `server` when they differ). Returns
+/// the set and how long the handshakes took (token minting excluded).
+pub(crate) fn connect_all(
+    target: SocketAddr,
+    server: SocketAddr,
+    key: Option<[u8; 32]>,
+    n: usize,
+    per_ip: usize,
+    make: impl Fn(IpAddr, u64) -> Result<ClientConfig>,
+    timeout: Duration,
+) -> Result<(ClientSet, Duration)> {
+    let mut addresses = vec![target];
+    if server != target {
+        addresses.push(server);
+    }
+    let tokens = match key {
+        Some(k) => {
+            let key = ricochet_proto::token::TokenKey::from_bytes(k);
+            (0..n)
+                .map(|i| crate::rudp::run::mint_token(&key, i as u64, &addresses))
+                .collect::<Result<Vec<_>>>()?
+        }
+        None => Vec::new(),
+    };
+    let mut set = ClientSet::new();
+    let t0 = Instant::now();
+    let per_ip = per_ip.max(1);
+    for g in 0..n.div_ceil(per_ip) {
+        let first = g * per_ip;
+        let k = per_ip.min(n - first);
+        let cfg = make(group_ip(g), 0x5e55_0000 + first as u64)?;
+        if key.is_some() {
+            set.start_connecting(&tokens[first..first + k], &cfg)?;
+        } else {
+            set.start_connecting_insecure(target, &cfg, k)?;
+        }
+    }
+    set.wait_connected(timeout)?;
+    let took = t0.elapsed();
+    // The Connected events are the outcome just returned.
+    while set.poll_event().is_some() {}
+    Ok((set, took))
+}
+
+/// Step `set` for `d`, answering nothing (idle sessions: keepalives and acknowledgements).
+pub(crate) fn idle_for(set: &mut ClientSet, d: Duration) -> Result<()> {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        set.step(Duration::from_millis(20))?;
+        while set.poll_event().is_some() {}
+    }
+    Ok(())
+}
+
+fn message(member: usize, seq: u64, payload: usize) -> Bytes {
+    let mut m = vec![0u8; payload.max(16)];
+    m[..8].copy_from_slice(&(member as u64).to_le_bytes());
+    m[8..16].copy_from_slice(&seq.to_le_bytes());
+    Bytes::from(m)
+}
+
+/// Runs one measurement.
+pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
+    let key = token_key(&cfg.security)?;
+    let spec = ServerSpec {
+        kind: ServerKind::Echo,
+        bind: "127.0.0.1:0".into(),
+        io_threads: cfg.io_threads,
+        idle: cfg.server_idle.clone(),
+        backend: cfg.backend.clone(),
+        profile: cfg.profile.clone(),
+        max_sessions: None,
+        max_sessions_per_address: None,
+        token_key: key,
+    };
+    let mut server = ServerProcess::start(&spec)?;
+    let before = server.stats()?;
+    let mut errors = Vec::new();
+    let connect_limit = Duration::from_secs(30) + Duration::from_millis(3 * cfg.clients as u64);
+    let (mut set, took) = match connect_all(
+        server.addr,
+        server.addr,
+        key,
+        cfg.clients,
+        cfg.clients_per_ip,
+        |ip, seed| client_config(cfg, ip, seed),
+        connect_limit,
+    ) {
+        Ok(x) => x,
+        Err(e) => {
+            let last = server.quit().unwrap_or_default();
+            return Ok(failed(cfg, last, format!("connecting: {e:#}")));
+        }
+    };
+    let connected = set.connected();
+    idle_for(&mut set, Duration::from_secs_f64(cfg.settle_s))?;
+    let idle = server.stats()?;
+    if idle.sessions != cfg.clients {
+        errors.push(format!(
+            "the server holds {} sessions, not {}",
+            idle.sessions, cfg.clients
+        ));
+    }
+    let per_session = match (before.rss_kib, idle.rss_kib) {
+        (Some(a), Some(b)) if connected > 0 => {
+            Some(finite((b as f64 - a as f64) * 1024.0 / connected as f64))
+        }
+        _ => None,
+    };
+    let mut run = SessionsRun {
+        config: cfg.clone(),
+        connected,
+        connect_s: finite(took.as_secs_f64()),
+        handshakes_per_s: finite(connected as f64 / took.as_secs_f64().max(1e-9)),
+        server_rss_before_kib: before.rss_kib,
+        server_rss_idle_kib: idle.rss_kib,
+        server_rss_per_session_bytes: per_session,
+        server_rss_end_kib: idle.rss_kib,
+        round_trips: 0,
+        round_trips_per_s: 0.0,
+        rtt_us: None,
+        min_client_round_trips: 0,
+        server_cpu_percent: None,
+        client_cpu_percent: None,
+        clients_total: ClientTotals::default(),
+        server: idle.clone(),
+        errors: Vec::new(),
+        ok: false,
+    };
+    if cfg.mode == "echo" {
+        echo(cfg, &mut set, &mut server, &mut run, &mut errors)?;
+    }
+    drop(set);
+    match server.quit() {
+        Ok(last) => {
+            run.server_rss_end_kib = last.rss_kib.or(run.server_rss_end_kib);
+            run.server = last;
+        }
+        Err(e) => errors.push(format!("server: {e:#}")),
+    }
+    run.ok = errors.is_empty()
+        && run.connected == cfg.clients
+        && (cfg.mode != "echo" || run.min_client_round_trips > 0);
+    run.errors = errors;
+    Ok(run)
+}
+
+fn failed(cfg: &SessionsConfig, server: ServerStats, error: String) -> SessionsRun {
+    SessionsRun {
+        config: cfg.clone(),
+        connected: 0,
+        connect_s: 0.0,
+        handshakes_per_s: 0.0,
+        server_rss_before_kib: None,
+        server_rss_idle_kib: None,
+        server_rss_per_session_bytes: None,
+        server_rss_end_kib: None,
+        round_trips: 0,
+        round_trips_per_s: 0.0,
+        rtt_us: None,
+        min_client_round_trips: 0,
+        server_cpu_percent: None,
+        client_cpu_percent: None,
+        clients_total: ClientTotals::default(),
+        server,
+        errors: vec![error],
+        ok: false,
+    }
+}
+
+/// Window-1 echo on every member: warm-up, then the measured phase.
+fn echo(
+    cfg: &SessionsConfig,
+    set: &mut ClientSet,
+    server: &mut ServerProcess,
+    run: &mut SessionsRun,
+    errors: &mut Vec<String>,
+) -> Result<()> {
+    let n = set.len();
+    let mut sent_at = vec![Instant::now(); n];
+    let mut seq = vec![0u64; n];
+    let mut counted = vec![0u64; n];
+    let mut hist: Histogram<u64> = new_rtt_histogram();
+    for i in 0..n {
+        if let Some(c) = set.get_mut(i) {
+            c.send(0, message(i, 0, cfg.payload))?;
+        }
+    }
+    let start = Instant::now();
+    let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
+    let end = measure_at + Duration::from_secs_f64(cfg.seconds);
+    let mut measuring = false;
+    let (mut cpu0, mut t0) = (CpuTimes::now(), Instant::now());
+    let mut bad = 0u64;
+    loop {
+        let now = Instant::now();
+        if !measuring && now >= measure_at {
+            measuring = true;
+            server.reset()?;
+            cpu0 = CpuTimes::now();
+            t0 = Instant::now();
+        }
+        if now >= end {
+            break;
+        }
+        set.step(Duration::from_millis(5))?;
+        let now = Instant::now();
+        while let Some((i, e)) = set.poll_event() {
+            match e {
+                ClientEvent::Message { data, .. } => {
+                    let got = data
+                        .get(8..16)
+                        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                        .map(u64::from_le_bytes);
+                    if got != Some(seq[i]) {
+                        bad += 1;
+                    }
+                    if measuring {
+                        let ns = now.saturating_duration_since(sent_at[i]).as_nanos();
+                        hist.saturating_record(u64::try_from(ns).unwrap_or(u64::MAX).max(1));
+                        counted[i] += 1;
+                    }
+                    seq[i] += 1;
+                    sent_at[i] = now;
+                    if let Some(c) = set.get_mut(i) {
+                        c.send(0, message(i, seq[i], cfg.payload))?;
+                    }
+                }
+                ClientEvent::Disconnected { reason, .. } => {
+                    errors.push(format!("client {i} disconnected: {reason}"));
+                }
+                ClientEvent::Connected => {}
+                _ => {}
+            }
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = CpuTimes::now();
+    let stats = server.stats()?;
+    if bad > 0 {
+        errors.push(format!("{bad} echoes out of order or altered"));
+    }
+    run.round_trips = hist.len();
+    run.round_trips_per_s = finite(hist.len() as f64 / wall.max(1e-9));
+    run.rtt_us = Latency::from_ns(&hist);
+    run.min_client_round_trips = counted.iter().copied().min().unwrap_or(0);
+    run.client_cpu_percent = Some(finite(
+        (cpu.user_s + cpu.sys_s - cpu0.user_s - cpu0.sys_s) / wall.max(1e-9) * 100.0,
+    ));
+    run.server_cpu_percent = Some(finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0));
+    run.server_rss_end_kib = stats.rss_kib;
+    run.server = stats;
+    run.clients_total = ClientTotals::of(set);
+    Ok(())
+}

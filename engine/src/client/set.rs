@@ -1,0 +1,529 @@
+//! [`ClientSet`]: many clients driven from one thread, at a cost per turn that follows the
+//! members with work, not the size of the set.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+use ricochet_platform as platform;
+
+use ricochet_proto::token::ConnectToken;
+
+use super::{Client, ClientConfig, ClientError, ClientEvent, ConnectLimit};
+
+/// A member of a [`ClientSet`] failed, or the set's wait did.
+#[derive(Debug, thiserror::Error)]
+#[error("client {index:?} of the set: {source}")]
+#[non_exhaustive]
+pub struct ClientSetError {
+    /// The member's index in the set; `None` when the wait over every member failed.
+    pub index: Option<usize>,
+    /// What failed.
+    #[source]
+    pub source: ClientError,
+}
+
+fn fail(index: Option<usize>) -> impl Fn(ClientError) -> ClientSetError {
+    move |source| ClientSetError { index, source }
+}
+
+/// What the set tracks about each member besides the client itself.
+#[derive(Debug, Default, Clone, Copy)]
+struct Member {
+    /// The descriptor registered with the poller, and the backend generation it belongs to.
+    registered: Option<(i32, u64)>,
+    /// The member's next protocol timer as entered in the set's heap.
+    timer: Option<Instant>,
+    /// Queued for the next turn's submission (it may have output).
+    touched: bool,
+    /// Listed in the set's event queue.
+    queued_events: bool,
+    /// Connected as of the last look (for [`ClientSet::connected`]).
+    connected: bool,
+    /// Closed as of the last look.
+    closed: bool,
+}
+
+/// Several [`Client`]s driven from one thread, as a load tester or a bot farm runs hundreds or
+/// thousands of connections on a few threads: each member keeps its own socket and
+/// connection; the set registers every member's socket once with the kernel's readiness
+/// interface (epoll, kqueue) and keeps the members' protocol timers in one heap, so a turn
+/// costs in proportion to the members with something to do — the ready, the due and the ones
+/// the application touched — not to the size of the set.
+///
+/// ```no_run
+/// use ricochet::client::{ClientConfig, ClientEvent, ClientSet};
+/// use ricochet::proto::token::ConnectToken;
+/// use std::time::Duration;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let tokens: Vec<ConnectToken> = Vec::new();
+/// // One token per bot, from the backend (or minted with the key in a test rig): the bots
+/// // connect at once from this thread.
+/// let mut set = ClientSet::connect(&tokens, &ClientConfig::new(), Duration::from_secs(10))?;
+/// for i in 0..set.len() {
+///     set.get_mut(i).expect("member").send(0, &b"hello"[..])?;
+/// }
+/// loop {
+///     set.step(Duration::from_millis(5))?;
+///     while let Some((i, event)) = set.poll_event() {
+///         if let ClientEvent::Message { data, .. } = event {
+///             set.get_mut(i).expect("member").send(0, data)?; // keep it going
+///         }
+///     }
+/// }
+/// # }
+/// ```
+///
+/// With io_uring, members must be driven by the thread that created them (connect on the
+/// thread that will call [`ClientSet::step`]).
+#[derive(Debug, Default)]
+pub struct ClientSet {
+    clients: Vec<Client>,
+    members: Vec<Member>,
+    /// Made with the first member; an error making it or registering a member is kept for the
+    /// next [`ClientSet::step`].
+    poller: Option<platform::Poller>,
+    deferred: Option<ClientSetError>,
+    /// (deadline, member) of every member's protocol timer; entries whose deadline is no
+    /// longer the member's are skipped when they come up.
+    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Members to submit for at the next turn.
+    touched: Vec<u32>,
+    /// Scratch: the timer entries due in one turn.
+    due: Vec<(Instant, u32)>,
+    /// Members with events waiting, in arrival order.
+    with_events: VecDeque<u32>,
+    /// Scratch: ready tokens of one wait.
+    ready: Vec<u64>,
+    connected: usize,
+    /// The first member that closed before connecting, if any.
+    first_failed: Option<usize>,
+}
+
+impl ClientSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        ClientSet::default()
+    }
+
+    /// Connect one client per token at once (each with its own socket) and wait until every
+    /// handshake completed, up to `timeout`. The clients start their handshakes one after
+    /// another without waiting for each other, so a thousand connect in about the time one
+    /// does. A member's refusal, its handshake's own timeout or `timeout` fail the whole call
+    /// (with the member's index). Members have `config`, with the seed (if set) advanced by
+    /// their index; [`BackendKind::Auto`](platform::BackendKind::Auto) picks the readiness
+    /// backend (epoll with `recvmmsg`/`sendmmsg`, kqueue on macOS), since the set waits on the
+    /// members' sockets itself. The `Connected` events are not queued: returning `Ok` says it.
+    pub fn connect(
+        tokens: &[ConnectToken],
+        config: &ClientConfig,
+        timeout: Duration,
+    ) -> Result<ClientSet, ClientSetError> {
+        let mut set = ClientSet::new();
+        set.start_connecting(tokens, config)?;
+        set.finish_connect(timeout)?;
+        Ok(set)
+    }
+
+    /// [`ClientSet::connect`] for `n` clients of a server in insecure mode (no tokens, no
+    /// packet protection: LAN play, local tests, load tests of the insecure path).
+    pub fn connect_insecure(
+        server: SocketAddr,
+        config: &ClientConfig,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<ClientSet, ClientSetError> {
+        let mut set = ClientSet::new();
+        set.start_connecting_insecure(server, config, n)?;
+        set.finish_connect(timeout)?;
+        Ok(set)
+    }
+
+    fn finish_connect(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
+        self.wait_connected(timeout)?;
+        for c in &mut self.clients {
+            c.events.retain(|e| *e != ClientEvent::Connected);
+        }
+        let (clients, members) = (&self.clients, &mut self.members);
+        self.with_events.retain(|&i| {
+            let keep = !clients[i as usize].events.is_empty();
+            members[i as usize].queued_events = keep;
+            keep
+        });
+        Ok(())
+    }
+
+    /// Add one member per token that starts connecting now (see [`ClientSet::connect`] for
+    /// their configuration); their outcome comes as events, or wait for it with
+    /// [`ClientSet::wait_connected`]. Returns their indices.
+    pub fn start_connecting(
+        &mut self,
+        tokens: &[ConnectToken],
+        config: &ClientConfig,
+    ) -> Result<Range<usize>, ClientSetError> {
+        self.start_each(config, tokens.len(), |k, cfg| {
+            Client::connect(&tokens[k], cfg)
+        })
+    }
+
+    /// [`ClientSet::start_connecting`] for `n` clients of a server in insecure mode.
+    pub fn start_connecting_insecure(
+        &mut self,
+        server: SocketAddr,
+        config: &ClientConfig,
+        n: usize,
+    ) -> Result<Range<usize>, ClientSetError> {
+        self.start_each(config, n, |_, cfg| Client::connect_insecure(server, cfg))
+    }
+
+    fn start_each(
+        &mut self,
+        config: &ClientConfig,
+        n: usize,
+        connect: impl Fn(usize, ClientConfig) -> Result<Client, ClientError>,
+    ) -> Result<Range<usize>, ClientSetError> {
+        let first = self.clients.len();
+        let mut config = config.clone();
+        // An io_uring ring per member would cost a ring's memory each for nothing: the set
+        // waits on the members' sockets itself.
+        #[cfg(target_os = "linux")]
+        if config.backend.kind == platform::BackendKind::Auto {
+            config.backend.kind = platform::BackendKind::Mmsg;
+        }
+        let seed = config.seed;
+        for k in 0..n {
+            config.seed = seed.map(|s| s.wrapping_add(k as u64));
+            let c = connect(k, config.clone()).map_err(fail(Some(first + k)))?;
+            self.push(c);
+        }
+        Ok(first..first + n)
+    }
+
+    /// Drive the set until every member is connected, up to `timeout`. Fails with the index of
+    /// the first member that closed instead (refused, or its handshake timed out), or with
+    /// [`ClientError::TimedOut`] (the caller's limit) when `timeout` passes first. Events stay
+    /// queued.
+    pub fn wait_connected(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(i) = self.first_failed {
+                let c = &self.clients[i];
+                let source = match c.closed {
+                    Some((ricochet_proto::CloseReason::HandshakeTimeout, _)) => {
+                        ClientError::TimedOut {
+                            limit: c.config.endpoint.connection.handshake_timeout,
+                            which: ConnectLimit::Handshake,
+                        }
+                    }
+                    Some((ricochet_proto::CloseReason::VersionMismatch, _)) => {
+                        ClientError::VersionMismatch
+                    }
+                    Some((ricochet_proto::CloseReason::Rejected(code), _)) => {
+                        ClientError::Rejected {
+                            code,
+                            message: c.refusal_message(),
+                        }
+                    }
+                    Some((reason, _)) => ClientError::Refused(reason),
+                    None => ClientError::Refused(ricochet_proto::CloseReason::Application),
+                };
+                return Err(ClientSetError {
+                    index: Some(i),
+                    source,
+                });
+            }
+            if self.connected == self.clients.len() {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(ClientSetError {
+                    index: None,
+                    source: ClientError::TimedOut {
+                        limit: timeout,
+                        which: ConnectLimit::Caller,
+                    },
+                });
+            }
+            // Handshake replies call for no acknowledgement: `update` sends what they did.
+            self.step((deadline - now).min(Duration::from_millis(50)))?;
+        }
+    }
+
+    /// Add a client; returns its index (members keep their index until the set is dropped).
+    pub fn push(&mut self, client: Client) -> usize {
+        let i = self.clients.len();
+        self.clients.push(client);
+        self.members.push(Member::default());
+        self.touch(i);
+        self.sync(i);
+        i
+    }
+
+    /// Number of members.
+    pub fn len(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// True when the set has no member.
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+
+    /// Members connected now (as of the last turn that saw them).
+    pub fn connected(&self) -> usize {
+        self.connected
+    }
+
+    /// Member `index`.
+    pub fn get(&self, index: usize) -> Option<&Client> {
+        self.clients.get(index)
+    }
+
+    /// Member `index`, to send on it, read its stats, close it. The set submits what the
+    /// member queued at its next turn.
+    pub fn get_mut(&mut self, index: usize) -> Option<&mut Client> {
+        if index < self.clients.len() {
+            self.touch(index);
+        }
+        self.clients.get_mut(index)
+    }
+
+    /// Every member, by index (each is submitted for at the next turn: prefer
+    /// [`ClientSet::get_mut`] for the few that changed).
+    pub fn clients_mut(&mut self) -> &mut [Client] {
+        for i in 0..self.clients.len() {
+            self.touch(i);
+        }
+        &mut self.clients
+    }
+
+    /// The members, by index.
+    pub fn into_clients(self) -> Vec<Client> {
+        self.clients
+    }
+
+    /// The next event of any member, with the member's index. Members with events take turns,
+    /// one event each.
+    pub fn poll_event(&mut self) -> Option<(usize, ClientEvent)> {
+        while let Some(i) = self.with_events.pop_front() {
+            let i = i as usize;
+            self.members[i].queued_events = false;
+            if let Some(e) = self.clients[i].poll_event() {
+                self.sync_events(i);
+                return Some((i, e));
+            }
+        }
+        None
+    }
+
+    /// One turn, like [`Client::step`] for every member at once: submit what the members
+    /// touched since the last turn queued (with the acknowledgements the last turn's arrivals
+    /// called for), wait up to `timeout` until any member's socket is readable or its
+    /// protocol timer is due — only a look when a member already has news — then handle what
+    /// arrived at the ready members and run the due timers. Events stay queued for
+    /// [`ClientSet::poll_event`]. Call it again promptly (a loop), or call
+    /// [`ClientSet::update`] when the next turn may be late, so acknowledgements are not held.
+    ///
+    /// System calls per turn: one per member with output (which also picks up what it has
+    /// received), one wait for the whole set, and one per member that became ready.
+    pub fn step(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        let start = Instant::now();
+        // Submit what the touched members queued; the same call reaps what they received.
+        let touched = std::mem::take(&mut self.touched);
+        let mut urgent = false;
+        for &i in &touched {
+            let i = i as usize;
+            self.members[i].touched = false;
+            let c = &mut self.clients[i];
+            c.transmit(start);
+            if !c.send_batch.is_empty() || c.backend.needs_poll() {
+                c.backend
+                    .poll(&mut c.send_batch, Some(Duration::ZERO))
+                    .map_err(|e| fail(Some(i))(e.into()))?;
+                c.absorb(Instant::now());
+                // What the arrivals call for leaves with the next turn's submission.
+                self.touch(i);
+            }
+            urgent |= self.clients[i].backend.needs_poll();
+            self.sync(i);
+        }
+        self.touched_scratch(touched);
+        // One wait for the whole set; only a look when some member has news already.
+        let wait = if urgent || !self.with_events.is_empty() {
+            Duration::ZERO
+        } else {
+            let now = Instant::now();
+            match self.next_timer() {
+                Some(t) => t.saturating_duration_since(now).min(timeout),
+                None => timeout,
+            }
+        };
+        self.ready.clear();
+        if let Some(p) = self.poller.as_mut() {
+            p.wait(Some(wait), &mut self.ready)
+                .map_err(|e| fail(None)(e.into()))?;
+        } else if !wait.is_zero() {
+            // No member yet: nothing to wait on but the clock.
+            std::thread::sleep(wait);
+        }
+        let now = Instant::now();
+        let ready = std::mem::take(&mut self.ready);
+        for &token in &ready {
+            let i = token as usize;
+            let Some(c) = self.clients.get_mut(i) else {
+                continue;
+            };
+            c.backend
+                .poll(&mut c.send_batch, Some(Duration::ZERO))
+                .map_err(|e| fail(Some(i))(e.into()))?;
+            c.absorb(now);
+            self.touch(i);
+            self.sync(i);
+        }
+        self.ready = ready;
+        self.run_due(now);
+        if let Some(e) = self.deferred.take() {
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Do every member's pending work without blocking, and send what arrivals call for
+    /// ([`Client::update`] for each member; a turn over the whole set).
+    pub fn update(&mut self) -> Result<(), ClientSetError> {
+        for i in 0..self.clients.len() {
+            self.clients[i].update().map_err(fail(Some(i)))?;
+            self.members[i].touched = false;
+            self.sync(i);
+        }
+        self.touched.clear();
+        Ok(())
+    }
+
+    /// Runs the protocol timers due at `now`.
+    fn run_due(&mut self, now: Instant) {
+        // Take the due entries first: a member whose next deadline is "transmit now" is
+        // entered again at or before `now`, and must wait for the next turn's submission.
+        let mut due = std::mem::take(&mut self.due);
+        while let Some(&Reverse((t, i))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            due.push((t, i));
+        }
+        for &(t, i) in &due {
+            let i = i as usize;
+            if self.members[i].timer != Some(t) {
+                continue;
+            }
+            self.members[i].timer = None;
+            self.clients[i].run_timers(now);
+            self.touch(i);
+            self.sync(i);
+        }
+        due.clear();
+        self.due = due;
+        // Stale entries pile up as timers move; give the room back once most are gone.
+        if self.timers.capacity() > 64 && self.timers.len() < self.timers.capacity() / 4 {
+            self.timers.shrink_to(self.timers.len() * 2);
+        }
+    }
+
+    /// The earliest live timer (stale entries on top are dropped).
+    fn next_timer(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((t, i))) = self.timers.peek() {
+            if self.members[i as usize].timer == Some(t) {
+                return Some(t);
+            }
+            self.timers.pop();
+        }
+        None
+    }
+
+    fn touched_scratch(&mut self, mut v: Vec<u32>) {
+        // Keep the larger buffer; new touches may have landed in `self.touched` meanwhile.
+        if v.capacity() > self.touched.capacity() {
+            v.clear();
+            v.append(&mut self.touched);
+            self.touched = v;
+        }
+    }
+
+    fn touch(&mut self, i: usize) {
+        let m = &mut self.members[i];
+        if !m.touched {
+            m.touched = true;
+            self.touched.push(i as u32);
+        }
+    }
+
+    fn sync_events(&mut self, i: usize) {
+        let m = &mut self.members[i];
+        if !m.queued_events && !self.clients[i].events.is_empty() {
+            m.queued_events = true;
+            self.with_events.push_back(i as u32);
+        }
+    }
+
+    /// After anything touched member `i`: queue its events, enter its next timer, count its
+    /// connection state, and (re-)register its socket if its backend changed.
+    fn sync(&mut self, i: usize) {
+        self.sync_events(i);
+        let c = &self.clients[i];
+        let m = &mut self.members[i];
+        let t = c.endpoint.poll_timeout();
+        if t != m.timer {
+            m.timer = t;
+            if let Some(t) = t {
+                self.timers.push(Reverse((t, i as u32)));
+            }
+        }
+        if c.connected != m.connected {
+            m.connected = c.connected;
+            if c.connected {
+                self.connected += 1;
+            } else {
+                self.connected -= 1;
+            }
+        }
+        if c.closed.is_some() && !m.closed {
+            m.closed = true;
+            if !c.ever_connected && self.first_failed.is_none() {
+                self.first_failed = Some(i);
+            }
+        }
+        let want = (c.backend.ready_fd(), c.backend_generation);
+        if m.registered != Some(want) {
+            let old = m.registered.replace(want);
+            if self.poller.is_none() {
+                match platform::Poller::new() {
+                    Ok(p) => self.poller = Some(p),
+                    Err(e) => {
+                        self.deferred.get_or_insert(fail(None)(e.into()));
+                        m.registered = None;
+                        return;
+                    }
+                }
+            }
+            let Some(p) = self.poller.as_mut() else {
+                return;
+            };
+            if let Some((fd, _)) = old {
+                // A replaced backend closed its descriptor, which left the set by itself.
+                let _ = p.remove(fd);
+            }
+            if let Err(e) = p.add(want.0, i as u64) {
+                m.registered = None;
+                self.deferred.get_or_insert(fail(Some(i))(e.into()));
+            }
+        }
+    }
+}
