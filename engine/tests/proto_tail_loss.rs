@@ -361,7 +361,7 @@ fn longest_round_trip_across_a_stall(
     net.hold = Some((stalled, net.now + Duration::from_millis(stall_ms)));
     let limit = net.now + Duration::from_millis(stall_ms + 300);
     net.run_until(limit, &mut echo);
-    let st = net.ep(c).connection(h).expect("connection").stats().clone();
+    let st = net.ep(c).connection(h).expect("connection").stats();
     assert!(st.segments_sent > 1000, "the echo did not resume");
     (max.get(), st.rto_count - before)
 }
