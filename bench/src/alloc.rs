@@ -1,7 +1,7 @@
 //! A counting global allocator for the bench binary: it lets `bench gate` weigh exactly the
 //! heap a simulated server endpoint holds per session. The libraries never count allocations;
 //! the binary installs this (`#[global_allocator]` in `main.rs`), and counting is off except
-//! inside [`weigh`], so the other benchmarks pay one relaxed load per allocation.
+//! inside [`counting`], so the other benchmarks pay one relaxed load per allocation.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering::Relaxed};

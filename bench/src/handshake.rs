@@ -103,9 +103,10 @@ fn session(
     cfg: ClientConfig,
 ) -> Result<()> {
     let limit = Duration::from_secs(5);
+    let cfg = cfg.connect_timeout(limit);
     let mut c = match token {
-        Some(t) => Client::connect_blocking(t, cfg, limit),
-        None => Client::connect_insecure_blocking(server, cfg, limit),
+        Some(t) => Client::connect_blocking(t, cfg),
+        None => Client::connect_insecure_blocking(server, cfg),
     }
     .context("connect")?;
     c.send(0, Bytes::from_static(&[7; 64]))?;

@@ -126,10 +126,7 @@ fn pattern(channel: u8, len: usize) -> Vec<u8> {
 fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
     let config = Config::competitive();
     let kinds = config.channels.clone();
-    let endpoint = EndpointConfig {
-        connection: Arc::new(config),
-        ..EndpointConfig::default()
-    };
+    let endpoint = EndpointConfig::default().with(|c| c.connection = Arc::new(config));
     let key = ricochet_proto::token::TokenKey::generate(&mut rand::rng());
     let server = EchoServer::start(
         "127.0.0.1:0".parse().unwrap(),
@@ -154,7 +151,8 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
         .seed(11)
         .backend(backend.parse().unwrap());
     cc.endpoint = endpoint;
-    let mut client = Client::connect_blocking(&token, cc, Duration::from_secs(10)).unwrap();
+    cc.connect_timeout = Some(Duration::from_secs(10));
+    let mut client = Client::connect_blocking(&token, cc).unwrap();
     for (ch, _) in kinds.iter().enumerate() {
         for &len in &SIZES {
             client.send(ch as u8, pattern(ch as u8, len)).unwrap();

@@ -57,11 +57,11 @@ fn run_client(
     seconds: f64,
     insecure: bool,
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let (cfg, limit) = (ClientConfig::default(), Duration::from_secs(5));
+    let cfg = ClientConfig::default().connect_timeout(Duration::from_secs(5));
     let mut client = if insecure {
-        Client::connect_insecure_blocking(server, cfg, limit)?
+        Client::connect_insecure_blocking(server, cfg)?
     } else {
-        Client::connect_blocking(&mint_token(server)?, cfg, limit)?
+        Client::connect_blocking(&mint_token(server)?, cfg)?
     };
     let end = Instant::now() + Duration::from_secs_f64(seconds);
     let (mut next_send, mut next_echo) = (0u64, 0u64);

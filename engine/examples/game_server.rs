@@ -141,11 +141,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             valid_for,
             name.as_bytes(),
         )?;
-        players.push(Client::connect_blocking(
-            &token,
-            client_cfg.clone(),
-            Duration::from_secs(5),
-        )?);
+        players.push(Client::connect_blocking(&token, client_cfg.clone())?);
     }
     let mut seen: Vec<Seen> = (0..n).map(|_| Seen::default()).collect();
 
@@ -195,7 +191,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         c.close();
     }
     for _ in 0..10 {
-        players.iter_mut().try_for_each(|c| c.update())?;
+        players.iter_mut().try_for_each(|c| c.update().map(drop))?;
         std::thread::sleep(Duration::from_millis(5));
     }
     server.shutdown()?;

@@ -3,12 +3,9 @@
 //! or SIGTERM.
 //! `cargo run --release -p ricochet --example readme_server`
 
-use bytes::Bytes;
-use ricochet::{Handler, Profile, Server, ServerConfig, ServerContext, SessionId, TokenKey};
-use signal_hook::{consts::SIGINT, consts::SIGTERM, iterator::Signals};
+use ricochet::{Bytes, Handler, Profile, Server, ServerConfig, ServerContext, SessionId, TokenKey};
 
-// The key your backend seals connect tokens with: a development key (the client knows it too).
-const KEY: [u8; 32] = *b"ricochet readme key: not secret!";
+const KEY: [u8; 32] = *b"ricochet readme key: not secret!"; // a development key
 
 struct Echo;
 impl Handler for Echo {
@@ -23,7 +20,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .profile(Profile::Game);
     let server = Server::start(config, |_worker| Echo)?;
     println!("listening on {}", server.local_addr());
-    Signals::new([SIGINT, SIGTERM])?.forever().next(); // wait for Ctrl-C or `kill`
-    server.shutdown()?; // says goodbye to every client
+    server.serve_until_signal()?; // until Ctrl-C or `kill`; then says goodbye to every client
     Ok(())
 }

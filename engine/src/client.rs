@@ -13,11 +13,11 @@
 //! # let token_bytes: Vec<u8> = Vec::new();
 //! // The bytes the backend sent over HTTPS after the player logged in.
 //! let token = ConnectToken::from_bytes(&token_bytes)?;
-//! let mut client = Client::connect_blocking(&token, ClientConfig::new(), Duration::from_secs(5))?;
+//! let mut client = Client::connect_blocking(&token, ClientConfig::new())?;
 //! client.send(0, &b"hello"[..])?;
 //! loop {
-//!     client.update()?; // once per frame: receive, run timers, send
-//!     while let Some(event) = client.poll_event() {
+//!     // Once per frame: receive, run timers, send; then what happened.
+//!     for event in client.update()? {
 //!         if let ClientEvent::Message { channel, data } = event {
 //!             println!("{channel}: {data:?}");
 //!             return Ok(());
@@ -76,6 +76,10 @@ pub struct ClientConfig {
     pub socket_buffer: Option<usize>,
     /// Seed for connection ids and nonces; `None` draws one from the OS.
     pub seed: Option<u64>,
+    /// How long [`Client::connect_blocking`] waits at most, over every server address the
+    /// token lists; `None` (the default) waits for the handshake's own limit
+    /// ([`Config::handshake_timeout`] per address), which always ends the attempt.
+    pub connect_timeout: Option<Duration>,
     /// Coalesce consecutive same-size datagrams into UDP GSO sends where the kernel supports
     /// GSO (on by default; `false` sends datagram by datagram). GRO receive is
     /// `backend.gro`, also on by default.
@@ -98,6 +102,7 @@ impl Default for ClientConfig {
             bind: None,
             socket_buffer: Some(1 << 20),
             seed: None,
+            connect_timeout: None,
             gso: true,
         }
     }
@@ -143,13 +148,20 @@ impl ClientConfig {
         self.seed = Some(seed);
         self
     }
+
+    /// Make [`Client::connect_blocking`] give up after `timeout` (over every server address
+    /// the token lists), whatever the handshake's own limit.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = Some(timeout);
+        self
+    }
 }
 
 /// Which time limit ended a connection attempt (see [`ClientError::TimedOut`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConnectLimit {
-    /// The `timeout` given to [`Client::connect_blocking`].
+    /// The caller's limit, [`ClientConfig::connect_timeout`].
     Caller,
     /// The protocol's own handshake limit, [`crate::Config::handshake_timeout`] (in
     /// [`ClientConfig::endpoint`]); the connection attempt is over whatever the caller waits.
@@ -232,6 +244,24 @@ pub enum ClientEvent {
         by_peer: bool,
     },
 }
+
+/// The events a client has queued, as [`Client::update`] returns them: each
+/// [`next`](Iterator::next) takes the oldest. Events not taken stay queued, for the next
+/// `update` or [`Client::poll_event`]; dropping the iterator discards nothing.
+#[derive(Debug)]
+pub struct Events<'a>(&'a mut VecDeque<ClientEvent>);
+
+impl Iterator for Events<'_> {
+    type Item = ClientEvent;
+    fn next(&mut self) -> Option<ClientEvent> {
+        self.0.pop_front()
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.0.len(), Some(self.0.len()))
+    }
+}
+
+impl ExactSizeIterator for Events<'_> {}
 
 /// One RUDP connection to a server.
 pub struct Client {
@@ -338,31 +368,30 @@ impl Client {
         Ok(client)
     }
 
-    /// Connect with `token` and wait until the handshake completes, fails, or `timeout`
-    /// passes. The [`ClientEvent::Connected`] event is not queued: returning `Ok` says it.
+    /// Connect with `token` and wait until the handshake completes or fails. The
+    /// [`ClientEvent::Connected`] event is not queued: returning `Ok` says it.
     ///
-    /// The handshake also gives up on its own after [`crate::Config::handshake_timeout`] (per
-    /// server address the token lists); the error's [`ConnectLimit`] says which of the two
-    /// limits expired.
+    /// The handshake gives up on its own after [`crate::Config::handshake_timeout`] (per
+    /// server address the token lists); [`ClientConfig::connect_timeout`] sets a limit of the
+    /// caller's. A [`ClientError::TimedOut`] says which of the two expired.
     pub fn connect_blocking(
         token: &ConnectToken,
         config: ClientConfig,
-        timeout: Duration,
     ) -> Result<Client, ClientError> {
-        Client::connect(token, config)?.wait_connected(timeout)
+        Client::connect(token, config)?.wait_connected()
     }
 
     /// [`Client::connect_insecure`], waiting like [`Client::connect_blocking`].
     pub fn connect_insecure_blocking(
         server: SocketAddr,
         config: ClientConfig,
-        timeout: Duration,
     ) -> Result<Client, ClientError> {
-        Client::connect_insecure(server, config)?.wait_connected(timeout)
+        Client::connect_insecure(server, config)?.wait_connected()
     }
 
-    fn wait_connected(mut self, timeout: Duration) -> Result<Client, ClientError> {
-        let deadline = Instant::now() + timeout;
+    fn wait_connected(mut self) -> Result<Client, ClientError> {
+        let timeout = self.config.connect_timeout;
+        let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             if self.connected {
                 // Returning is the news: don't report it twice.
@@ -383,14 +412,21 @@ impl Client {
                     other => ClientError::Refused(other),
                 });
             }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(ClientError::TimedOut {
-                    limit: timeout,
-                    which: ConnectLimit::Caller,
-                });
-            }
-            self.wait(deadline - now)?;
+            // Without a limit of the caller's, the handshake's timer ends the wait.
+            let wait = match (timeout, deadline) {
+                (Some(limit), Some(deadline)) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(ClientError::TimedOut {
+                            limit,
+                            which: ConnectLimit::Caller,
+                        });
+                    }
+                    deadline - now
+                }
+                _ => Duration::from_secs(1),
+            };
+            self.wait(wait)?;
         }
     }
 
@@ -410,15 +446,18 @@ impl Client {
     }
 
     /// Do all pending work without blocking: receive what arrived, run due timers, send what
-    /// is queued. Call once per frame.
-    pub fn update(&mut self) -> Result<(), ClientError> {
-        self.drive(Some(Duration::ZERO), true)
+    /// is queued. Call once per frame. Returns the events that are waiting (see [`Events`]):
+    /// `for event in client.update()? { .. }`.
+    pub fn update(&mut self) -> Result<Events<'_>, ClientError> {
+        self.drive(Some(Duration::ZERO), true)?;
+        Ok(Events(&mut self.events))
     }
 
     /// Like [`Client::update`], but first wait up to `timeout` for a datagram or the next
     /// protocol timer (for a client on its own thread).
-    pub fn wait(&mut self, timeout: Duration) -> Result<(), ClientError> {
-        self.drive(Some(timeout), true)
+    pub fn wait(&mut self, timeout: Duration) -> Result<Events<'_>, ClientError> {
+        self.drive(Some(timeout), true)?;
+        Ok(Events(&mut self.events))
     }
 
     /// One turn of a client that loops on its own thread, in one submission: send everything

@@ -11,6 +11,10 @@
 //!   (a load tester, a bot farm) from one thread with one wait.
 //! - [`backend`]: what the game's backend does to let a player in: issue a [`ConnectToken`]
 //!   sealed with the [`TokenKey`] it shares with its servers.
+//!
+//! Cargo features: `fec` (default) compiles in forward error correction; without it
+//! (`default-features = false`) sessions send no FEC whatever their [`Profile`], and still
+//! take the data out of a peer's FEC packets (see `ricochet-proto`'s features).
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod backend;
@@ -20,6 +24,10 @@ pub mod runtime;
 mod stats;
 
 pub use ricochet_platform as platform;
+
+/// The byte buffer every message travels in (from the `bytes` crate, re-exported so that a
+/// handler's signature needs no dependency of its own, and no version to keep in step).
+pub use bytes::Bytes;
 pub use ricochet_proto as proto;
 
 pub use client::{

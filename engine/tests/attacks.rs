@@ -112,7 +112,8 @@ fn connect(to: SocketAddr, server: SocketAddr, fec: FecPolicy, seed: u64) -> Cli
         b"",
     )
     .expect("a token");
-    let c = Client::connect_blocking(&token, cfg, Duration::from_secs(10)).expect("connects");
+    let c = Client::connect_blocking(&token, cfg.connect_timeout(Duration::from_secs(10)))
+        .expect("connects");
     assert!(c.stats().is_some());
     c
 }

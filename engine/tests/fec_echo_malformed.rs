@@ -35,11 +35,10 @@ fn setup(
     let s = net.add(
         addr(1),
         Endpoint::new(
-            EndpointConfig {
-                connection: config(server),
-                server: Some(ServerConfig::insecure()),
-                ..EndpointConfig::default()
-            },
+            EndpointConfig::default().with(|c| {
+                c.connection = config(server);
+                c.server = Some(ServerConfig::insecure());
+            }),
             net.now,
             1,
         ),
@@ -47,10 +46,7 @@ fn setup(
     let c = net.add(
         addr(2),
         Endpoint::new(
-            EndpointConfig {
-                connection: config(client),
-                ..EndpointConfig::default()
-            },
+            EndpointConfig::default().with(|c| c.connection = config(client)),
             net.now,
             2,
         ),

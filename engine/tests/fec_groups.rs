@@ -240,10 +240,7 @@ fn check_common(out: &Outcome, tx: &FecSender, rx: &FecReceiver) {
 
 #[test]
 fn fixed_parity_recovers_random_loss() {
-    let cfg = FecConfig {
-        policy: FecPolicy::Fixed { parity: 2 },
-        ..FecConfig::default()
-    };
+    let cfg = FecConfig::default().with(|c| c.policy = FecPolicy::Fixed { parity: 2 });
     let mut tx = FecSender::new(cfg);
     let mut rx = FecReceiver::with_budget(cfg, RetentionBudget::default());
     let out = run(cfg, Loss::Random(0.05), None, 1, 10_000, &mut tx, &mut rx);
@@ -272,10 +269,7 @@ fn fixed_parity_recovers_random_loss() {
 
 #[test]
 fn burst_loss_is_recovered() {
-    let cfg = FecConfig {
-        policy: FecPolicy::Fixed { parity: 3 },
-        ..FecConfig::default()
-    };
+    let cfg = FecConfig::default().with(|c| c.policy = FecPolicy::Fixed { parity: 3 });
     let mut tx = FecSender::new(cfg);
     let mut rx = FecReceiver::with_budget(cfg, RetentionBudget::default());
     let out = run(cfg, Loss::Burst(3), None, 2, 10_000, &mut tx, &mut rx);
@@ -333,11 +327,10 @@ fn adaptive_covers_bursts() {
 
 #[test]
 fn shared_budget_is_never_exceeded() {
-    let cfg = FecConfig {
-        policy: FecPolicy::Fixed { parity: 4 },
-        max_group_age: Duration::from_secs(10),
-        ..FecConfig::default()
-    };
+    let cfg = FecConfig::default().with(|c| {
+        c.policy = FecPolicy::Fixed { parity: 4 };
+        c.max_group_age = Duration::from_secs(10);
+    });
     // Two receivers draw on one budget, lent to each for its turn as an endpoint does.
     let mut budget = RetentionBudget::new(16 * 1024);
     let mut tx = [FecSender::new(cfg), FecSender::new(cfg)];
@@ -363,10 +356,7 @@ fn shared_budget_is_never_exceeded() {
 
 #[test]
 fn group_closes_on_wait_and_parity_follows() {
-    let cfg = FecConfig {
-        policy: FecPolicy::Fixed { parity: 2 },
-        ..FecConfig::default()
-    };
+    let cfg = FecConfig::default().with(|c| c.policy = FecPolicy::Fixed { parity: 2 });
     let mut tx = FecSender::new(cfg);
     let mut rx = FecReceiver::new(cfg);
     let t0 = Instant::now();
@@ -411,10 +401,8 @@ fn group_closes_on_wait_and_parity_follows() {
     assert_eq!(rx.stats().data_recovered, 1);
     assert_eq!(rx.stats().retained_bytes, 0, "finished group released");
     // A caller that never polls parity leaves at most MAX_QUEUED_PARITY queued.
-    let mut idle = FecSender::new(FecConfig {
-        policy: FecPolicy::Fixed { parity: 4 },
-        ..FecConfig::default()
-    });
+    let mut idle =
+        FecSender::new(FecConfig::default().with(|c| c.policy = FecPolicy::Fixed { parity: 4 }));
     for i in 0..8 * 40 {
         idle.protect(t0, &[i as u8; 100], &mut body).unwrap();
     }
@@ -436,10 +424,7 @@ fn group_closes_on_wait_and_parity_follows() {
 
 #[test]
 fn receiver_ages_out_incomplete_groups() {
-    let cfg = FecConfig {
-        policy: FecPolicy::Fixed { parity: 1 },
-        ..FecConfig::default()
-    };
+    let cfg = FecConfig::default().with(|c| c.policy = FecPolicy::Fixed { parity: 1 });
     let mut tx = FecSender::new(cfg);
     let mut rx = FecReceiver::new(cfg);
     let t0 = Instant::now();
@@ -469,10 +454,7 @@ fn receiver_ages_out_incomplete_groups() {
 #[test]
 fn sequence_numbers_wrap() {
     // 70,000 datagrams: the 16-bit data-shard sequence wraps once.
-    let cfg = FecConfig {
-        policy: FecPolicy::Fixed { parity: 2 },
-        ..FecConfig::default()
-    };
+    let cfg = FecConfig::default().with(|c| c.policy = FecPolicy::Fixed { parity: 2 });
     let mut tx = FecSender::new(cfg);
     let mut rx = FecReceiver::new(cfg);
     let mut rng = ChaCha8Rng::seed_from_u64(9);

@@ -29,10 +29,7 @@ fn data(seq: u16, index_byte: u8, len: usize) -> Vec<u8> {
 
 #[test]
 fn malformed_bodies_are_dropped_and_counted() {
-    let cfg = FecConfig {
-        policy: FecPolicy::Fixed { parity: 2 },
-        ..FecConfig::default()
-    };
+    let cfg = FecConfig::default().with(|c| c.policy = FecPolicy::Fixed { parity: 2 });
     let now = Instant::now();
     let mut rx = FecReceiver::new(cfg);
     let nothing = |_: &[u8]| panic!("a malformed body delivered something");

@@ -12,14 +12,13 @@ use ricochet_proto::fec::{
 };
 
 fn cfg(parity: u8) -> FecConfig {
-    FecConfig {
-        policy: FecPolicy::Fixed { parity },
-        scheme: FecScheme::Sliding,
-        max_payload: 300,
+    FecConfig::default().with(|c| {
+        c.policy = FecPolicy::Fixed { parity };
+        c.scheme = FecScheme::Sliding;
+        c.max_payload = 300;
         // Small test payloads: the byte cap would otherwise decide how many repairs go out.
-        parity_cap_percent: 1000,
-        ..FecConfig::default()
-    }
+        c.parity_cap_percent = 1000;
+    })
 }
 
 /// Payload of source `i`: its index, then bytes derived from it.
@@ -261,10 +260,7 @@ fn malformed_repairs_are_rejected_with_typed_errors_and_counted() {
 
 #[test]
 fn memory_stays_bounded_under_heavy_loss() {
-    let c = FecConfig {
-        max_payload: 1000,
-        ..cfg(4)
-    };
+    let c = cfg(4).with(|c| c.max_payload = 1000);
     let mut tx = SlidingSender::new(c);
     let mut rx = SlidingReceiver::with_budget(c, RetentionBudget::new(20_000));
     let mut now = Instant::now();

@@ -90,26 +90,14 @@ fn same_seed_same_trace() {
 #[test]
 fn echo_smoke_config_variants() {
     let variants = [
-        (
-            "pacing",
-            Config {
-                pacing: true,
-                ..Config::default()
-            },
-        ),
+        ("pacing", Config::default().with(|c| c.pacing = true)),
         (
             "cc-off",
-            Config {
-                congestion_control: false,
-                ..Config::default()
-            },
+            Config::default().with(|c| c.congestion_control = false),
         ),
         (
             "textbook-newreno",
-            Config {
-                loss_tolerant: false,
-                ..Config::default()
-            },
+            Config::default().with(|c| c.loss_tolerant = false),
         ),
         ("competitive-arq", competitive_arq()),
         ("competitive+fec", Config::competitive()),

@@ -10,11 +10,10 @@ use proto_util::{addr, Impair, Net};
 use ricochet_proto::{CloseReason, Config, Endpoint, EndpointConfig, Event, ServerConfig};
 
 fn server_cfg() -> EndpointConfig {
-    EndpointConfig {
-        connection: Arc::new(Config::default()),
-        server: Some(ServerConfig::insecure()),
-        ..EndpointConfig::default()
-    }
+    EndpointConfig::default().with(|c| {
+        c.connection = Arc::new(Config::default());
+        c.server = Some(ServerConfig::insecure());
+    })
 }
 
 fn client_cfg() -> EndpointConfig {
@@ -212,10 +211,7 @@ fn drain_destinations(net: &mut Net, server: usize) -> Vec<std::net::SocketAddr>
 fn transmit_burst_takes_runs_from_one_connection_then_moves_on() {
     for burst in [1usize, 3, 16] {
         let mut net = Net::new(Impair::default(), 3);
-        let cfg = EndpointConfig {
-            transmit_burst: burst,
-            ..server_cfg()
-        };
+        let cfg = server_cfg().with(|c| c.transmit_burst = burst);
         let s = net.add(addr(1), Endpoint::new(cfg, net.now, 21));
         let mut sessions = Vec::new();
         for (i, seed) in [(2u16, 22u64), (3, 23)] {

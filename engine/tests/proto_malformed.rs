@@ -19,11 +19,10 @@ use ricochet_proto::{
 
 fn server(now: std::time::Instant, sc: ServerConfig) -> Endpoint {
     Endpoint::new(
-        EndpointConfig {
-            connection: Arc::new(Config::default()),
-            server: Some(sc),
-            ..EndpointConfig::default()
-        },
+        EndpointConfig::default().with(|c| {
+            c.connection = Arc::new(Config::default());
+            c.server = Some(sc);
+        }),
         now,
         1,
     )
@@ -324,10 +323,7 @@ fn version_mismatch_and_server_full_are_refused_with_reason() {
         addr(1),
         server(
             net.now,
-            ServerConfig {
-                max_sessions: 1,
-                ..ServerConfig::insecure()
-            },
+            ServerConfig::insecure().with(|c| c.max_sessions = 1),
         ),
     );
     let c1 = net.add(

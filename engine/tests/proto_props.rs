@@ -138,12 +138,11 @@ fn run_case(
 ) -> Result<(), TestCaseError> {
     let mut sim: Simulation<EpNode<Peer>> = Simulation::new(seed, imp).unwrap();
     let base = sim.now();
-    let cfg = Arc::new(Config {
-        reassembly_limit: CONN_LIMIT,
-        handshake_timeout: Duration::from_secs(60),
-        idle_timeout: Duration::from_secs(60),
-        ..Config::default()
-    });
+    let cfg = Arc::new(Config::default().with(|c| {
+        c.reassembly_limit = CONN_LIMIT;
+        c.handshake_timeout = Duration::from_secs(60);
+        c.idle_timeout = Duration::from_secs(60);
+    }));
     let sa: SocketAddr = "10.0.0.1:7000".parse().unwrap();
     let ca: SocketAddr = "10.0.0.2:5000".parse().unwrap();
     let mk = |side: u8, p: &[(u8, usize)]| -> Vec<(u8, Bytes)> {
@@ -153,11 +152,12 @@ fn run_case(
             .collect()
     };
     let (pc, ps) = (mk(1, plan_c), mk(2, plan_s));
-    let ecfg = |server: bool| EndpointConfig {
-        connection: cfg.clone(),
-        server: server.then(ServerConfig::insecure),
-        reassembly_budget: ENDPOINT_BUDGET,
-        ..EndpointConfig::default()
+    let ecfg = |server: bool| {
+        EndpointConfig::default().with(|c| {
+            c.connection = cfg.clone();
+            c.server = server.then(ServerConfig::insecure);
+            c.reassembly_budget = ENDPOINT_BUDGET;
+        })
     };
     let peer = |server, plan| Peer {
         server,

@@ -203,10 +203,7 @@ fn lost_repair_delivery(cfg: Config) -> Duration {
 fn redundant_retransmission_survives_a_lost_repair() {
     let on = Config::competitive();
     assert!(on.redundant_retransmit);
-    let off = Config {
-        redundant_retransmit: false,
-        ..Config::competitive()
-    };
+    let off = Config::competitive().with(|c| c.redundant_retransmit = false);
     let with = lost_repair_delivery(on);
     let without = lost_repair_delivery(off);
     println!(

@@ -35,10 +35,7 @@ fn admission() -> TokenAdmission {
 /// A token server endpoint with `server` settings, told the wall clock.
 fn token_server(net: &Net, server: ServerConfig, seed: u64) -> Endpoint {
     let mut ep = Endpoint::new(
-        EndpointConfig {
-            server: Some(server),
-            ..EndpointConfig::default()
-        },
+        EndpointConfig::default().with(|c| c.server = Some(server)),
         net.now,
         seed,
     );
@@ -292,10 +289,7 @@ fn a_mode_mismatch_is_refused_with_its_reason() {
 #[test]
 fn the_accept_hook_sees_who_connects_and_its_refusal_reaches_the_client() {
     let mut net = new_net();
-    let server = ServerConfig {
-        accept_hook: true,
-        ..ServerConfig::tokens(admission())
-    };
+    let server = ServerConfig::tokens(admission()).with(|c| c.accept_hook = true);
     let s = net.add(addr(1), token_server(&net, server, 1));
     let a = net.add(addr(2), client(&net, 2));
     let b = net.add(addr(3), client(&net, 3));
@@ -670,10 +664,7 @@ fn a_client_tries_the_tokens_next_server_when_the_first_does_not_answer() {
 fn without_the_wall_clock_a_token_server_drops_token_handshakes() {
     let mut net = new_net();
     let ep = Endpoint::new(
-        EndpointConfig {
-            server: Some(ServerConfig::tokens(admission())),
-            ..EndpointConfig::default()
-        },
+        EndpointConfig::default().with(|c| c.server = Some(ServerConfig::tokens(admission()))),
         net.now,
         1,
     );

@@ -55,8 +55,10 @@ fn server(model: IoModel, workers: usize, backend: BackendKind) -> Server {
 }
 
 fn client(addr: SocketAddr) -> Client {
-    let cfg = ClientConfig::new().seed(rand_seed(addr));
-    Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10)).expect("connects")
+    let cfg = ClientConfig::new()
+        .seed(rand_seed(addr))
+        .connect_timeout(Duration::from_secs(10));
+    Client::connect_blocking(&token(addr), cfg).expect("connects")
 }
 
 fn rand_seed(addr: SocketAddr) -> u64 {
@@ -322,8 +324,35 @@ fn shutdown_closes_open_sessions_with_a_reason_on_both_sides() {
     }
 }
 
+/// `serve_until_signal` serves until SIGTERM, then shuts down: the client learns why. (The
+/// process keeps the handlers it installed: a second signal would end it, which this test never
+/// sends.)
+#[cfg(unix)]
+#[test]
+fn serve_until_signal_shuts_down_on_sigterm() {
+    let srv = Server::start(secure_cfg(), |_| Echo).unwrap();
+    let mut c = client(srv.local_addr());
+    let serving = std::thread::spawn(move || srv.serve_until_signal());
+    echo_all(&mut c, 0, &[b"before the signal".to_vec()]);
+    assert!(!serving.is_finished(), "serves until a signal");
+    signal_hook::low_level::raise(signal_hook::consts::SIGTERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut closed = None;
+    while closed.is_none() {
+        assert!(Instant::now() < deadline, "the client did not learn of it");
+        for e in c.wait(Duration::from_millis(5)).unwrap() {
+            if let ClientEvent::Disconnected { reason, by_peer } = e {
+                closed = Some((reason, by_peer));
+            }
+        }
+    }
+    assert_eq!(closed, Some((CloseReason::Shutdown, true)));
+    let counters = serving.join().unwrap().expect("a clean shutdown");
+    assert!(!counters.is_empty());
+}
+
 /// Connecting to a socket that never answers fails with the limit that really expired: the
-/// handshake's own when it is the shorter, the caller's when that is.
+/// handshake's own when it is the shorter or the caller set none, the caller's when that is.
 #[test]
 fn connecting_to_nothing_times_out_naming_the_limit_that_expired() {
     use ricochet::{ClientError, ConnectLimit};
@@ -331,23 +360,21 @@ fn connecting_to_nothing_times_out_naming_the_limit_that_expired() {
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let server = silent.local_addr().unwrap();
     let config = |handshake_timeout| {
-        let mut cfg = ClientConfig::default();
-        cfg.endpoint.connection = Arc::new(ricochet::Config {
-            handshake_timeout,
-            ..ricochet::Config::default()
-        });
-        cfg
+        ClientConfig::default().session(|c| c.handshake_timeout = handshake_timeout)
     };
     let short = Duration::from_millis(300);
     let long = Duration::from_secs(10);
     let cases = [
         // (handshake timeout, caller's timeout, expected limit)
-        (short, long, (short, ConnectLimit::Handshake)),
-        (long, short, (short, ConnectLimit::Caller)),
+        (short, Some(long), (short, ConnectLimit::Handshake)),
+        (short, None, (short, ConnectLimit::Handshake)),
+        (long, Some(short), (short, ConnectLimit::Caller)),
     ];
     for (handshake, caller, expected) in cases {
         let started = Instant::now();
-        let err = Client::connect_blocking(&token(server), config(handshake), caller).unwrap_err();
+        let mut config = config(handshake);
+        config.connect_timeout = caller;
+        let err = Client::connect_blocking(&token(server), config).unwrap_err();
         let waited = started.elapsed();
         match &err {
             ClientError::TimedOut { limit, which } => {
@@ -402,13 +429,13 @@ fn step_loop_echoes_in_order_with_offloads_on_and_off() {
             cfg.udp.backend.gro = offload;
             cfg.seed = Some(11);
             let srv = Server::start(cfg, |_| Echo).unwrap();
-            let mut ccfg = ClientConfig::new().seed(rand_seed(srv.local_addr()));
+            let mut ccfg = ClientConfig::new()
+                .seed(rand_seed(srv.local_addr()))
+                .connect_timeout(Duration::from_secs(10));
             ccfg.gso = offload;
             ccfg.backend.gro = offload;
             ccfg.backend.kind = backend;
-            let mut c =
-                Client::connect_blocking(&token(srv.local_addr()), ccfg, Duration::from_secs(10))
-                    .expect("connects");
+            let mut c = Client::connect_blocking(&token(srv.local_addr()), ccfg).expect("connects");
             let total = 400;
             let window = 16;
             let (mut sent, mut got) = (0, 0);
@@ -450,10 +477,11 @@ fn client_set_drives_several_clients_from_one_thread() {
         let addr = srv.local_addr();
         let mut set = ClientSet::new();
         for _ in 0..5 {
-            let mut cfg = ClientConfig::new().seed(rand_seed(addr));
+            let mut cfg = ClientConfig::new()
+                .seed(rand_seed(addr))
+                .connect_timeout(Duration::from_secs(10));
             cfg.backend.kind = backend;
-            let c = Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10))
-                .expect("connects");
+            let c = Client::connect_blocking(&token(addr), cfg).expect("connects");
             assert_eq!(set.push(c), set.len() - 1);
         }
         let n = set.len();
@@ -537,8 +565,10 @@ fn per_address_limit_counts_across_workers_and_names_its_setting() {
     let mut connected = Vec::new();
     let mut refused = Vec::new();
     for _ in 0..5 {
-        let cfg = ClientConfig::new().seed(rand_seed(addr));
-        match Client::connect_blocking(&token(addr), cfg, Duration::from_secs(10)) {
+        let cfg = ClientConfig::new()
+            .seed(rand_seed(addr))
+            .connect_timeout(Duration::from_secs(10));
+        match Client::connect_blocking(&token(addr), cfg) {
             Ok(c) => connected.push(c),
             Err(e) => refused.push(e),
         }

@@ -74,15 +74,14 @@ fn secure_cfg(bind: &str) -> ServerConfig {
 
 fn client_cfg() -> ClientConfig {
     let mut cfg = ClientConfig::default();
-    cfg.endpoint.connection = Arc::new(ricochet::Config {
-        handshake_timeout: Duration::from_secs(3),
-        ..ricochet::Config::default()
-    });
+    cfg.endpoint.connection = Arc::new(
+        ricochet::Config::default().with(|c| c.handshake_timeout = Duration::from_secs(3)),
+    );
     cfg
 }
 
 fn connect(token: &ConnectToken) -> Result<Client, ClientError> {
-    Client::connect_blocking(token, client_cfg(), Duration::from_secs(5))
+    Client::connect_blocking(token, client_cfg().connect_timeout(Duration::from_secs(5)))
 }
 
 /// Send `msg` and wait for its echo.

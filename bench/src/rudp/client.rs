@@ -291,10 +291,10 @@ pub fn run_clients(
         let mut config = ClientConfig::new().seed(plan.seed).backend(plan.backend);
         config.endpoint = plan.endpoint.clone();
         config.socket_buffer = Some(4 << 20);
-        let limit = Duration::from_secs(10);
+        let config = config.connect_timeout(Duration::from_secs(10));
         let connected_client = match &plan.token {
-            Some(t) => Client::connect_blocking(t, config, limit),
-            None => Client::connect_insecure_blocking(plan.server, config, limit),
+            Some(t) => Client::connect_blocking(t, config),
+            None => Client::connect_insecure_blocking(plan.server, config),
         };
         match connected_client {
             Ok(c) => {

@@ -240,10 +240,7 @@ pub fn protocol(cfg: &RudpConfig) -> Result<EndpointConfig> {
     };
     // The policy is the round's, whatever the profile's default (competitive: adaptive).
     connection.fec.policy = FecPolicy::from_str(&cfg.fec)?.protocol();
-    Ok(EndpointConfig {
-        connection: Arc::new(connection),
-        ..EndpointConfig::default()
-    })
+    Ok(EndpointConfig::default().with(|c| c.connection = Arc::new(connection)))
 }
 
 /// Check a configuration before running it.

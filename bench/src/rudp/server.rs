@@ -143,10 +143,7 @@ impl EchoServer {
         cfg.udp.idle = IdleStrategy::from_str(idle).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.worker_slice = (slice_us > 0).then(|| Duration::from_micros(slice_us));
         cfg.udp.tick = Some(STATS_TICK);
-        cfg.endpoint = EndpointConfig {
-            server: cfg.endpoint.server.take(),
-            ..endpoint
-        };
+        cfg.endpoint = endpoint.with(|c| c.server = cfg.endpoint.server.take());
         cfg.seed = Some(seed);
         let shared = Arc::new(ServerShared::default());
         let s = shared.clone();

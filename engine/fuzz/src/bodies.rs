@@ -66,22 +66,20 @@ fn connected_with(
     secret: Option<[u8; 32]>,
 ) -> (Endpoint, Endpoint, ConnectionHandle, Instant) {
     let mut server = Endpoint::new(
-        EndpointConfig {
-            connection: cfg.clone(),
-            server: Some(ServerConfig::insecure()),
-            reassembly_budget: 1 << 20,
-            test_session_secret: secret,
-            ..EndpointConfig::default()
-        },
+        EndpointConfig::default().with(|c| {
+            c.connection = cfg.clone();
+            c.server = Some(ServerConfig::insecure());
+            c.reassembly_budget = 1 << 20;
+            c.test_session_secret = secret;
+        }),
         base,
         1,
     );
     let mut client = Endpoint::new(
-        EndpointConfig {
-            connection: cfg,
-            test_session_secret: secret,
-            ..EndpointConfig::default()
-        },
+        EndpointConfig::default().with(|c| {
+            c.connection = cfg;
+            c.test_session_secret = secret;
+        }),
         base,
         2,
     );
@@ -106,10 +104,7 @@ fn connected_with(
 /// deliver the server's replies to the client.
 pub fn connection(data: &[u8]) {
     let base = Instant::now();
-    let cfg = Arc::new(Config {
-        reassembly_limit: 256 << 10,
-        ..Config::default()
-    });
+    let cfg = Arc::new(Config::default().with(|c| c.reassembly_limit = 256 << 10));
     let (mut server, mut client, h, mut now) = connected(base, cfg);
     let server_cid = client.connection(h).map(|c| c.remote_cid());
     let mut buf = vec![0u8; 2048];
@@ -162,10 +157,7 @@ pub fn connection(data: &[u8]) {
 pub fn endpoint_handshake(data: &[u8]) {
     let base = Instant::now();
     let mut server = Endpoint::new(
-        EndpointConfig {
-            server: Some(ServerConfig::insecure()),
-            ..EndpointConfig::default()
-        },
+        EndpointConfig::default().with(|c| c.server = Some(ServerConfig::insecure())),
         base,
         3,
     );
@@ -252,14 +244,13 @@ pub fn token_handshake(data: &[u8]) -> u64 {
     let key = TokenKey::from_bytes([5; 32]);
     let server_addr = addr(1, SERVER);
     let mut server = Endpoint::new(
-        EndpointConfig {
-            server: Some(ServerConfig::tokens(TokenAdmission::new(
+        EndpointConfig::default().with(|c| {
+            c.server = Some(ServerConfig::tokens(TokenAdmission::new(
                 key.clone(),
                 9,
                 vec![server_addr],
-            ))),
-            ..EndpointConfig::default()
-        },
+            )))
+        }),
         base,
         3,
     );

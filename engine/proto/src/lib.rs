@@ -95,6 +95,16 @@
 //! token, so a restarted server ends the client's session at its next packet
 //! ([`CloseReason::Reset`]). Layouts: [`wire`]; the threat model: `docs/security.md` in the
 //! repository.
+//!
+//! # Features
+//!
+//! - `fec` (default): the FEC codecs, senders and receivers ([`fec`]; the `reed-solomon-simd`
+//!   dependency). Without it a connection sends no FEC whatever [`Config::fec`] says, and takes
+//!   the data out of its peer's `FecData` packets without recovering lost ones (ARQ does) and
+//!   drops its repair packets ([`fec::ReceiverStats::parity_ignored`]), so it still talks to a
+//!   peer that sends FEC. The configuration and statistics types exist either way.
+//! - `aws-lc-rs`: packet protection with aws-lc-rs instead of RustCrypto's `aes-gcm` (same
+//!   algorithm and bytes; the `ricochet` runtime turns it on).
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod fec;

@@ -328,8 +328,8 @@ impl ClientSet {
     /// [`ClientSet::poll_event`]. Call it again promptly (a loop), or call
     /// [`ClientSet::update`] when the next turn may be late, so acknowledgements are not held.
     ///
-    /// System calls per turn: one per member with output (which also picks up what it has
-    /// received), one wait for the whole set, and one per member that became ready.
+    /// System calls per turn: one send per member with output, one wait for the whole set,
+    /// and one receive per member that became ready.
     pub fn step(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
         if let Some(e) = self.deferred.take() {
             return Err(e);
@@ -343,13 +343,23 @@ impl ClientSet {
             self.members[i].touched = false;
             let c = &mut self.clients[i];
             c.transmit(start);
-            if !c.send_batch.is_empty() || c.backend.needs_poll() {
+            if c.backend.needs_poll() {
                 c.backend
                     .poll(&mut c.send_batch, Some(Duration::ZERO))
                     .map_err(|e| fail(Some(i))(e.into()))?;
                 c.absorb(Instant::now());
                 // What the arrivals call for leaves with the next turn's submission.
                 self.touch(i);
+            } else if !c.send_batch.is_empty() {
+                // Send only: whatever arrived keeps the socket readable, so the wait below
+                // reports the member and its receive happens once, in the ready pass.
+                c.backend
+                    .flush(&mut c.send_batch)
+                    .map_err(|e| fail(Some(i))(e.into()))?;
+                if !c.send_batch.is_empty() {
+                    // The socket took only part: the rest goes with the next turn.
+                    self.touch(i);
+                }
             }
             urgent |= self.clients[i].backend.needs_poll();
             self.sync(i);

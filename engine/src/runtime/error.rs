@@ -28,6 +28,11 @@ pub enum RuntimeError {
         #[source]
         source: ricochet_platform::Error,
     },
+    /// Installing the SIGINT / SIGTERM handlers of [`Server::serve_until_signal`] failed.
+    ///
+    /// [`Server::serve_until_signal`]: super::Server::serve_until_signal
+    #[error("installing the signal handlers: {0}")]
+    Signal(#[source] std::io::Error),
     /// A worker's handler panicked.
     #[error("worker {worker} panicked: {message}")]
     WorkerPanicked {

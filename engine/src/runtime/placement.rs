@@ -331,11 +331,10 @@ mod tests {
         limits: ServerConfig,
         now: Instant,
     ) -> Endpoint {
-        let cfg = EndpointConfig {
-            connection: Arc::new(Config::default()),
-            server: Some(limits),
-            ..EndpointConfig::default()
-        };
+        let cfg = EndpointConfig::default().with(|c| {
+            c.connection = Arc::new(Config::default());
+            c.server = Some(limits);
+        });
         let mut e = Endpoint::new(cfg, now, 100 + u64::from(w));
         e.set_router(Box::new(WorkerRouter::new(
             w,

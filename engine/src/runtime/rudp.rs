@@ -131,10 +131,8 @@ impl ServerConfig {
     pub fn new(bind: SocketAddr) -> Self {
         ServerConfig {
             udp: UdpServerConfig::new(bind),
-            endpoint: EndpointConfig {
-                server: Some(ListenConfig::new(Admission::Insecure)),
-                ..EndpointConfig::default()
-            },
+            endpoint: EndpointConfig::default()
+                .with(|c| c.server = Some(ListenConfig::new(Admission::Insecure))),
             admission: None,
             public_addresses: Vec::new(),
             seed: None,
@@ -972,6 +970,64 @@ impl Server {
     /// Close every session with [`CloseReason::Shutdown`], wait (bounded) for the closes to go
     /// out, then join the workers and return their counters.
     pub fn shutdown(mut self) -> Result<Vec<WorkerCounters>, RuntimeError> {
+        self.workers.stop_and_join()
+    }
+
+    /// Serve until the process receives SIGINT (Ctrl-C) or SIGTERM (`kill`, `docker stop`, a
+    /// Kubernetes pod ending), then [shut down](Server::shutdown): every client learns that
+    /// the server left ([`CloseReason::Shutdown`]) instead of timing out. Blocks the calling
+    /// thread; the workers serve on their own threads meanwhile. Returns early, with the
+    /// worker's error, when a worker ends on its own (an I/O error, a panicking handler), so a
+    /// supervisor sees the process fail and restarts it.
+    ///
+    /// The signal handlers stay installed when this returns: a second SIGINT or SIGTERM (during
+    /// the shutdown, or after it) ends the process at once, with status 128 + the signal's
+    /// number (130, 143), as a shell would report it.
+    ///
+    /// ```no_run
+    /// # use ricochet::{Server, ServerConfig, ServerContext, SessionId, Handler, Bytes};
+    /// # struct Echo;
+    /// # impl Handler for Echo {
+    /// #     fn on_message(&mut self, _: &mut ServerContext, _: SessionId, _: u8, _: Bytes) {}
+    /// # }
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = ServerConfig::new("0.0.0.0:7777".parse()?).insecure();
+    /// let server = Server::start(config, |_worker| Echo)?;
+    /// let counters = server.serve_until_signal()?; // the process's main loop
+    /// println!("served {} workers, shut down cleanly", counters.len());
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(unix)]
+    pub fn serve_until_signal(mut self) -> Result<Vec<WorkerCounters>, RuntimeError> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        use signal_hook::{flag, iterator::Signals};
+        use std::sync::atomic::AtomicBool;
+
+        // How often the wait looks at the workers; a signal is seen at the same pace.
+        const POLL: Duration = Duration::from_millis(50);
+        let stopping = Arc::new(AtomicBool::new(false));
+        for signal in [SIGINT, SIGTERM] {
+            // Exits only once `stopping` is set: the first signal starts a graceful shutdown,
+            // a second one cuts it short.
+            flag::register_conditional_shutdown(signal, 128 + signal, Arc::clone(&stopping))
+                .map_err(RuntimeError::Signal)?;
+        }
+        let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(RuntimeError::Signal)?;
+        let signal = loop {
+            if let Some(signal) = signals.pending().next() {
+                break Some(signal);
+            }
+            if self.workers.any_ended() {
+                break None;
+            }
+            std::thread::sleep(POLL);
+        };
+        stopping.store(true, Ordering::SeqCst);
+        match signal {
+            Some(signal) => tracing::info!(signal, "shutting down on a signal"),
+            None => tracing::warn!("a worker stopped; shutting the server down"),
+        }
         self.workers.stop_and_join()
     }
 }

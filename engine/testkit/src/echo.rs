@@ -152,11 +152,10 @@ impl EchoScenario {
             ))
         };
         let mut server_ep = Endpoint::new(
-            EndpointConfig {
-                connection: server_cfg,
-                server: Some(server),
-                ..EndpointConfig::default()
-            },
+            EndpointConfig::default().with(|c| {
+                c.connection = server_cfg;
+                c.server = Some(server);
+            }),
             base,
             seed_for(self.seed, 0),
         );
@@ -169,10 +168,7 @@ impl EchoScenario {
         for i in 0..self.clients {
             let addr = client_addr(i);
             let mut ep = Endpoint::new(
-                EndpointConfig {
-                    connection: cfg.clone(),
-                    ..EndpointConfig::default()
-                },
+                EndpointConfig::default().with(|c| c.connection = cfg.clone()),
                 base,
                 seed_for(self.seed, i as u64 + 1),
             );

@@ -124,12 +124,11 @@ impl SessionsScenario {
             ));
         }
         let mut server = Endpoint::new(
-            EndpointConfig {
-                connection: cfg.clone(),
-                server: Some(listen),
-                test_session_secret: self.test_session_secret,
-                ..EndpointConfig::default()
-            },
+            EndpointConfig::default().with(|c| {
+                c.connection = cfg.clone();
+                c.server = Some(listen);
+                c.test_session_secret = self.test_session_secret;
+            }),
             base,
             mix(self.seed, 0),
         );
@@ -139,11 +138,10 @@ impl SessionsScenario {
         let n = self.clients;
         for i in 0..n {
             let ep = Endpoint::new(
-                EndpointConfig {
-                    connection: cfg.clone(),
-                    test_session_secret: self.test_session_secret,
-                    ..EndpointConfig::default()
-                },
+                EndpointConfig::default().with(|c| {
+                    c.connection = cfg.clone();
+                    c.test_session_secret = self.test_session_secret;
+                }),
                 base,
                 mix(self.seed, i as u64 + 1),
             );

@@ -81,15 +81,11 @@ impl Net {
     /// A listening server at `addr(1)` (seed 1) and a client at `addr(2)` (seed 2), both with
     /// `cfg`; returns their indices (server, client).
     pub fn add_pair(&mut self, cfg: Arc<Config>) -> (usize, usize) {
-        let server = EndpointConfig {
-            connection: cfg.clone(),
-            server: Some(ServerConfig::insecure()),
-            ..EndpointConfig::default()
-        };
-        let client = EndpointConfig {
-            connection: cfg,
-            ..EndpointConfig::default()
-        };
+        let server = EndpointConfig::default().with(|c| {
+            c.connection = cfg.clone();
+            c.server = Some(ServerConfig::insecure());
+        });
+        let client = EndpointConfig::default().with(|c| c.connection = cfg);
         let s = self.add(addr(1), Endpoint::new(server, self.now, 1));
         let c = self.add(addr(2), Endpoint::new(client, self.now, 2));
         (s, c)

@@ -9,67 +9,7 @@ use reed_solomon_simd::{ReedSolomonDecoder, ReedSolomonEncoder};
 use super::gf;
 use super::kernel::{Kernel, SimdLevel};
 
-/// Most data shards one group may hold (presence masks are `u64`).
-pub const MAX_DATA_SHARDS: usize = 64;
-/// Most parity shards one group may carry.
-pub const MAX_PARITY_SHARDS: usize = 32;
-
-/// Which codec produced a group's parity; carried in the parity header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CodecId {
-    /// [`CauchyCodec`].
-    Cauchy = 0,
-    /// [`RsSimdCodec`].
-    RsSimd = 1,
-}
-
-impl CodecId {
-    /// The wire value.
-    pub fn to_u8(self) -> u8 {
-        self as u8
-    }
-
-    /// Parses the wire value.
-    pub fn from_u8(v: u8) -> Option<CodecId> {
-        match v {
-            0 => Some(CodecId::Cauchy),
-            1 => Some(CodecId::RsSimd),
-            _ => None,
-        }
-    }
-
-    /// The codec the sender uses for a group of `data` + `parity` shards.
-    ///
-    /// Chosen from `bench fec` (`cargo run --release -p bench -- fec`; the measured table is in
-    /// `PERFORMANCE.md`): `reed-solomon-simd` encodes large groups about as fast, but every
-    /// recovery costs it a fixed GF(2^16) transform, orders of magnitude more than the Cauchy
-    /// codec, whose cost grows with the shards actually lost. Every group shape we allow (up to
-    /// 64 + 32) therefore uses the Cauchy codec; `reed-solomon-simd` stays decodable for a peer
-    /// that picks it.
-    pub fn for_group(data: usize, parity: usize) -> CodecId {
-        if data <= MAX_DATA_SHARDS && parity <= MAX_PARITY_SHARDS {
-            CodecId::Cauchy
-        } else {
-            CodecId::RsSimd
-        }
-    }
-
-    /// Shard lengths this codec accepts must be a multiple of this.
-    pub fn shard_len_multiple(self) -> usize {
-        match self {
-            CodecId::Cauchy => 1,
-            CodecId::RsSimd => 2,
-        }
-    }
-
-    /// Lower-case name for tables and JSON.
-    pub fn name(self) -> &'static str {
-        match self {
-            CodecId::Cauchy => "cauchy-gf256",
-            CodecId::RsSimd => "reed-solomon-simd",
-        }
-    }
-}
+pub use super::header::{CodecId, MAX_DATA_SHARDS, MAX_PARITY_SHARDS};
 
 /// Why a codec call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

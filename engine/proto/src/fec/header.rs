@@ -47,7 +47,6 @@
 //! payload + 2 (rounded up to even for reed-solomon-simd). The receiver rebuilds it from the
 //! data body, so the length prefix costs no wire bytes on data datagrams.
 
-use super::codec::{CodecId, MAX_DATA_SHARDS, MAX_PARITY_SHARDS};
 use super::FecError;
 
 /// Bytes of FEC header in front of every data payload.
@@ -72,6 +71,68 @@ pub const SLIDING_CODEC_ID: u8 = 2;
 /// Most sources one repair covers.
 pub const MAX_REPAIR_SOURCES: usize = 64;
 
+/// Most data shards one group may hold (presence masks are `u64`).
+pub const MAX_DATA_SHARDS: usize = 64;
+/// Most parity shards one group may carry.
+pub const MAX_PARITY_SHARDS: usize = 32;
+
+/// Which codec produced a group's parity; carried in the parity header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CodecId {
+    /// The Cauchy codec (`CauchyCodec`).
+    Cauchy = 0,
+    /// The `reed-solomon-simd` codec (`RsSimdCodec`).
+    RsSimd = 1,
+}
+
+impl CodecId {
+    /// The wire value.
+    pub fn to_u8(self) -> u8 {
+        self as u8
+    }
+
+    /// Parses the wire value.
+    pub fn from_u8(v: u8) -> Option<CodecId> {
+        match v {
+            0 => Some(CodecId::Cauchy),
+            1 => Some(CodecId::RsSimd),
+            _ => None,
+        }
+    }
+
+    /// The codec the sender uses for a group of `data` + `parity` shards.
+    ///
+    /// Chosen from `bench fec` (`cargo run --release -p bench -- fec`; the measured table is in
+    /// `PERFORMANCE.md`): `reed-solomon-simd` encodes large groups about as fast, but every
+    /// recovery costs it a fixed GF(2^16) transform, orders of magnitude more than the Cauchy
+    /// codec, whose cost grows with the shards actually lost. Every group shape we allow (up to
+    /// 64 + 32) therefore uses the Cauchy codec; `reed-solomon-simd` stays decodable for a peer
+    /// that picks it.
+    pub fn for_group(data: usize, parity: usize) -> CodecId {
+        if data <= MAX_DATA_SHARDS && parity <= MAX_PARITY_SHARDS {
+            CodecId::Cauchy
+        } else {
+            CodecId::RsSimd
+        }
+    }
+
+    /// Shard lengths this codec accepts must be a multiple of this.
+    pub fn shard_len_multiple(self) -> usize {
+        match self {
+            CodecId::Cauchy => 1,
+            CodecId::RsSimd => 2,
+        }
+    }
+
+    /// Lower-case name for tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            CodecId::Cauchy => "cauchy-gf256",
+            CodecId::RsSimd => "reed-solomon-simd",
+        }
+    }
+}
+
 const INDEX_MASK: u8 = 0x3f;
 const RESERVED_BIT: u8 = 0x40;
 const PROTECTED_BIT: u8 = 0x80;
@@ -89,6 +150,7 @@ pub struct DataHeader {
 
 impl DataHeader {
     /// Writes the header into `out[..DATA_HEADER_LEN]`; `out` must be long enough.
+    #[cfg(feature = "fec")]
     pub(crate) fn write(&self, out: &mut [u8]) {
         out[..2].copy_from_slice(&self.seq.to_le_bytes());
         out[2] = (self.index & INDEX_MASK) | if self.protected { PROTECTED_BIT } else { 0 };
@@ -130,6 +192,7 @@ pub struct ParityHeader {
 
 impl ParityHeader {
     /// Writes the header into `out[..PARITY_HEADER_LEN]`; `out` must be long enough.
+    #[cfg(feature = "fec")]
     pub(crate) fn write(&self, out: &mut [u8]) {
         out[..2].copy_from_slice(&self.first_seq.to_le_bytes());
         out[2] = self.data;
@@ -184,6 +247,7 @@ pub struct RepairHeader {
 
 impl RepairHeader {
     /// Writes the header into `out[..PARITY_HEADER_LEN]`; `out` must be long enough.
+    #[cfg(feature = "fec")]
     pub(crate) fn write(&self, out: &mut [u8]) {
         out[..2].copy_from_slice(&self.first_seq.to_le_bytes());
         out[2] = self.count;

@@ -32,7 +32,7 @@
 //! use std::time::Instant;
 //! use ricochet_proto::fec::{FecConfig, FecPolicy, FecReceiver, FecSender};
 //!
-//! let cfg = FecConfig { policy: FecPolicy::Fixed { parity: 1 }, ..FecConfig::default() };
+//! let cfg = FecConfig::with_policy(FecPolicy::Fixed { parity: 1 });
 //! let (mut tx, mut rx) = (FecSender::new(cfg), FecReceiver::new(cfg));
 //! # let now = ricochet_testkit::SimClock::new().now(); // time is an argument: any clock
 //! let mut buf = vec![0u8; cfg.max_parity_body()];
@@ -57,30 +57,49 @@
 
 use std::time::Duration;
 
+// The codecs, senders and receivers: left out without the `fec` feature (a connection then
+// sends no FEC, and unwraps its peer's `FecData` packets without recovery).
+#[cfg(feature = "fec")]
 pub mod codec;
+#[cfg(feature = "fec")]
 pub mod fuzz;
+#[cfg(feature = "fec")]
 mod gf;
 pub mod header;
+#[cfg(feature = "fec")]
 pub mod kernel;
+#[cfg(feature = "fec")]
 mod policy;
+#[cfg(feature = "fec")]
 mod receiver;
+#[cfg(feature = "fec")]
 pub(crate) mod scheme;
+#[cfg(feature = "fec")]
 mod sender;
+#[cfg(feature = "fec")]
 mod sliding;
+mod stats;
+#[cfg(feature = "fec")]
 mod track;
 
+#[cfg(feature = "fec")]
 pub use codec::{CauchyCodec, Codec, CodecError, CodecId, RsSimdCodec};
 pub use header::{
     max_protected_payload, repair_coefficient, DataHeader, ParityHeader, RepairHeader,
     DATA_HEADER_LEN, MAX_REPAIR_SOURCES, PARITY_HEADER_LEN, SLIDING_CODEC_ID,
 };
+#[cfg(feature = "fec")]
 pub use kernel::{Kernel, SimdLevel};
-pub use receiver::{
-    FecReceiver, LossReport, MalformedCounts, ReceiverStats, RetentionBudget,
+#[cfg(feature = "fec")]
+pub use receiver::FecReceiver;
+#[cfg(feature = "fec")]
+pub use sender::{FecSender, MAX_QUEUED_PARITY};
+#[cfg(feature = "fec")]
+pub use sliding::{SlidingReceiver, SlidingSender, MAX_PENDING_REPAIRS};
+pub use stats::{
+    LossReport, MalformedCounts, ReceiverStats, RetentionBudget, SenderStats,
     DEFAULT_RETENTION_BUDGET,
 };
-pub use sender::{FecSender, SenderStats, MAX_QUEUED_PARITY};
-pub use sliding::{SlidingReceiver, SlidingSender, MAX_PENDING_REPAIRS};
 
 /// How much parity (block) or how many repairs (sliding) the sender adds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,8 +212,18 @@ impl Default for AdaptiveConfig {
     }
 }
 
-/// FEC settings for one connection (sender and receiver sides).
+/// FEC settings for one connection (sender and receiver sides). `#[non_exhaustive]`: start
+/// from [`FecConfig::default`] (adaptive) or [`FecConfig::with_policy`] and change fields, or
+/// use [`FecConfig::with`].
+///
+/// ```
+/// use ricochet_proto::fec::{FecConfig, FecPolicy};
+///
+/// let fixed = FecConfig::with_policy(FecPolicy::Fixed { parity: 2 }).with(|f| f.max_data_shards = 4);
+/// assert_eq!(fixed.max_data_shards, 4);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct FecConfig {
     /// Parity policy of the sender.
     pub policy: FecPolicy,
@@ -245,6 +274,17 @@ impl Default for FecConfig {
 }
 
 impl FecConfig {
+    /// The defaults with the sender's parity `policy`.
+    pub fn with_policy(policy: FecPolicy) -> Self {
+        Self::default().with(|f| f.policy = policy)
+    }
+
+    /// This configuration with `tune` applied.
+    pub fn with(mut self, tune: impl FnOnce(&mut Self)) -> Self {
+        tune(&mut self);
+        self
+    }
+
     /// The largest parity body this configuration produces: size send buffers with it.
     /// A parity body is [`PARITY_HEADER_LEN`] + 2 (+ 1 for even rounding) bytes longer than
     /// the largest payload, so the proto layer leaves that much room below its MTU.
@@ -253,6 +293,7 @@ impl FecConfig {
     }
 
     /// Clamps fields to the ranges the implementation supports.
+    #[cfg(feature = "fec")]
     fn sanitized(mut self) -> FecConfig {
         self.max_data_shards = self.max_data_shards.clamp(1, codec::MAX_DATA_SHARDS);
         self.max_payload = self.max_payload.min(u16::MAX as usize - 3);

@@ -6,59 +6,7 @@ use std::time::Instant;
 use super::codec::{CauchyCodec, Codec, CodecId, RsSimdCodec, MAX_DATA_SHARDS, MAX_PARITY_SHARDS};
 use super::header::{DataHeader, ParityHeader, DATA_HEADER_LEN, LEN_PREFIX, PARITY_HEADER_LEN};
 use super::policy::ParityController;
-use super::{FecConfig, FecError, LossReport};
-
-/// Sender-side counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-#[non_exhaustive]
-pub struct SenderStats {
-    /// Data bodies produced by `protect`.
-    pub data_shards: u64,
-    /// Data body bytes (header + payload).
-    pub data_bytes: u64,
-    /// Groups closed.
-    pub groups: u64,
-    /// Parity bodies handed out by `poll_parity`.
-    pub parity_shards_sent: u64,
-    /// Parity body bytes handed out.
-    pub parity_bytes_sent: u64,
-    /// Parity shards the last closed group carried.
-    pub current_parity: usize,
-    /// Most parity shards any group carried.
-    pub max_parity: usize,
-    /// Times the adaptive policy changed its parity level.
-    pub policy_changes: u64,
-    /// Groups that got fewer parity shards than planned because of the parity-byte cap.
-    pub groups_capped: u64,
-    /// Parity bodies dropped unsent because more than [`MAX_QUEUED_PARITY`] were waiting
-    /// (late parity is worth little; ARQ covers those groups).
-    pub parity_dropped: u64,
-    /// Highest parity/data byte ratio (per mille) over the cap window (the last
-    /// `cap_window_groups` groups) ending at any group that carried parity. Never above
-    /// `parity_cap_percent * 10`; parity over the whole history never exceeds the cap either.
-    pub peak_window_parity_permille: u64,
-    /// Total `received` the peer reported.
-    pub reported_received: u64,
-    /// Total `lost` the peer reported.
-    pub reported_lost: u64,
-    /// Sliding code: repairs queued by the tail timer (the rest follow the ratio).
-    pub tail_repairs: u64,
-    /// Sliding code: tail timer firings that queued no repair because the uncovered sources
-    /// were likely all received (`SlidingConfig::tail_skip_residual`).
-    pub tails_skipped: u64,
-}
-
-impl SenderStats {
-    /// Loss the peer reported, as a fraction of datagrams (0 if nothing was reported).
-    pub fn reported_loss(&self) -> f64 {
-        let total = self.reported_received + self.reported_lost;
-        if total == 0 {
-            0.0
-        } else {
-            self.reported_lost as f64 / total as f64
-        }
-    }
-}
+use super::{FecConfig, FecError, LossReport, SenderStats};
 
 /// Parity bodies waiting for `poll_parity` at most; older ones are dropped first.
 pub const MAX_QUEUED_PARITY: usize = 64;

@@ -15,10 +15,9 @@ use super::header::{
 };
 use super::kernel::Kernel;
 use super::policy::{least_parity, ParityController};
-use super::receiver::{ReceiverStats, RetentionBudget};
-use super::sender::{SenderStats, MAX_QUEUED_PARITY};
+use super::sender::MAX_QUEUED_PARITY;
 use super::track::{SeqTracker, WINDOW};
-use super::{FecConfig, FecError, LossReport};
+use super::{FecConfig, FecError, LossReport, ReceiverStats, RetentionBudget, SenderStats};
 
 /// Repair equations one receiver keeps pending at most; the oldest go first.
 pub const MAX_PENDING_REPAIRS: usize = 32;

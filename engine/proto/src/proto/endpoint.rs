@@ -37,7 +37,12 @@ pub struct ConnectionHandle(pub u64);
 /// ([`ServerConfig::tokens`]) or, for LAN play and local tests, insecurely
 /// ([`ServerConfig::insecure`]), and says which. The default limits admit a thousand players
 /// behind one address (a NAT, a LAN event, a load test) connecting at once, twice over.
+///
+/// `#[non_exhaustive]`: start from [`ServerConfig::tokens`], [`ServerConfig::insecure`] or
+/// [`ServerConfig::new`] and change fields (or use [`ServerConfig::with`]), so a new setting
+/// is not a breaking change.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServerConfig {
     /// How clients are admitted.
     pub admission: Admission,
@@ -92,10 +97,29 @@ impl ServerConfig {
     pub fn insecure() -> Self {
         Self::new(Admission::Insecure)
     }
+
+    /// This configuration with `tune` applied:
+    /// `ServerConfig::insecure().with(|s| s.accept_hook = true)`.
+    pub fn with(mut self, tune: impl FnOnce(&mut Self)) -> Self {
+        tune(&mut self);
+        self
+    }
 }
 
-/// Endpoint settings.
+/// Endpoint settings. `#[non_exhaustive]`: start from [`EndpointConfig::default`] (a client;
+/// [`EndpointConfig::server`] for a server) and change fields, or use
+/// [`EndpointConfig::with`].
+///
+/// ```
+/// use ricochet_proto::{Config, EndpointConfig, ServerConfig};
+/// use std::sync::Arc;
+///
+/// let server = EndpointConfig::server(ServerConfig::insecure())
+///     .with(|e| e.connection = Arc::new(Config::competitive()));
+/// assert!(server.server.is_some());
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EndpointConfig {
     /// Settings of every connection.
     pub connection: Arc<Config>,
@@ -125,6 +149,19 @@ pub struct EndpointConfig {
     /// hand each session its own random keys, are the production path. `None` (the default):
     /// the insecure mode, no packet protection.
     pub test_session_secret: Option<[u8; 32]>,
+}
+
+impl EndpointConfig {
+    /// The defaults, accepting handshakes as `server` says.
+    pub fn server(server: ServerConfig) -> Self {
+        Self::default().with(|e| e.server = Some(server))
+    }
+
+    /// This configuration with `tune` applied.
+    pub fn with(mut self, tune: impl FnOnce(&mut Self)) -> Self {
+        tune(&mut self);
+        self
+    }
 }
 
 /// Default [`EndpointConfig::transmit_burst`]: a full echo window (16 datagrams) to one peer

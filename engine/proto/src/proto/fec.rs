@@ -35,17 +35,22 @@
 //! leave flight when a packet sent at or after it is acknowledged (by then it arrived or was
 //! lost), or at a retransmission timeout.
 
+#[cfg(feature = "fec")]
 use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::cc::Congestion;
 use super::Config;
+#[cfg(feature = "fec")]
 use crate::fec::scheme::{Rx, Tx};
-use crate::fec::{
-    max_protected_payload, FecConfig, FecError, FecPolicy, LossReport, MalformedCounts,
-    ReceiverStats, RetentionBudget, SenderStats,
-};
-use crate::wire::{self, ConnectionId, Packet, FEC_HEADER_LEN, FEC_PARITY_HEADER_LEN, TAG_LEN};
+#[cfg(feature = "fec")]
+use crate::fec::LossReport;
+#[cfg(feature = "fec")]
+use crate::fec::{max_protected_payload, FecConfig, FecPolicy};
+use crate::fec::{FecError, MalformedCounts, ReceiverStats, RetentionBudget, SenderStats};
+#[cfg(feature = "fec")]
+use crate::wire::Packet;
+use crate::wire::{self, ConnectionId, FEC_HEADER_LEN, FEC_PARITY_HEADER_LEN, TAG_LEN};
 
 /// Bytes the ARQ datagram budget gives up when FEC is on (see the module docs): the parity
 /// number, the parity header and the coded shard's length prefix.
@@ -95,6 +100,7 @@ pub struct FecStats {
 /// Per-connection FEC wiring: nothing but the retention budget until this side sends FEC or
 /// its peer does (most sessions of a server on the default settings never do), then the boxed
 /// state.
+#[cfg(feature = "fec")]
 pub(crate) struct FecLink {
     /// The budget a new receiver starts with (the endpoint swaps its shared budget in here for
     /// each call while no receiver exists).
@@ -105,6 +111,7 @@ pub(crate) struct FecLink {
 }
 
 /// What a connection that sends or receives FEC holds.
+#[cfg(feature = "fec")]
 struct FecState {
     /// FEC settings with `max_payload` set to what the ARQ budget protects.
     cfg: FecConfig,
@@ -131,6 +138,7 @@ struct FecState {
     tag: usize,
 }
 
+#[cfg(feature = "fec")]
 impl std::fmt::Debug for FecLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let st = self.state.as_deref();
@@ -143,6 +151,7 @@ impl std::fmt::Debug for FecLink {
     }
 }
 
+#[cfg(feature = "fec")]
 impl FecLink {
     /// `tag`: bytes of authentication tag the connection appends to each FEC packet it seals
     /// (0 without keys); room for a tag is reserved either way.
@@ -331,6 +340,7 @@ impl FecLink {
     }
 }
 
+#[cfg(feature = "fec")]
 impl FecState {
     fn new(cfg: &Config, tag: usize) -> Self {
         let fec = FecConfig {
@@ -633,7 +643,179 @@ impl FecState {
     }
 }
 
-#[cfg(test)]
+/// Without the `fec` feature (no codecs compiled in): this side sends no FEC whatever its
+/// policy, and takes the ARQ datagram out of each of its peer's `FecData` packets as it
+/// arrives, with no recovery of lost ones (ARQ repairs them); the peer's repair packets are
+/// counted ([`ReceiverStats::parity_ignored`]) and dropped. Both ends stay interoperable.
+#[cfg(not(feature = "fec"))]
+#[derive(Debug)]
+pub(crate) struct FecLink {
+    /// Kept for the endpoint's shared budget (nothing is ever retained from it).
+    budget: RetentionBudget,
+    /// The ARQ datagram the last `FecData` packet carried, and its length.
+    out: Vec<u8>,
+    out_lens: Vec<usize>,
+    receiver: ReceiverStats,
+}
+
+#[cfg(not(feature = "fec"))]
+impl FecLink {
+    pub(crate) fn new(_cfg: &Config, _tag: usize) -> Self {
+        FecLink {
+            budget: RetentionBudget::default(),
+            out: Vec::new(),
+            out_lens: Vec::new(),
+            receiver: ReceiverStats::default(),
+        }
+    }
+
+    pub(crate) fn set_budget_limit(&mut self, limit: usize) {
+        self.budget = RetentionBudget::new(limit);
+    }
+
+    pub(crate) fn budget_mut(&mut self) -> &mut RetentionBudget {
+        &mut self.budget
+    }
+
+    pub(crate) fn retained_bytes(&self) -> usize {
+        0
+    }
+
+    pub(crate) fn receiving(&self) -> bool {
+        false
+    }
+
+    pub(crate) fn reorder_allowance(&self) -> u64 {
+        0
+    }
+
+    pub(crate) fn reorder_delay(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
+    pub(crate) fn arq_budget(&self, udp: usize) -> usize {
+        udp.saturating_sub(TAG_LEN)
+    }
+
+    pub(crate) fn seal(
+        &mut self,
+        _now: Instant,
+        _dst: ConnectionId,
+        _buf: &mut [u8],
+        len: usize,
+    ) -> usize {
+        len
+    }
+
+    pub(crate) fn next_parity(&self) -> Option<usize> {
+        None
+    }
+
+    pub(crate) fn poll_parity(
+        &mut self,
+        _now: Instant,
+        _dst: ConnectionId,
+        _buf: &mut [u8],
+        _cc: &mut Congestion,
+    ) -> Option<usize> {
+        None
+    }
+
+    pub(crate) fn on_acked(&mut self, _sent: Instant, _cc: &mut Congestion) {}
+
+    pub(crate) fn on_rto(&mut self, _cc: &mut Congestion) {}
+
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    pub(crate) fn handle_timeout(&mut self, _now: Instant) {}
+
+    pub(crate) fn on_loss_report(&mut self, _received: u64, _lost: u64, _max_burst: u64) {}
+
+    pub(crate) fn take_loss_report(&mut self) -> Option<(u64, u64, u64)> {
+        None
+    }
+
+    /// A data body yields its ARQ datagram (a `Data` header for `local` in front of the
+    /// payload); a repair body is counted and dropped. `Err`: malformed, dropped and counted.
+    pub(crate) fn receive(
+        &mut self,
+        cfg: &Config,
+        _now: Instant,
+        local: ConnectionId,
+        body: &[u8],
+        parity: bool,
+    ) -> Result<(), FecError> {
+        self.out.clear();
+        self.out_lens.clear();
+        if parity {
+            self.receiver.parity_received += 1;
+            self.receiver.parity_ignored += 1;
+            return Ok(());
+        }
+        let r = unwrap_data(cfg, local, body, &mut self.out, &mut self.out_lens);
+        self.receiver.malformed.tally(r)?;
+        self.receiver.data_delivered += 1;
+        Ok(())
+    }
+
+    pub(crate) fn take_datagrams(&mut self) -> (Vec<u8>, Vec<usize>) {
+        (
+            std::mem::take(&mut self.out),
+            std::mem::take(&mut self.out_lens),
+        )
+    }
+
+    pub(crate) fn restore_datagrams(&mut self, out: Vec<u8>, lens: Vec<usize>) {
+        self.out = out;
+        self.out_lens = lens;
+    }
+
+    pub(crate) fn trim(&mut self, _now: Instant) {
+        self.out = Vec::new();
+        self.out_lens = Vec::new();
+    }
+
+    pub(crate) fn stats(&self) -> FecStats {
+        FecStats {
+            malformed: self.receiver.malformed,
+            receiver: self.receiver,
+            retention_limit: self.budget.limit(),
+            ..FecStats::default()
+        }
+    }
+}
+
+/// Appends the ARQ datagram a `FecData` body carries to `out` (its length to `lens`): a
+/// `Data` header for `local` in front of the protected payload, as the FEC receiver rebuilds
+/// it. What a connection without the FEC codecs does with each of its peer's data packets.
+#[cfg(any(test, not(feature = "fec")))]
+fn unwrap_data(
+    cfg: &Config,
+    local: ConnectionId,
+    body: &[u8],
+    out: &mut Vec<u8>,
+    lens: &mut Vec<usize>,
+) -> Result<(), FecError> {
+    let (_, payload) = crate::fec::header::DataHeader::parse(body)?;
+    // No larger than what a peer with the same datagram limit protects.
+    let max =
+        crate::fec::max_protected_payload(cfg.max_datagram_size, FEC_PARITY_HEADER_LEN + TAG_LEN);
+    if payload.len() > max {
+        return Err(FecError::LengthTooLarge);
+    }
+    let mut hdr = [0u8; wire::DATA_HEADER_LEN];
+    // Cannot fail: the buffer holds a data header.
+    if wire::encode_data_header(local, 0, &mut hdr).is_ok() {
+        out.extend_from_slice(&hdr[..FEC_HEADER_LEN]);
+        out.extend_from_slice(payload);
+        lens.push(FEC_HEADER_LEN + payload.len());
+    }
+    Ok(())
+}
+
+#[cfg(all(test, feature = "fec"))]
 mod tests {
     use super::*;
     use crate::fec::FecScheme;
@@ -662,6 +844,43 @@ mod tests {
         let mut bursty = adaptive_link();
         bursty.on_loss_report(97, 3, 3);
         assert_eq!(level(&bursty), 3);
+    }
+
+    /// A connection built without the `fec` feature takes the ARQ datagram out of each
+    /// `FecData` packet as [`unwrap_data`] does: byte for byte the datagram the sender wrapped,
+    /// for both codes, and a malformed body is refused.
+    #[test]
+    fn data_unwrapped_without_the_codecs_is_the_datagram_sent() {
+        for scheme in [FecScheme::Block, FecScheme::Sliding] {
+            let mut cfg = Config::competitive();
+            cfg.fec.policy = FecPolicy::Fixed { parity: 2 };
+            cfg.fec.scheme = scheme;
+            let mut tx = FecLink::new(&cfg, 0);
+            let now = ricochet_testkit::SimClock::new().now();
+            let cid = ConnectionId(0x1234_5678);
+            for i in 0..20u8 {
+                let mut buf = vec![0u8; 1200];
+                let n = wire::encode_data_header(cid, u64::from(i) + 40, &mut buf).unwrap();
+                let len = n + 100 + usize::from(i);
+                buf[n..len].fill(i);
+                let sent = buf[..len].to_vec();
+                let wrapped = tx.seal(now, cid, &mut buf, len);
+                let Ok(Packet::FecData { body, .. }) = wire::decode_packet(&buf[..wrapped]) else {
+                    panic!("{scheme:?}: not an FEC data packet");
+                };
+                let (mut out, mut lens) = (Vec::new(), Vec::new());
+                unwrap_data(&cfg, cid, body, &mut out, &mut lens).unwrap();
+                assert_eq!(
+                    (out, lens),
+                    (sent.clone(), vec![sent.len()]),
+                    "{scheme:?} {i}"
+                );
+                assert_eq!(
+                    unwrap_data(&cfg, cid, &body[..2], &mut Vec::new(), &mut Vec::new()),
+                    Err(FecError::Truncated)
+                );
+            }
+        }
     }
 
     #[test]

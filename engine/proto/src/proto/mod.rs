@@ -52,7 +52,20 @@ impl ChannelKind {
 }
 
 /// Connection configuration. Both peers must use the same channel list.
+///
+/// `#[non_exhaustive]`: start from a profile ([`Config::default`], [`Config::competitive`],
+/// [`Config::bulk`]) and change fields, or use [`Config::with`], so a new setting is not a
+/// breaking change.
+///
+/// ```
+/// use ricochet_proto::Config;
+/// use std::time::Duration;
+///
+/// let config = Config::competitive().with(|c| c.idle_timeout = Duration::from_secs(30));
+/// assert_eq!(config.min_rto, Config::competitive().min_rto);
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Config {
     /// Largest UDP payload this connection writes. ARQ datagrams leave room for the
     /// authentication tag, and with FEC on they are [`FEC_ARQ_OVERHEAD`] bytes smaller still
@@ -196,6 +209,12 @@ impl Config {
         }
     }
 
+    /// This configuration with `tune` applied.
+    pub fn with(mut self, tune: impl FnOnce(&mut Self)) -> Self {
+        tune(&mut self);
+        self
+    }
+
     /// Throughput profile: longer ACK delay, larger windows.
     pub fn bulk() -> Self {
         Self {
@@ -222,7 +241,8 @@ impl Config {
     /// same fragments.
     pub fn arq_datagram_size(&self) -> usize {
         let udp = self.max_datagram_size.saturating_sub(crate::wire::TAG_LEN);
-        if self.fec.policy == crate::fec::FecPolicy::Off {
+        // Without the `fec` feature this side never sends FEC, whatever its policy.
+        if self.fec.policy == crate::fec::FecPolicy::Off || !cfg!(feature = "fec") {
             udp
         } else {
             udp.saturating_sub(FEC_ARQ_OVERHEAD)
