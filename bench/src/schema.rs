@@ -488,6 +488,11 @@ pub struct RudpConfig {
     /// schema version 5.
     #[serde(default)]
     pub security: Option<String>,
+    /// The scheduler time slice the server workers asked for, µs (`ricochet`'s
+    /// `UdpServerConfig::worker_slice`); 0: none asked, the scheduler's default. Absent in
+    /// files from before the request existed (none was made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_slice_us: Option<u64>,
 }
 
 impl RudpConfig {

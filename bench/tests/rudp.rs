@@ -134,6 +134,7 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
         2,
         backend,
         "balanced",
+        bench::rudp::run::DEFAULT_SERVER_SLICE_US,
         endpoint.clone(),
         Some(key.clone()),
         7,

@@ -897,11 +897,12 @@ fn off_path_connection_id_guessing_gains_nothing() {
         ],
     );
     // Nothing comes back for the live id (a reply would reveal the client's id), and the
-    // session is untouched. Ids the server has no session for draw stateless resets (what
-    // tells a client of a restarted server that its session is gone): reset-shaped, for the
-    // guessed id, and never for the live one.
+    // session is untouched. Guessed ids draw the same silence: the server resets only ids it
+    // issued (their check bits verify under its reset key), so whether a guess hit a live
+    // session or none is not told. A random id passes the check with probability 2^-16; the
+    // bound allows for that.
     let resets = only_resets_reach(&a, server_cid);
-    assert!(resets <= guesses - skipped, "{resets} resets");
+    assert!(resets <= 3, "{resets} resets for {guesses} guesses");
     s.accepted_only_forwarded(base);
     assert!(s.client.is_connected());
     assert_eq!(observed(&s.server).sessions, 1);

@@ -274,3 +274,91 @@ fn a_paused_peer_on_a_short_clean_path_draws_no_probe() {
         assert_eq!(after.rto_count, 0);
     }
 }
+
+/// What a long stall of one side's thread costs on a clean, loopback-like path (30 µs one way,
+/// 16 × 1,024 B in flight, the game profile): the server, then the client, stops reading for
+/// 20–150 ms, as a worker the OS does not schedule (issue 16's hitches were such stalls: a
+/// worker pinned to a core that other processes kept busy). The probe and the RTOs fire
+/// during the stall and their backoff doubles, but nothing is lost: the first datagrams the
+/// stalled side reads after the stall are answered at once, so no round trip takes longer
+/// than the stall itself plus a path's worth. A protocol that let the backoff decide when the
+/// echo resumes would turn a 45 ms stall into 100 ms or more.
+#[test]
+fn a_stall_costs_no_more_than_its_own_length() {
+    for stalled in [addr(1), addr(2)] {
+        for stall_ms in [20u64, 45, 100, 150] {
+            let (max, rtos) = longest_round_trip_across_a_stall(stalled, stall_ms);
+            let bound = Duration::from_millis(stall_ms) + Duration::from_millis(1);
+            assert!(
+                max <= bound,
+                "stall of {stall_ms} ms at {stalled}: a round trip took {max:?} ({rtos} RTOs)"
+            );
+            assert!(
+                max >= Duration::from_millis(stall_ms) - Duration::from_millis(1),
+                "the stall did not hold the echo ({max:?})"
+            );
+        }
+    }
+}
+
+/// The longest echo round trip across a stall of `stalled`'s reading, and the client's RTOs.
+fn longest_round_trip_across_a_stall(
+    stalled: std::net::SocketAddr,
+    stall_ms: u64,
+) -> (Duration, u64) {
+    let cfg = Arc::new(Config::competitive());
+    let mut net = Net::new(
+        Impair {
+            delay: Duration::from_micros(30),
+            ..Impair::default()
+        },
+        11,
+    );
+    let (s, c) = net.add_pair(cfg);
+    let now = net.now;
+    let h = net.ep(c).connect(now, addr(1));
+    let base = net.base;
+    // Each message carries its send time (ns since the start) in its first 8 bytes.
+    let stamped = move |now: Instant| {
+        let mut v = vec![7u8; 1024];
+        let ns = u64::try_from((now - base).as_nanos()).unwrap_or(u64::MAX);
+        v[..8].copy_from_slice(&ns.to_le_bytes());
+        Bytes::from(v)
+    };
+    for _ in 0..16 {
+        let m = stamped(net.now);
+        net.ep(c).send(h, 0, m).unwrap();
+    }
+    let max = Rc::new(Cell::new(Duration::ZERO));
+    let seen = max.clone();
+    let mut echo = move |ep: usize, net: &mut Net, h2, e| {
+        if let Event::Message { channel, data } = e {
+            if ep == s {
+                net.ep(s).send(h2, channel, data).unwrap();
+            } else {
+                let mut ns = [0u8; 8];
+                ns.copy_from_slice(&data[..8]);
+                let sent = base + Duration::from_nanos(u64::from_le_bytes(ns));
+                seen.set(seen.get().max(net.now - sent));
+                let m = stamped(net.now);
+                net.ep(ep).send(h2, channel, m).unwrap();
+            }
+        }
+    };
+    // 200 ms of echo settle the RTT estimate near 100 µs; then measure only what follows.
+    let limit = net.now + Duration::from_millis(200);
+    net.run_until(limit, &mut echo);
+    max.set(Duration::ZERO);
+    let before = net
+        .ep(c)
+        .connection(h)
+        .expect("connection")
+        .stats()
+        .rto_count;
+    net.hold = Some((stalled, net.now + Duration::from_millis(stall_ms)));
+    let limit = net.now + Duration::from_millis(stall_ms + 300);
+    net.run_until(limit, &mut echo);
+    let st = net.ep(c).connection(h).expect("connection").stats();
+    assert!(st.segments_sent > 1000, "the echo did not resume");
+    (max.get(), st.rto_count - before)
+}

@@ -14,7 +14,7 @@ use proto_util::{addr, Impair, Net};
 use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
-use ricochet_proto::wire::{self, Packet};
+use ricochet_proto::wire::{self, ConnectionId, Packet};
 use ricochet_proto::{
     CloseReason, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, Refusal,
     ServerConfig, TokenAdmission,
@@ -598,43 +598,64 @@ fn a_restarted_server_resets_its_old_sessions_and_only_it_can() {
     assert_eq!(net.ep(s).stats().resets_sent, 1);
     // The reset was smaller than the packet that drew it.
     assert!(net.ep(s).stats().max_stateless_reply <= wire::RESET_LEN);
-    // Another server of the same backend computes other resets: the client of a session it
-    // never had would not believe them. An insecure server sends none.
+    // Resets answer only ids this server issued (their check bits verify under its reset
+    // key): another server of the same backend (another address, another key) and an
+    // insecure server stay silent to the same packet, and so does this one to guessed ids.
     let mut other = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
     other.max_resets_per_second = 10;
     let mut elsewhere = token_server(&net, ServerConfig::tokens(other), 5);
     let mut insecure = token_server(&net, ServerConfig::insecure(), 6);
+    let mut adm = admission();
+    adm.max_resets_per_second = 10;
+    let mut restarted = token_server(&net, ServerConfig::tokens(adm), 78);
     // A ping padded to 48 bytes (a reset only answers packets larger than itself).
-    let mut data = vec![0u8; 48];
-    let hdr = wire::encode_data_header(server_cid, 1, &mut data).unwrap();
-    data[hdr] = wire::frame_type::PING;
-    let data = &data[..];
+    let ping_to = |cid: ConnectionId| {
+        let mut data = vec![0u8; 48];
+        let hdr = wire::encode_data_header(cid, 1, &mut data).unwrap();
+        data[hdr] = wire::frame_type::PING;
+        data
+    };
+    let data = ping_to(server_cid);
     let now = net.now;
     for _ in 0..20 {
-        let _ = elsewhere.handle_datagram(now, addr(2), data);
-        let _ = insecure.handle_datagram(now, addr(2), data);
+        let _ = elsewhere.handle_datagram(now, addr(2), &data);
+        let _ = insecure.handle_datagram(now, addr(2), &data);
+        let _ = restarted.handle_datagram(now, addr(2), &data);
     }
-    assert_eq!(
-        elsewhere.stats().resets_sent,
-        10,
-        "rate-limited to 10 per second"
-    );
-    assert_eq!(elsewhere.stats().resets_limited, 10);
+    assert_eq!(elsewhere.stats().resets_sent, 0, "not its id");
     assert_eq!(insecure.stats().resets_sent, 0);
-    let reset_of = |ep: &mut Endpoint, buf: &mut [u8]| {
-        let t = ep.poll_transmit(now, buf).expect("a reset");
-        assert!(t.size < data.len(), "smaller than its trigger");
-        match wire::decode_packet(&buf[..t.size]) {
-            Ok(Packet::StatelessReset { cid, token }) => (cid, token),
-            other => panic!("not a reset: {other:?}"),
-        }
-    };
-    let mut restarted = token_server(&net, ServerConfig::tokens(admission()), 78);
-    let _ = restarted.handle_datagram(now, addr(2), data);
-    let ours = reset_of(&mut restarted, &mut buf);
-    let theirs = reset_of(&mut elsewhere, &mut buf);
-    assert_eq!(ours.0, theirs.0);
-    assert_ne!(ours.1, theirs.1, "another server's reset token differs");
+    assert_eq!(
+        restarted.stats().resets_sent,
+        10,
+        "its own id, rate-limited to 10 per second"
+    );
+    assert_eq!(restarted.stats().resets_limited, 10);
+    let mut buf = vec![0u8; 64];
+    let t = restarted.poll_transmit(now, &mut buf).expect("a reset");
+    assert!(t.size < data.len(), "smaller than its trigger");
+    match wire::decode_packet(&buf[..t.size]) {
+        Ok(Packet::StatelessReset { cid, .. }) => assert_eq!(cid, server_cid),
+        other => panic!("not a reset: {other:?}"),
+    }
+    // Guessed ids in the live session's slot, or anywhere: silence, as for the live id.
+    let mut guesser = token_server(&net, ServerConfig::tokens(admission()), 79);
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for k in 0..200u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let cid = if k % 2 == 0 {
+            ConnectionId((x << 32) | (server_cid.0 & 0xffff_ffff))
+        } else {
+            ConnectionId(x)
+        };
+        let _ = guesser.handle_datagram(now, addr(2), &ping_to(cid));
+    }
+    assert!(
+        guesser.stats().resets_sent <= 1,
+        "{} resets for 200 guesses (each passes with probability 2^-16)",
+        guesser.stats().resets_sent
+    );
 }
 
 #[test]

@@ -20,6 +20,7 @@ pub mod counters;
 pub mod error;
 #[cfg(unix)]
 pub mod ready;
+pub mod sched;
 pub mod select;
 pub mod socket;
 

@@ -8,9 +8,9 @@ use clap::Args;
 
 use super::Global;
 use crate::gate::{
-    baseline_path, compare_ratios, compare_sim, failure_lines, os_name, verdict_table, write_json,
-    Baseline, BaselineSim, GateConfig, GateResult, Status, Verdict, GATE_SCHEMA_VERSION,
-    SLOWDOWN_ENV,
+    baseline_path, compare_ratios, compare_sim, compare_tails, failure_lines, os_name,
+    verdict_table, write_json, Baseline, BaselineSim, GateConfig, GateResult, Status, Verdict,
+    GATE_SCHEMA_VERSION, SLOWDOWN_ENV,
 };
 use crate::host::{command_line, BuildInfo, HostInfo, UtcTime};
 use crate::output::default_results_root;
@@ -139,6 +139,7 @@ pub fn run(args: &GateArgs, global: &Global) -> Result<bool> {
         verdicts.extend(compare_sim(&sim, baseline.as_ref(), &cfg.sim));
     }
     let mut ratios = Vec::new();
+    let mut tails = Vec::new();
     if args.only != "sim" {
         let r = &cfg.ratios;
         eprintln!(
@@ -155,6 +156,26 @@ pub fn run(args: &GateArgs, global: &Global) -> Result<bool> {
             .ratios
             .run(slowdown_ns, |line| eprintln!("gate: {line}"));
         verdicts.extend(compare_ratios(&ratios, baseline.as_ref(), &cfg.ratios));
+        if let Some(t) = &cfg.ratios.clean_tail {
+            eprintln!(
+                "gate: clean-path tail, {} rounds × {:?}, {} clients × {} × {} B from a separate process ({} thread), {} + {} s each",
+                t.rounds, t.io_models, t.clients, t.window, t.payload, t.client_threads, t.warmup_s, t.seconds
+            );
+            tails = t.run(|model, run| {
+                eprintln!(
+                    "gate: tail {model:<8} {:>9.0} rt/s  max {}{}",
+                    run.round_trips_per_s,
+                    run.rtt_us
+                        .map_or("-".into(), |l| format!("{:.1} ms", l.max / 1000.0)),
+                    if run.ok {
+                        String::new()
+                    } else {
+                        format!("  (not ok: {})", run.errors.join(", "))
+                    }
+                )
+            });
+            verdicts.extend(compare_tails(&tails, t));
+        }
         verdicts.push(Verdict {
             group: "cpu".into(),
             metric: "instructions per round trip".into(),
@@ -189,6 +210,7 @@ pub fn run(args: &GateArgs, global: &Global) -> Result<bool> {
         verdicts,
         sim: sim.clone(),
         ratios: ratios.clone(),
+        tails,
     };
     let json_path = global.json.clone().unwrap_or_else(|| {
         source_root()

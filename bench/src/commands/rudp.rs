@@ -12,7 +12,7 @@ use crate::output::{render_table, result_file, thousands, write_result};
 use crate::relay::ImpairmentArgs;
 use crate::rudp::run::{
     default_client_placement, default_client_threads, default_drain, set_impairment, validate,
-    CLIENTS_PROCESSES, DEFAULT_CLIENTS_PROCESS, DEFAULT_SERVER_IDLE,
+    CLIENTS_PROCESSES, DEFAULT_CLIENTS_PROCESS, DEFAULT_SERVER_IDLE, DEFAULT_SERVER_SLICE_US,
 };
 use crate::rudp::{label, run_case, run_round, summarize, FecPolicy};
 use crate::schema::{RudpCase, RudpConfig, RudpRun, Spread};
@@ -34,6 +34,10 @@ pub struct RudpArgs {
     /// (block at once) or spin.
     #[arg(long, default_value = DEFAULT_SERVER_IDLE, value_parser = ["balanced", "park", "spin"])]
     pub server_idle: String,
+    /// Scheduler time slice the server workers ask for, in µs (Linux 6.12+; the kernel clamps
+    /// it to 100..100,000); 0 asks for none (the scheduler's default slice).
+    #[arg(long, default_value_t = DEFAULT_SERVER_SLICE_US)]
+    pub server_slice_us: u64,
     /// Where the client threads run: with-worker (each pinned to the core of the server
     /// worker serving its first client) or os (the scheduler decides). Default: with-worker
     /// for --direct with the clients in process, else os.
@@ -123,6 +127,7 @@ impl RudpArgs {
                     .unwrap_or_else(|| default_client_threads(self.clients)),
             ),
             server_idle: Some(self.server_idle.clone()),
+            server_slice_us: Some(self.server_slice_us),
             client_placement: Some(self.client_placement.clone().unwrap_or_else(|| {
                 let separate = self.clients_process == "separate";
                 default_client_placement(self.direct, separate).into()

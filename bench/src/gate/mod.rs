@@ -11,12 +11,16 @@
 //!   in the same run, interleaved (A B C A B C …) with the median of the per-round ratios taken,
 //!   which cancels slow drift of the machine. A ratio fails when it drops below
 //!   [`RatioSuite::min_fraction_of_baseline`] × its baseline.
+//!   One absolute wall-clock check stands beside them ([`tail`]): on a clean path the median
+//!   over rounds of each round's largest round trip must stay under a bound set far above what
+//!   a quiet machine shows and below the size of a retransmission-timeout stall.
 //!
 //! The suite and thresholds live in `ci/gate.json` ([`GateConfig`]); the baseline in
 //! `results/baseline/gate-<os>.json` ([`Baseline`]).
 
 pub mod ratio;
 pub mod sim;
+pub mod tail;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -29,6 +33,7 @@ use crate::output::render_table;
 
 pub use ratio::{FecRatioSuite, RatioResult, RatioSuite, FEC_RATIO_NAME};
 pub use sim::{SimResult, SimSuite};
+pub use tail::{compare_tails, TailResult, TailSuite};
 
 /// Version of the gate's baseline and result files.
 pub const GATE_SCHEMA_VERSION: u32 = 1;
@@ -191,6 +196,9 @@ pub struct GateResult {
     pub sim: Vec<SimResult>,
     /// The ratio measurements, every round.
     pub ratios: Vec<RatioResult>,
+    /// The clean-path tail rounds (absent when not run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tails: Vec<TailResult>,
 }
 
 /// The operating system name used in baseline file names.

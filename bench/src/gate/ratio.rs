@@ -190,6 +190,9 @@ pub struct RatioSuite {
     /// Adaptive FEC vs ARQ only over RUDP (absent: not run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fec_vs_arq: Option<FecRatioSuite>,
+    /// The clean-path tail check (absent: not run); see [`super::tail`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clean_tail: Option<super::tail::TailSuite>,
 }
 
 impl Default for RatioSuite {
@@ -205,6 +208,7 @@ impl Default for RatioSuite {
             min_fraction_of_baseline: 0.6,
             min_fraction_by_ratio: BTreeMap::new(),
             fec_vs_arq: Some(FecRatioSuite::default()),
+            clean_tail: Some(super::tail::TailSuite::default()),
         }
     }
 }
@@ -275,6 +279,9 @@ impl RatioSuite {
         }
         if let Some(f) = &self.fec_vs_arq {
             f.validate()?;
+        }
+        if let Some(t) = &self.clean_tail {
+            t.validate()?;
         }
         Ok(())
     }

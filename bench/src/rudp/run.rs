@@ -125,6 +125,7 @@ pub fn config_for(
         seed,
         client_threads: Some(default_client_threads(clients)),
         server_idle: Some(DEFAULT_SERVER_IDLE.into()),
+        server_slice_us: Some(DEFAULT_SERVER_SLICE_US),
         client_placement: Some(default_client_placement(direct, false).into()),
         clients_process: Some(DEFAULT_CLIENTS_PROCESS.into()),
         security: Some("secure".into()),
@@ -159,6 +160,9 @@ pub const SECURITY_MODES: [&str; 2] = ["secure", "insecure"];
 
 /// The server workers' idle strategy when none is asked for.
 pub const DEFAULT_SERVER_IDLE: &str = "balanced";
+/// The server workers' requested scheduler slice, µs: the engine's default
+/// (`UdpServerConfig::worker_slice`).
+pub const DEFAULT_SERVER_SLICE_US: u64 = 100;
 
 /// Client placements: the client threads pinned to their server worker's core, or left to
 /// the scheduler.
@@ -482,6 +486,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         cfg.io_threads,
         &cfg.backend,
         cfg.server_idle.as_deref().unwrap_or(DEFAULT_SERVER_IDLE),
+        cfg.server_slice_us.unwrap_or(DEFAULT_SERVER_SLICE_US),
         endpoint.clone(),
         key.clone(),
         cfg.seed,

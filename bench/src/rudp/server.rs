@@ -117,7 +117,8 @@ pub struct EchoServer {
 
 impl EchoServer {
     /// Start on `addr` with `io_model` × `threads` workers on `backend` idling as `idle`
-    /// (`balanced`, `park` or `spin`), protocol `endpoint`, admitting clients by token sealed
+    /// (`balanced`, `park` or `spin`) and asking the scheduler for `slice_us` µs slices (0:
+    /// none asked), protocol `endpoint`, admitting clients by token sealed
     /// with `key` ([`super::run::BENCH_PROTOCOL_ID`]), or insecurely without one.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
@@ -126,6 +127,7 @@ impl EchoServer {
         threads: usize,
         backend: &str,
         idle: &str,
+        slice_us: u64,
         endpoint: EndpointConfig,
         key: Option<TokenKey>,
         seed: u64,
@@ -139,6 +141,7 @@ impl EchoServer {
         cfg.udp.io_threads = threads;
         cfg.udp.backend.kind = BackendKind::from_str(backend).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.idle = IdleStrategy::from_str(idle).map_err(|e| anyhow!("{e}"))?;
+        cfg.udp.worker_slice = (slice_us > 0).then(|| Duration::from_micros(slice_us));
         cfg.udp.tick = Some(STATS_TICK);
         cfg.endpoint = endpoint.with(|c| c.server = cfg.endpoint.server.take());
         cfg.seed = Some(seed);

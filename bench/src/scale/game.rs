@@ -10,13 +10,12 @@
 //! reliable inputs lost (sent but never received by the server after a drain: must be 0); the
 //! server's tick rate, late and skipped ticks, CPU per tick and resident memory per session.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use ricochet::{ClientConfig, ClientEvent};
+use ricochet::ClientEvent;
 use serde::{Deserialize, Serialize};
 
 use super::server::{
@@ -134,29 +133,6 @@ struct Player {
     measured: u64,
 }
 
-/// The players' profile (the game profile unless named otherwise).
-fn profile_of(cfg: &GameConfig) -> ricochet::Profile {
-    match cfg.profile.as_str() {
-        "default" => ricochet::Profile::Default,
-        "bulk" => ricochet::Profile::Bulk,
-        _ => ricochet::Profile::Game,
-    }
-}
-
-fn client_config(cfg: &GameConfig, ip: std::net::IpAddr, seed: u64) -> Result<ClientConfig> {
-    let mut c = ClientConfig::new()
-        .profile(profile_of(cfg))
-        .seed(seed)
-        .bind(SocketAddr::new(ip, 0));
-    c.backend.kind = cfg.backend.parse()?;
-    c.backend.batch_size = 8;
-    c.backend.recv_buffers = 8;
-    c.backend.max_datagram = 2048;
-    c.backend.gro = false;
-    c.socket_buffer = Some(256 << 10);
-    Ok(c)
-}
-
 /// Runs one measurement.
 pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     let period = Duration::from_secs_f64(1.0 / cfg.tick_hz.max(1.0));
@@ -198,7 +174,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         key,
         cfg.players,
         cfg.players_per_ip,
-        |ip, seed| client_config(cfg, ip, seed),
+        |ip, seed| super::member_config(&cfg.profile, &cfg.backend, ip, seed),
         limit,
     )?;
     let connected = set.connected();
@@ -307,7 +283,8 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     // Inputs are counted from the start on both sides (a reset does not clear them).
     let inputs_lost = inputs_total.saturating_sub(drained.game.inputs_received);
     let verdict = if inputs_lost > 0 {
-        let watch = profile_of(cfg).config().max_rto + Duration::from_millis(500);
+        let watch =
+            super::protocol_profile(&cfg.profile)?.config().max_rto + Duration::from_millis(500);
         Some(drain_verdict(&mut set, kernel_before, watch)?)
     } else {
         None

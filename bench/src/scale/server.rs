@@ -26,7 +26,6 @@ use bytes::Bytes;
 use ricochet::runtime::{
     Handler, IdleStrategy, Server, ServerConfig, ServerContext, SessionId, WorkerCounters,
 };
-use ricochet::Profile;
 use ricochet_platform::BackendKind;
 use serde::{Deserialize, Serialize};
 
@@ -301,12 +300,7 @@ impl Handler for ScaleHandler {
 
 fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
     let bind: SocketAddr = spec.bind.parse().context("server bind address")?;
-    let profile = match spec.profile.as_str() {
-        "default" => Profile::Default,
-        "game" => Profile::Game,
-        "bulk" => Profile::Bulk,
-        other => bail!("unknown profile {other:?}"),
-    };
+    let profile = super::protocol_profile(&spec.profile)?;
     let cfg = ServerConfig::new(bind);
     let cfg = match spec.token_key {
         Some(k) => cfg.tokens(TokenKey::from_bytes(k), BENCH_PROTOCOL_ID),

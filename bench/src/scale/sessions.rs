@@ -128,27 +128,6 @@ impl ClientTotals {
     }
 }
 
-/// The client configuration every member uses, bound to `ip`.
-fn client_config(cfg: &SessionsConfig, ip: IpAddr, seed: u64) -> Result<ClientConfig> {
-    let profile = match cfg.profile.as_str() {
-        "game" => ricochet::Profile::Game,
-        "bulk" => ricochet::Profile::Bulk,
-        _ => ricochet::Profile::Default,
-    };
-    let mut c = ClientConfig::new()
-        .profile(profile)
-        .seed(seed)
-        .bind(SocketAddr::new(ip, 0));
-    c.backend.kind = cfg.backend.parse()?;
-    // Many members, small messages: a small batch, no GRO buffers (64 KiB each otherwise).
-    c.backend.batch_size = 8;
-    c.backend.recv_buffers = 8;
-    c.backend.max_datagram = 2048;
-    c.backend.gro = false;
-    c.socket_buffer = Some(256 << 10);
-    Ok(c)
-}
-
 /// Loopback address of client group `g` (127.0.0.1, 127.0.0.2, ...). macOS answers only on
 /// 127.0.0.1 by default: everything goes there.
 fn group_ip(g: usize) -> IpAddr {
@@ -255,7 +234,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         key,
         cfg.clients,
         cfg.clients_per_ip,
-        |ip, seed| client_config(cfg, ip, seed),
+        |ip, seed| super::member_config(&cfg.profile, &cfg.backend, ip, seed),
         connect_limit,
     ) {
         Ok(x) => x,

@@ -124,6 +124,15 @@ pub struct UdpServerConfig {
     pub spin_for: Duration,
     /// Pin per-core workers to cores (shared-model threads are never pinned).
     pub pin_cores: bool,
+    /// The scheduler time slice each worker thread asks for
+    /// ([`ricochet_platform::sched::request_time_slice`]; Linux 6.12 and later, elsewhere
+    /// nothing happens). A worker that wakes for every datagram and runs for microseconds is
+    /// otherwise scheduled like batch work: on a core shared with a compiler or another busy
+    /// process it can wait tens to hundreds of milliseconds for its turn, and every session
+    /// it serves stalls that long (a pinned worker cannot move to an idle core). A short
+    /// slice lets it preempt such work when it wakes; it does not raise its share of the CPU.
+    /// `None` keeps the scheduler's default.
+    pub worker_slice: Option<Duration>,
     /// Period of the handler's `on_tick`; `None` for no ticks.
     pub tick: Option<Duration>,
     /// Most sends a worker queues before it submits them.
@@ -159,6 +168,7 @@ impl UdpServerConfig {
             idle: IdleStrategy::Balanced,
             spin_for: Duration::from_micros(50),
             pin_cores: true,
+            worker_slice: Some(Duration::from_micros(100)),
             tick: None,
             send_batch: 1024,
             steer_by_source_port: true,

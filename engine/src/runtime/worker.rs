@@ -141,6 +141,8 @@ pub(crate) struct WorkerSettings {
     pub stop_limit: Duration,
     /// Coalesce sends into GSO runs (configured on and supported by the kernel).
     pub coalesce: bool,
+    /// Scheduler time slice to ask for ([`UdpServerConfig::worker_slice`]).
+    pub slice: Option<Duration>,
 }
 
 impl WorkerSettings {
@@ -152,6 +154,7 @@ impl WorkerSettings {
             send_batch: cfg.send_batch,
             stop_limit: Duration::from_millis(500),
             coalesce: cfg.gso && platform::probe().gso.available,
+            slice: cfg.worker_slice,
         }
     }
 }
@@ -640,6 +643,21 @@ impl SpawnArgs {
     ) -> Result<WorkerCounters, platform::Error> {
         if let Some(core) = self.core {
             core_affinity::set_for_current(core);
+        }
+        if let Some(slice) = self.settings.slice {
+            // A hint: without it the worker still works, only with the default slice.
+            match platform::sched::request_time_slice(slice) {
+                Ok(true) => {}
+                Ok(false) => tracing::debug!(
+                    worker = self.index,
+                    "the kernel ignores time-slice requests; the worker keeps the default slice"
+                ),
+                Err(e) => tracing::debug!(
+                    worker = self.index,
+                    error = %e,
+                    "time-slice request refused; the worker keeps the default slice"
+                ),
+            }
         }
         // The backend is built on its own thread: io_uring rings may be tied to the thread that
         // submits to them.

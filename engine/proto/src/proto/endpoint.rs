@@ -642,8 +642,9 @@ impl Endpoint {
 
     /// Answer a connection packet for `cid`, which this server has no state for, with the
     /// session's stateless reset: only when admitting by token (the reset key comes from the
-    /// backend's key), only to a packet larger than the reset (no amplification, and a reset
-    /// never answers a reset), and at most [`super::TokenAdmission::max_resets_per_second`].
+    /// backend's key), only for an id this server issued (its check bits verify), only to a
+    /// packet larger than the reset (no amplification, and a reset never answers a reset), and
+    /// at most [`super::TokenAdmission::max_resets_per_second`].
     fn send_reset(&mut self, now: Instant, to: SocketAddr, cid: ConnectionId, trigger: usize) {
         let Some(t) = self.tokens.as_ref() else {
             return;
@@ -651,7 +652,8 @@ impl Endpoint {
         let Some(reset) = t.reset.as_ref() else {
             return;
         };
-        if trigger <= wire::RESET_LEN {
+        // An id this server never issued (a guess) gets the silence a live one gets.
+        if trigger <= wire::RESET_LEN || !reset.issued(cid) {
             return;
         }
         let second = self.now_ms(now) / 1000;
@@ -921,6 +923,11 @@ impl Endpoint {
         accept_hook: bool,
     ) {
         let (idx, cid) = self.alloc();
+        // With a reset key, the id carries check bits: resets answer only ids this server issued.
+        let cid = match self.tokens.as_ref().and_then(|t| t.reset.as_ref()) {
+            Some(r) => r.seal_cid(cid),
+            None => cid,
+        };
         let mut accept = [0u8; wire::SEALED_ACCEPT_LEN];
         let (accept_len, peer, secure) = match admitted {
             Some(a) => {
