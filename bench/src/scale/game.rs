@@ -283,8 +283,10 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     // Inputs are counted from the start on both sides (a reset does not clear them).
     let inputs_lost = inputs_total.saturating_sub(drained.game.inputs_received);
     let verdict = if inputs_lost > 0 {
-        let watch =
-            super::protocol_profile(&cfg.profile)?.config().max_rto + Duration::from_millis(500);
+        // Two RTO ceilings and a half second: a sender backing off sends again within it even
+        // when the one client thread runs its timers late.
+        let max_rto = super::protocol_profile(&cfg.profile)?.config().max_rto;
+        let watch = max_rto * 2 + Duration::from_millis(500);
         Some(drain_verdict(&mut set, kernel_before, watch)?)
     } else {
         None
@@ -379,8 +381,8 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
 
 /// Why inputs were still missing after the drain: the players that still hold reliable data
 /// (queued, or sent and not acknowledged), split into those that sent no reliable fragment while watched for
-/// `watch` (stalled: a protocol fault, when `watch` exceeds the largest retransmission timeout,
-/// so that a sender that is only backing off sends again within it) and those still retransmitting (delivery slowed by
+/// `watch` (stalled: a protocol fault, when `watch` well exceeds the largest retransmission
+/// timeout, so that a sender that is only backing off sends again within it) and those still retransmitting (delivery slowed by
 /// overload: their RTT and RTO counts, and the host's UDP receive-buffer drops, say how much).
 fn drain_verdict(
     set: &mut ricochet::ClientSet,

@@ -1383,14 +1383,19 @@ impl Connection {
     }
 
     /// Drops settled packets from the front of the sent list. A packet declared lost stays
-    /// for a while (two loss delays or three RTOs after it was sent, whichever is longer): if
-    /// its ACK still arrives, the loss was
+    /// for a while (two loss delays after it was sent, or three RTOs while the RTT estimate
+    /// is in doubt): if its ACK still arrives, the loss was
     /// spurious (reordering or delay) and is counted as such, and its fragments are settled.
     fn pop_sent(&mut self, now: Instant) {
-        // At least three retransmission timeouts (backoff included): when the RTT estimate
-        // is far below the real one, the ACK of a packet declared lost comes back that late,
-        // and a forgotten packet's ACK settles nothing (RFC 9002 §6 suggests 3 x PTO too).
-        let keep_lost = (self.rtt.loss_delay() * 2).max(self.current_rto() * 3);
+        // While the estimate may be far below the real RTT (no sample yet, or timeouts firing
+        // with nothing acknowledged since), at least three retransmission timeouts (backoff
+        // included; RFC 9002 §6 suggests 3 x PTO): the ACK of a packet declared lost comes
+        // back that late, and a forgotten packet's ACK settles nothing. Otherwise two loss
+        // delays, which keeps the list (scanned by loss detection) short.
+        let mut keep_lost = self.rtt.loss_delay() * 2;
+        if !self.rtt.has_sample || self.pto_count > 0 {
+            keep_lost = keep_lost.max(self.current_rto() * 3);
+        }
         while self.sent.front().is_some_and(|p| match p.state {
             PacketState::InFlight => false,
             PacketState::Lost => p.time + keep_lost <= now,
