@@ -698,3 +698,61 @@ fn without_the_wall_clock_a_token_server_drops_token_handshakes() {
     assert!(net.ep(s).stats().drops.get(DropCause::NoClock) >= 1);
     assert_eq!(net.ep(s).stats().challenges_sent, 0);
 }
+
+/// A copy of a client's hello that reaches the server after its cookie echo was admitted (a
+/// duplicate on the path, or a worker slower than the one the echo was steered to) is the
+/// client's own: it draws no `TokenReused` refusal that would end the handshake, and the accept
+/// still connects the client. Another client (another id) using the same token is refused.
+#[test]
+fn a_late_copy_of_the_clients_own_hello_does_not_refuse_it() {
+    let net = new_net();
+    let now = net.now;
+    let mut server = token_server(&net, ServerConfig::tokens(admission()), 1);
+    let mut c = client(&net, 2);
+    let token = good_token(1);
+    let h = c.connect_with_token(now, &token);
+    let mut buf = vec![0u8; 2048];
+    let mut next = |ep: &mut Endpoint, what: &str| -> Vec<u8> {
+        let t = ep
+            .poll_transmit(now, &mut buf)
+            .unwrap_or_else(|| panic!("no {what}"));
+        buf[..t.size].to_vec()
+    };
+    let hello = next(&mut c, "hello");
+    server.handle_datagram(now, addr(2), &hello).unwrap();
+    let challenge = next(&mut server, "challenge");
+    c.handle_datagram(now, addr(1), &challenge).unwrap();
+    let echo = next(&mut c, "echo");
+    server.handle_datagram(now, addr(2), &echo).unwrap();
+    let accept = next(&mut server, "accept");
+    // The late copy of the hello: dropped as a duplicate, no reply at all.
+    assert_eq!(
+        server.handle_datagram(now, addr(2), &hello),
+        Err(DropCause::Duplicate)
+    );
+    assert!(server.poll_transmit(now, &mut buf).is_none(), "no refusal");
+    c.handle_datagram(now, addr(1), &accept).unwrap();
+    match c.poll_event() {
+        Some((hh, Event::Connected)) if hh == h => {}
+        other => panic!("the client did not connect: {other:?}"),
+    }
+    // The same token from another client endpoint (another address) is a reuse: refused.
+    let mut thief = client(&net, 3);
+    let th = thief.connect_with_token(now, &token);
+    let stolen = thief
+        .poll_transmit(now, &mut buf)
+        .map(|t| buf[..t.size].to_vec())
+        .unwrap();
+    server.handle_datagram(now, addr(3), &stolen).unwrap();
+    let refusal = server
+        .poll_transmit(now, &mut buf)
+        .map(|t| buf[..t.size].to_vec())
+        .unwrap();
+    thief.handle_datagram(now, addr(1), &refusal).unwrap();
+    match thief.poll_event() {
+        Some((hh, Event::Closed { reason, .. })) if hh == th => {
+            assert_eq!(reason, CloseReason::TokenReused)
+        }
+        other => panic!("the thief was not refused: {other:?}"),
+    }
+}

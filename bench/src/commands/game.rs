@@ -6,6 +6,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 
 use super::Global;
+use crate::gate::ratio::median;
 use crate::host::{HostInfo, UtcTime};
 use crate::output::{host_line, render_table, result_file, thousands, write_result};
 use crate::scale::game::{run as run_one, GameConfig, GameRun};
@@ -62,14 +63,6 @@ pub struct GameArgs {
     pub seed: u64,
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    Some(v[v.len() / 2])
-}
-
 /// The table: one row per (players, path), medians over its rounds.
 pub fn game_table(runs: &[GameRun]) -> String {
     let header = [
@@ -106,7 +99,7 @@ pub fn game_table(runs: &[GameRun]) -> String {
                 .filter(|r| r.config.players == *n && &r.config.relay_profile == path)
                 .collect();
             let m = |f: &dyn Fn(&GameRun) -> Option<f64>| {
-                median(rs.iter().filter_map(|r| f(r)).collect())
+                median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
             };
             let ms = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.2}", v / 1000.0));
             let int =

@@ -9,20 +9,13 @@ use super::charts::bars;
 use super::md_table;
 use super::sections::Ctx;
 use super::Input;
+use crate::gate::ratio::median;
 use crate::output::thousands;
 use crate::scale::game::GameRun;
 use crate::scale::sessions::SessionsRun;
 
 /// Result kinds rendered here.
 pub const KINDS: [&str; 2] = ["sessions", "game"];
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    Some(v[v.len() / 2])
-}
 
 fn ms(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{:.2}", v / 1000.0))
@@ -92,7 +85,7 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
             })
             .collect();
         let m = |f: &dyn Fn(&SessionsRun) -> Option<f64>| {
-            median(rs.iter().filter_map(|r| f(r)).collect())
+            median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
         };
         let echo = mode == "echo";
         let p = m(&|r| r.rtt_us.map(|l| l.p99));
@@ -217,8 +210,9 @@ fn game(cx: &mut Ctx) -> Result<()> {
                     && &r.config.security == security
             })
             .collect();
-        let m =
-            |f: &dyn Fn(&GameRun) -> Option<f64>| median(rs.iter().filter_map(|r| f(r)).collect());
+        let m = |f: &dyn Fn(&GameRun) -> Option<f64>| {
+            median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+        };
         let path_name = relay
             .clone()
             .map_or("direct".into(), |p| format!("relay {p}"));

@@ -133,6 +133,39 @@ struct Player {
     measured: u64,
 }
 
+impl GameRun {
+    /// A case that ended before its measurement, with `error`.
+    fn failed(cfg: &GameConfig, server: ServerStats, error: String) -> GameRun {
+        GameRun {
+            config: cfg.clone(),
+            connected: 0,
+            connect_s: 0.0,
+            snapshot_latency_us: None,
+            snapshots_received: 0,
+            snapshots_lost: 0,
+            snapshots_stale: 0,
+            inputs_sent: 0,
+            inputs_sent_total: 0,
+            inputs_lost: 0,
+            input_order_errors: 0,
+            ticks_per_s: 0.0,
+            ticks_late: 0,
+            ticks_skipped: 0,
+            tick_lateness_max_us: 0.0,
+            snapshots_sent: 0,
+            snapshot_send_errors: 0,
+            server_cpu_percent: 0.0,
+            server_cpu_us_per_tick: 0.0,
+            client_cpu_percent: 0.0,
+            server_rss_per_session_bytes: None,
+            server,
+            relay_loss: None,
+            errors: vec![error],
+            ok: false,
+        }
+    }
+}
+
 /// Runs one measurement.
 pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     let period = Duration::from_secs_f64(1.0 / cfg.tick_hz.max(1.0));
@@ -168,7 +201,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     };
     let target = relay.as_ref().map_or(server.addr, |r| r.addr());
     let limit = Duration::from_secs(30) + Duration::from_millis(3 * cfg.players as u64);
-    let (mut set, took) = connect_all(
+    let (mut set, took) = match connect_all(
         target,
         server.addr,
         key,
@@ -176,7 +209,18 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         cfg.players_per_ip,
         |ip, seed| super::member_config(&cfg.profile, &cfg.backend, ip, seed),
         limit,
-    )?;
+    ) {
+        Ok(x) => x,
+        Err(e) => {
+            // A case whose players cannot all connect is a result (not ok), not the end of
+            // the run: the other cases still get measured.
+            if let Some(r) = relay {
+                let _ = r.shutdown();
+            }
+            let last = server.quit().unwrap_or_default();
+            return Ok(GameRun::failed(cfg, last, format!("connecting: {e:#}")));
+        }
+    };
     let connected = set.connected();
     idle_for(&mut set, Duration::from_millis(500))?;
     let loaded = server.stats()?;

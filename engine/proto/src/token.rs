@@ -10,11 +10,13 @@
 //! part; it learns the keys from the public part, which the backend sent it in confidence.
 //!
 //! ```
+//! use rand::SeedableRng;
 //! use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 //!
 //! # fn main() -> Result<(), ricochet_proto::token::TokenError> {
 //! let key = TokenKey::from_bytes([7; 32]); // in production: TokenKey::generate, kept secret
-//! let mut rng = rand::rng();
+//! // A backend draws from a generator the OS seeds (e.g. `rand::rng()`); a fixed seed here.
+//! let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
 //! let now_unix = 1_800_000_000; // the backend's clock, seconds since 1970
 //! let token = ConnectToken::generate(
 //!     &key,

@@ -306,8 +306,8 @@ impl SharedLedger {
 }
 
 impl TokenLedger for SharedLedger {
-    fn is_used(&mut self, tag: &[u8; TAG_LEN], now_unix: u64) -> bool {
-        self.table().is_used(tag, now_unix)
+    fn used_by(&mut self, tag: &[u8; TAG_LEN], now_unix: u64) -> Option<u64> {
+        self.table().used_by(tag, now_unix)
     }
 
     fn record(
@@ -315,8 +315,9 @@ impl TokenLedger for SharedLedger {
         tag: &[u8; TAG_LEN],
         expires_unix: u64,
         now_unix: u64,
+        claimant: u64,
     ) -> Result<(), LedgerRefusal> {
-        self.table().record(tag, expires_unix, now_unix)
+        self.table().record(tag, expires_unix, now_unix, claimant)
     }
 }
 

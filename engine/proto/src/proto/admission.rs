@@ -115,8 +115,11 @@ impl Refusal {
 /// Why a [`TokenLedger`] did not record a token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LedgerRefusal {
-    /// The token was used before and has not expired.
+    /// The token was used before, by another client, and has not expired.
     Used,
+    /// The same client (same claimant) recorded the token before: a copy of its own
+    /// handshake, not a second use.
+    Duplicate,
     /// No room: the table is full of unexpired tokens.
     Full,
 }
@@ -126,17 +129,23 @@ pub enum LedgerRefusal {
 /// An endpoint keeps its own [`UsedTokens`]; servers that run several endpoints for one
 /// address (one per worker) share one table between them, since a client may reach any of
 /// them ([`Endpoint::set_token_ledger`](crate::Endpoint::set_token_ledger)).
+///
+/// A use is recorded with its claimant, a fingerprint of the client's address and connection id
+/// that the endpoint computes: a copy of a client's own handshake (duplicated on the path, or
+/// handled by another worker after its echo was admitted) is then told apart from a second use.
 pub trait TokenLedger: Send + fmt::Debug {
-    /// Whether `tag` was recorded and has not expired (a hint: `record` decides).
-    fn is_used(&mut self, tag: &[u8; TAG_LEN], now_unix: u64) -> bool;
+    /// The claimant that recorded `tag`, if it was recorded and has not expired (a hint:
+    /// `record` decides).
+    fn used_by(&mut self, tag: &[u8; TAG_LEN], now_unix: u64) -> Option<u64>;
 
-    /// Record `tag` (a token expiring at `expires_unix`) as used now, unless it already is or
-    /// there is no room.
+    /// Record `tag` (a token expiring at `expires_unix`) as used now by `claimant`, unless it
+    /// already is or there is no room.
     fn record(
         &mut self,
         tag: &[u8; TAG_LEN],
         expires_unix: u64,
         now_unix: u64,
+        claimant: u64,
     ) -> Result<(), LedgerRefusal>;
 }
 
@@ -144,7 +153,8 @@ pub trait TokenLedger: Send + fmt::Debug {
 #[derive(Debug)]
 pub struct UsedTokens {
     capacity: usize,
-    expiry: HashMap<[u8; TAG_LEN], u64>,
+    /// Per token: its expiry and who used it.
+    expiry: HashMap<[u8; TAG_LEN], (u64, u64)>,
     by_expiry: BinaryHeap<Reverse<(u64, [u8; TAG_LEN])>>,
 }
 
@@ -180,8 +190,10 @@ impl UsedTokens {
 }
 
 impl TokenLedger for UsedTokens {
-    fn is_used(&mut self, tag: &[u8; TAG_LEN], now_unix: u64) -> bool {
-        self.expiry.get(tag).is_some_and(|&t| t > now_unix)
+    fn used_by(&mut self, tag: &[u8; TAG_LEN], now_unix: u64) -> Option<u64> {
+        self.expiry
+            .get(tag)
+            .and_then(|&(t, claimant)| (t > now_unix).then_some(claimant))
     }
 
     fn record(
@@ -189,15 +201,20 @@ impl TokenLedger for UsedTokens {
         tag: &[u8; TAG_LEN],
         expires_unix: u64,
         now_unix: u64,
+        claimant: u64,
     ) -> Result<(), LedgerRefusal> {
         self.purge(now_unix);
-        if self.expiry.contains_key(tag) {
-            return Err(LedgerRefusal::Used);
+        if let Some(&(_, by)) = self.expiry.get(tag) {
+            return Err(if by == claimant {
+                LedgerRefusal::Duplicate
+            } else {
+                LedgerRefusal::Used
+            });
         }
         if self.expiry.len() >= self.capacity {
             return Err(LedgerRefusal::Full);
         }
-        self.expiry.insert(*tag, expires_unix);
+        self.expiry.insert(*tag, (expires_unix, claimant));
         self.by_expiry.push(Reverse((expires_unix, *tag)));
         Ok(())
     }
@@ -436,18 +453,22 @@ mod tests {
     #[test]
     fn used_tokens_refuse_a_second_use_until_expiry_and_stay_bounded() {
         let mut t = UsedTokens::new(2);
-        assert_eq!(t.record(&[1; 16], 100, 10), Ok(()));
-        assert!(t.is_used(&[1; 16], 10));
-        assert_eq!(t.record(&[1; 16], 100, 11), Err(LedgerRefusal::Used));
-        assert_eq!(t.record(&[2; 16], 50, 11), Ok(()));
-        assert_eq!(t.record(&[3; 16], 100, 11), Err(LedgerRefusal::Full));
+        assert_eq!(t.record(&[1; 16], 100, 10, 7), Ok(()));
+        assert_eq!(t.used_by(&[1; 16], 10), Some(7));
+        assert_eq!(t.record(&[1; 16], 100, 11, 8), Err(LedgerRefusal::Used));
+        assert_eq!(
+            t.record(&[1; 16], 100, 11, 7),
+            Err(LedgerRefusal::Duplicate)
+        );
+        assert_eq!(t.record(&[2; 16], 50, 11, 7), Ok(()));
+        assert_eq!(t.record(&[3; 16], 100, 11, 7), Err(LedgerRefusal::Full));
         // Token 2 expires at 50: its entry leaves and makes room.
-        assert_eq!(t.record(&[3; 16], 100, 50), Ok(()));
+        assert_eq!(t.record(&[3; 16], 100, 50, 7), Ok(()));
         assert_eq!(t.len(), 2);
-        assert!(!t.is_used(&[2; 16], 50));
+        assert_eq!(t.used_by(&[2; 16], 50), None);
         // Once expired, a token is forgotten (the server refuses it as expired anyway).
-        assert!(!t.is_used(&[1; 16], 100));
-        assert_eq!(t.record(&[4; 16], 200, 100), Ok(()));
+        assert_eq!(t.used_by(&[1; 16], 100), None);
+        assert_eq!(t.record(&[4; 16], 200, 100, 7), Ok(()));
         assert_eq!(t.len(), 1);
     }
 

@@ -728,11 +728,19 @@ impl Endpoint {
                 token,
             } => {
                 let ty = wire::PacketType::ClientHello;
-                let admitted =
-                    match self.admit(now, ty, client_cid, nonce, 0, &[0; COOKIE_LEN], token) {
-                        Ok(a) => a,
-                        Err(v) => return self.verdict(from, client_cid, nonce, v),
-                    };
+                let admitted = match self.admit(
+                    now,
+                    from,
+                    ty,
+                    client_cid,
+                    nonce,
+                    0,
+                    &[0; COOKIE_LEN],
+                    token,
+                ) {
+                    Ok(a) => a,
+                    Err(v) => return self.verdict(from, client_cid, nonce, v),
+                };
                 let mut timestamp = now_ms & ((1 << COOKIE_MS_BITS) - 1);
                 timestamp |= u64::from(self.router.route_new_session()) << COOKIE_MS_BITS;
                 let key = self.epoch_key(now_ms / period);
@@ -787,7 +795,7 @@ impl Endpoint {
                 }
                 let ty = wire::PacketType::ClientCookieEcho;
                 let admitted =
-                    match self.admit(now, ty, client_cid, nonce, timestamp, &cookie, token) {
+                    match self.admit(now, from, ty, client_cid, nonce, timestamp, &cookie, token) {
                         Ok(a) => a,
                         Err(v) => return self.verdict(from, client_cid, nonce, v),
                     };
@@ -812,8 +820,20 @@ impl Endpoint {
                 }
                 if let Some(a) = admitted.as_ref() {
                     let now_unix = self.unix_now(now).unwrap_or(0);
-                    let reason = match self.ledger.record(&a.tag, a.expires_unix, now_unix) {
-                        Ok(()) => None,
+                    let claimant = claimant(from, client_cid);
+                    let recorded = self
+                        .ledger
+                        .record(&a.tag, a.expires_unix, now_unix, claimant);
+                    if recorded == Err(LedgerRefusal::Duplicate) {
+                        // This client's own echo, admitted by another endpoint of the server,
+                        // which answers it: no refusal that would end its handshake.
+                        if routed.is_some() {
+                            self.router.release_session(ip);
+                        }
+                        return Err(DropCause::Duplicate);
+                    }
+                    let reason = match recorded {
+                        Ok(()) | Err(LedgerRefusal::Duplicate) => None,
                         Err(LedgerRefusal::Used) => Some(CloseReason::TokenReused),
                         Err(LedgerRefusal::Full) => Some(CloseReason::ServerFull),
                     };
@@ -842,6 +862,7 @@ impl Endpoint {
     fn admit(
         &mut self,
         now: Instant,
+        from: SocketAddr,
         ty: wire::PacketType,
         client_cid: ConnectionId,
         nonce: u64,
@@ -884,8 +905,14 @@ impl Endpoint {
         if !ts.public_addresses.iter().any(|&a| private.lists(a)) {
             return Err(Verdict::Refuse(CloseReason::TokenWrongServer, Some(hk)));
         }
-        if self.ledger.is_used(&tag, now_unix) {
-            return Err(Verdict::Refuse(CloseReason::TokenReused, Some(hk)));
+        match self.ledger.used_by(&tag, now_unix) {
+            // A late copy of this client's own handshake: not a second use, and a refusal
+            // would end the handshake that the accept is completing.
+            Some(by) if by == claimant(from, client_cid) => {
+                return Err(Verdict::Drop(DropCause::Duplicate))
+            }
+            Some(_) => return Err(Verdict::Refuse(CloseReason::TokenReused, Some(hk))),
+            None => {}
         }
         Ok(Some(Admitted {
             private,
@@ -1328,4 +1355,15 @@ fn token_tag(t: &TokenSection<'_>) -> [u8; TAG_LEN] {
 
 fn constant_time_eq(a: &[u8; COOKIE_LEN], b: &[u8; COOKIE_LEN]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Who uses a token, for the ledger: a fingerprint of the client's address and connection id,
+/// the same for every copy of one handshake.
+fn claimant(from: SocketAddr, client_cid: ConnectionId) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // Fixed keys: the same on every endpoint of the server, run after run.
+    let mut h = std::hash::DefaultHasher::new();
+    from.hash(&mut h);
+    client_cid.0.hash(&mut h);
+    h.finish()
 }
