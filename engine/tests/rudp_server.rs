@@ -332,7 +332,16 @@ fn shutdown_closes_open_sessions_with_a_reason_on_both_sides() {
 fn serve_until_signal_shuts_down_on_sigterm() {
     let srv = Server::start(secure_cfg(), |_| Echo).unwrap();
     let mut c = client(srv.local_addr());
-    let serving = std::thread::spawn(move || srv.serve_until_signal());
+    let (ready, listening) = std::sync::mpsc::channel();
+    let serving = std::thread::spawn(move || {
+        srv.serve_until_signal_then(move || {
+            let _ = ready.send(());
+        })
+    });
+    // Raised before the handlers are in place, SIGTERM would end the test process.
+    listening
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the server installs its signal handlers");
     echo_all(&mut c, 0, &[b"before the signal".to_vec()]);
     assert!(!serving.is_finished(), "serves until a signal");
     signal_hook::low_level::raise(signal_hook::consts::SIGTERM).unwrap();

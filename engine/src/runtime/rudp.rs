@@ -1000,7 +1000,19 @@ impl Server {
     /// # }
     /// ```
     #[cfg(unix)]
-    pub fn serve_until_signal(mut self) -> Result<Vec<WorkerCounters>, RuntimeError> {
+    pub fn serve_until_signal(self) -> Result<Vec<WorkerCounters>, RuntimeError> {
+        self.serve_until_signal_then(|| {})
+    }
+
+    /// [`Server::serve_until_signal`], calling `listening` once the signal handlers are in
+    /// place: a test that raises the signal itself must not raise it before (the default
+    /// action would end the process).
+    #[cfg(unix)]
+    #[doc(hidden)]
+    pub fn serve_until_signal_then(
+        mut self,
+        listening: impl FnOnce(),
+    ) -> Result<Vec<WorkerCounters>, RuntimeError> {
         use signal_hook::consts::{SIGINT, SIGTERM};
         use signal_hook::{flag, iterator::Signals};
         use std::sync::atomic::AtomicBool;
@@ -1015,6 +1027,7 @@ impl Server {
                 .map_err(RuntimeError::Signal)?;
         }
         let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(RuntimeError::Signal)?;
+        listening();
         let signal = loop {
             if let Some(signal) = signals.pending().next() {
                 break Some(signal);
