@@ -13,8 +13,8 @@
 //! RustCrypto's `aes-gcm` (AES-128-GCM, AES-256-GCM) and `chacha20poly1305`.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
+use crate::fec::median_ns;
 use anyhow::{bail, ensure, Context, Result};
 use bench::host::{command_line, BuildInfo, HostInfo, UtcTime};
 use serde::Serialize;
@@ -304,32 +304,6 @@ struct Report<'a> {
     iters: usize,
     aad_bytes: usize,
     results: &'a [Row],
-}
-
-/// Median time of one `op`, over `iters` samples of a calibrated batch.
-fn median_ns(iters: usize, mut op: impl FnMut()) -> f64 {
-    let mut batch = 1usize;
-    loop {
-        let t = Instant::now();
-        for _ in 0..batch {
-            op();
-        }
-        if t.elapsed() >= Duration::from_micros(5) || batch >= 1 << 16 {
-            break;
-        }
-        batch *= 2;
-    }
-    let mut samples: Vec<f64> = (0..iters.max(1))
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..batch {
-                op();
-            }
-            t.elapsed().as_nanos() as f64 / batch as f64
-        })
-        .collect();
-    samples.sort_by(f64::total_cmp);
-    samples[samples.len() / 2]
 }
 
 fn measure(c: &dyn Candidate, size: usize, iters: usize) -> Result<Row> {

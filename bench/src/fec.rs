@@ -100,8 +100,8 @@ fn variants() -> Vec<Variant> {
     v
 }
 
-/// Median time of one `op`, over `iters` samples of a calibrated batch.
-fn median_ns(iters: usize, mut op: impl FnMut()) -> f64 {
+/// Median time of one `op`, over `iters` samples of a calibrated batch (also `bench crypto`).
+pub(crate) fn median_ns(iters: usize, mut op: impl FnMut()) -> f64 {
     // Calibrate: how many ops fill ~5 µs.
     let mut batch = 1usize;
     loop {
