@@ -6,10 +6,11 @@ use anyhow::{bail, Result};
 use clap::Args;
 
 use super::Global;
-use crate::gate::ratio::median;
 use crate::host::{HostInfo, UtcTime};
 use crate::output::{host_line, render_table, result_file, thousands, write_result};
-use crate::scale::sessions::{run as run_one, SessionsConfig, SessionsRun};
+use crate::scale::sessions::{
+    run as run_one, summary_cells, SessionsConfig, SessionsRun, SUMMARY_COLUMNS,
+};
 
 /// Flags of `bench sessions`.
 #[derive(Debug, Clone, Args)]
@@ -59,23 +60,8 @@ pub struct SessionsArgs {
 
 /// The table: one row per client count, medians over its rounds.
 pub fn sessions_table(runs: &[SessionsRun]) -> String {
-    let header = [
-        "clients",
-        "mode",
-        "idle",
-        "rounds",
-        "connect s",
-        "handshakes/s",
-        "RSS B/session",
-        "rt/s",
-        "p50 ms",
-        "p99 ms",
-        "p99.9 ms",
-        "max ms",
-        "server CPU %",
-        "client CPU %",
-        "ok",
-    ];
+    let mut header = vec!["clients", "mode", "idle"];
+    header.extend(SUMMARY_COLUMNS);
     let mut keys: Vec<(usize, String, String)> = Vec::new();
     for r in runs {
         let k = (
@@ -98,39 +84,9 @@ pub fn sessions_table(runs: &[SessionsRun]) -> String {
                         && &r.config.server_idle == idle
                 })
                 .collect();
-            let m = |f: &dyn Fn(&SessionsRun) -> Option<f64>| {
-                median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
-            };
-            let ms = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.2}", v / 1000.0));
-            let echo = mode == "echo";
-            vec![
-                thousands(*n as u64),
-                mode.clone(),
-                idle.clone(),
-                rs.len().to_string(),
-                m(&|r| Some(r.connect_s)).map_or("-".into(), |v| format!("{v:.2}")),
-                m(&|r| Some(r.handshakes_per_s))
-                    .map_or("-".into(), |v| thousands(v.round() as u64)),
-                m(&|r| r.server_rss_per_session_bytes)
-                    .map_or("-".into(), |v| thousands(v.max(0.0).round() as u64)),
-                if echo {
-                    m(&|r| Some(r.round_trips_per_s))
-                        .map_or("-".into(), |v| thousands(v.round() as u64))
-                } else {
-                    "-".into()
-                },
-                ms(m(&|r| r.rtt_us.map(|l| l.p50))),
-                ms(m(&|r| r.rtt_us.map(|l| l.p99))),
-                ms(m(&|r| r.rtt_us.map(|l| l.p999))),
-                ms(m(&|r| r.rtt_us.map(|l| l.max))),
-                m(&|r| r.server_cpu_percent).map_or("-".into(), |v| format!("{v:.0}")),
-                m(&|r| r.client_cpu_percent).map_or("-".into(), |v| format!("{v:.0}")),
-                if rs.iter().all(|r| r.ok) {
-                    "yes".into()
-                } else {
-                    "NO".into()
-                },
-            ]
+            let mut row = vec![thousands(*n as u64), mode.clone(), idle.clone()];
+            row.extend(summary_cells(&rs));
+            row
         })
         .collect();
     let mut out = render_table(&header, &rows);

@@ -12,7 +12,7 @@ use super::Input;
 use crate::gate::ratio::median;
 use crate::output::thousands;
 use crate::scale::game::GameRun;
-use crate::scale::sessions::SessionsRun;
+use crate::scale::sessions::{summary_cells, SessionsRun, SUMMARY_COLUMNS};
 
 /// Result kinds rendered here.
 pub const KINDS: [&str; 2] = ["sessions", "game"];
@@ -90,30 +90,9 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
         let echo = mode == "echo";
         let p = m(&|r| r.rtt_us.map(|l| l.p99));
         let b = m(&|r| r.server_rss_per_session_bytes);
-        rows.push(vec![
-            thousands(*n as u64),
-            format!("{mode}, {idle}, {security}"),
-            rs.len().to_string(),
-            m(&|r| Some(r.connect_s)).map_or("-".into(), |v| format!("{v:.2}")),
-            int(m(&|r| Some(r.handshakes_per_s))),
-            int(b),
-            if echo {
-                int(m(&|r| Some(r.round_trips_per_s)))
-            } else {
-                "-".into()
-            },
-            ms(m(&|r| r.rtt_us.map(|l| l.p50))),
-            ms(p),
-            ms(m(&|r| r.rtt_us.map(|l| l.p999))),
-            ms(m(&|r| r.rtt_us.map(|l| l.max))),
-            m(&|r| r.server_cpu_percent).map_or("-".into(), |v| format!("{v:.0}")),
-            m(&|r| r.client_cpu_percent).map_or("-".into(), |v| format!("{v:.0}")),
-            if rs.iter().all(|r| r.ok) {
-                "yes".into()
-            } else {
-                "NO".into()
-            },
-        ]);
+        let mut row = vec![thousands(*n as u64), format!("{mode}, {idle}, {security}")];
+        row.extend(summary_cells(&rs));
+        rows.push(row);
         if echo {
             labels.push(format!(
                 "{} clients ({idle}, {security})",
@@ -134,26 +113,9 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
             .load_average
             .map_or("unknown".into(), |l| format!("{:.1}", l[0]))
     );
-    body.push_str(&md_table(
-        &[
-            "clients",
-            "mode, server idle, security",
-            "rounds",
-            "connect s",
-            "handshakes/s",
-            "RSS B/session",
-            "rt/s",
-            "p50 ms",
-            "p99 ms",
-            "p99.9 ms",
-            "max ms",
-            "server CPU %",
-            "client CPU %",
-            "ok",
-        ],
-        2,
-        &rows,
-    ));
+    let mut header = vec!["clients", "mode, server idle, security"];
+    header.extend(SUMMARY_COLUMNS);
+    body.push_str(&md_table(&header, 2, &rows));
     if !labels.is_empty() {
         body.push('\n');
         let c = bars(

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::server::{ServerKind, ServerProcess, ServerSpec, ServerStats};
 use crate::host::CpuTimes;
+use crate::output::thousands;
 use crate::schema::{finite, Latency};
 use crate::udp::tracker::new_rtt_histogram;
 
@@ -126,6 +127,52 @@ impl ClientTotals {
         }
         t
     }
+}
+
+/// Table columns of one case (its rounds), from `rounds` to `ok`: what `bench sessions` prints
+/// and `bench report` renders, medians over the rounds.
+pub const SUMMARY_COLUMNS: [&str; 12] = [
+    "rounds",
+    "connect s",
+    "handshakes/s",
+    "RSS B/session",
+    "rt/s",
+    "p50 ms",
+    "p99 ms",
+    "p99.9 ms",
+    "max ms",
+    "server CPU %",
+    "client CPU %",
+    "ok",
+];
+
+/// The [`SUMMARY_COLUMNS`] cells of one case's rounds `rs`.
+pub fn summary_cells(rs: &[&SessionsRun]) -> Vec<String> {
+    let m = |f: &dyn Fn(&SessionsRun) -> Option<f64>| {
+        crate::gate::ratio::median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+    };
+    let int = |x: Option<f64>| x.map_or("-".into(), |v| thousands(v.max(0.0).round() as u64));
+    let ms = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.2}", v / 1000.0));
+    let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.0}"));
+    let echo = rs.iter().all(|r| r.config.mode == "echo");
+    vec![
+        rs.len().to_string(),
+        m(&|r| Some(r.connect_s)).map_or("-".into(), |v| format!("{v:.2}")),
+        int(m(&|r| Some(r.handshakes_per_s))),
+        int(m(&|r| r.server_rss_per_session_bytes)),
+        if echo {
+            int(m(&|r| Some(r.round_trips_per_s)))
+        } else {
+            "-".into()
+        },
+        ms(m(&|r| r.rtt_us.map(|l| l.p50))),
+        ms(m(&|r| r.rtt_us.map(|l| l.p99))),
+        ms(m(&|r| r.rtt_us.map(|l| l.p999))),
+        ms(m(&|r| r.rtt_us.map(|l| l.max))),
+        pct(m(&|r| r.server_cpu_percent)),
+        pct(m(&|r| r.client_cpu_percent)),
+        if rs.iter().all(|r| r.ok) { "yes" } else { "NO" }.into(),
+    ]
 }
 
 /// Loopback address of client group `g` (127.0.0.1, 127.0.0.2, ...). macOS answers only on
