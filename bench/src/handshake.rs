@@ -238,11 +238,7 @@ pub fn run(args: &HandshakeArgs) -> Result<()> {
             modes: &modes,
             insecure_over_tokens: ratio,
         };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        bench::output::write_json(&report, path)?;
         println!("results: {}", path.display());
     }
     Ok(())

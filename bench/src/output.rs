@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::host::{command_line, short_hostname, BuildInfo, HostInfo, UtcTime};
 use crate::schema::{ResultFile, UdpRun, SCHEMA_VERSION};
@@ -71,6 +71,16 @@ pub fn write_result(file: &ResultFile, path: &Path) -> Result<()> {
     file.write(path)?;
     println!("results: {}", path.display());
     Ok(())
+}
+
+/// Write `value` as pretty JSON (and a newline) to `path`, creating its directory: the
+/// micro-benchmarks' reports, which are not result files.
+pub fn write_json(value: &impl serde::Serialize, path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(value)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn fmt_us(x: Option<f64>) -> String {
