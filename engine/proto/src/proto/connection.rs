@@ -170,7 +170,9 @@ pub struct Connection {
     next_pn: u64,
     sent: VecDeque<SentPacket>,
     /// Packets of `sent` in state `InFlight` (so timers need not scan `sent`).
-    in_flight_packets: usize,
+    in_flight_packets: u32,
+    /// Of those, packets that carry reliable fragments.
+    reliable_in_flight: u32,
     vec_pool: Vec<Vec<u64>>,
     segments: VecDeque<Segment>,
     seg_base: u64,
@@ -194,7 +196,10 @@ pub struct Connection {
     recv_floor: u64,
     largest_recv: Option<(u64, Instant)>,
     ack_pending: bool,
-    ack_eliciting_unacked: u32,
+    ack_eliciting_unacked: u16,
+    /// Of those, packets that carried reliable data or a ping (never held for
+    /// [`Config::unreliable_ack_delay`]).
+    reliable_unacked: u16,
     ack_deadline: Option<Instant>,
     ack_immediate: bool,
     last_recv: Instant,
@@ -261,6 +266,7 @@ impl Connection {
             next_pn: 0,
             sent: VecDeque::new(),
             in_flight_packets: 0,
+            reliable_in_flight: 0,
             vec_pool: Vec::new(),
             segments: VecDeque::new(),
             seg_base: 0,
@@ -284,6 +290,7 @@ impl Connection {
             largest_recv: None,
             ack_pending: false,
             ack_eliciting_unacked: 0,
+            reliable_unacked: 0,
             ack_deadline: None,
             ack_immediate: false,
             last_recv: now,
@@ -740,6 +747,13 @@ impl Connection {
                 .probe_delay(self.cfg.max_ack_delay)
                 .max(self.cfg.min_probe_timeout)
                 .max(Duration::from_millis(1));
+            // Only unreliable packets in flight: their ACK may be held (nothing would be
+            // repaired by probing for it sooner).
+            if let Some(held) = self.cfg.unreliable_ack_delay {
+                if self.reliable_in_flight == 0 && !self.has_queued_reliable() {
+                    return tlp + held;
+                }
+            }
             tlp.min(self.current_rto())
         } else {
             self.current_rto()
@@ -1080,6 +1094,7 @@ impl Connection {
         // Pass 1: validate everything and check buffer space, before any state changes, so a
         // dropped packet is not acknowledged (the peer retransmits its data).
         let mut ack_eliciting = false;
+        let mut reliable = false;
         let mut carries_data = false;
         let mut need = Need {
             segments: 0,
@@ -1102,6 +1117,7 @@ impl Connection {
                 } => {
                     ack_eliciting = true;
                     carries_data = true;
+                    reliable |= self.channel_is_reliable(channel);
                     self.receiver.validate(channel, count, data.len())?;
                     let n = self
                         .receiver
@@ -1116,12 +1132,16 @@ impl Connection {
                 } => {
                     ack_eliciting = true;
                     carries_data = true;
+                    reliable |= self.channel_is_reliable(channel);
                     self.receiver.validate(channel, 1, data.len())?;
                     let n = self.receiver.need(channel, message_id, 0, 1, data.len());
                     need.segments += n.segments;
                     need.bytes += n.bytes;
                 }
-                Frame::Ping => ack_eliciting = true,
+                Frame::Ping => {
+                    ack_eliciting = true;
+                    reliable = true;
+                }
                 Frame::Padding | Frame::Close(_) | Frame::LossReport { .. } => {}
             }
         }
@@ -1131,7 +1151,7 @@ impl Connection {
             return Err(DropCause::FlowControl);
         }
         // Accepted: record the packet number.
-        self.record_received(now, pn, ack_eliciting);
+        self.record_received(now, pn, ack_eliciting, reliable);
         if self.largest_recv.is_none_or(|(l, _)| pn >= l) {
             self.largest_recv = Some((pn, now));
             self.remote = from; // follow a peer whose address changed
@@ -1241,7 +1261,7 @@ impl Connection {
         }
     }
 
-    fn record_received(&mut self, now: Instant, pn: u64, ack_eliciting: bool) {
+    fn record_received(&mut self, now: Instant, pn: u64, ack_eliciting: bool, reliable: bool) {
         let largest = self.recv_ranges.back().map(|&(_, h)| h);
         // Insert pn into the ascending, disjoint range list (search from the top: most
         // packets arrive in order).
@@ -1269,11 +1289,18 @@ impl Connection {
         }
         self.ack_pending = true;
         if ack_eliciting {
-            self.ack_eliciting_unacked += 1;
+            self.ack_eliciting_unacked = self.ack_eliciting_unacked.saturating_add(1);
+            let delay = match self.cfg.unreliable_ack_delay {
+                Some(d) if !reliable => d,
+                _ => {
+                    self.reliable_unacked = self.reliable_unacked.saturating_add(1);
+                    self.cfg.max_ack_delay
+                }
+            };
             if largest.is_some_and(|l| pn != l + 1) {
                 self.ack_immediate = true; // gap or reordering: tell the sender at once
             }
-            let d = now + self.cfg.max_ack_delay;
+            let d = now + delay;
             self.ack_deadline = Some(self.ack_deadline.map_or(d, |x| x.min(d)));
         }
     }
@@ -1307,10 +1334,13 @@ impl Connection {
                     PacketState::InFlight => {
                         p.state = PacketState::Acked;
                         self.in_flight_packets -= 1;
+                        if !p.segs.is_empty() {
+                            self.reliable_in_flight -= 1;
+                        }
                         newly = true;
                         self.cc.on_acked(p.size, p.time);
                         if pn == ack.largest {
-                            largest_newly = Some((p.time, true));
+                            largest_newly = Some((p.time, !p.segs.is_empty()));
                         }
                         let segs = std::mem::take(&mut p.segs);
                         for &sid in &segs {
@@ -1326,7 +1356,7 @@ impl Connection {
                         // overloaded stalls for seconds) would never teach it otherwise, as
                         // every packet is declared lost before its ACK can come back.
                         if pn == ack.largest {
-                            largest_newly = Some((p.time, true));
+                            largest_newly = Some((p.time, !p.segs.is_empty()));
                         }
                         let segs = std::mem::take(&mut p.segs);
                         for &sid in &segs {
@@ -1341,11 +1371,26 @@ impl Connection {
         if let Some(t) = newest_covered {
             self.fec.on_acked(t, &mut self.cc);
         }
-        if let Some((sent_time, _)) = largest_newly {
+        if let Some((sent_time, reliable)) = largest_newly {
             let sample = now.saturating_duration_since(sent_time);
-            let delay = Duration::from_micros(ack.ack_delay_us).min(self.cfg.max_ack_delay);
-            self.rtt.update(sample, delay);
-            self.note_rtt_sample(sample);
+            let reported = Duration::from_micros(ack.ack_delay_us);
+            match self.cfg.unreliable_ack_delay {
+                // The peer held the ACK of an unreliable-only packet on purpose, up to its
+                // hold: that time is not the path's. Taken off before the estimator sees the
+                // sample, since with every sample held its minimum would include the hold and
+                // never let the delay be subtracted (RFC 9002 §5.3's guard).
+                Some(hold) if !reliable => {
+                    let held = reported.min(hold.max(self.cfg.max_ack_delay));
+                    let path = sample.saturating_sub(held).max(Duration::from_micros(1));
+                    self.rtt.update(path, Duration::ZERO);
+                    self.note_rtt_sample(path);
+                }
+                _ => {
+                    self.rtt
+                        .update(sample, reported.min(self.cfg.max_ack_delay));
+                    self.note_rtt_sample(sample);
+                }
+            }
         }
         if self.largest_acked.is_none_or(|l| ack.largest > l) {
             self.largest_acked = Some(ack.largest);
@@ -1452,6 +1497,9 @@ impl Connection {
         let p = &mut self.sent[i];
         if p.state == PacketState::InFlight {
             self.in_flight_packets -= 1;
+            if !p.segs.is_empty() {
+                self.reliable_in_flight -= 1;
+            }
         }
         p.state = PacketState::Lost;
         let pn = p.pn;
@@ -1515,7 +1563,7 @@ impl Connection {
         add(self.loss_time);
         add(self.pto_deadline());
         if self.ack_pending && self.ack_eliciting_unacked > 0 {
-            if self.ack_immediate || self.ack_eliciting_unacked >= self.cfg.ack_frequency {
+            if self.ack_immediate || self.ack_count_reached() {
                 add(Some(self.last_recv));
             } else {
                 add(self.ack_deadline);
@@ -1543,7 +1591,7 @@ impl Connection {
     fn pto_deadline(&self) -> Option<Instant> {
         let base = self.last_ack_eliciting_sent?;
         debug_assert_eq!(
-            self.in_flight_packets,
+            self.in_flight_packets as usize,
             self.sent
                 .iter()
                 .filter(|p| p.state == PacketState::InFlight)
@@ -1560,6 +1608,24 @@ impl Connection {
             return None;
         }
         Some(base + self.probe_timeout())
+    }
+
+    /// Whether the ACK count alone calls for an ACK now.
+    fn ack_count_reached(&self) -> bool {
+        match self.cfg.unreliable_ack_delay {
+            None => u32::from(self.ack_eliciting_unacked) >= self.cfg.ack_frequency,
+            Some(_) => {
+                u32::from(self.reliable_unacked) >= self.cfg.ack_frequency
+                    || u32::from(self.ack_eliciting_unacked)
+                        >= super::UNRELIABLE_ACK_TOLERANCE.max(self.cfg.ack_frequency)
+            }
+        }
+    }
+
+    fn channel_is_reliable(&self, channel: u8) -> bool {
+        self.channels
+            .get(usize::from(channel))
+            .is_some_and(|c| c.kind.is_reliable())
     }
 
     fn has_queued_reliable(&self) -> bool {
@@ -1740,7 +1806,7 @@ impl Connection {
         }
         let ack_due = self.ack_pending
             && (self.ack_immediate
-                || self.ack_eliciting_unacked >= self.cfg.ack_frequency
+                || self.ack_count_reached()
                 || self.ack_deadline.is_some_and(|d| now >= d));
         let keepalive_due = self
             .cfg
@@ -1882,6 +1948,9 @@ impl Connection {
             self.cc.on_sent(len);
             self.last_ack_eliciting_sent = Some(now);
             self.in_flight_packets += 1;
+            if !segs.is_empty() {
+                self.reliable_in_flight += 1;
+            }
             PacketState::InFlight
         } else {
             PacketState::Untracked
@@ -2002,6 +2071,7 @@ impl Connection {
         if n > 0 && wire::encode_ack(delay, window, &ranges[..n], w).is_ok() {
             self.ack_pending = false;
             self.ack_eliciting_unacked = 0;
+            self.reliable_unacked = 0;
             self.ack_deadline = None;
             self.ack_immediate = false;
         }

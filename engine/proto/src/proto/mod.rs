@@ -92,6 +92,18 @@ pub struct Config {
     pub min_probe_timeout: Duration,
     /// ACK immediately after this many ack-eliciting packets.
     pub ack_frequency: u32,
+    /// How long this side may hold the ACK of packets that carried only unreliable messages;
+    /// `None` (the default) acknowledges them like reliable ones ([`Config::ack_frequency`],
+    /// [`Config::max_ack_delay`]). Nothing is retransmitted for unreliable data, so its ACK
+    /// only feeds congestion control and the RTT estimate and can wait to ride the next packet
+    /// this side sends anyway (a game client's next input carries the ACK of the snapshot
+    /// before it) instead of costing a datagram of its own each way. A gap in the packet
+    /// numbers is still acknowledged at once, and so is every
+    /// [`UNRELIABLE_ACK_TOLERANCE`]-th packet of a fast stream. The ACK reports how long it was
+    /// held; a sender with the same setting subtracts up to this much from its RTT sample and
+    /// waits this much longer before it probes a flight of unreliable packets, so both sides
+    /// should use the same setting (the same profile).
+    pub unreliable_ack_delay: Option<Duration>,
     /// Fast retransmit after this many later packets were acknowledged.
     pub packet_threshold: u64,
     /// Congestion control (NewReno) on or off.
@@ -159,6 +171,7 @@ impl Default for Config {
             max_ack_delay: Duration::from_millis(5),
             min_probe_timeout: Duration::from_millis(10),
             ack_frequency: 2,
+            unreliable_ack_delay: None,
             packet_threshold: 3,
             congestion_control: true,
             loss_tolerant: true,
@@ -192,8 +205,9 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The game profile: 30 ms minimum RTO, 1 ms maximum ACK delay, immediate ACKs, redundant
-    /// retransmissions, adaptive FEC with the sliding-window code (0..4 repairs per 12
+    /// The game profile: 30 ms minimum RTO, 1 ms maximum ACK delay, immediate ACKs of reliable
+    /// data, ACKs of unreliable-only packets held up to 25 ms to ride the next packet out,
+    /// redundant retransmissions, adaptive FEC with the sliding-window code (0..4 repairs per 12
     /// sources plus tail repairs, following the loss the peer reports; see
     /// [`crate::fec::FecScheme`]).
     pub fn competitive() -> Self {
@@ -203,6 +217,7 @@ impl Config {
             max_rto: Duration::from_secs(2),
             max_ack_delay: Duration::from_millis(1),
             ack_frequency: 1,
+            unreliable_ack_delay: Some(Duration::from_millis(25)),
             redundant_retransmit: true,
             fec: crate::fec::FecConfig::default(),
             ..Self::default()
@@ -256,6 +271,11 @@ impl Config {
             .max(1) as u64
     }
 }
+
+/// With [`Config::unreliable_ack_delay`]: packets of unreliable messages after which the ACK
+/// goes out without waiting for the delay (a fast unreliable stream keeps its congestion
+/// window moving).
+pub const UNRELIABLE_ACK_TOLERANCE: u32 = 8;
 
 /// Worst-case fragment frame header: type, channel, id (8), index (4), count (4), length (4).
 pub(crate) const FRAGMENT_HEADER_MAX: usize = 1 + 1 + 8 + 4 + 4 + 4;
