@@ -115,8 +115,10 @@ struct Secure {
     hk: HandshakeKeys,
     /// Client: the reset token the server's sealed accept carried.
     reset_token: Option<[u8; HANDSHAKE_TAG_LEN]>,
-    /// Client: the token it presents, and the next of its server addresses to try.
-    token: Option<(ConnectToken, usize)>,
+    /// Client: the token it presents, and the next of its server addresses to try. Boxed:
+    /// a server's sessions (the many) never hold one, and inline it would be most of this
+    /// struct.
+    token: Option<Box<(ConnectToken, usize)>>,
 }
 
 /// What the endpoint decided for a server connection (see `Connection::server_admitted`).
@@ -356,7 +358,7 @@ impl Connection {
             keys: token.keys.clone(),
             hk: HandshakeKeys::new(&token.keys),
             reset_token: None,
-            token: Some((token.clone(), 1)),
+            token: Some(Box::new((token.clone(), 1))),
         }));
         c
     }
@@ -946,7 +948,7 @@ impl Connection {
 
     /// Client with a token: start over with the token's next server address, if any.
     fn try_next_server(&mut self, now: Instant) -> bool {
-        let Some((token, next)) = self.secure.as_mut().and_then(|s| s.token.as_mut()) else {
+        let Some((token, next)) = self.secure.as_mut().and_then(|s| s.token.as_deref_mut()) else {
             return false;
         };
         let Some(&addr) = token.server_addresses.get(*next) else {
@@ -2086,7 +2088,7 @@ impl Connection {
             Some((t, c)) => (wire::PacketType::ClientCookieEcho, t, c),
         };
         let token = self.secure.as_ref().and_then(|s| {
-            let (token, _) = s.token.as_ref()?;
+            let (token, _) = s.token.as_deref()?;
             let tag = token.sealed.tag();
             Some(TokenSection {
                 protocol_id: token.protocol_id,
