@@ -339,12 +339,18 @@ impl ReplayWindow {
     }
 }
 
+/// The key generations in use in one space (at most three: a receiver may see the previous,
+/// the current and the next one, and holding all three means a forged packet can make it
+/// derive each at most once).
+type KeySlots = [Option<(u64, PacketKey)>; 3];
+
 /// One direction's keys: the session key they derive from, and the generations in use per
-/// space (at most three: a receiver may see the previous, the current and the next one, and
-/// holding all three means a forged packet can make it derive each at most once).
+/// space. The parity space's slots exist once the first parity packet is sealed or opened:
+/// most sessions never send FEC, and a server holds thousands of them.
 struct DirectionKeys {
     secret: [u8; 32],
-    slots: [[Option<(u64, PacketKey)>; 3]; 2],
+    data: KeySlots,
+    parity: Option<Box<KeySlots>>,
 }
 
 impl std::fmt::Debug for DirectionKeys {
@@ -357,7 +363,8 @@ impl DirectionKeys {
     fn new(secret: &[u8; 32]) -> Self {
         DirectionKeys {
             secret: *secret,
-            slots: [[None, None, None], [None, None, None]],
+            data: [None, None, None],
+            parity: None,
         }
     }
 
@@ -365,7 +372,12 @@ impl DirectionKeys {
     /// generation held.
     fn key(&mut self, space: NumberSpace, number: u64) -> &PacketKey {
         let generation = number / KEY_GENERATION_PACKETS;
-        let slots = &mut self.slots[space as usize];
+        let slots = match space {
+            NumberSpace::Data => &mut self.data,
+            NumberSpace::Parity => self
+                .parity
+                .get_or_insert_with(|| Box::new([None, None, None])),
+        };
         let held = slots
             .iter()
             .position(|s| s.as_ref().is_some_and(|(g, _)| *g == generation));
@@ -392,13 +404,14 @@ impl DirectionKeys {
 }
 
 /// A session's protection state on one side: the keys it seals with, the keys it opens with,
-/// and a replay window per number space.
+/// and a replay window per number space (the parity space's from its first authenticated
+/// parity packet on: until then every parity number is new).
 #[derive(Debug)]
 pub(crate) struct Protection {
     tx: DirectionKeys,
     rx: DirectionKeys,
     data: ReplayWindow,
-    parity: ReplayWindow,
+    parity: Option<Box<ReplayWindow>>,
 }
 
 impl Protection {
@@ -413,14 +426,22 @@ impl Protection {
             tx: DirectionKeys::new(tx),
             rx: DirectionKeys::new(rx),
             data: ReplayWindow::new(),
-            parity: ReplayWindow::new(),
+            parity: None,
         }
     }
 
-    fn window(&mut self, space: NumberSpace) -> &mut ReplayWindow {
+    /// The replay window of `space`, if it has one yet.
+    fn window(&self, space: NumberSpace) -> Option<&ReplayWindow> {
+        match space {
+            NumberSpace::Data => Some(&self.data),
+            NumberSpace::Parity => self.parity.as_deref(),
+        }
+    }
+
+    fn window_mut(&mut self, space: NumberSpace) -> &mut ReplayWindow {
         match space {
             NumberSpace::Data => &mut self.data,
-            NumberSpace::Parity => &mut self.parity,
+            NumberSpace::Parity => self.parity.get_or_insert_with(Default::default),
         }
     }
 
@@ -451,9 +472,11 @@ impl Protection {
         out: &mut Vec<u8>,
     ) -> Result<usize, DropCause> {
         let window = self.window(space);
-        window.check(number)?;
+        if let Some(w) = window {
+            w.check(number)?;
+        }
         // Only the generations next to the largest authenticated one are derived.
-        let current = window.largest().unwrap_or(0) / KEY_GENERATION_PACKETS;
+        let current = window.and_then(ReplayWindow::largest).unwrap_or(0) / KEY_GENERATION_PACKETS;
         let generation = number / KEY_GENERATION_PACKETS;
         if generation + 1 < current || generation > current + 1 {
             return Err(DropCause::Unauthenticated);
@@ -463,7 +486,7 @@ impl Protection {
             .key(space, number)
             .open_packet(space, number, packet, header, out)
             .map_err(|_| DropCause::Unauthenticated)?;
-        self.window(space).mark(number);
+        self.window_mut(space).mark(number);
         Ok(n)
     }
 }
