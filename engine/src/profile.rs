@@ -19,7 +19,8 @@ pub enum Profile {
     /// Balanced: TCP-like loss recovery (100 ms minimum RTO, delayed ACKs), no FEC.
     #[default]
     Default,
-    /// Latency first, for game traffic: 30 ms minimum RTO, immediate ACKs, redundant
+    /// Latency first, for game traffic: 30 ms minimum RTO, immediate ACKs of reliable data
+    /// (the ACK of unreliable-only packets rides the next packet out, within 25 ms), redundant
     /// retransmissions and adaptive forward error correction that follows the loss the peer
     /// reports.
     Game,
