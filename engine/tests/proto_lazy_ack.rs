@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use proto_util::{addr, Impair, Net};
-use ricochet_proto::{Config, ConnectionHandle, ConnectionStats, Event};
+use ricochet_proto::{
+    Config, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, ServerConfig,
+};
 
 const ONE_WAY: Duration = Duration::from_millis(10);
 const TICK: Duration = Duration::from_micros(16_667);
@@ -25,14 +27,19 @@ struct Run {
     client: ConnectionStats,
     server: ConnectionStats,
     client_datagrams: u64,
+    server_datagrams: u64,
     snapshots: u32,
     inputs: u32,
 }
 
 /// Three seconds of 60 Hz ticks 10 ms apart (one way): a 200-byte snapshot down at each tick,
-/// a 32-byte input up 5 ms after it.
+/// a 32-byte input up 5 ms after it. Both sides with `cfg`.
 fn game_ticks(cfg: Config) -> Run {
-    let cfg = Arc::new(cfg);
+    game_ticks_with(cfg.clone(), cfg)
+}
+
+/// [`game_ticks`] with the server's sessions on `server` and the client on `client`.
+fn game_ticks_with(server: Config, client: Config) -> Run {
     let mut net = Net::new(
         Impair {
             delay: ONE_WAY,
@@ -40,7 +47,14 @@ fn game_ticks(cfg: Config) -> Run {
         },
         3,
     );
-    let (s, c) = net.add_pair(cfg);
+    let server = EndpointConfig::default().with(|c| {
+        c.connection = Arc::new(server);
+        c.server = Some(ServerConfig::insecure());
+    });
+    let client = EndpointConfig::default().with(|c| c.connection = Arc::new(client));
+    let now = net.now;
+    let s = net.add(addr(1), Endpoint::new(server, now, 1));
+    let c = net.add(addr(2), Endpoint::new(client, now, 2));
     let now = net.now;
     let ch = net.ep(c).connect(now, addr(1));
     let server_handle: Rc<RefCell<Option<ConnectionHandle>>> = Rc::new(RefCell::new(None));
@@ -64,6 +78,12 @@ fn game_ticks(cfg: Config) -> Run {
         .expect("client")
         .stats()
         .packets_sent;
+    let server_before = net
+        .ep(s)
+        .connection(sh)
+        .expect("server")
+        .stats()
+        .packets_sent;
     for k in 0..TICKS {
         let tick = start + TICK * k;
         net.run_until(tick, &mut on_event);
@@ -82,6 +102,7 @@ fn game_ticks(cfg: Config) -> Run {
     let (snapshots, inputs) = *counts.borrow();
     Run {
         client_datagrams: client.packets_sent - sent_before,
+        server_datagrams: server.packets_sent - server_before,
         client,
         server,
         snapshots,
@@ -190,4 +211,52 @@ fn a_held_ack_goes_out_alone_after_the_delay() {
         "server srtt {:?}",
         server.srtt
     );
+}
+
+/// A tick-driven server whose sessions hold the ACK of an input until the next tick
+/// (`max_ack_delay` a tick, `ack_frequency` above one tick's inputs): the ACK rides the
+/// snapshot, one datagram each way per tick. The player's RTT estimate includes the hold (it
+/// caps what it subtracts at its own ACK delay), so its probes soon wait for it, and every
+/// input arrives.
+#[test]
+fn input_acks_can_ride_the_next_tick() {
+    let held = Config::competitive().with(|c| {
+        c.max_ack_delay = TICK + Duration::from_millis(1);
+        c.ack_frequency = 8;
+    });
+    let r = game_ticks_with(held, Config::competitive());
+    let eager = game_ticks(Config::competitive());
+    println!(
+        "held: server sent {} datagrams, client {}; client srtt {:?}, probes {}, rtos {}, retransmitted {}",
+        r.server_datagrams,
+        r.client_datagrams,
+        r.client.srtt,
+        r.client.tail_loss_probes,
+        r.client.rto_count,
+        r.client.segments_retransmitted
+    );
+    println!("eager: server sent {} datagrams", eager.server_datagrams);
+    assert_eq!(r.snapshots, TICKS, "snapshots delivered");
+    assert_eq!(r.inputs, TICKS, "inputs delivered");
+    assert!(
+        eager.server_datagrams >= 2 * u64::from(TICKS) - 5,
+        "eager server: {} datagrams",
+        eager.server_datagrams
+    );
+    assert!(
+        r.server_datagrams <= u64::from(TICKS) + 5,
+        "held: the server sent {} datagrams for {TICKS} snapshots",
+        r.server_datagrams
+    );
+    assert!(
+        r.client_datagrams <= u64::from(TICKS) + 5,
+        "client datagrams"
+    );
+    // Until its estimate includes the hold, one probe may fire (once here, of 180 inputs).
+    assert!(r.client.tail_loss_probes <= 1, "client probes");
+    assert!(
+        r.client.segments_retransmitted <= 1,
+        "client retransmissions"
+    );
+    assert_eq!(r.client.rto_count, 0, "client RTOs");
 }

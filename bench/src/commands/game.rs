@@ -39,6 +39,11 @@ pub struct GameArgs {
     /// Server workers' idle strategy: balanced, park or spin.
     #[arg(long, default_value = "balanced", value_parser = ["balanced", "park", "spin"])]
     pub server_idle: String,
+    /// Server sessions hold the ACK of a player's input until the next tick, where it rides
+    /// the snapshot (`max_ack_delay` = one tick + 1 ms, `ack_frequency` 8) instead of leaving
+    /// in a datagram of its own: one datagram each way per player per tick.
+    #[arg(long)]
+    pub acks_on_tick: bool,
     /// Datagram backend of server and clients.
     #[arg(long, default_value = "auto", value_parser = ["auto", "uring", "mmsg"])]
     pub backend: String,
@@ -162,6 +167,7 @@ pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
                     players_per_ip: args.players_per_ip,
                     io_threads: args.io_threads,
                     server_idle: args.server_idle.clone(),
+                    acks_on_tick: args.acks_on_tick,
                     backend: args.backend.clone(),
                     profile: args.profile.clone(),
                     security: args.security.clone(),

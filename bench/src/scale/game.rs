@@ -50,6 +50,10 @@ pub struct GameConfig {
     pub io_threads: usize,
     /// Server idle strategy.
     pub server_idle: String,
+    /// Server sessions hold input ACKs until the next tick (`bench game --acks-on-tick`);
+    /// absent (false) in runs before it existed.
+    #[serde(default)]
+    pub acks_on_tick: bool,
     /// Backend of server and clients.
     pub backend: String,
     /// Protocol profile of both sides.
@@ -175,6 +179,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         kind: ServerKind::Game {
             tick_us: period.as_micros() as u64,
             snapshot_bytes: cfg.snapshot_bytes,
+            acks_on_tick: cfg.acks_on_tick,
         },
         bind: "127.0.0.1:0".into(),
         io_threads: cfg.io_threads,

@@ -82,6 +82,9 @@ pub enum ServerKind {
         tick_us: u64,
         /// Snapshot size, bytes (at least [`SNAPSHOT_HEADER`]).
         snapshot_bytes: usize,
+        /// Sessions hold input ACKs until the next tick (they ride the snapshots).
+        #[serde(default)]
+        acks_on_tick: bool,
     },
 }
 
@@ -318,7 +321,24 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
         cfg = cfg.max_sessions_per_address(n);
     }
     cfg = match spec.kind {
-        ServerKind::Game { tick_us, .. } => cfg.tick(Duration::from_micros(tick_us.max(1))),
+        ServerKind::Game {
+            tick_us,
+            acks_on_tick,
+            ..
+        } => {
+            let tick = Duration::from_micros(tick_us.max(1));
+            let cfg = cfg.tick(tick);
+            if acks_on_tick {
+                // An input's ACK waits for the next tick's snapshot (the hold is reported in
+                // the ACK, so the player's RTT estimate sees it and its probes wait for it).
+                cfg.session(|c| {
+                    c.max_ack_delay = tick + Duration::from_millis(1);
+                    c.ack_frequency = 8;
+                })
+            } else {
+                cfg
+            }
+        }
         // A slow tick publishes the endpoints' drop counters.
         ServerKind::Echo => cfg.tick(Duration::from_millis(100)),
     };
