@@ -213,11 +213,17 @@ fn game(cx: &mut Ctx) -> Result<()> {
          per tick on the reliable-ordered channel; all players in one `ClientSet` on one thread. \
          Latency is from the server's tick to the player's receive, on the host's monotonic \
          clock. Late/skipped: ticks more than half a period late, and due times that passed \
-         without a tick, over both workers. µs/tick: server process CPU per tick period.\n\n",
+         without a tick, over both workers. µs/tick: server process CPU per tick period.{}\n\n",
         file.created_utc,
         file.host
             .load_average
-            .map_or("unknown".into(), |l| format!("{:.1}", l[0]))
+            .map_or("unknown".into(), |l| format!("{:.1}", l[0])),
+        if runs.iter().any(|r| r.config.acks_on_tick) {
+            " The server's sessions held input ACKs until the next tick (`--acks-on-tick`): \
+             they ride the snapshots."
+        } else {
+            ""
+        }
     );
     body.push_str(&md_table(
         &[
