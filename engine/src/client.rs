@@ -51,9 +51,6 @@ mod set;
 
 pub use set::{ClientSet, ClientSetError};
 
-/// Room for one outgoing datagram (any UDP payload) in the send batch.
-const TRANSMIT_BUF: usize = 65_536;
-
 /// Client settings: start from [`ClientConfig::new`] and change what you need with the builder
 /// methods; the fields stay open for tuning beyond them.
 ///
@@ -543,7 +540,11 @@ impl Client {
                 return;
             }
             let endpoint = &mut self.endpoint;
-            let sent = self.send_batch.push_in_place(TRANSMIT_BUF, |buf| {
+            // Room for the largest datagram this endpoint writes, not for any UDP payload: the
+            // batch's storage is zero-filled as it grows, and a set of thousands of clients
+            // would otherwise fill (and fault in) 64 KiB each on its first send.
+            let room = endpoint.client_transmit_len();
+            let sent = self.send_batch.push_in_place(room, |buf| {
                 endpoint
                     .poll_transmit(now, buf)
                     .map(|t| (t.destination, t.size))

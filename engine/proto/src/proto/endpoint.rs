@@ -1139,6 +1139,17 @@ impl Endpoint {
         e.1 <= limit
     }
 
+    /// Room a client endpoint's [`Endpoint::poll_transmit`] can need for one datagram: its
+    /// connection's [`Config::max_datagram_size`](crate::Config::max_datagram_size), or the
+    /// largest handshake packet if that is longer. A client's send buffer of this size never
+    /// truncates a datagram (a server's stateless replies are not covered).
+    pub fn client_transmit_len(&self) -> usize {
+        self.cfg
+            .connection
+            .max_datagram_size
+            .max(wire::MAX_CLIENT_HANDSHAKE_LEN)
+    }
+
     /// Write the next datagram (stateless replies first, then connections round-robin, up to
     /// [`EndpointConfig::transmit_burst`] datagrams from each in a row).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {

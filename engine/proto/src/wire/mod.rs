@@ -108,6 +108,21 @@ pub use varint::{varint_len, MAX_VARINT};
 /// The protocol version this build speaks (3: packet protection, parity numbers; 4: connect
 /// tokens in the handshake).
 pub const VERSION: u8 = 4;
+/// Largest handshake packet a client sends (a hello or cookie echo with a token; the padded
+/// insecure ones are smaller).
+pub const MAX_CLIENT_HANDSHAKE_LEN: usize = max_len(
+    max_len(TOKEN_HELLO_LEN, TOKEN_ECHO_LEN),
+    MIN_CLIENT_HELLO_LEN,
+);
+
+const fn max_len(a: usize, b: usize) -> usize {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
 /// Minimum size of a client hello / cookie echo (the padding that prevents amplification).
 pub const MIN_CLIENT_HELLO_LEN: usize = 256;
 /// Size of a handshake cookie (a truncated keyed BLAKE3 MAC).
