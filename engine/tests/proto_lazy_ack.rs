@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use proto_util::{addr, Impair, Net};
+use proto_util::{addr, Net};
 use ricochet_proto::{
     Config, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, ServerConfig,
 };
@@ -40,13 +40,7 @@ fn game_ticks(cfg: Config) -> Run {
 
 /// [`game_ticks`] with the server's sessions on `server` and the client on `client`.
 fn game_ticks_with(server: Config, client: Config) -> Run {
-    let mut net = Net::new(
-        Impair {
-            delay: ONE_WAY,
-            ..Impair::default()
-        },
-        3,
-    );
+    let mut net = Net::delayed(ONE_WAY, 3);
     let server = EndpointConfig::default().with(|c| {
         c.connection = Arc::new(server);
         c.server = Some(ServerConfig::insecure());
@@ -110,6 +104,20 @@ fn game_ticks_with(server: Config, client: Config) -> Run {
     }
 }
 
+/// `side` sent about one datagram per tick with the ACK held (`held`) and two without
+/// (`eager`: its message and a stand-alone ACK), give or take a few at the ends.
+fn one_then_two_per_tick(side: &str, held: u64, eager: u64) {
+    let ticks = u64::from(TICKS);
+    assert!(
+        held <= ticks + 5,
+        "{side}: {held} datagrams for {ticks} ticks, held"
+    );
+    assert!(
+        eager >= 2 * ticks - 5,
+        "{side}: {eager} datagrams for {ticks} ticks, eager"
+    );
+}
+
 #[test]
 fn snapshot_acks_ride_the_next_input() {
     let lazy = game_ticks(Config::competitive());
@@ -124,16 +132,7 @@ fn snapshot_acks_ride_the_next_input() {
     }
     // Eager: an ACK datagram per snapshot besides the input. Lazy: the input carries it (a
     // few stand-alone ACKs at the end, when no input follows).
-    assert!(
-        eager.client_datagrams >= 2 * u64::from(TICKS) - 5,
-        "eager: {} datagrams",
-        eager.client_datagrams
-    );
-    assert!(
-        lazy.client_datagrams <= u64::from(TICKS) + 5,
-        "lazy: {} datagrams for {TICKS} inputs",
-        lazy.client_datagrams
-    );
+    one_then_two_per_tick("client", lazy.client_datagrams, eager.client_datagrams);
     // The server does not probe for snapshots whose ACK is only held, and subtracts the
     // hold: its RTT stays the path's 20 ms rather than 20 ms plus up to a tick.
     assert_eq!(lazy.server.tail_loss_probes, 0, "server probes");
@@ -153,13 +152,7 @@ fn a_held_ack_goes_out_alone_after_the_delay() {
     let held = cfg
         .unreliable_ack_delay
         .expect("the game profile holds unreliable ACKs");
-    let mut net = Net::new(
-        Impair {
-            delay: ONE_WAY,
-            ..Impair::default()
-        },
-        4,
-    );
+    let mut net = Net::delayed(ONE_WAY, 4);
     let (s, c) = net.add_pair(cfg);
     let now = net.now;
     let ch = net.ep(c).connect(now, addr(1));
@@ -238,16 +231,7 @@ fn input_acks_can_ride_the_next_tick() {
     println!("eager: server sent {} datagrams", eager.server_datagrams);
     assert_eq!(r.snapshots, TICKS, "snapshots delivered");
     assert_eq!(r.inputs, TICKS, "inputs delivered");
-    assert!(
-        eager.server_datagrams >= 2 * u64::from(TICKS) - 5,
-        "eager server: {} datagrams",
-        eager.server_datagrams
-    );
-    assert!(
-        r.server_datagrams <= u64::from(TICKS) + 5,
-        "held: the server sent {} datagrams for {TICKS} snapshots",
-        r.server_datagrams
-    );
+    one_then_two_per_tick("server", r.server_datagrams, eager.server_datagrams);
     assert!(
         r.client_datagrams <= u64::from(TICKS) + 5,
         "client datagrams"

@@ -73,6 +73,17 @@ impl Net {
         }
     }
 
+    /// A network whose only impairment is `one_way` delay in each direction.
+    pub fn delayed(one_way: Duration, seed: u64) -> Self {
+        Self::new(
+            Impair {
+                delay: one_way,
+                ..Impair::default()
+            },
+            seed,
+        )
+    }
+
     pub fn add(&mut self, a: SocketAddr, ep: Endpoint) -> usize {
         self.eps.push((a, ep));
         self.eps.len() - 1
