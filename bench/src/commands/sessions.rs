@@ -19,8 +19,10 @@ pub struct SessionsArgs {
     #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
     pub clients: Vec<usize>,
     /// idle: connect, let the sessions sit, weigh the server. echo: that, then a window-1 echo
-    /// on every client.
-    #[arg(long, default_value = "echo", value_parser = ["idle", "echo"])]
+    /// on every client. churn: for `--seconds`, batches of N fresh clients each connect (a
+    /// new token each), send one message, get its echo and close; handshakes/s is then whole
+    /// sessions (connect, first message, close) per second.
+    #[arg(long, default_value = "echo", value_parser = ["idle", "echo", "churn"])]
     pub mode: String,
     /// Clients per loopback address (127.0.0.1, 127.0.0.2, ... on Linux).
     #[arg(long, default_value_t = 1000)]

@@ -5,6 +5,9 @@
 //!   weigh the server: resident memory per session.
 //! - **echo**: then each keeps one message in flight (window 1): round trips per second, RTT
 //!   percentiles, CPU of the server process and of the client thread's process.
+//! - **churn**: batches of N fresh clients, one after another for the measured time: each
+//!   connects with a new token, sends one message, gets its echo and closes (a fleet that
+//!   restarts). Whole sessions per second, reported as the handshake rate.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -27,7 +30,7 @@ use crate::udp::tracker::new_rtt_histogram;
 pub struct SessionsConfig {
     /// Clients (sessions).
     pub clients: usize,
-    /// `idle` or `echo`.
+    /// `idle`, `echo` or `churn`.
     pub mode: String,
     /// Clients that share one loopback address (127.0.0.x, one x per group).
     pub clients_per_ip: usize,
@@ -273,6 +276,9 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
     };
     let mut server = ServerProcess::start(&spec)?;
     let before = server.stats()?;
+    if cfg.mode == "churn" {
+        return churn(cfg, key, server, before);
+    }
     let mut errors = Vec::new();
     let connect_limit = Duration::from_secs(30) + Duration::from_millis(3 * cfg.clients as u64);
     let (mut set, took) = match connect_all(
@@ -339,6 +345,99 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
     run.ok = errors.is_empty()
         && run.connected == cfg.clients
         && (cfg.mode != "echo" || run.min_client_round_trips > 0);
+    run.errors = errors;
+    Ok(run)
+}
+
+/// Churn: batches of `cfg.clients` fresh clients until `cfg.seconds` have passed, each
+/// connecting, sending one message, awaiting its echo and closing. The time counted is the
+/// batches' (token minting, like a backend's, is not).
+fn churn(
+    cfg: &SessionsConfig,
+    key: Option<[u8; 32]>,
+    mut server: ServerProcess,
+    before: ServerStats,
+) -> Result<SessionsRun> {
+    let mut errors = Vec::new();
+    let limit = Duration::from_secs(30) + Duration::from_millis(3 * cfg.clients as u64);
+    let (mut completed, mut busy) = (0usize, Duration::ZERO);
+    let (cpu0, wall0) = (CpuTimes::now(), Instant::now());
+    server.reset()?;
+    while busy.as_secs_f64() < cfg.seconds && errors.is_empty() {
+        let (mut set, took) = match connect_all(
+            server.addr,
+            server.addr,
+            key,
+            cfg.clients,
+            cfg.clients_per_ip,
+            |ip, seed| super::member_config(&cfg.profile, &cfg.backend, ip, seed),
+            limit,
+        ) {
+            Ok(x) => x,
+            Err(e) => {
+                errors.push(format!("connecting: {e:#}"));
+                break;
+            }
+        };
+        let t0 = Instant::now();
+        let n = set.len();
+        for i in 0..n {
+            if let Some(c) = set.get_mut(i) {
+                c.send(0, message(i, 0, cfg.payload))?;
+            }
+        }
+        let mut echoed = vec![false; n];
+        let mut left = n;
+        let deadline = t0 + limit;
+        while left > 0 && Instant::now() < deadline {
+            set.step(Duration::from_millis(5))?;
+            while let Some((i, e)) = set.poll_event() {
+                match e {
+                    ClientEvent::Message { .. } if !echoed[i] => {
+                        echoed[i] = true;
+                        left -= 1;
+                        // Its session is done: close it now (the close leaves with the next
+                        // turn's submission).
+                        if let Some(c) = set.get_mut(i) {
+                            c.close();
+                        }
+                    }
+                    // Its own close, once echoed; anything else ends it early.
+                    ClientEvent::Disconnected { reason, .. } if !echoed[i] => {
+                        errors.push(format!("client {i} disconnected: {reason}"));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // One more turn sends the last closes.
+        set.step(Duration::ZERO)?;
+        busy += took + t0.elapsed();
+        completed += n - left;
+        if left > 0 {
+            errors.push(format!("{left} of {n} clients got no echo"));
+        }
+    }
+    let wall = wall0.elapsed().as_secs_f64();
+    let cpu = CpuTimes::now();
+    let stats = server.stats()?;
+    let rate = completed as f64 / busy.as_secs_f64().max(1e-9);
+    let mut run = failed(cfg, stats.clone(), String::new());
+    run.errors.clear();
+    run.connected = completed;
+    run.connect_s = finite(busy.as_secs_f64());
+    run.handshakes_per_s = finite(rate);
+    run.server_rss_before_kib = before.rss_kib;
+    run.server_rss_end_kib = stats.rss_kib;
+    run.client_cpu_percent = Some(finite(
+        (cpu.user_s + cpu.sys_s - cpu0.user_s - cpu0.sys_s) / wall.max(1e-9) * 100.0,
+    ));
+    run.server_cpu_percent = Some(finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0));
+    match server.quit() {
+        Ok(last) => run.server = last,
+        Err(e) => errors.push(format!("server: {e:#}")),
+    }
+    run.ok = errors.is_empty() && completed > 0;
     run.errors = errors;
     Ok(run)
 }
