@@ -164,9 +164,11 @@ pub struct SlidingConfig {
     pub tail_residual: f64,
     /// The tail is skipped (the next repair covers its sources) when the sources sent since
     /// the last repair are all received with probability at least 1 - this, at the adaptive
-    /// policy's loss estimate, and no loss burst of 3 or more was reported recently (0.06 by
-    /// default: at 5 % loss a tail after a single source; 0 never skips). A skipped source
-    /// may wait for the next pause; a tail after a few sources is far more often useful.
+    /// policy's loss estimate (0.06 by default: at 5 % loss a tail after a single source; 0
+    /// never skips). After a loss burst of 3 or more was reported recently, the odds are
+    /// those of one burst touching those sources, and no burst among the recent datagrams
+    /// may leave sources unrepaired (see `tail_repairs`). A skipped source may wait for the
+    /// next pause; a tail after a few sources is far more often useful.
     pub tail_skip_residual: f64,
 }
 

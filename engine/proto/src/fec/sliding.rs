@@ -195,17 +195,27 @@ impl SlidingSender {
         }
     }
 
-    /// Whether the tail due now may be skipped: the policy has a loss estimate, no recent
-    /// loss burst of 3 or more, sources not yet covered, and those are all received with
-    /// probability at least 1 - `sliding.tail_skip_residual` at that estimate.
+    /// Whether the tail due now may be skipped: the policy has a loss estimate, sources are
+    /// not yet covered, and those are all received with probability at least
+    /// 1 - `sliding.tail_skip_residual` at that estimate. Under independent loss that is
+    /// `(1 - loss)^u` for `u` sources. After a recent loss burst of `l >= 3` the loss comes
+    /// in bursts starting at loss / `l` per datagram, and one touches the `u` sources with
+    /// odds `(u + l - 1) · loss / l`; the tail is skipped only if, besides, no burst among
+    /// the recent datagrams could leave sources unrepaired ([`Self::burst_tail`]).
     fn tail_may_skip(&self) -> bool {
         let Some(loss) = self.controller.estimate() else {
             return false;
         };
-        if self.controller.recent_burst() >= 3 || self.uncovered == 0 {
+        if self.uncovered == 0 {
             return false;
         }
-        let any_lost = 1.0 - (1.0 - loss.clamp(0.0, 1.0)).powi(self.uncovered as i32);
+        let loss = loss.clamp(0.0, 1.0);
+        let l = self.controller.recent_burst();
+        if l >= 3 {
+            let touched = (self.uncovered + l - 1) as f64 * loss / l as f64;
+            return touched <= self.cfg.sliding.tail_skip_residual && self.burst_tail() == 0;
+        }
+        let any_lost = 1.0 - (1.0 - loss).powi(self.uncovered as i32);
         any_lost <= self.cfg.sliding.tail_skip_residual
     }
 
@@ -1031,6 +1041,38 @@ mod tests {
         tx.protect(t, &[9; 10], &mut buf).unwrap();
         let t2 = tx.poll_timeout().unwrap();
         assert_eq!(drain(&mut tx, t2, &mut buf), 1);
+    }
+
+    #[test]
+    fn after_bursts_a_tail_is_skipped_when_no_burst_likely_touched_its_sources() {
+        let c = FecConfig {
+            policy: FecPolicy::Adaptive { max_parity: 4 },
+            ..cfg()
+        };
+        let mut tx = SlidingSender::new(c);
+        let mut buf = vec![0u8; c.max_parity_body()];
+        // 3 % loss in bursts of 3: a burst starts at 1 % per datagram.
+        tx.on_loss_report_detail(LossReport {
+            received: 970,
+            lost: 30,
+            max_burst: 3,
+        });
+        assert_eq!(tx.repair_interval(), Some(6));
+        let now = ricochet_testkit::SimClock::new().now();
+        // One source: a burst touches it with 3 % odds (at most 6 %), and a burst there
+        // erases one source only: the tail waits for the next source.
+        tx.protect(now, &[1; 10], &mut buf).unwrap();
+        let t = tx.poll_timeout().unwrap();
+        assert_eq!(drain(&mut tx, t, &mut buf), 0);
+        assert_eq!(tx.stats().tails_skipped, 1);
+        assert_eq!(tx.poll_timeout(), None);
+        // Five sources: 7 % odds, the tail goes out.
+        for i in 2..6 {
+            tx.protect(t, &[i; 10], &mut buf).unwrap();
+        }
+        let t2 = tx.poll_timeout().unwrap();
+        assert_eq!(drain(&mut tx, t2, &mut buf), 1);
+        assert_eq!(tx.stats().tails_skipped, 1);
     }
 
     #[test]
