@@ -13,11 +13,14 @@
 //!   datagram is a source with its own seq; the sender ([`SlidingSender`]) emits a repair, a
 //!   random linear combination over GF(2^8) of the most recent sources (at most
 //!   [`SlidingConfig::window`], none older than [`SlidingConfig::max_age`]), every
-//!   `span / level` sources and, when it goes quiet for [`SlidingConfig::tail_wait`] with
-//!   sources not yet covered, up to [`SlidingConfig::tail_repairs`] more (as many as the loss
-//!   estimate asks for, [`SlidingConfig::tail_residual`], or a recent burst; none when those
-//!   sources are likely all received, [`SlidingConfig::tail_skip_residual`], and the next
-//!   repair covers them). The receiver
+//!   `span / level` sources (the level follows the loss estimate) and, when it goes quiet for
+//!   [`SlidingConfig::tail_wait`] with sources not yet covered, up to
+//!   [`SlidingConfig::tail_repairs`] more (as many as the loss estimate asks for,
+//!   [`SlidingConfig::tail_residual`]; none when those sources are likely all received,
+//!   [`SlidingConfig::tail_skip_residual`], and the next repair covers them). After a recent
+//!   loss burst the tail also covers what one burst among the recent datagrams could erase
+//!   beyond the repairs already sent after it, even when a ratio repair ended the run. The
+//!   receiver
 //!   ([`SlidingReceiver`]) keeps recent sources and pending repair equations within the same
 //!   budget, substitutes known sources, solves single unknowns at once and small systems by
 //!   Gaussian elimination. A group of a few datagrams needs its own parity; a repair covers
@@ -149,18 +152,23 @@ pub struct SlidingConfig {
     /// source follows (1 ms), so a lost tail is repaired before ARQ would notice it.
     pub tail_wait: Duration,
     /// Most repairs one tail carries (2); how many it carries below that is set by
-    /// `tail_residual` and the longest recent loss burst the peer reported.
+    /// `tail_residual` and, after a loss burst of 3 or more, by what one such burst among
+    /// the datagrams sent since the oldest source in the window could erase beyond the
+    /// repairs sent after it (the burst's odds of doing so above `tail_residual`).
     pub tail_repairs: usize,
     /// Chance the tail may leave its sources unrepaired: the tail carries the fewest repairs
     /// (at least one) for which the sources sent since the last repair, plus the tail, lose
     /// more than it repairs with at most this probability, at the adaptive policy's loss
-    /// estimate (0.05 by default). A longest recent loss burst of 3 or more raises it.
+    /// estimate (0.05 by default). A longest recent loss burst of 3 or more may raise it
+    /// (see `tail_repairs`).
     pub tail_residual: f64,
     /// The tail is skipped (the next repair covers its sources) when the sources sent since
     /// the last repair are all received with probability at least 1 - this, at the adaptive
-    /// policy's loss estimate, and no loss burst of 3 or more was reported recently (0.06 by
-    /// default: at 5 % loss a tail after a single source; 0 never skips). A skipped source
-    /// may wait for the next pause; a tail after a few sources is far more often useful.
+    /// policy's loss estimate (0.06 by default: at 5 % loss a tail after a single source; 0
+    /// never skips). After a loss burst of 3 or more was reported recently, the odds are
+    /// those of one burst touching those sources, and no burst among the recent datagrams
+    /// may leave sources unrepaired (see `tail_repairs`). A skipped source may wait for the
+    /// next pause; a tail after a few sources is far more often useful.
     pub tail_skip_residual: f64,
 }
 
@@ -194,8 +202,9 @@ pub struct AdaptiveConfig {
     /// parity rises at once).
     pub decrease_after: u32,
     /// Loss bursts (runs of consecutive lost shards) are remembered over this many estimates:
-    /// parity covers the longest recent burst of at least 2, since independent-loss odds
-    /// understate bursts.
+    /// the block code's parity covers the longest recent burst of at least 2, since
+    /// independent-loss odds understate bursts; the sliding code sizes its tail repairs for
+    /// it (see [`SlidingConfig::tail_repairs`]).
     pub burst_memory: usize,
 }
 

@@ -18,6 +18,10 @@ pub(crate) struct ParityController {
     pending_burst: u64,
     /// Longest burst of each of the last `burst_memory` estimates.
     bursts: std::collections::VecDeque<u64>,
+    /// Whether the level rises to the longest recent burst (the block code, whose groups
+    /// must each carry parity for a burst; the sliding code sizes its tail repairs for
+    /// bursts instead, see [`ParityController::sliding`]).
+    burst_level: bool,
 }
 
 impl ParityController {
@@ -40,6 +44,20 @@ impl ParityController {
             changes: 0,
             pending_burst: 0,
             bursts: std::collections::VecDeque::new(),
+            burst_level: true,
+        }
+    }
+
+    /// A controller for the sliding-window code: the level (repairs per `span` sources)
+    /// follows the loss estimate alone, and the longest recent burst only sizes the tail
+    /// repairs (`SlidingSender::burst_tail`). A repair covers every source in the window, so
+    /// the repairs sent after a burst rebuild it wherever they come from; raising the ratio
+    /// to the burst length as well paid for each burst twice (on the relay's `burst`
+    /// profile: parity at the 50 % cap, wire overhead 59 %).
+    pub(crate) fn sliding(policy: FecPolicy, cfg: AdaptiveConfig, span: usize) -> Self {
+        ParityController {
+            burst_level: false,
+            ..Self::new(policy, cfg, span)
         }
     }
 
@@ -89,7 +107,7 @@ impl ParityController {
             self.bursts.pop_front();
         }
         let burst = self.bursts.iter().copied().max().unwrap_or(0);
-        let burst_want = if burst >= 2 {
+        let burst_want = if self.burst_level && burst >= 2 {
             burst.min(max_parity as u64) as usize
         } else {
             0
@@ -207,6 +225,21 @@ mod tests {
         let mut big = ParityController::new(FecPolicy::Adaptive { max_parity: 4 }, cfg, 8);
         big.on_loss_report(90, 10, 9);
         assert_eq!(big.level(), 4, "bounded by max_parity");
+    }
+
+    #[test]
+    fn the_sliding_level_follows_the_loss_estimate_not_the_bursts() {
+        let cfg = AdaptiveConfig::default();
+        let mut block = ParityController::new(FecPolicy::Adaptive { max_parity: 4 }, cfg, 12);
+        let mut sliding = ParityController::sliding(FecPolicy::Adaptive { max_parity: 4 }, cfg, 12);
+        for c in [&mut block, &mut sliding] {
+            c.on_loss_report(97, 3, 3);
+        }
+        // 3 % loss over 12 sources asks for 2; the block code covers the burst of 3.
+        assert_eq!(block.level(), 3);
+        assert_eq!(sliding.level(), 2);
+        // Both remember the burst (it sizes the sliding code's tail repairs).
+        assert_eq!(sliding.recent_burst(), 3);
     }
 
     #[test]

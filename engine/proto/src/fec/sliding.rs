@@ -23,6 +23,8 @@ use super::{FecConfig, FecError, LossReport, ReceiverStats, RetentionBudget, Sen
 pub const MAX_PENDING_REPAIRS: usize = 32;
 /// A repair whose range starts further than this past the newest data is dropped.
 const MAX_AHEAD: u64 = 256;
+/// Most repairs [`SlidingSender::burst_tail`] asks of one tail.
+const MAX_TAIL_DEFICIT: usize = 8;
 
 /// One source in the sender's window.
 struct Source {
@@ -42,9 +44,12 @@ pub struct SlidingSender {
     /// Sources sent since the last repair.
     uncovered: usize,
     last_source: Option<Instant>,
-    /// The tail timer was skipped for the sources up to this send time (see
-    /// `SlidingConfig::tail_skip_residual`); it waits for the next source.
-    tail_skipped_at: Option<Instant>,
+    /// The tail timer ran (repairs sent, or skipped: see `SlidingConfig::tail_skip_residual`)
+    /// for the sources up to this send time; it waits for the next source.
+    tail_done_at: Option<Instant>,
+    /// What this sender emitted since the oldest source in the window, oldest first: `true`
+    /// for a source, `false` for a repair (see [`Self::burst_tail`]).
+    sent: VecDeque<bool>,
     next_repair_id: u16,
     ready: VecDeque<Vec<u8>>,
     total_repair: u64,
@@ -58,14 +63,15 @@ impl SlidingSender {
     pub fn new(config: FecConfig) -> SlidingSender {
         let cfg = config.sanitized();
         SlidingSender {
-            controller: ParityController::new(cfg.policy, cfg.adaptive, cfg.sliding.span),
+            controller: ParityController::sliding(cfg.policy, cfg.adaptive, cfg.sliding.span),
             cfg,
             next_seq: 0,
             window: VecDeque::new(),
             spare: Vec::new(),
             uncovered: 0,
             last_source: None,
-            tail_skipped_at: None,
+            tail_done_at: None,
+            sent: VecDeque::new(),
             next_repair_id: 0,
             ready: VecDeque::new(),
             total_repair: 0,
@@ -139,6 +145,7 @@ impl SlidingSender {
             });
             self.uncovered += 1;
             self.last_source = Some(now);
+            self.sent.push_back(true);
         } else {
             // Unprotected sources break the window: the receiver does not retain them.
             self.clear_window();
@@ -155,13 +162,15 @@ impl SlidingSender {
         Ok(need)
     }
 
-    /// When the tail timer fires (sources not covered by a repair, sender quiet, tail not
-    /// skipped for them).
+    /// When the tail timer fires: the sender is quiet, the tail did not run yet for its
+    /// latest source, and sources are not covered by a repair or a recent loss burst could
+    /// leave some without enough repairs after them ([`Self::burst_tail`]).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        (self.uncovered > 0 && self.tail_skipped_at != self.last_source)
-            .then_some(self.last_source)
-            .flatten()
-            .map(|t| t + self.cfg.sliding.tail_wait)
+        let last = self.last_source?;
+        if self.tail_done_at == Some(last) || (self.uncovered == 0 && self.burst_tail() == 0) {
+            return None;
+        }
+        Some(last + self.cfg.sliding.tail_wait)
     }
 
     /// Length of the repair body `poll_parity` would hand out next, if one is queued.
@@ -173,53 +182,103 @@ impl SlidingSender {
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.poll_timeout().is_some_and(|t| now >= t) {
             self.trim(now);
+            self.tail_done_at = self.last_source;
             if self.tail_may_skip() {
                 // The sources stay uncovered: the next repair (ratio or tail) covers them.
-                self.tail_skipped_at = self.last_source;
                 self.stats.tails_skipped += 1;
                 return;
             }
             let n = self.tail_count();
-            self.stats.tail_repairs += self.emit(n) as u64;
+            if n > 0 {
+                self.stats.tail_repairs += self.emit(n) as u64;
+            }
         }
     }
 
-    /// Whether the tail due now may be skipped: the policy has a loss estimate, no recent
-    /// loss burst of 3 or more, and the sources not yet covered are all received with
-    /// probability at least 1 - `sliding.tail_skip_residual` at that estimate.
+    /// Whether the tail due now may be skipped: the policy has a loss estimate, sources are
+    /// not yet covered, and those are all received with probability at least
+    /// 1 - `sliding.tail_skip_residual` at that estimate. Under independent loss that is
+    /// `(1 - loss)^u` for `u` sources. After a recent loss burst of `l >= 3` the loss comes
+    /// in bursts starting at loss / `l` per datagram, and one touches the `u` sources with
+    /// odds `(u + l - 1) · loss / l`; the tail is skipped only if, besides, no burst among
+    /// the recent datagrams could leave sources unrepaired ([`Self::burst_tail`]).
     fn tail_may_skip(&self) -> bool {
         let Some(loss) = self.controller.estimate() else {
             return false;
         };
-        if self.controller.recent_burst() >= 3 || self.uncovered == 0 {
+        if self.uncovered == 0 {
             return false;
         }
-        let any_lost = 1.0 - (1.0 - loss.clamp(0.0, 1.0)).powi(self.uncovered as i32);
+        let loss = loss.clamp(0.0, 1.0);
+        let l = self.controller.recent_burst();
+        if l >= 3 {
+            let touched = (self.uncovered + l - 1) as f64 * loss / l as f64;
+            return touched <= self.cfg.sliding.tail_skip_residual && self.burst_tail() == 0;
+        }
+        let any_lost = 1.0 - (1.0 - loss).powi(self.uncovered as i32);
         any_lost <= self.cfg.sliding.tail_skip_residual
     }
 
-    /// Repairs the tail due now carries: enough that the sources not yet covered by a repair
-    /// (with the tail itself) lose more than it repairs with probability at most
-    /// `sliding.tail_residual` at the policy's loss estimate, and (a stalled receiver often
-    /// makes the sender go quiet right after a loss) at least the longest recent loss burst
-    /// of 3 or more; 1..=`sliding.tail_repairs`. Without an estimate (fixed policy) the
-    /// longest recent burst alone.
+    /// Repairs the tail due now carries, at most `sliding.tail_repairs`: with sources not yet
+    /// covered by a repair, at least one, and enough that those sources (with the tail
+    /// itself) lose more than it repairs with probability at most `sliding.tail_residual` at
+    /// the policy's loss estimate; after a recent loss burst of 3 or more, also what
+    /// [`Self::burst_tail`] asks (a stalled receiver often makes the sender go quiet right
+    /// after a loss, so the tail may be the last repair for a while). Without an estimate
+    /// (fixed policy) the longest recent burst, at least one.
     fn tail_count(&self) -> usize {
         let max = self.cfg.sliding.tail_repairs.max(1);
-        let burst = self.controller.recent_burst();
-        let n = match self.controller.estimate() {
-            Some(loss) => {
-                let by_loss =
-                    least_parity(loss, self.uncovered, self.cfg.sliding.tail_residual, 1, max);
-                if burst >= 3 {
-                    by_loss.max(burst)
-                } else {
-                    by_loss
+        let Some(loss) = self.controller.estimate() else {
+            return self.controller.recent_burst().clamp(1, max);
+        };
+        let by_loss = match self.uncovered {
+            0 => 0,
+            u => least_parity(loss, u, self.cfg.sliding.tail_residual, 1, max),
+        };
+        by_loss.max(self.burst_tail()).min(max)
+    }
+
+    /// Repairs a tail needs for the longest recent loss burst `l` (0 below 3, or without a
+    /// loss estimate): the largest `j` (at most `sliding.tail_repairs`) such that one burst
+    /// of `l` datagrams, landing anywhere among those sent since the oldest source in the
+    /// window, erases at least `j` more sources than the repairs sent after it, with a
+    /// chance above `sliding.tail_residual`. Bursts start at a rate of loss / `l` per
+    /// datagram, each position alike. Ratio repairs and earlier tails already sent after a
+    /// position count, so a tail adds only what the burst could still leave unrepaired, and
+    /// a sender that ends on a ratio repair still gets a tail when a burst before it would
+    /// need more.
+    fn burst_tail(&self) -> usize {
+        let l = self.controller.recent_burst();
+        let Some(loss) = self.controller.estimate() else {
+            return 0;
+        };
+        if l < 3 || self.sent.is_empty() {
+            return 0;
+        }
+        let start_rate = loss.clamp(0.0, 1.0) / l as f64;
+        let max = self.cfg.sliding.tail_repairs.clamp(1, MAX_TAIL_DEFICIT);
+        // at_least[j]: burst positions whose deficit is at least j + 1.
+        let mut at_least = [0usize; MAX_TAIL_DEFICIT];
+        let mut after = 0;
+        for end in (0..self.sent.len()).rev() {
+            let from = (end + 1).saturating_sub(l);
+            let erased = self.sent.range(from..=end).filter(|&&src| src).count();
+            let deficit = erased.saturating_sub(after).min(max);
+            for c in &mut at_least[..deficit] {
+                *c += 1;
+            }
+            if !self.sent[end] {
+                after += 1;
+                if after >= l {
+                    // No burst further back erases more sources than it has repairs after it.
+                    break;
                 }
             }
-            None => burst,
-        };
-        n.clamp(1, max)
+        }
+        at_least[..max]
+            .iter()
+            .take_while(|&&n| n as f64 * start_rate > self.cfg.sliding.tail_residual)
+            .count()
     }
 
     /// The next repair body, if one is queued. With a buffer smaller than it, `None` and the
@@ -260,6 +319,7 @@ impl SlidingSender {
     }
 
     fn clear_window(&mut self) {
+        self.sent.clear();
         for s in self.window.drain(..) {
             self.spare.push(s.coded);
         }
@@ -273,6 +333,12 @@ impl SlidingSender {
             if self.window.len() > self.cfg.sliding.window || old {
                 if let Some(s) = self.window.pop_front() {
                     self.spare.push(s.coded);
+                }
+                // What was sent up to that source leaves the burst bookkeeping with it.
+                while let Some(src) = self.sent.pop_front() {
+                    if src {
+                        break;
+                    }
                 }
             } else {
                 break;
@@ -327,6 +393,7 @@ impl SlidingSender {
                 self.stats.peak_window_parity_permille.max(permille);
             self.stats.max_parity = self.stats.max_parity.max(self.controller.level());
             self.ready.push_back(b);
+            self.sent.push_back(false);
             while self.ready.len() > MAX_QUEUED_PARITY {
                 if let Some(b) = self.ready.pop_front() {
                     self.stats.parity_dropped += 1;
@@ -913,6 +980,99 @@ mod tests {
         assert_eq!(tx.stats().tail_repairs, 1);
         // At 30 % loss a single source is not left waiting.
         assert_eq!(tail_after(1, 700, 300), 2);
+    }
+
+    /// A sender that heard the peer report 10 % loss in bursts of 3 (4 repairs per 12
+    /// sources: one every 3).
+    fn sender_after_bursts() -> (SlidingSender, Vec<u8>) {
+        let c = FecConfig {
+            policy: FecPolicy::Adaptive { max_parity: 4 },
+            ..cfg()
+        };
+        let mut tx = SlidingSender::new(c);
+        tx.on_loss_report_detail(LossReport {
+            received: 90,
+            lost: 10,
+            max_burst: 3,
+        });
+        assert_eq!(tx.repair_interval(), Some(3));
+        (tx, vec![0u8; c.max_parity_body()])
+    }
+
+    /// Repairs queued now, drained.
+    fn drain(tx: &mut SlidingSender, now: Instant, buf: &mut [u8]) -> usize {
+        let mut n = 0;
+        while tx.poll_parity(now, buf).is_some() {
+            n += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn a_burst_gets_a_tail_even_after_a_ratio_repair() {
+        let (mut tx, mut buf) = sender_after_bursts();
+        let now = ricochet_testkit::SimClock::new().now();
+        for i in 0..3 {
+            tx.protect(now, &[i; 10], &mut buf).unwrap();
+        }
+        // The third source brought the ratio repair: nothing is uncovered, but a burst of 3
+        // over the last sources (or two of them and that repair) would leave two unknowns
+        // for at most one equation.
+        assert_eq!(drain(&mut tx, now, &mut buf), 1);
+        let t = tx.poll_timeout().expect("a tail for the burst");
+        assert_eq!(drain(&mut tx, t, &mut buf), 2);
+        assert_eq!(tx.stats().tail_repairs, 2);
+        // Once run, the tail waits for the next source.
+        assert_eq!(tx.poll_timeout(), None);
+    }
+
+    #[test]
+    fn a_tail_adds_only_what_a_burst_could_leave_unrepaired() {
+        let (mut tx, mut buf) = sender_after_bursts();
+        let now = ricochet_testkit::SimClock::new().now();
+        for i in 0..3 {
+            tx.protect(now, &[i; 10], &mut buf).unwrap();
+        }
+        let t = tx.poll_timeout().unwrap();
+        assert_eq!(drain(&mut tx, t, &mut buf), 3);
+        // One more source after three repairs: a burst can erase only it (a burst of 3
+        // reaching back to the earlier sources also takes repairs sent after them), so one
+        // repair covers it, not one per burst datagram.
+        tx.protect(t, &[9; 10], &mut buf).unwrap();
+        let t2 = tx.poll_timeout().unwrap();
+        assert_eq!(drain(&mut tx, t2, &mut buf), 1);
+    }
+
+    #[test]
+    fn after_bursts_a_tail_is_skipped_when_no_burst_likely_touched_its_sources() {
+        let c = FecConfig {
+            policy: FecPolicy::Adaptive { max_parity: 4 },
+            ..cfg()
+        };
+        let mut tx = SlidingSender::new(c);
+        let mut buf = vec![0u8; c.max_parity_body()];
+        // 3 % loss in bursts of 3: a burst starts at 1 % per datagram.
+        tx.on_loss_report_detail(LossReport {
+            received: 970,
+            lost: 30,
+            max_burst: 3,
+        });
+        assert_eq!(tx.repair_interval(), Some(6));
+        let now = ricochet_testkit::SimClock::new().now();
+        // One source: a burst touches it with 3 % odds (at most 6 %), and a burst there
+        // erases one source only: the tail waits for the next source.
+        tx.protect(now, &[1; 10], &mut buf).unwrap();
+        let t = tx.poll_timeout().unwrap();
+        assert_eq!(drain(&mut tx, t, &mut buf), 0);
+        assert_eq!(tx.stats().tails_skipped, 1);
+        assert_eq!(tx.poll_timeout(), None);
+        // Five sources: 7 % odds, the tail goes out.
+        for i in 2..6 {
+            tx.protect(t, &[i; 10], &mut buf).unwrap();
+        }
+        let t2 = tx.poll_timeout().unwrap();
+        assert_eq!(drain(&mut tx, t2, &mut buf), 1);
+        assert_eq!(tx.stats().tails_skipped, 1);
     }
 
     #[test]
