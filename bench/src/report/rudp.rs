@@ -201,9 +201,17 @@ const CASE_HEADER: [&str; 17] = [
 
 fn case_row(c: &Case) -> Vec<String> {
     let s = &c.case.summary;
+    // `--security both` files hold a secure and an insecure case of one condition: say which.
+    let insecure = c
+        .cfg()
+        .is_some_and(|cfg| cfg.security.as_deref() == Some("insecure"));
     let mut row = vec![
         c.policy().to_string(),
-        c.condition(),
+        if insecure {
+            format!("{}, insecure", c.condition())
+        } else {
+            c.condition()
+        },
         c.io(),
         c.backend(),
         c.cfg().map_or("?".into(), |cfg| {
