@@ -280,16 +280,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         return churn(cfg, key, server, before);
     }
     let mut errors = Vec::new();
-    let connect_limit = Duration::from_secs(30) + Duration::from_millis(3 * cfg.clients as u64);
-    let (mut set, took) = match connect_all(
-        server.addr,
-        server.addr,
-        key,
-        cfg.clients,
-        cfg.clients_per_ip,
-        |ip, seed| super::member_config(&cfg.profile, &cfg.backend, ip, seed),
-        connect_limit,
-    ) {
+    let (mut set, took) = match connect_clients(cfg, key, server.addr) {
         Ok(x) => x,
         Err(e) => {
             let last = server.quit().unwrap_or_default();
@@ -349,6 +340,29 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
     Ok(run)
 }
 
+/// `cfg.clients` fresh clients of `cfg`'s profile connected to `server` in one set, within
+/// [`connect_limit`].
+fn connect_clients(
+    cfg: &SessionsConfig,
+    key: Option<[u8; 32]>,
+    server: SocketAddr,
+) -> Result<(ClientSet, Duration)> {
+    connect_all(
+        server,
+        server,
+        key,
+        cfg.clients,
+        cfg.clients_per_ip,
+        |ip, seed| super::member_config(&cfg.profile, &cfg.backend, ip, seed),
+        connect_limit(cfg),
+    )
+}
+
+/// How long connecting `cfg.clients` may take: 30 s plus 3 ms per client.
+fn connect_limit(cfg: &SessionsConfig) -> Duration {
+    Duration::from_secs(30) + Duration::from_millis(3 * cfg.clients as u64)
+}
+
 /// Churn: batches of `cfg.clients` fresh clients until `cfg.seconds` have passed, each
 /// connecting, sending one message, awaiting its echo and closing. The time counted is the
 /// batches' (token minting, like a backend's, is not).
@@ -359,20 +373,11 @@ fn churn(
     before: ServerStats,
 ) -> Result<SessionsRun> {
     let mut errors = Vec::new();
-    let limit = Duration::from_secs(30) + Duration::from_millis(3 * cfg.clients as u64);
     let (mut completed, mut busy) = (0usize, Duration::ZERO);
     let (cpu0, wall0) = (CpuTimes::now(), Instant::now());
     server.reset()?;
     while busy.as_secs_f64() < cfg.seconds && errors.is_empty() {
-        let (mut set, took) = match connect_all(
-            server.addr,
-            server.addr,
-            key,
-            cfg.clients,
-            cfg.clients_per_ip,
-            |ip, seed| super::member_config(&cfg.profile, &cfg.backend, ip, seed),
-            limit,
-        ) {
+        let (mut set, took) = match connect_clients(cfg, key, server.addr) {
             Ok(x) => x,
             Err(e) => {
                 errors.push(format!("connecting: {e:#}"));
@@ -388,7 +393,7 @@ fn churn(
         }
         let mut echoed = vec![false; n];
         let mut left = n;
-        let deadline = t0 + limit;
+        let deadline = t0 + connect_limit(cfg);
         while left > 0 && Instant::now() < deadline {
             set.step(Duration::from_millis(5))?;
             while let Some((i, e)) = set.poll_event() {
