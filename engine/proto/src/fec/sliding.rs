@@ -164,7 +164,7 @@ impl SlidingSender {
 
     /// When the tail timer fires: the sender is quiet, the tail did not run yet for its
     /// latest source, and sources are not covered by a repair or a recent loss burst could
-    /// leave some without enough repairs after them ([`Self::burst_tail`]).
+    /// leave some without enough repairs after them (sized by the burst model).
     pub fn poll_timeout(&self) -> Option<Instant> {
         let last = self.last_source?;
         if self.tail_done_at == Some(last) || (self.uncovered == 0 && self.burst_tail() == 0) {
