@@ -12,7 +12,7 @@
 //! between: `aws-lc-rs` and `ring` (AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305) and
 //! RustCrypto's `aes-gcm` (AES-128-GCM, AES-256-GCM) and `chacha20poly1305`.
 
-use std::path::PathBuf;
+use bench::commands::Global;
 
 use crate::fec::median_ns;
 use anyhow::{bail, ensure, Context, Result};
@@ -22,9 +22,6 @@ use serde::Serialize;
 /// Options of `bench crypto`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CryptoArgs {
-    /// Write the results as JSON to this file (directories are created).
-    #[arg(long)]
-    pub json: Option<PathBuf>,
     /// Timed samples per figure; the median is reported.
     #[arg(long, default_value_t = 2000)]
     pub iters: usize,
@@ -370,8 +367,8 @@ fn measure(c: &dyn Candidate, size: usize, iters: usize) -> Result<Row> {
     })
 }
 
-/// Runs `bench crypto`: prints the table and writes the JSON if asked.
-pub fn run(args: &CryptoArgs) -> Result<()> {
+/// Runs `bench crypto`: prints the table and writes the JSON (`--json`, `--archive`, `--results-dir`).
+pub fn run(args: &CryptoArgs, out: &Global) -> Result<()> {
     if cfg!(debug_assertions) {
         eprintln!("warning: debug build; run with --release for meaningful figures");
     }
@@ -401,8 +398,9 @@ pub fn run(args: &CryptoArgs) -> Result<()> {
             rows.push(r);
         }
     }
-    if let Some(path) = &args.json {
+    {
         let now = UtcTime::now();
+        let path = &out.path_for("crypto", &now);
         let report = Report {
             kind: "crypto",
             created_unix_s: now.unix_s,

@@ -8,7 +8,7 @@
 //! microseconds, so timer resolution does not matter. Every recovery is checked once against
 //! the original data before timing.
 
-use std::path::PathBuf;
+use bench::commands::Global;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
@@ -19,9 +19,6 @@ use serde::Serialize;
 /// Options of `bench fec`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct FecArgs {
-    /// Write the results as JSON to this file (directories are created).
-    #[arg(long)]
-    pub json: Option<PathBuf>,
     /// Timed samples per figure; the median is reported.
     #[arg(long, default_value_t = 1000)]
     pub iters: usize,
@@ -226,8 +223,8 @@ fn us(ns: f64) -> String {
     format!("{:.3}", ns / 1000.0)
 }
 
-/// Runs `bench fec`: prints the table and writes the JSON if asked.
-pub fn run(args: &FecArgs) -> Result<()> {
+/// Runs `bench fec`: prints the table and writes the JSON (`--json`, `--archive`, `--results-dir`).
+pub fn run(args: &FecArgs, out: &Global) -> Result<()> {
     if cfg!(debug_assertions) {
         eprintln!("warning: debug build; run with --release for meaningful figures");
     }
@@ -271,8 +268,9 @@ pub fn run(args: &FecArgs) -> Result<()> {
             }
         }
     }
-    if let Some(path) = &args.json {
+    {
         let now = UtcTime::now();
+        let path = &out.path_for("fec-codecs", &now);
         let report = Report {
             kind: "fec-codecs",
             created_unix_s: now.unix_s,

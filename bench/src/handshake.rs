@@ -12,8 +12,8 @@
 //! server together) per session. Every client comes from 127.0.0.1, so both servers lift the
 //! per-address limit on handshakes (64 a second by default).
 
+use bench::commands::Global;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -29,9 +29,6 @@ use serde::Serialize;
 /// Options of `bench handshake`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct HandshakeArgs {
-    /// Write the results as JSON to this file (directories are created).
-    #[arg(long)]
-    pub json: Option<PathBuf>,
     /// Sessions per mode and round.
     #[arg(long, default_value_t = 300)]
     pub sessions: usize,
@@ -156,8 +153,8 @@ fn batch(
     })
 }
 
-/// Run `bench handshake`.
-pub fn run(args: &HandshakeArgs) -> Result<()> {
+/// Run `bench handshake` and write its JSON (`--json`, `--archive`, `--results-dir`).
+pub fn run(args: &HandshakeArgs, out: &Global) -> Result<()> {
     let host = HostInfo::collect();
     let at = UtcTime::now();
     let backend: BackendKind = args.backend.parse().map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -223,7 +220,8 @@ pub fn run(args: &HandshakeArgs) -> Result<()> {
         );
     }
     println!("insecure / tokens: {ratio:.2}× the session rate");
-    if let Some(path) = &args.json {
+    {
+        let path = &out.path_for("handshake", &at);
         let report = Report {
             kind: "handshake",
             created_unix_s: at.unix_s,
