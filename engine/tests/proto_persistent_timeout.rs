@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use proto_util::{addr, Impair, Net};
+use proto_util::{addr, Net};
 use ricochet_proto::{Config, Event};
 
 const TICK: Duration = Duration::from_micros(16_667);
@@ -29,13 +29,7 @@ const TICK: Duration = Duration::from_micros(16_667);
 fn blackout(cfg: Config, warmup: Duration) -> (ricochet_proto::ConnectionStats, u64, u64, u64) {
     let cfg = Arc::new(cfg);
     let min_window = cfg.min_window_packets * cfg.max_datagram_size;
-    let mut net = Net::new(
-        Impair {
-            delay: Duration::from_millis(1),
-            ..Impair::default()
-        },
-        3,
-    );
+    let mut net = Net::delayed(Duration::from_millis(1), 3);
     let (s, c) = net.add_pair(cfg);
     let now = net.now;
     let h = net.ep(c).connect(now, addr(1));
@@ -117,13 +111,7 @@ fn repeated_timeouts_collapse_a_loss_tolerant_window() {
 #[test]
 fn acks_slower_than_every_timeout_still_settle_and_teach_the_rtt() {
     let cfg = Arc::new(Config::competitive());
-    let mut net = Net::new(
-        Impair {
-            delay: Duration::from_millis(1),
-            ..Impair::default()
-        },
-        5,
-    );
+    let mut net = Net::delayed(Duration::from_millis(1), 5);
     let (s, c) = net.add_pair(cfg);
     let now = net.now;
     let h = net.ep(c).connect(now, addr(1));
