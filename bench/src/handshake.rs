@@ -145,7 +145,7 @@ fn batch(
     }
     let wall = t0.elapsed().as_secs_f64();
     let cpu1 = CpuTimes::now();
-    let cpu = (cpu1.user_s + cpu1.sys_s) - (cpu0.user_s + cpu0.sys_s);
+    let cpu = cpu1.seconds_since(&cpu0);
     Ok(Batch {
         round,
         sessions_per_s: n as f64 / wall,

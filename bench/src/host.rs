@@ -264,6 +264,11 @@ impl CpuTimes {
             sys_s: tv(ru.ru_stime),
         }
     }
+
+    /// CPU seconds (user and system) used since `earlier`.
+    pub fn seconds_since(&self, earlier: &CpuTimes) -> f64 {
+        (self.user_s + self.sys_s) - (earlier.user_s + earlier.sys_s)
+    }
 }
 
 /// The whole machine's CPU time so far (every CPU, every process: the first line of

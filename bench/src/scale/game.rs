@@ -317,7 +317,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     }
     let wall = t0.elapsed().as_secs_f64();
     let cpu = CpuTimes::now();
-    let client_cpu = (cpu.user_s + cpu.sys_s - cpu0.user_s - cpu0.sys_s) / wall.max(1e-9) * 100.0;
+    let client_cpu = cpu.seconds_since(&cpu0) / wall.max(1e-9) * 100.0;
     // Drain: no more inputs; give the reliable channel time to deliver what is in flight.
     let inputs_total: u64 = players.iter().map(|p| p.input_seq).sum();
     let drain_end = Instant::now() + DRAIN;

@@ -409,7 +409,7 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
         ServerStats {
             sessions: server.session_count(),
             rss_kib: crate::rudp::run::rss_kib(),
-            cpu_s: finite(cpu.user_s + cpu.sys_s - since.0.user_s - since.0.sys_s),
+            cpu_s: finite(cpu.seconds_since(&since.0)),
             wall_s: finite(since.1.elapsed().as_secs_f64()),
             rtt_us: (rtt.samples > 0).then(|| {
                 let us = |d: Duration| finite(d.as_secs_f64() * 1e6);

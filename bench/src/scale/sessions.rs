@@ -434,10 +434,7 @@ fn churn(
     run.handshakes_per_s = finite(rate);
     run.server_rss_before_kib = before.rss_kib;
     run.server_rss_end_kib = stats.rss_kib;
-    run.client_cpu_percent = Some(finite(
-        (cpu.user_s + cpu.sys_s - cpu0.user_s - cpu0.sys_s) / wall.max(1e-9) * 100.0,
-    ));
-    run.server_cpu_percent = Some(finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0));
+    run.set_cpu((&cpu0, &cpu), wall, &stats);
     match server.quit() {
         Ok(last) => run.server = last,
         Err(e) => errors.push(format!("server: {e:#}")),
@@ -445,6 +442,16 @@ fn churn(
     run.ok = errors.is_empty() && completed > 0;
     run.errors = errors;
     Ok(run)
+}
+
+impl SessionsRun {
+    /// The CPU shares of a phase from `cpu0` to `cpu1` (this process: the clients) that
+    /// lasted `wall` seconds, and of the server over its `stats`.
+    fn set_cpu(&mut self, (cpu0, cpu1): (&CpuTimes, &CpuTimes), wall: f64, stats: &ServerStats) {
+        let clients = cpu1.seconds_since(cpu0);
+        self.client_cpu_percent = Some(finite(clients / wall.max(1e-9) * 100.0));
+        self.server_cpu_percent = Some(finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0));
+    }
 }
 
 fn failed(cfg: &SessionsConfig, server: ServerStats, error: String) -> SessionsRun {
@@ -546,10 +553,7 @@ fn echo(
     run.round_trips_per_s = finite(hist.len() as f64 / wall.max(1e-9));
     run.rtt_us = Latency::from_ns(&hist);
     run.min_client_round_trips = counted.iter().copied().min().unwrap_or(0);
-    run.client_cpu_percent = Some(finite(
-        (cpu.user_s + cpu.sys_s - cpu0.user_s - cpu0.sys_s) / wall.max(1e-9) * 100.0,
-    ));
-    run.server_cpu_percent = Some(finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0));
+    run.set_cpu((&cpu0, &cpu), wall, &stats);
     run.server_rss_end_kib = stats.rss_kib;
     run.server = stats;
     run.clients_total = ClientTotals::of(set);
