@@ -591,8 +591,9 @@ impl Connection {
         (self.trim_pending && self.quiescent()).then(|| self.last_data + after)
     }
 
-    /// Gives back the capacity that traffic grew in the send, receive and FEC buffers: an idle
-    /// connection holds its state, not its peak's buffers. They grow again with the next burst.
+    /// Gives back the capacity that traffic grew in the send, receive and FEC buffers, and the
+    /// expanded packet keys: an idle connection holds its state, not its peak's buffers. They
+    /// grow again with the next burst.
     fn trim(&mut self, now: Instant) {
         self.trim_pending = false;
         self.sent.shrink_to_fit();
@@ -610,6 +611,9 @@ impl Connection {
             self.accept_packet = None;
         }
         self.fec.trim(now);
+        if let Some(p) = self.protection.as_deref_mut() {
+            p.release_keys();
+        }
     }
 
     fn note_data(&mut self, now: Instant) {
@@ -986,7 +990,14 @@ impl Connection {
             return self.receive_open(now, from, h.ty, datagram);
         };
         let mut buf = std::mem::take(&mut self.open_buf);
-        let r = match p.open(NumberSpace::of(h.ty), h.number, datagram, h.len, &mut buf) {
+        let r = match p.open(
+            now,
+            NumberSpace::of(h.ty),
+            h.number,
+            datagram,
+            h.len,
+            &mut buf,
+        ) {
             Ok(n) => self.receive_open(now, from, h.ty, &buf[..n]),
             Err(cause) => Err(cause),
         };
@@ -1800,7 +1811,7 @@ impl Connection {
             .fec
             .poll_parity(now, self.remote_cid, buf, &mut self.cc)
         {
-            let size = self.protect(buf, size);
+            let size = self.protect(now, buf, size);
             return Some(Transmit {
                 destination: self.remote,
                 size,
@@ -1978,19 +1989,19 @@ impl Connection {
     /// (FEC below packet protection: see the `fec` submodule).
     fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> usize {
         let len = self.fec.seal(now, self.remote_cid, buf, len);
-        self.protect(buf, len)
+        self.protect(now, buf, len)
     }
 
     /// Seals the connection packet `buf[..len]` in place with this side's packet key and
     /// returns its length with the tag; without keys it is left as is. Every budget leaves
     /// room for the tag.
-    fn protect(&mut self, buf: &mut [u8], len: usize) -> usize {
+    fn protect(&mut self, now: Instant, buf: &mut [u8], len: usize) -> usize {
         let Some(p) = self.protection.as_deref_mut() else {
             return len;
         };
         let sealed = wire::clear_header(&buf[..len])
             .ok()
-            .and_then(|h| p.seal(NumberSpace::of(h.ty), h.number, buf, h.len, len));
+            .and_then(|h| p.seal(now, NumberSpace::of(h.ty), h.number, buf, h.len, len));
         debug_assert!(sealed.is_some(), "no room for the tag: a budget is wrong");
         // Unreachable by the budgets; sent unsealed, the peer drops it as unauthenticated and
         // ARQ repairs it like a loss.

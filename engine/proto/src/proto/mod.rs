@@ -145,7 +145,7 @@ pub struct Config {
     pub handshake_timeout: Duration,
     /// How long a session goes without data (messages sent or received) before it gives back
     /// the buffer capacity its traffic grew (send and receive queues, acknowledgement ranges,
-    /// FEC pools). Long enough that a session sending every game tick keeps its buffers; short
+    /// FEC pools) and its expanded packet keys. Long enough that a session sending every game tick keeps its buffers; short
     /// beside the idle timeout. `None`: never.
     pub idle_trim: Option<Duration>,
     /// How long a graceful close waits for queued reliable data to be acknowledged.

@@ -43,6 +43,16 @@
 //! A receiver derives at most the generations next to the largest it authenticated (one
 //! below, one above): a forged packet with a far number fails without costing a derivation.
 //!
+//! # Held and transient keys
+//!
+//! An expanded AES-GCM key (round keys and GHASH powers) takes about 600 bytes, more than
+//! anything else an idle session holds, and a server holds thousands of sessions that send a
+//! keepalive a second. So a key is derived for the packet at hand and dropped after it,
+//! until the session is busy ([`HOLD_AFTER`] packets sealed and opened within [`HOLD_WINDOW`]);
+//! from then on the keys are held, until the connection trims its idle state
+//! ([`Protection::release_keys`]). A quiet session pays a derivation per packet, a few a
+//! second; a busy one pays one per key generation.
+//!
 //! # Receiving
 //!
 //! A packet is checked against the replay window of its number space, then opened; only a
@@ -61,6 +71,7 @@
 use self::aes128gcm::{Aes128Gcm, NONCE_LEN};
 
 use super::{DropCause, SessionKeys};
+use std::time::{Duration, Instant};
 
 /// Bytes of authentication tag after every protected packet.
 pub const TAG_LEN: usize = 16;
@@ -72,6 +83,13 @@ pub const REPLAY_WINDOW: u64 = 1024;
 /// generation `g` (see the module docs). Half of RFC 9001 §6.6's confidentiality limit for
 /// AES-GCM (2^23 packets per key).
 pub const KEY_GENERATION_PACKETS: u64 = 1 << 22;
+
+/// Packets a session seals and opens within [`HOLD_WINDOW`] that make it hold its keys
+/// instead of deriving one per packet. Keepalives (one a second) and a handshake stay below.
+pub const HOLD_AFTER: u8 = 8;
+
+/// The span [`HOLD_AFTER`] counts in.
+pub const HOLD_WINDOW: Duration = Duration::from_secs(1);
 
 /// The two packet-number spaces of a direction (one replay window each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -345,8 +363,9 @@ impl ReplayWindow {
 type KeySlots = [Option<(u64, PacketKey)>; 3];
 
 /// One direction's keys: the session key they derive from, and the generations in use per
-/// space. The parity space's slots exist once the first parity packet is sealed or opened:
-/// most sessions never send FEC, and a server holds thousands of them.
+/// space while the session is busy (see "Held and transient keys" above). The parity
+/// space's slots exist once a busy session seals or opens a parity packet: most sessions
+/// never send FEC, and a server holds thousands of them.
 struct DirectionKeys {
     secret: [u8; 32],
     data: KeySlots,
@@ -368,10 +387,30 @@ impl DirectionKeys {
         }
     }
 
-    /// The key of `space` for packet `number`, derived on first use in place of the oldest
-    /// generation held.
-    fn key(&mut self, space: NumberSpace, number: u64) -> &PacketKey {
+    /// True while any key is held.
+    #[cfg(test)]
+    fn holds(&self) -> bool {
+        self.data.iter().any(Option::is_some)
+            || self
+                .parity
+                .as_deref()
+                .is_some_and(|p| p.iter().any(Option::is_some))
+    }
+
+    /// Runs `f` with the key of `space` for packet `number`: a held one, one derived now and
+    /// held (in place of the oldest generation) when `hold`, or else one derived for this
+    /// packet only.
+    fn with_key<R>(
+        &mut self,
+        hold: bool,
+        space: NumberSpace,
+        number: u64,
+        f: impl FnOnce(&PacketKey) -> R,
+    ) -> R {
         let generation = number / KEY_GENERATION_PACKETS;
+        if !hold {
+            return f(&PacketKey::derive(&self.secret, space, generation));
+        }
         let slots = match space {
             NumberSpace::Data => &mut self.data,
             NumberSpace::Parity => self
@@ -397,9 +436,15 @@ impl DirectionKeys {
             }
         };
         match &slots[i] {
-            Some((_, k)) => k,
+            Some((_, k)) => f(k),
             None => unreachable!("the slot holds or was just given a key"),
         }
+    }
+
+    /// Drops every held key.
+    fn release(&mut self) {
+        self.data = [None, None, None];
+        self.parity = None;
     }
 }
 
@@ -412,6 +457,9 @@ pub(crate) struct Protection {
     rx: DirectionKeys,
     data: ReplayWindow,
     parity: Option<Box<ReplayWindow>>,
+    /// Start of the current [`HOLD_WINDOW`] and the packets sealed or opened in it
+    /// ([`HOLD_AFTER`] or more: the keys are held).
+    activity: Option<(Instant, u8)>,
 }
 
 impl Protection {
@@ -427,7 +475,24 @@ impl Protection {
             rx: DirectionKeys::new(rx),
             data: ReplayWindow::new(),
             parity: None,
+            activity: None,
         }
+    }
+
+    /// Counts one packet at `now`; true once the session is busy enough to hold its keys
+    /// (and from then on, until [`Self::release_keys`]).
+    fn busy(&mut self, now: Instant) -> bool {
+        let uses = match self.activity {
+            Some((_, uses)) if uses >= HOLD_AFTER => return true,
+            Some((start, uses)) if now.saturating_duration_since(start) < HOLD_WINDOW => uses + 1,
+            _ => 1,
+        };
+        if uses == 1 {
+            self.activity = Some((now, 1));
+        } else if let Some(a) = &mut self.activity {
+            a.1 = uses;
+        }
+        uses >= HOLD_AFTER
     }
 
     /// The replay window of `space`, if it has one yet.
@@ -449,15 +514,17 @@ impl Protection {
     /// `space`) in place; `None` if `buf` has no room for the tag.
     pub(crate) fn seal(
         &mut self,
+        now: Instant,
         space: NumberSpace,
         number: u64,
         buf: &mut [u8],
         header: usize,
         len: usize,
     ) -> Option<usize> {
-        self.tx
-            .key(space, number)
-            .seal_packet(space, number, buf, header, len)
+        let hold = self.busy(now);
+        self.tx.with_key(hold, space, number, |k| {
+            k.seal_packet(space, number, buf, header, len)
+        })
     }
 
     /// Checks `packet` (number `number` in `space`, clear header `packet[..header]`) against
@@ -465,6 +532,7 @@ impl Protection {
     /// Returns the plaintext length, or why the packet is dropped: nothing changed then.
     pub(crate) fn open(
         &mut self,
+        now: Instant,
         space: NumberSpace,
         number: u64,
         packet: &[u8],
@@ -481,13 +549,29 @@ impl Protection {
         if generation + 1 < current || generation > current + 1 {
             return Err(DropCause::Unauthenticated);
         }
+        let hold = self.busy(now);
         let n = self
             .rx
-            .key(space, number)
-            .open_packet(space, number, packet, header, out)
+            .with_key(hold, space, number, |k| {
+                k.open_packet(space, number, packet, header, out)
+            })
             .map_err(|_| DropCause::Unauthenticated)?;
         self.window_mut(space).mark(number);
         Ok(n)
+    }
+
+    /// Drops the held keys of both directions (an idle connection's trim): a quiet session
+    /// holds its session keys, not their expanded schedules.
+    pub(crate) fn release_keys(&mut self) {
+        self.tx.release();
+        self.rx.release();
+        self.activity = None;
+    }
+
+    /// True while either direction holds a derived key.
+    #[cfg(test)]
+    pub(crate) fn holds_keys(&self) -> bool {
+        self.tx.holds() || self.rx.holds()
     }
 }
 
@@ -708,32 +792,86 @@ mod tests {
 
     #[test]
     fn directions_use_different_keys() {
+        let now = Instant::now();
         let keys = SessionKeys {
             client_to_server: [1; 32],
             server_to_client: [2; 32],
         };
         let (mut c, mut s) = (Protection::new(&keys, true), Protection::new(&keys, false));
         let mut buf = vec![5u8; 40 + TAG_LEN];
-        let n = c.seal(NumberSpace::Data, 0, &mut buf, 18, 40).unwrap();
+        let n = c.seal(now, NumberSpace::Data, 0, &mut buf, 18, 40).unwrap();
         let mut out = Vec::new();
         // A client packet reflected back at the client does not open with its receive key.
         assert_eq!(
-            c.open(NumberSpace::Data, 0, &buf[..n], 18, &mut out),
+            c.open(now, NumberSpace::Data, 0, &buf[..n], 18, &mut out),
             Err(DropCause::Unauthenticated)
         );
         assert_eq!(
-            s.open(NumberSpace::Data, 0, &buf[..n], 18, &mut out),
+            s.open(now, NumberSpace::Data, 0, &buf[..n], 18, &mut out),
             Ok(40)
         );
         // Once: the same packet again is a replay.
         assert_eq!(
-            s.open(NumberSpace::Data, 0, &buf[..n], 18, &mut out),
+            s.open(now, NumberSpace::Data, 0, &buf[..n], 18, &mut out),
             Err(DropCause::Replay)
         );
     }
 
     #[test]
+    fn keys_are_held_only_while_a_session_is_busy() {
+        let keys = SessionKeys {
+            client_to_server: [1; 32],
+            server_to_client: [2; 32],
+        };
+        let (mut c, mut s) = (Protection::new(&keys, true), Protection::new(&keys, false));
+        let start = Instant::now();
+        let mut out = Vec::new();
+        let mut number = 0;
+        let mut exchange = |c: &mut Protection, s: &mut Protection, now: Instant| {
+            let mut buf = vec![3u8; 30 + TAG_LEN];
+            let n = c.seal(now, NumberSpace::Data, number, &mut buf, 18, 30);
+            let opened = s.open(
+                now,
+                NumberSpace::Data,
+                number,
+                &buf[..n.unwrap_or(0)],
+                18,
+                &mut out,
+            );
+            number += 1;
+            opened
+        };
+        // A keepalive a second, for a minute: every packet seals and opens with a key derived
+        // for it, and none is held.
+        for k in 0..60 {
+            let now = start + Duration::from_secs(k);
+            assert_eq!(exchange(&mut c, &mut s, now), Ok(30));
+            assert!(!c.holds_keys() && !s.holds_keys(), "quiet at {k} s");
+        }
+        // Busy: the packet that makes HOLD_AFTER within the window derives a key to hold.
+        let busy = start + Duration::from_secs(100);
+        for k in 0..u64::from(HOLD_AFTER) {
+            assert!(!c.holds_keys() && !s.holds_keys(), "{k} packets");
+            let now = busy + Duration::from_millis(10 * k);
+            assert_eq!(exchange(&mut c, &mut s, now), Ok(30));
+        }
+        assert!(c.holds_keys() && s.holds_keys());
+        // Held keys interoperate with derived ones (the same derivation): the sender holds,
+        // the receiver, released, derives.
+        s.release_keys();
+        assert!(!s.holds_keys());
+        assert_eq!(
+            exchange(&mut c, &mut s, busy + Duration::from_secs(5)),
+            Ok(30)
+        );
+        assert!(c.holds_keys() && !s.holds_keys());
+        c.release_keys();
+        assert!(!c.holds_keys());
+    }
+
+    #[test]
     fn key_generations_follow_the_packet_number() {
+        let now = Instant::now();
         let keys = SessionKeys {
             client_to_server: [1; 32],
             server_to_client: [2; 32],
@@ -743,7 +881,9 @@ mod tests {
         let mut out = Vec::new();
         let sealed = |c: &mut Protection, number: u64| {
             let mut buf = vec![9u8; 30 + TAG_LEN];
-            let n = c.seal(NumberSpace::Data, number, &mut buf, 18, 30).unwrap();
+            let n = c
+                .seal(now, NumberSpace::Data, number, &mut buf, 18, 30)
+                .unwrap();
             buf.truncate(n);
             buf
         };
@@ -757,20 +897,26 @@ mod tests {
             .open_packet(NumberSpace::Data, g, &b, 18, &mut out)
             .is_ok());
         // Across the boundary, in either order, both open.
-        assert_eq!(s.open(NumberSpace::Data, g, &b, 18, &mut out), Ok(30));
-        assert_eq!(s.open(NumberSpace::Data, g - 1, &a, 18, &mut out), Ok(30));
+        assert_eq!(s.open(now, NumberSpace::Data, g, &b, 18, &mut out), Ok(30));
+        assert_eq!(
+            s.open(now, NumberSpace::Data, g - 1, &a, 18, &mut out),
+            Ok(30)
+        );
         // A number two generations ahead is refused unopened; one ahead is derived.
         let far = sealed(&mut c, 3 * g);
         assert_eq!(
-            s.open(NumberSpace::Data, 3 * g, &far, 18, &mut out),
+            s.open(now, NumberSpace::Data, 3 * g, &far, 18, &mut out),
             Err(DropCause::Unauthenticated)
         );
         let next = sealed(&mut c, 2 * g + 5);
         assert_eq!(
-            s.open(NumberSpace::Data, 2 * g + 5, &next, 18, &mut out),
+            s.open(now, NumberSpace::Data, 2 * g + 5, &next, 18, &mut out),
             Ok(30)
         );
-        assert_eq!(s.open(NumberSpace::Data, 3 * g, &far, 18, &mut out), Ok(30));
+        assert_eq!(
+            s.open(now, NumberSpace::Data, 3 * g, &far, 18, &mut out),
+            Ok(30)
+        );
         // The sender went back to an older generation (a retransmitted close, say): still
         // the right key.
         let back = sealed(&mut c, g + 1);
