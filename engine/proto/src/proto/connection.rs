@@ -539,7 +539,7 @@ impl Connection {
             rto_count: c.rto_count,
             messages_delivered: c.messages_delivered,
             unreliable_dropped: self.receiver.unreliable_dropped,
-            drops: c.drops,
+            drops: c.drops.get(),
             cwnd: self.cc.window,
             bytes_in_flight: self.cc.in_flight,
             rto: self.current_rto(),

@@ -241,9 +241,26 @@ pub struct ConnectionStats {
     pub fec: super::FecStats,
 }
 
+/// A connection's drop counters, allocated at its first drop: most sessions never drop a
+/// datagram, and the counters would take 128 bytes of every one.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ConnectionDrops(Option<Box<DropCounters>>);
+
+impl ConnectionDrops {
+    /// Count one drop.
+    pub(crate) fn add(&mut self, cause: DropCause) {
+        self.0.get_or_insert_with(Default::default).add(cause);
+    }
+
+    /// The counts so far.
+    pub(crate) fn get(&self) -> DropCounters {
+        self.0.as_deref().copied().unwrap_or_default()
+    }
+}
+
 /// The counters a connection keeps itself (the rest of [`ConnectionStats`] is derived from its
 /// state when asked for).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Counters {
     pub(crate) rtt: RttSummary,
     pub(crate) packets_sent: u64,
@@ -257,7 +274,7 @@ pub(crate) struct Counters {
     pub(crate) tail_loss_probes: u64,
     pub(crate) rto_count: u64,
     pub(crate) messages_delivered: u64,
-    pub(crate) drops: DropCounters,
+    pub(crate) drops: ConnectionDrops,
     pub(crate) peer_loss_report: (u64, u64),
 }
 
