@@ -126,7 +126,8 @@ pub struct UdpConfig {
     pub backend: String,
     /// Idle strategy: `spin`, `park` or `balanced` (ricochet; `n/a` for tokio).
     pub idle: String,
-    /// Ricochet `per-core` workers pinned to cores (the runtime's default).
+    /// Ricochet `per-core` workers pinned to cores (`CorePinning::Always`; `false`:
+    /// `CorePinning::Never`).
     pub pin_cores: bool,
     /// Busy work per message in the server's handler, ns.
     pub work_ns: u64,
@@ -493,6 +494,10 @@ pub struct RudpConfig {
     /// files from before the request existed (none was made).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_slice_us: Option<u64>,
+    /// The server workers' core pinning (`auto`, `always`, `never`; `ricochet`'s
+    /// `CorePinning`). Absent in files from before the choice existed (always pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_pinning: Option<String>,
 }
 
 impl RudpConfig {

@@ -135,6 +135,7 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
         backend,
         "balanced",
         bench::rudp::run::DEFAULT_SERVER_SLICE_US,
+        "auto",
         endpoint.clone(),
         Some(key.clone()),
         7,

@@ -38,6 +38,7 @@ pub use ricochet_platform::BackendKind;
 pub use ricochet_proto::token::{ConnectToken, TokenKey};
 pub use ricochet_proto::{ChannelKind, CloseReason, Config, Peer, Refusal, SendError};
 pub use runtime::{
-    Handler, IdleStrategy, IoModel, RuntimeError, Server, ServerConfig, ServerContext, SessionId,
+    CorePinning, Handler, IdleStrategy, IoModel, RuntimeError, Server, ServerConfig, ServerContext,
+    SessionId,
 };
 pub use stats::SessionStats;

@@ -39,6 +39,10 @@ pub struct GameArgs {
     /// Server workers' idle strategy: balanced, park or spin.
     #[arg(long, default_value = "balanced", value_parser = ["balanced", "park", "spin"])]
     pub server_idle: String,
+    /// Server workers' core pinning: auto (pinned only when the machine has more cores than
+    /// workers), always or never.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub server_pinning: String,
     /// Server sessions hold the ACK of a player's input until the next tick, where it rides
     /// the snapshot (`max_ack_delay` = one tick + 1 ms, `ack_frequency` 8) instead of leaving
     /// in a datagram of its own: one datagram each way per player per tick.
@@ -167,6 +171,7 @@ pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
                     players_per_ip: args.players_per_ip,
                     io_threads: args.io_threads,
                     server_idle: args.server_idle.clone(),
+                    server_pinning: Some(args.server_pinning.clone()),
                     acks_on_tick: args.acks_on_tick,
                     backend: args.backend.clone(),
                     profile: args.profile.clone(),

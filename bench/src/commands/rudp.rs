@@ -38,6 +38,10 @@ pub struct RudpArgs {
     /// it to 100..100,000); 0 asks for none (the scheduler's default slice).
     #[arg(long, default_value_t = DEFAULT_SERVER_SLICE_US)]
     pub server_slice_us: u64,
+    /// Server workers' core pinning: auto (pinned only when the machine has more cores than
+    /// workers), always or never.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub server_pinning: String,
     /// Where the client threads run: with-worker (each pinned to the core of the server
     /// worker serving its first client) or os (the scheduler decides). Default: with-worker
     /// for --direct with the clients in process, else os.
@@ -128,6 +132,7 @@ impl RudpArgs {
             ),
             server_idle: Some(self.server_idle.clone()),
             server_slice_us: Some(self.server_slice_us),
+            server_pinning: Some(self.server_pinning.clone()),
             client_placement: Some(self.client_placement.clone().unwrap_or_else(|| {
                 let separate = self.clients_process == "separate";
                 default_client_placement(self.direct, separate).into()

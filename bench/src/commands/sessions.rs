@@ -33,6 +33,10 @@ pub struct SessionsArgs {
     /// Server workers' idle strategy: balanced, park or spin.
     #[arg(long, default_value = "balanced", value_parser = ["balanced", "park", "spin"])]
     pub server_idle: String,
+    /// Server workers' core pinning: auto (pinned only when the machine has more cores than
+    /// workers), always or never.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
+    pub server_pinning: String,
     /// Datagram backend of server and clients (clients in a set use mmsg for auto).
     #[arg(long, default_value = "auto", value_parser = ["auto", "uring", "mmsg"])]
     pub backend: String,
@@ -117,6 +121,7 @@ pub fn run(args: &SessionsArgs, global: &Global) -> Result<bool> {
                 clients_per_ip: args.clients_per_ip,
                 io_threads: args.io_threads,
                 server_idle: args.server_idle.clone(),
+                server_pinning: Some(args.server_pinning.clone()),
                 backend: args.backend.clone(),
                 profile: args.profile.clone(),
                 security: args.security.clone(),

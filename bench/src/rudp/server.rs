@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use bytes::Bytes;
 use ricochet::runtime::{
-    Handler, IdleStrategy, IoModel, Server, ServerConfig, ServerContext, SessionId,
+    CorePinning, Handler, IdleStrategy, IoModel, Server, ServerConfig, ServerContext, SessionId,
 };
 use ricochet_platform::BackendKind;
 use ricochet_proto::token::TokenKey;
@@ -118,8 +118,9 @@ pub struct EchoServer {
 impl EchoServer {
     /// Start on `addr` with `io_model` × `threads` workers on `backend` idling as `idle`
     /// (`balanced`, `park` or `spin`) and asking the scheduler for `slice_us` µs slices (0:
-    /// none asked), protocol `endpoint`, admitting clients by token sealed
-    /// with `key` ([`super::run::BENCH_PROTOCOL_ID`]), or insecurely without one.
+    /// none asked), pinned as `pinning` says (`auto`, `always`, `never`), protocol
+    /// `endpoint`, admitting clients by token sealed with `key`
+    /// ([`super::run::BENCH_PROTOCOL_ID`]), or insecurely without one.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         addr: SocketAddr,
@@ -128,6 +129,7 @@ impl EchoServer {
         backend: &str,
         idle: &str,
         slice_us: u64,
+        pinning: &str,
         endpoint: EndpointConfig,
         key: Option<TokenKey>,
         seed: u64,
@@ -142,6 +144,7 @@ impl EchoServer {
         cfg.udp.backend.kind = BackendKind::from_str(backend).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.idle = IdleStrategy::from_str(idle).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.worker_slice = (slice_us > 0).then(|| Duration::from_micros(slice_us));
+        cfg.udp.pinning = CorePinning::from_str(pinning).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.tick = Some(STATS_TICK);
         cfg.endpoint = endpoint.with(|c| c.server = cfg.endpoint.server.take());
         cfg.seed = Some(seed);

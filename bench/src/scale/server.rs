@@ -24,7 +24,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use ricochet::runtime::{
-    Handler, IdleStrategy, Server, ServerConfig, ServerContext, SessionId, WorkerCounters,
+    CorePinning, Handler, IdleStrategy, Server, ServerConfig, ServerContext, SessionId,
+    WorkerCounters,
 };
 use ricochet_platform::BackendKind;
 use serde::{Deserialize, Serialize};
@@ -100,6 +101,8 @@ pub struct ServerSpec {
     pub io_threads: usize,
     /// Idle strategy name (`balanced`, `park`, `spin`).
     pub idle: String,
+    /// Core pinning name (`auto`, `always`, `never`).
+    pub pinning: String,
     /// Backend name (`auto`, `uring`, `mmsg`).
     pub backend: String,
     /// Protocol profile name (`default`, `game`, `bulk`).
@@ -313,6 +316,7 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
         .profile(profile)
         .workers(spec.io_threads)
         .idle(IdleStrategy::from_str(&spec.idle)?)
+        .pinning(CorePinning::from_str(&spec.pinning)?)
         .backend(BackendKind::from_str(&spec.backend)?);
     if let Some(n) = spec.max_sessions {
         cfg = cfg.max_sessions(n);

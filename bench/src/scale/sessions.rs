@@ -38,6 +38,10 @@ pub struct SessionsConfig {
     pub io_threads: usize,
     /// Server idle strategy.
     pub server_idle: String,
+    /// Server core pinning (`auto`, `always`, `never`); absent in runs before the choice
+    /// existed (workers were always pinned).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_pinning: Option<String>,
     /// Backend of server and clients.
     pub backend: String,
     /// Protocol profile of both sides.
@@ -268,6 +272,10 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         bind: "127.0.0.1:0".into(),
         io_threads: cfg.io_threads,
         idle: cfg.server_idle.clone(),
+        pinning: cfg
+            .server_pinning
+            .clone()
+            .unwrap_or_else(|| "always".into()),
         backend: cfg.backend.clone(),
         profile: cfg.profile.clone(),
         max_sessions: None,

@@ -5,7 +5,8 @@ use std::str::FromStr;
 
 use anyhow::{anyhow, Result};
 use ricochet::runtime::{
-    DatagramHandler, IdleStrategy, IoModel, UdpContext, UdpServer, UdpServerConfig, WorkerCounters,
+    CorePinning, DatagramHandler, IdleStrategy, IoModel, UdpContext, UdpServer, UdpServerConfig,
+    WorkerCounters,
 };
 use ricochet_platform::{BackendKind, SocketInfo};
 
@@ -38,7 +39,11 @@ pub fn start(cfg: &UdpConfig, addr: SocketAddr) -> Result<Box<dyn EchoServer>> {
     sc.io_threads = cfg.io_threads;
     sc.idle = IdleStrategy::from_str(&cfg.idle).map_err(|e| anyhow!("{e}"))?;
     sc.backend.kind = BackendKind::from_str(&cfg.backend).map_err(|e| anyhow!("{e}"))?;
-    sc.pin_cores = cfg.pin_cores;
+    sc.pinning = if cfg.pin_cores {
+        CorePinning::Always
+    } else {
+        CorePinning::Never
+    };
     sc.recv_buffer = cfg.recv_buffer;
     sc.send_buffer = cfg.send_buffer;
     let work_ns = cfg.work_ns;

@@ -12,8 +12,9 @@ use super::error::RuntimeError;
 /// How sockets and threads are arranged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum IoModel {
-    /// One worker per core, each pinned, each with its own `SO_REUSEPORT` socket, backend,
-    /// timers and state: nothing shared on the hot path. The production model.
+    /// One worker per core, each with its own `SO_REUSEPORT` socket, backend, timers and
+    /// state: nothing shared on the hot path (pinned to its core as [`CorePinning`] says).
+    /// The production model.
     #[default]
     PerCore,
     /// One socket served by N unpinned threads (each with a backend on a duplicate of the same
@@ -45,6 +46,61 @@ impl FromStr for IoModel {
             "shared" => Ok(IoModel::Shared),
             other => Err(RuntimeError::Config(format!(
                 "unknown IO model {other:?}; expected per-core or shared"
+            ))),
+        }
+    }
+}
+
+/// Whether per-core workers are pinned to cores (shared-model threads never are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum CorePinning {
+    /// Pin while cores are left over for the application's other threads: fewer workers
+    /// than cores. With a worker on every core, a pinned worker shares its core with
+    /// whatever else runs (game logic, a load generator) and the scheduler may move neither,
+    /// so both wait for each other; unpinned, it spreads them over the cores.
+    #[default]
+    Auto,
+    /// Always pin worker `i` to core `i` (modulo the core count).
+    Always,
+    /// Never pin.
+    Never,
+}
+
+impl CorePinning {
+    /// The flag spelling: `auto`, `always` or `never`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CorePinning::Auto => "auto",
+            CorePinning::Always => "always",
+            CorePinning::Never => "never",
+        }
+    }
+
+    /// Whether `workers` per-core workers on a machine of `cores` cores are pinned.
+    pub fn pins(self, workers: usize, cores: usize) -> bool {
+        match self {
+            CorePinning::Auto => workers < cores,
+            CorePinning::Always => true,
+            CorePinning::Never => false,
+        }
+    }
+}
+
+impl fmt::Display for CorePinning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CorePinning {
+    type Err = RuntimeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(CorePinning::Auto),
+            "always" | "true" => Ok(CorePinning::Always),
+            "never" | "false" => Ok(CorePinning::Never),
+            other => Err(RuntimeError::Config(format!(
+                "unknown core pinning {other:?}; expected auto, always or never"
             ))),
         }
     }
@@ -122,8 +178,9 @@ pub struct UdpServerConfig {
     /// With [`IdleStrategy::Balanced`]: how long to keep polling after the last work (when
     /// recent idle gaps were short enough for spinning to pay).
     pub spin_for: Duration,
-    /// Pin per-core workers to cores (shared-model threads are never pinned).
-    pub pin_cores: bool,
+    /// Whether per-core workers are pinned to cores ([`CorePinning::Auto`] by default: only
+    /// when there are more cores than workers).
+    pub pinning: CorePinning,
     /// The scheduler time slice each worker thread asks for
     /// ([`ricochet_platform::sched::request_time_slice`]; Linux 6.12 and later, elsewhere
     /// nothing happens). A worker that wakes for every datagram and runs for microseconds is
@@ -167,7 +224,7 @@ impl UdpServerConfig {
             send_buffer: Some(4 << 20),
             idle: IdleStrategy::Balanced,
             spin_for: Duration::from_micros(50),
-            pin_cores: true,
+            pinning: CorePinning::Auto,
             worker_slice: Some(Duration::from_micros(100)),
             tick: None,
             send_batch: 1024,

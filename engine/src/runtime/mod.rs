@@ -6,7 +6,8 @@
 //! Replies queue in the send batch and go out with the next poll: one submission per turn.
 //!
 //! Two [`IoModel`]s run the same worker loop:
-//! - `per-core`: one pinned worker per core, each with its own `SO_REUSEPORT` socket;
+//! - `per-core`: one worker per core, each with its own `SO_REUSEPORT` socket (pinned as
+//!   [`CorePinning`] says);
 //! - `shared`: one socket served by N unpinned threads (the baseline it is measured against).
 
 mod config;
@@ -19,7 +20,7 @@ pub mod timer;
 mod udp;
 mod worker;
 
-pub use config::{IdleStrategy, IoModel, UdpServerConfig};
+pub use config::{CorePinning, IdleStrategy, IoModel, UdpServerConfig};
 pub use counters::WorkerCounters;
 pub use error::RuntimeError;
 pub use rtt::RttPercentiles;

@@ -62,7 +62,7 @@ use ricochet_proto::{
     ServerConfig as ListenConfig, TokenAdmission, TokenLedger, UsedTokens,
 };
 
-use super::config::{IdleStrategy, IoModel, UdpServerConfig};
+use super::config::{CorePinning, IdleStrategy, IoModel, UdpServerConfig};
 use super::counters::WorkerCounters;
 use super::error::RuntimeError;
 use super::placement::{
@@ -206,6 +206,13 @@ impl ServerConfig {
     /// What idle workers do ([`IdleStrategy::Balanced`] by default).
     pub fn idle(mut self, idle: IdleStrategy) -> Self {
         self.udp.idle = idle;
+        self
+    }
+
+    /// Whether workers are pinned to cores ([`CorePinning::Auto`] by default: only when the
+    /// machine has more cores than workers, so the application's own threads keep a core).
+    pub fn pinning(mut self, pinning: CorePinning) -> Self {
+        self.udp.pinning = pinning;
         self
     }
 

@@ -483,8 +483,13 @@ impl WorkerSet {
         config.validate()?;
         let n = config.resolved_threads();
         let sockets = bind_sockets(config, n, steering)?;
-        let cores = if config.pin_cores && config.io_model == IoModel::PerCore {
-            core_affinity::get_core_ids().unwrap_or_default()
+        let cores = if config.io_model == IoModel::PerCore {
+            let cores = core_affinity::get_core_ids().unwrap_or_default();
+            if config.pinning.pins(n, cores.len()) {
+                cores
+            } else {
+                Vec::new()
+            }
         } else {
             Vec::new()
         };
