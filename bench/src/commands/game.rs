@@ -43,6 +43,10 @@ pub struct GameArgs {
     /// workers), always or never.
     #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub server_pinning: String,
+    /// Scheduler time slice the server workers ask for, in µs (Linux 6.12+); 0 asks for none
+    /// (the scheduler's default slice). Default: the runtime's.
+    #[arg(long)]
+    pub server_slice_us: Option<u64>,
     /// Server sessions hold the ACK of a player's input until the next tick, where it rides
     /// the snapshot (`max_ack_delay` = one tick + 1 ms, `ack_frequency` 8) instead of leaving
     /// in a datagram of its own: one datagram each way per player per tick.
@@ -172,6 +176,7 @@ pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
                     io_threads: args.io_threads,
                     server_idle: args.server_idle.clone(),
                     server_pinning: Some(args.server_pinning.clone()),
+                    server_slice_us: args.server_slice_us,
                     acks_on_tick: args.acks_on_tick,
                     backend: args.backend.clone(),
                     profile: args.profile.clone(),

@@ -37,6 +37,10 @@ pub struct SessionsArgs {
     /// workers), always or never.
     #[arg(long, default_value = "auto", value_parser = ["auto", "always", "never"])]
     pub server_pinning: String,
+    /// Scheduler time slice the server workers ask for, in µs (Linux 6.12+); 0 asks for none
+    /// (the scheduler's default slice). Default: the runtime's.
+    #[arg(long)]
+    pub server_slice_us: Option<u64>,
     /// Datagram backend of server and clients (clients in a set use mmsg for auto).
     #[arg(long, default_value = "auto", value_parser = ["auto", "uring", "mmsg"])]
     pub backend: String,
@@ -122,6 +126,7 @@ pub fn run(args: &SessionsArgs, global: &Global) -> Result<bool> {
                 io_threads: args.io_threads,
                 server_idle: args.server_idle.clone(),
                 server_pinning: Some(args.server_pinning.clone()),
+                server_slice_us: args.server_slice_us,
                 backend: args.backend.clone(),
                 profile: args.profile.clone(),
                 security: args.security.clone(),

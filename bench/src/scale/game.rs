@@ -54,6 +54,10 @@ pub struct GameConfig {
     /// existed (workers were always pinned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_pinning: Option<String>,
+    /// Scheduler time slice the server workers ask for, µs (0: none asked); absent: the
+    /// runtime's default (100 µs since it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_slice_us: Option<u64>,
     /// Server sessions hold input ACKs until the next tick (`bench game --acks-on-tick`);
     /// absent (false) in runs before it existed.
     #[serde(default)]
@@ -192,6 +196,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
             .server_pinning
             .clone()
             .unwrap_or_else(|| "always".into()),
+        slice_us: cfg.server_slice_us,
         backend: cfg.backend.clone(),
         profile: cfg.profile.clone(),
         max_sessions: None,

@@ -103,6 +103,9 @@ pub struct ServerSpec {
     pub idle: String,
     /// Core pinning name (`auto`, `always`, `never`).
     pub pinning: String,
+    /// Scheduler time slice the workers ask for, µs (`None`: the runtime's default; 0: none
+    /// asked).
+    pub slice_us: Option<u64>,
     /// Backend name (`auto`, `uring`, `mmsg`).
     pub backend: String,
     /// Protocol profile name (`default`, `game`, `bulk`).
@@ -318,6 +321,9 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
         .idle(IdleStrategy::from_str(&spec.idle)?)
         .pinning(CorePinning::from_str(&spec.pinning)?)
         .backend(BackendKind::from_str(&spec.backend)?);
+    if let Some(us) = spec.slice_us {
+        cfg.udp.worker_slice = (us > 0).then(|| Duration::from_micros(us));
+    }
     if let Some(n) = spec.max_sessions {
         cfg = cfg.max_sessions(n);
     }

@@ -42,6 +42,10 @@ pub struct SessionsConfig {
     /// existed (workers were always pinned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_pinning: Option<String>,
+    /// Scheduler time slice the server workers ask for, µs (0: none asked); absent: the
+    /// runtime's default (100 µs since it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_slice_us: Option<u64>,
     /// Backend of server and clients.
     pub backend: String,
     /// Protocol profile of both sides.
@@ -276,6 +280,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
             .server_pinning
             .clone()
             .unwrap_or_else(|| "always".into()),
+        slice_us: cfg.server_slice_us,
         backend: cfg.backend.clone(),
         profile: cfg.profile.clone(),
         max_sessions: None,
