@@ -249,7 +249,7 @@ impl ClientSet {
                 });
             }
             // Handshake replies call for no acknowledgement: `update` sends what they did.
-            self.step((deadline - now).min(Duration::from_millis(50)))?;
+            self.turn((deadline - now).min(Duration::from_millis(50)), true)?;
         }
     }
 
@@ -331,6 +331,13 @@ impl ClientSet {
     /// System calls per turn: one send per member with output, one wait for the whole set,
     /// and one receive per member that became ready.
     pub fn step(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
+        self.turn(timeout, false)
+    }
+
+    /// [`Self::step`]; with `ignore_events`, queued events do not cut the wait short (a caller
+    /// that leaves them for the application, such as [`Self::wait_connected`], would
+    /// otherwise spin on them).
+    fn turn(&mut self, timeout: Duration, ignore_events: bool) -> Result<(), ClientSetError> {
         if let Some(e) = self.deferred.take() {
             return Err(e);
         }
@@ -366,7 +373,7 @@ impl ClientSet {
         }
         self.touched_scratch(touched);
         // One wait for the whole set; only a look when some member has news already.
-        let wait = if urgent || !self.with_events.is_empty() {
+        let wait = if urgent || (!ignore_events && !self.with_events.is_empty()) {
             Duration::ZERO
         } else {
             let now = Instant::now();
