@@ -49,7 +49,22 @@ pub(super) fn render(cx: &mut Ctx) -> Result<()> {
 }
 
 fn sessions(cx: &mut Ctx) -> Result<()> {
-    let Some((path, file)) = newest(cx.inputs, "sessions") else {
+    // The newest file with an echo (the charts plot echo runs); else the newest of any mode.
+    let with_echo = cx
+        .inputs
+        .files
+        .iter()
+        .filter_map(|(p, i)| match i {
+            Input::Bench(f)
+                if f.kind == "sessions"
+                    && f.sessions_runs.iter().any(|r| r.config.mode == "echo") =>
+            {
+                Some((p.as_str(), f))
+            }
+            _ => None,
+        })
+        .max_by(|a, b| (a.1.created_unix_s, a.0).cmp(&(b.1.created_unix_s, b.0)));
+    let Some((path, file)) = with_echo.or_else(|| newest(cx.inputs, "sessions")) else {
         cx.section(
             "sessions",
             "No `bench sessions` result under `results/` yet.\n".into(),
@@ -136,8 +151,86 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
         body.push_str(&cx.chart(c, "server RSS per session against the session count"));
     }
     let _ = writeln!(body, "\nCommand: `{}`", file.command_line.replace('`', "'"));
+    body.push_str(&same_day_sessions(cx.inputs, &path));
     cx.section("sessions", body);
     Ok(())
+}
+
+/// Every other `bench sessions` file of the newest one's directory (one host, one day, so one
+/// boot of the machine most likely): a row per case, with its workers, pinning and command.
+fn same_day_sessions(inputs: &super::Inputs, newest: &str) -> String {
+    let dir = |p: &str| {
+        p.rsplit_once('/')
+            .map_or(String::new(), |(d, _)| d.to_string())
+    };
+    let mut files: Vec<(&str, &crate::schema::ResultFile)> = inputs
+        .files
+        .iter()
+        .filter_map(|(p, i)| match i {
+            Input::Bench(f) if f.kind == "sessions" && p != newest && dir(p) == dir(newest) => {
+                Some((p.as_str(), f))
+            }
+            _ => None,
+        })
+        .collect();
+    if files.is_empty() {
+        return String::new();
+    }
+    files.sort_by_key(|(p, f)| (f.created_unix_s, *p));
+    let mut rows = Vec::new();
+    let mut commands = String::new();
+    for (p, f) in &files {
+        let name = p.rsplit('/').next().unwrap_or(p);
+        let _ = writeln!(
+            commands,
+            "- `{name}`: `{}`",
+            f.command_line.replace('`', "'")
+        );
+        let mut keys: Vec<(usize, String, usize, String, String)> = Vec::new();
+        for r in &f.sessions_runs {
+            let c = &r.config;
+            let k = (
+                c.clients,
+                c.mode.clone(),
+                c.io_threads,
+                c.server_pinning.clone().unwrap_or_else(|| "always".into()),
+                c.security.clone(),
+            );
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        for k in &keys {
+            let rs: Vec<&SessionsRun> = f
+                .sessions_runs
+                .iter()
+                .filter(|r| {
+                    let c = &r.config;
+                    (
+                        c.clients,
+                        c.mode.clone(),
+                        c.io_threads,
+                        c.server_pinning.clone().unwrap_or_else(|| "always".into()),
+                        c.security.clone(),
+                    ) == *k
+                })
+                .collect();
+            let mut row = vec![
+                format!("`{name}`"),
+                thousands(k.0 as u64),
+                format!("{}, {} × {}, {}", k.1, k.2, k.3, k.4),
+            ];
+            row.extend(summary_cells(&rs));
+            rows.push(row);
+        }
+    }
+    let mut header = vec!["file", "clients", "mode, workers × pinning, security"];
+    header.extend(SUMMARY_COLUMNS);
+    format!(
+        "\nThe other `bench sessions` runs of that day, same host (medians over each file's \
+         rounds):\n\n{}\n{commands}",
+        md_table(&header, 3, &rows)
+    )
 }
 
 fn game(cx: &mut Ctx) -> Result<()> {
