@@ -265,3 +265,25 @@ impl UdpServerConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_pins_only_with_cores_to_spare() {
+        assert!(!CorePinning::Auto.pins(2, 2), "a worker on every core");
+        assert!(!CorePinning::Auto.pins(4, 2), "more workers than cores");
+        assert!(CorePinning::Auto.pins(1, 2));
+        assert!(CorePinning::Always.pins(2, 2));
+        assert!(!CorePinning::Never.pins(1, 8));
+        for p in [CorePinning::Auto, CorePinning::Always, CorePinning::Never] {
+            assert_eq!(p.as_str().parse::<CorePinning>().ok(), Some(p));
+        }
+        assert!("sometimes".parse::<CorePinning>().is_err());
+        assert_eq!(
+            UdpServerConfig::new("127.0.0.1:0".parse().unwrap()).pinning,
+            CorePinning::Auto
+        );
+    }
+}
