@@ -51,7 +51,9 @@
 //! until the session is busy ([`HOLD_AFTER`] packets sealed and opened within [`HOLD_WINDOW`]);
 //! from then on the keys are held, until the connection trims its idle state
 //! ([`Protection::release_keys`]). A quiet session pays a derivation per packet, a few a
-//! second; a busy one pays one per key generation.
+//! second; a busy one pays one per key generation. Every packet counts, forged ones too,
+//! before it is opened: forgeries aimed at a quiet session cost it fewer than
+//! [`HOLD_AFTER`] derivations a second before its keys are held.
 //!
 //! # Receiving
 //!
@@ -358,8 +360,8 @@ impl ReplayWindow {
 }
 
 /// The key generations in use in one space (at most three: a receiver may see the previous,
-/// the current and the next one, and holding all three means a forged packet can make it
-/// derive each at most once).
+/// the current and the next one, and holding all three means that, once the keys are held,
+/// a forged packet can make it derive each at most once).
 type KeySlots = [Option<(u64, PacketKey)>; 3];
 
 /// One direction's keys: the session key they derive from, and the generations in use per
