@@ -30,11 +30,20 @@ fn newest<'a>(
     inputs: &'a super::Inputs,
     kind: &str,
 ) -> Option<(&'a str, &'a crate::schema::ResultFile)> {
+    newest_where(inputs, kind, |_| true)
+}
+
+/// The newest file of `kind` that `keep` accepts.
+fn newest_where<'a>(
+    inputs: &'a super::Inputs,
+    kind: &str,
+    keep: impl Fn(&crate::schema::ResultFile) -> bool,
+) -> Option<(&'a str, &'a crate::schema::ResultFile)> {
     inputs
         .files
         .iter()
         .filter_map(|(p, i)| match i {
-            Input::Bench(f) if f.kind == kind => Some((p.as_str(), f)),
+            Input::Bench(f) if f.kind == kind && keep(f) => Some((p.as_str(), f)),
             _ => None,
         })
         .max_by(|a, b| (a.1.created_unix_s, a.0).cmp(&(b.1.created_unix_s, b.0)))
@@ -50,20 +59,9 @@ pub(super) fn render(cx: &mut Ctx) -> Result<()> {
 
 fn sessions(cx: &mut Ctx) -> Result<()> {
     // The newest file with an echo (the charts plot echo runs); else the newest of any mode.
-    let with_echo = cx
-        .inputs
-        .files
-        .iter()
-        .filter_map(|(p, i)| match i {
-            Input::Bench(f)
-                if f.kind == "sessions"
-                    && f.sessions_runs.iter().any(|r| r.config.mode == "echo") =>
-            {
-                Some((p.as_str(), f))
-            }
-            _ => None,
-        })
-        .max_by(|a, b| (a.1.created_unix_s, a.0).cmp(&(b.1.created_unix_s, b.0)));
+    let with_echo = newest_where(cx.inputs, "sessions", |f| {
+        f.sessions_runs.iter().any(|r| r.config.mode == "echo")
+    });
     let Some((path, file)) = with_echo.or_else(|| newest(cx.inputs, "sessions")) else {
         cx.section(
             "sessions",
@@ -186,35 +184,25 @@ fn same_day_sessions(inputs: &super::Inputs, newest: &str) -> String {
             "- `{name}`: `{}`",
             f.command_line.replace('`', "'")
         );
-        let mut keys: Vec<(usize, String, usize, String, String)> = Vec::new();
-        for r in &f.sessions_runs {
+        let key = |r: &SessionsRun| {
             let c = &r.config;
-            let k = (
+            (
                 c.clients,
                 c.mode.clone(),
                 c.io_threads,
                 c.server_pinning.clone().unwrap_or_else(|| "always".into()),
                 c.security.clone(),
-            );
+            )
+        };
+        let mut keys = Vec::new();
+        for r in &f.sessions_runs {
+            let k = key(r);
             if !keys.contains(&k) {
                 keys.push(k);
             }
         }
         for k in &keys {
-            let rs: Vec<&SessionsRun> = f
-                .sessions_runs
-                .iter()
-                .filter(|r| {
-                    let c = &r.config;
-                    (
-                        c.clients,
-                        c.mode.clone(),
-                        c.io_threads,
-                        c.server_pinning.clone().unwrap_or_else(|| "always".into()),
-                        c.security.clone(),
-                    ) == *k
-                })
-                .collect();
+            let rs: Vec<&SessionsRun> = f.sessions_runs.iter().filter(|r| key(r) == *k).collect();
             let mut row = vec![
                 format!("`{name}`"),
                 thousands(k.0 as u64),
