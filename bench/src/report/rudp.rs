@@ -179,7 +179,7 @@ fn mib(kib: f64) -> String {
 }
 
 /// Header of the per-case tables.
-const CASE_HEADER: [&str; 17] = [
+const CASE_HEADER: [&str; 18] = [
     "policy",
     "condition",
     "IO model",
@@ -190,6 +190,7 @@ const CASE_HEADER: [&str; 17] = [
     "p50 ms",
     "p99 ms median (min–max)",
     "p99.9 ms",
+    "max ms median (min–max)",
     "CPU µs / rt",
     "wire overhead %",
     "retx / 1,000",
@@ -227,6 +228,7 @@ fn case_row(c: &Case) -> Vec<String> {
                 median(s.p50_us, ms),
                 spread(s.p99_us, ms),
                 median(s.p999_us, ms),
+                spread(s.max_us, ms),
                 median(s.cpu_us_per_round_trip, f1),
                 median(s.wire_overhead_percent, f1),
                 median(s.retransmitted_per_1000, f1),
@@ -245,7 +247,7 @@ fn case_row(c: &Case) -> Vec<String> {
             ]);
         }
         Err(why) => {
-            row.extend((0..10).map(|_| "-".to_string()));
+            row.extend((0..11).map(|_| "-".to_string()));
             let kind = if why.starts_with("incomplete") {
                 "INCOMPLETE"
             } else {
