@@ -887,6 +887,12 @@ pub struct RudpCase {
     pub summary: RudpSummary,
 }
 
+/// The server pinning a run's `server_pinning` field names; absent in files from before the
+/// choice existed, when per-core workers were always pinned.
+pub fn server_pinning(recorded: Option<&str>) -> &str {
+    recorded.unwrap_or("always")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -190,7 +190,7 @@ fn same_day_sessions(inputs: &super::Inputs, newest: &str) -> String {
                 c.clients,
                 c.mode.clone(),
                 c.io_threads,
-                c.server_pinning.clone().unwrap_or_else(|| "always".into()),
+                crate::schema::server_pinning(c.server_pinning.as_deref()).to_string(),
                 c.security.clone(),
             )
         };

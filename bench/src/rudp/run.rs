@@ -488,7 +488,7 @@ fn run_round_inner(cfg: &RudpConfig) -> Result<RudpRun> {
         &cfg.backend,
         cfg.server_idle.as_deref().unwrap_or(DEFAULT_SERVER_IDLE),
         cfg.server_slice_us.unwrap_or(DEFAULT_SERVER_SLICE_US),
-        cfg.server_pinning.as_deref().unwrap_or("always"),
+        crate::schema::server_pinning(cfg.server_pinning.as_deref()),
         endpoint.clone(),
         key.clone(),
         cfg.seed,

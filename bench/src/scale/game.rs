@@ -192,10 +192,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         bind: "127.0.0.1:0".into(),
         io_threads: cfg.io_threads,
         idle: cfg.server_idle.clone(),
-        pinning: cfg
-            .server_pinning
-            .clone()
-            .unwrap_or_else(|| "always".into()),
+        pinning: crate::schema::server_pinning(cfg.server_pinning.as_deref()).into(),
         slice_us: cfg.server_slice_us,
         backend: cfg.backend.clone(),
         profile: cfg.profile.clone(),

@@ -208,9 +208,10 @@ pub struct UdpServerConfig {
 }
 
 impl UdpServerConfig {
-    /// Defaults for a server on `bind`: per-core, one worker per core, automatic backend,
-    /// 4 MiB socket buffers requested, balanced idling (50 µs spin), no tick, GSO coalescing
-    /// and GRO receive on where the kernel supports them.
+    /// Defaults for a server on `bind`: per-core, one worker per core (pinned only when cores
+    /// are left over: [`CorePinning::Auto`]), automatic backend, 4 MiB socket buffers
+    /// requested, balanced idling (50 µs spin), no tick, GSO coalescing and GRO receive on
+    /// where the kernel supports them.
     pub fn new(bind: SocketAddr) -> Self {
         UdpServerConfig {
             bind,
