@@ -771,6 +771,8 @@ impl Backend for UringBackend {
         self.prepare()?;
         // Once the socket buffer is full, stop sending for this poll and just wait.
         let mut may_send = true;
+        // A poll that must not wait may still re-arm an ended receive once (below).
+        let mut rearmed = false;
         loop {
             let sends = if may_send && !send.is_empty() {
                 self.queue_sends(send)?
@@ -818,6 +820,15 @@ impl Backend for UringBackend {
                 (Some(_), None) => false,
             };
             if expired {
+                // The multishot receive ended in this poll (its provided buffers ran out,
+                // typically, when a batch filled them) and brought nothing: re-arm it and look
+                // once more, or a poll that does not wait would report an empty socket while
+                // datagrams are queued in it, until the next poll.
+                if timeout == Some(Duration::ZERO) && !self.recv_armed && !rearmed {
+                    rearmed = true;
+                    self.prepare()?;
+                    continue;
+                }
                 break;
             }
             // The multishot receive or the wake poll may have ended (e.g. the ring ran dry):
