@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ricochet::platform::BackendKind;
 use ricochet::proto::token::{ConnectToken, TokenKey, TokenParams};
-use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
+use ricochet::runtime::{Handler, IdleStrategy, Server, ServerConfig, ServerContext, SessionId};
 use ricochet::{Client, ClientConfig, ClientEvent, ClientSet, CloseReason, IoModel};
 
 const PROTOCOL_ID: u64 = 0x7465_7374;
@@ -133,6 +133,60 @@ fn echo_on_reliable_channels_both_models_every_backend() {
             }
             srv.shutdown().unwrap();
         }
+    }
+}
+
+#[test]
+fn server_reading_on_its_tick_connects_and_echoes_every_backend() {
+    for backend in backends() {
+        let mut cfg = secure_cfg()
+            .tick(Duration::from_millis(20))
+            .idle(IdleStrategy::Tick);
+        cfg.udp.io_threads = 1;
+        cfg.udp.backend.kind = backend;
+        let srv = Server::start(cfg, |_| Echo).unwrap();
+        let mut c = client(srv.local_addr());
+        // A large message takes several windows, each acknowledged at a server tick.
+        echo_all(&mut c, 0, &[message(0, 256 * 1024)]);
+        // Then a game client's pattern: a small input every 2 ms. A worker that woke for each
+        // datagram would turn at least once per input.
+        const INPUTS: usize = 60;
+        let mut echoed = 0;
+        for i in 0..INPUTS {
+            c.send(0, Bytes::from(message(i, 32))).unwrap();
+            c.wait(Duration::from_millis(2)).unwrap();
+            while let Some(e) = c.poll_event() {
+                if matches!(e, ClientEvent::Message { .. }) {
+                    echoed += 1;
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while echoed < INPUTS {
+            assert!(
+                Instant::now() < deadline,
+                "{backend}: {echoed}/{INPUTS} echoed"
+            );
+            c.wait(Duration::from_millis(5)).unwrap();
+            while let Some(e) = c.poll_event() {
+                if matches!(e, ClientEvent::Message { .. }) {
+                    echoed += 1;
+                }
+            }
+        }
+        // Close first, so the server's shutdown has no session left to wait for.
+        c.close();
+        let closing = Instant::now();
+        while closing.elapsed() < Duration::from_millis(100) {
+            let _ = c.wait(Duration::from_millis(5));
+        }
+        let counters = srv.shutdown().unwrap();
+        let turns: u64 = counters.iter().map(|w| w.loop_turns).sum();
+        let ticks: u64 = counters.iter().map(|w| w.ticks).sum();
+        assert!(
+            turns < INPUTS as u64,
+            "{backend}: {turns} loop turns over {ticks} ticks for {INPUTS} inputs"
+        );
     }
 }
 

@@ -199,6 +199,120 @@ fn tick_hook_runs_while_parked() {
     server.shutdown().unwrap();
 }
 
+/// Echoes, and counts ticks, so a test can tell a datagram's reply from the tick it waited for.
+struct TickEcho(Arc<AtomicU64>);
+impl DatagramHandler for TickEcho {
+    fn on_datagram(&mut self, ctx: &mut UdpContext<'_>, from: SocketAddr, data: &[u8]) {
+        let mut reply = data.to_vec();
+        reply.extend_from_slice(&self.0.load(Ordering::SeqCst).to_le_bytes());
+        ctx.send(from, &reply).expect("echo reply queued");
+    }
+    fn on_tick(&mut self, _ctx: &mut UdpContext<'_>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn tick_strategy_reads_datagrams_once_per_tick_on_every_backend() {
+    for backend in local_backends() {
+        let ticks = Arc::new(AtomicU64::new(0));
+        let t = ticks.clone();
+        let mut cfg = config(IoModel::PerCore, 1, backend);
+        cfg.idle = IdleStrategy::Tick;
+        cfg.tick = Some(Duration::from_millis(40));
+        let server = UdpServer::start(cfg, move |_| TickEcho(t.clone())).unwrap();
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // 30 datagrams over about 90 ms: a worker that woke for each would turn 30 times.
+        const N: u32 = 30;
+        for i in 0..N {
+            sock.send_to(&i.to_le_bytes(), server.local_addr()).unwrap();
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        let mut buf = [0u8; 64];
+        let mut seen = HashSet::new();
+        let mut tick_of = Vec::new();
+        while seen.len() < N as usize {
+            let (n, _) = sock.recv_from(&mut buf).expect("every echo comes back");
+            assert_eq!(n, 12, "{backend}: echo plus the tick count");
+            seen.insert(u32::from_le_bytes(buf[..4].try_into().unwrap()));
+            tick_of.push(u64::from_le_bytes(buf[4..12].try_into().unwrap()));
+        }
+        let counters = server.shutdown().unwrap();
+        let turns: u64 = counters.iter().map(|c| c.loop_turns).sum();
+        let ticks_run: u64 = counters.iter().map(|c| c.ticks).sum();
+        // Each tick wakes the worker once and drains in a turn or two; stray timers and the
+        // stop add a few. Waking per datagram would be at least N turns.
+        assert!(
+            turns < u64::from(N) && turns <= 3 * ticks_run + 6,
+            "{backend}: {turns} loop turns for {ticks_run} ticks and {N} datagrams"
+        );
+        // Datagrams were read in batches right after ticks: a few tick counts, not N.
+        tick_of.dedup();
+        assert!(
+            tick_of.len() <= 6,
+            "{backend}: replies came in {} groups: {tick_of:?}",
+            tick_of.len()
+        );
+    }
+}
+
+#[test]
+fn tick_strategy_drains_more_than_a_receive_batch_per_tick_on_every_backend() {
+    for backend in local_backends() {
+        let ticks = Arc::new(AtomicU64::new(0));
+        let t = ticks.clone();
+        let mut cfg = config(IoModel::PerCore, 1, backend);
+        cfg.idle = IdleStrategy::Tick;
+        cfg.tick = Some(Duration::from_millis(20));
+        let server = UdpServer::start(cfg, move |_| TickEcho(t.clone())).unwrap();
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // Many times the backend's receive batch between two ticks, well within the socket
+        // buffer: every one is read at the next tick, none waits for later ticks.
+        const N: u32 = 1_000;
+        for i in 0..N {
+            sock.send_to(&i.to_le_bytes(), server.local_addr()).unwrap();
+        }
+        let mut buf = [0u8; 64];
+        let mut tick_of = Vec::new();
+        while (tick_of.len() as u32) < N {
+            let n = match sock.recv_from(&mut buf) {
+                Ok((n, _)) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => panic!("{backend}: {} of {N} echoes came back: {e}", tick_of.len()),
+            };
+            assert_eq!(n, 12);
+            tick_of.push(u64::from_le_bytes(buf[4..12].try_into().unwrap()));
+        }
+        tick_of.dedup();
+        assert!(
+            tick_of.len() <= 2,
+            "{backend}: {N} datagrams sent at once were read over ticks {tick_of:?}"
+        );
+        server.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn tick_strategy_stops_promptly_with_a_long_tick() {
+    let ticks = Arc::new(AtomicU64::new(0));
+    let t = ticks.clone();
+    let mut cfg = config(IoModel::PerCore, 2, BackendKind::Auto);
+    cfg.idle = IdleStrategy::Tick;
+    cfg.tick = Some(Duration::from_secs(30));
+    let server = UdpServer::start(cfg, move |_| TickEcho(t.clone())).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let began = Instant::now();
+    server.shutdown().unwrap();
+    // The stop unparks the sleeping workers; without that it would wait out the 30 s tick.
+    assert!(
+        began.elapsed() < Duration::from_secs(10),
+        "stop took {:?}",
+        began.elapsed()
+    );
+}
+
 #[test]
 fn bad_configuration_is_a_clear_error() {
     let mut cfg = config(IoModel::PerCore, 1, BackendKind::Auto);
@@ -208,6 +322,11 @@ fn bad_configuration_is_a_clear_error() {
     assert!("sideways".parse::<IoModel>().is_err());
     assert_eq!("per-core".parse::<IoModel>().unwrap(), IoModel::PerCore);
     assert_eq!("spin".parse::<IdleStrategy>().unwrap(), IdleStrategy::Spin);
+    assert_eq!("tick".parse::<IdleStrategy>().unwrap(), IdleStrategy::Tick);
+    let mut cfg = config(IoModel::PerCore, 1, BackendKind::Auto);
+    cfg.idle = IdleStrategy::Tick;
+    let err = UdpServer::start(cfg, |_| Echo).unwrap_err();
+    assert!(err.to_string().contains("UdpServerConfig::tick"), "{err}");
 }
 
 #[test]

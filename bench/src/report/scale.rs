@@ -294,11 +294,12 @@ fn game(cx: &mut Ctx) -> Result<()> {
          per tick on the reliable-ordered channel; all players in one `ClientSet` on one thread. \
          Latency is from the server's tick to the player's receive, on the host's monotonic \
          clock. Late/skipped: ticks more than half a period late, and due times that passed \
-         without a tick, over both workers. µs/tick: server process CPU per tick period.{}\n\n",
+         without a tick, over both workers. µs/tick: server process CPU per tick period.{}{}\n\n",
         file.created_utc,
         file.host
             .load_average
             .map_or("unknown".into(), |l| format!("{:.1}", l[0])),
+        game_idle_note(&runs),
         if runs.iter().any(|r| r.config.acks_on_tick) {
             " The server's sessions held input ACKs until the next tick (`--acks-on-tick`): \
              they ride the snapshots."
@@ -374,4 +375,21 @@ fn memory(cx: &mut Ctx) {
         }
     };
     cx.section("session-memory", body);
+}
+
+/// How the game runs' server workers idled (`--server-idle`), in a sentence.
+fn game_idle_note(runs: &[GameRun]) -> String {
+    let mut idles: Vec<&str> = runs.iter().map(|r| r.config.server_idle.as_str()).collect();
+    idles.sort_unstable();
+    idles.dedup();
+    match idles.as_slice() {
+        ["tick"] => " Server workers idle with `tick`: they sleep until the tick and read every \
+                     input that came meanwhile in one batch, so a received input waits up to a \
+                     tick (as it would for the game's next tick anyway)."
+            .into(),
+        [one] => {
+            format!(" Server workers idle with `{one}` (they read each datagram as it arrives).")
+        }
+        many => format!(" Server idle strategies: {}.", many.join(", ")),
+    }
 }

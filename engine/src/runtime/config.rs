@@ -123,15 +123,28 @@ pub enum IdleStrategy {
     /// holds its core from the game's or a load generator's threads while it only waits.
     #[default]
     Balanced,
+    /// Sleep until the next tick or session timer without waking for datagrams, then read
+    /// everything that arrived meanwhile in one batch: one wake-up per tick instead of one per
+    /// datagram. For a server whose handler acts on its tick (a game server that applies
+    /// inputs and sends snapshots in `on_tick`), where reading an input the moment it arrives
+    /// gains nothing because the game would have applied it at the next tick anyway.
+    ///
+    /// What waits: every received datagram, up to one tick (handshakes, and the ACKs of the
+    /// reliable data they carry, which then ride the tick's own sends). A peer's RTT samples
+    /// include that hold, up to one tick. Timers (retransmissions, keepalives, handshake
+    /// retries), messages from the application's other threads and a stop wake the worker as
+    /// usual. Needs [`UdpServerConfig::tick`]; a server without one refuses to start.
+    Tick,
 }
 
 impl IdleStrategy {
-    /// The flag spelling: `spin`, `park` or `balanced`.
+    /// The flag spelling: `spin`, `park`, `balanced` or `tick`.
     pub fn as_str(self) -> &'static str {
         match self {
             IdleStrategy::Spin => "spin",
             IdleStrategy::Park => "park",
             IdleStrategy::Balanced => "balanced",
+            IdleStrategy::Tick => "tick",
         }
     }
 }
@@ -149,8 +162,9 @@ impl FromStr for IdleStrategy {
             "spin" => Ok(IdleStrategy::Spin),
             "park" => Ok(IdleStrategy::Park),
             "balanced" => Ok(IdleStrategy::Balanced),
+            "tick" => Ok(IdleStrategy::Tick),
             other => Err(RuntimeError::Config(format!(
-                "unknown idle strategy {other:?}; expected spin, park or balanced"
+                "unknown idle strategy {other:?}; expected spin, park, balanced or tick"
             ))),
         }
     }
@@ -190,7 +204,8 @@ pub struct UdpServerConfig {
     /// slice lets it preempt such work when it wakes; it does not raise its share of the CPU.
     /// `None` keeps the scheduler's default.
     pub worker_slice: Option<Duration>,
-    /// Period of the handler's `on_tick`; `None` for no ticks.
+    /// Period of the handler's `on_tick`; `None` for no ticks. A server that acts on its tick
+    /// pairs it with [`IdleStrategy::Tick`].
     pub tick: Option<Duration>,
     /// Most sends a worker queues before it submits them.
     pub send_batch: usize,
@@ -256,6 +271,13 @@ impl UdpServerConfig {
         }
         if self.tick == Some(Duration::ZERO) {
             return Err(RuntimeError::Config("tick must be longer than zero".into()));
+        }
+        if self.idle == IdleStrategy::Tick && self.tick.is_none() {
+            return Err(RuntimeError::Config(
+                "idle strategy `tick` needs a tick: set UdpServerConfig::tick \
+                 (ServerConfig::tick), or choose another idle strategy"
+                    .into(),
+            ));
         }
         if self.io_threads > 1024 {
             return Err(RuntimeError::Config(format!(

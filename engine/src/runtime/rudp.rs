@@ -218,12 +218,18 @@ impl ServerConfig {
 
     /// Call [`Handler::on_tick`] every `tick` on every worker.
     ///
-    /// A tick-driven game can let the ACKs of its players' reliable inputs ride the next
-    /// tick's snapshots instead of leaving in datagrams of their own (one datagram each way
-    /// per player per tick: about half the server's sends) by holding them up to a tick:
-    /// `.session(|c| { c.max_ack_delay = tick + Duration::from_millis(1); c.ack_frequency = 8 })`.
-    /// The ACK reports the hold and the players' RTT estimates grow by it, so a lost input is
-    /// resent up to a tick later.
+    /// A tick-driven game server wants `.idle(IdleStrategy::Tick)` with it: each worker sleeps
+    /// until its tick and reads every datagram that came meanwhile in one go, so it wakes once
+    /// per tick instead of once per input, and the ACKs of the players' reliable inputs ride
+    /// that tick's snapshots (one datagram each way per player per tick, about half the
+    /// server's sends otherwise). An input waits up to a tick before the server reads it,
+    /// which the game would have waited anyway for its next tick; the players' RTT estimates
+    /// include that wait.
+    ///
+    /// With another idle strategy the ACKs can still ride the snapshots by being held up to a
+    /// tick: `.session(|c| { c.max_ack_delay = tick + Duration::from_millis(1); c.ack_frequency
+    /// = 8 })`. The ACK reports the hold and the players' RTT estimates grow by it, so a lost
+    /// input is resent up to a tick later.
     pub fn tick(mut self, tick: Duration) -> Self {
         self.udp.tick = Some(tick);
         self

@@ -23,6 +23,10 @@ use super::counters::{CounterCell, WorkerCounters};
 use super::error::RuntimeError;
 use super::timer::TimerWheel;
 
+/// With [`IdleStrategy::Tick`]: receive batches a worker reads back to back after its sleep
+/// before it runs the tick and the turn's output anyway (a flood must not hold timers back).
+const MAX_DRAIN_BATCHES: u32 = 64;
+
 /// What a handler may do: send datagrams (batched), and learn where and when it runs.
 pub struct UdpContext<'a> {
     pub(crate) worker: usize,
@@ -245,14 +249,32 @@ impl<S: Service> Worker<S> {
         let mut last_work = start;
         let mut now = start;
         let mut stop_deadline: Option<Instant> = None;
+        // The last poll found nothing to read: with the tick strategy the worker may sleep.
+        let mut drained = true;
+        // Receive batches read back to back since the last tick-and-output step.
+        let mut drain_batches = 0u32;
         loop {
             let stopping = self.stop.load(Ordering::Acquire);
-            let timeout = if stopping {
+            let mut timeout = if stopping {
                 Some(Duration::ZERO)
             } else {
                 self.timeout(now, last_work)
             };
+            if self.settings.idle == IdleStrategy::Tick && timeout != Some(Duration::ZERO) {
+                if drained {
+                    // Sleep past arriving datagrams (a backend wait would return for each);
+                    // the worker's waker unparks the thread for a stop or a mailbox message.
+                    self.backend.flush(&mut self.send)?;
+                    match timeout {
+                        Some(wait) => std::thread::park_timeout(wait),
+                        None => std::thread::park(),
+                    }
+                }
+                // Then read what came meanwhile, batch after batch, without waiting.
+                timeout = Some(Duration::ZERO);
+            }
             let outcome = self.backend.poll(&mut self.send, timeout)?;
+            drained = outcome.received == 0;
             now = Instant::now();
             self.counters.loop_turns += 1;
             if outcome.received > 0 {
@@ -260,6 +282,15 @@ impl<S: Service> Worker<S> {
                     .record(now.saturating_duration_since(last_work));
                 self.dispatch(now)?;
                 last_work = now;
+                if self.settings.idle == IdleStrategy::Tick
+                    && !stopping
+                    && drain_batches < MAX_DRAIN_BATCHES
+                {
+                    // Read the whole backlog before the tick and the turn's output, so the
+                    // tick sees every input and the ACKs of all of them ride its sends.
+                    drain_batches += 1;
+                    continue;
+                }
             } else if outcome.sent > 0 {
                 last_work = now;
             } else if timeout == Some(Duration::ZERO)
@@ -270,6 +301,7 @@ impl<S: Service> Worker<S> {
                 // own threads) have it before looking again. Returns at once when none waits.
                 std::thread::yield_now();
             }
+            drain_batches = 0;
             self.fire_timers(now);
             let service_done = {
                 let mut ctx = UdpContext {
@@ -640,6 +672,20 @@ struct SpawnArgs {
     settings: WorkerSettings,
 }
 
+/// Wakes a worker of the tick strategy: its backend (in case it polls) and its thread (in case
+/// it sleeps until the tick).
+struct UnparkingWaker {
+    backend: Waker,
+    thread: std::thread::Thread,
+}
+
+impl platform::Wake for UnparkingWaker {
+    fn wake(&self) -> std::io::Result<()> {
+        self.thread.unpark();
+        self.backend.wake()
+    }
+}
+
 impl SpawnArgs {
     fn run<S: Service>(
         self,
@@ -673,10 +719,19 @@ impl SpawnArgs {
                 return Ok(WorkerCounters::default());
             }
         };
+        let waker = if self.settings.idle == IdleStrategy::Tick {
+            // A worker sleeping until its tick is parked, not blocked in the backend.
+            Waker::new(Arc::new(UnparkingWaker {
+                backend: backend.waker(),
+                thread: std::thread::current(),
+            }))
+        } else {
+            backend.waker()
+        };
         let _ = ready.send(Ok((
             backend.kind(),
             backend.selection_reason().to_owned(),
-            backend.waker(),
+            waker,
         )));
         let now = Instant::now();
         let mut send = SendBatch::new(self.settings.send_batch);
