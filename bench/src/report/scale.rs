@@ -343,6 +343,7 @@ fn game(cx: &mut Ctx) -> Result<()> {
         body.push_str(&cx.chart(c, "server RSS per player against the player count"));
     }
     let _ = writeln!(body, "\nCommand: `{}`", file.command_line.replace('`', "'"));
+    body.push_str(&same_day_games(cx.inputs, &path));
     cx.section("game", body);
     Ok(())
 }
@@ -375,6 +376,94 @@ fn memory(cx: &mut Ctx) {
         }
     };
     cx.section("session-memory", body);
+}
+
+/// Every other `bench game` file of the newest one's directory (one host, one day): a row per
+/// case with the server's idle strategy, so runs made side by side can be compared.
+fn same_day_games(inputs: &super::Inputs, newest: &str) -> String {
+    let dir = |p: &str| {
+        p.rsplit_once('/')
+            .map_or(String::new(), |(d, _)| d.to_string())
+    };
+    let mut files: Vec<(&str, &crate::schema::ResultFile)> = inputs
+        .files
+        .iter()
+        .filter_map(|(p, i)| match i {
+            Input::Bench(f) if f.kind == "game" && p != newest && dir(p) == dir(newest) => {
+                Some((p.as_str(), f))
+            }
+            _ => None,
+        })
+        .collect();
+    if files.is_empty() {
+        return String::new();
+    }
+    files.sort_by_key(|(p, f)| (f.created_unix_s, *p));
+    let mut rows = Vec::new();
+    let mut commands = String::new();
+    for (p, f) in &files {
+        let name = p.rsplit('/').next().unwrap_or(p);
+        let _ = writeln!(
+            commands,
+            "- `{name}`: `{}`",
+            f.command_line.replace('`', "'")
+        );
+        let key = |r: &GameRun| {
+            let c = &r.config;
+            (
+                c.players,
+                c.relay_profile.clone().unwrap_or_else(|| "direct".into()),
+                c.server_idle.clone(),
+                c.acks_on_tick,
+            )
+        };
+        let mut keys = Vec::new();
+        for r in &f.game_runs {
+            let k = key(r);
+            if !keys.contains(&k) {
+                keys.push(k);
+            }
+        }
+        for k in &keys {
+            let rs: Vec<&GameRun> = f.game_runs.iter().filter(|r| key(r) == *k).collect();
+            let m = |f: &dyn Fn(&GameRun) -> Option<f64>| {
+                median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
+            };
+            rows.push(vec![
+                format!("`{name}`"),
+                thousands(k.0 as u64),
+                format!(
+                    "{}, {}{}",
+                    k.1,
+                    k.2,
+                    if k.3 { ", acks on tick" } else { "" }
+                ),
+                rs.len().to_string(),
+                m(&|r| Some(r.ticks_per_s)).map_or("-".into(), |v| format!("{v:.1}")),
+                ms(m(&|r| r.snapshot_latency_us.map(|l| l.p99))),
+                int(m(&|r| Some(r.inputs_lost as f64))),
+                m(&|r| Some(r.server_cpu_percent)).map_or("-".into(), |v| format!("{v:.1}")),
+            ]);
+        }
+    }
+    format!(
+        "\nThe other `bench game` runs of that day, same host (medians over each file's \
+         rounds):\n\n{}\n{commands}",
+        md_table(
+            &[
+                "file",
+                "players",
+                "path, server idle",
+                "rounds",
+                "ticks/s",
+                "p99 ms",
+                "reliable lost",
+                "server CPU %",
+            ],
+            3,
+            &rows
+        )
+    )
 }
 
 /// How the game runs' server workers idled (`--server-idle`), in a sentence.
