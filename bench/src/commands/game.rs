@@ -37,8 +37,8 @@ pub struct GameArgs {
     #[arg(long, default_value_t = 2)]
     pub io_threads: usize,
     /// Server workers' idle strategy: tick (sleep until the tick, then read every input that
-    /// came meanwhile in one batch: what a game server on its tick does), balanced, park or
-    /// spin (wake for each datagram).
+    /// came meanwhile in one batch: what a game server on its tick does), or balanced, park or
+    /// spin (which read each datagram as it arrives).
     #[arg(long, default_value = "tick", value_parser = ["tick", "balanced", "park", "spin"])]
     pub server_idle: String,
     /// Server workers' core pinning: auto (pinned only when the machine has more cores than

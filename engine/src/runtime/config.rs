@@ -106,8 +106,10 @@ impl FromStr for CorePinning {
     }
 }
 
-/// What a worker does when a loop turn found no work.
+/// What a worker does when a loop turn found no work. More strategies may come: a `match`
+/// on it needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum IdleStrategy {
     /// Never block: poll without waiting, always. Lowest latency, one core busy per worker.
     Spin,
@@ -130,10 +132,16 @@ pub enum IdleStrategy {
     /// gains nothing because the game would have applied it at the next tick anyway.
     ///
     /// What waits: every received datagram, up to one tick (handshakes, and the ACKs of the
-    /// reliable data they carry, which then ride the tick's own sends). A peer's RTT samples
-    /// include that hold, up to one tick. Timers (retransmissions, keepalives, handshake
-    /// retries), messages from the application's other threads and a stop wake the worker as
-    /// usual. Needs [`UdpServerConfig::tick`]; a server without one refuses to start.
+    /// reliable data they carry, which then ride the tick's own sends). RTT samples on both
+    /// sides include that hold, up to one tick. The tick itself runs after the backlog is
+    /// read, so it is late by the time reading takes. The socket's receive buffer must hold a
+    /// tick of datagrams: the 4 MiB asked for by default ([`UdpServerConfig::recv_buffer`])
+    /// is capped by the system (`net.core.rmem_max` on Linux, often 208 KiB; the granted size
+    /// is in the server's socket info, and overflow in the workers' `socket_drops`), so raise
+    /// that limit for hundreds of players per worker. Timers (retransmissions, keepalives,
+    /// handshake retries), messages from the application's other threads and a stop wake the
+    /// worker as usual. Needs [`UdpServerConfig::tick`]; a server without one refuses to
+    /// start.
     Tick,
 }
 

@@ -218,7 +218,8 @@ impl ServerConfig {
 
     /// Call [`Handler::on_tick`] every `tick` on every worker.
     ///
-    /// A tick-driven game server wants `.idle(IdleStrategy::Tick)` with it: each worker sleeps
+    /// A tick-driven game server usually wants `.idle(IdleStrategy::Tick)` with it (see its
+    /// costs there, and measure with `bench game`): each worker sleeps
     /// until its tick and reads every datagram that came meanwhile in one go, so it wakes once
     /// per tick instead of once per input, and the ACKs of the players' reliable inputs ride
     /// that tick's snapshots (one datagram each way per player per tick, about half the
@@ -561,8 +562,14 @@ struct RudpService<H> {
 impl<H: Handler> RudpService<H> {
     /// Apply queued commands, run due timers, deliver events, then write every datagram the
     /// endpoint wants to send into the worker's batch.
+    /// Deliver what I/O and timers produced, then send what is due.
     fn pump(&mut self, ctx: &mut UdpContext<'_>) {
-        let now = ctx.now();
+        self.deliver(ctx.now());
+        self.transmit(ctx);
+    }
+
+    /// Run the inbox and due timers, and hand every pending event to the handler.
+    fn deliver(&mut self, now: Instant) {
         let mut guard = self.endpoint.lock();
         let core = &mut *guard;
         let ep = &mut core.endpoint;
@@ -643,7 +650,13 @@ impl<H: Handler> RudpService<H> {
                     .on_disconnect(&mut sctx, session, reason, by_peer),
             }
         }
-        // Each datagram is written straight into the worker's send batch.
+    }
+
+    /// Write every datagram the endpoint has due straight into the worker's send batch.
+    fn transmit(&mut self, ctx: &mut UdpContext<'_>) {
+        let now = ctx.now();
+        let mut guard = self.endpoint.lock();
+        let ep = &mut guard.endpoint;
         loop {
             let sent = ctx.send_in_place(TRANSMIT_BUF, |buf| {
                 ep.poll_transmit(now, buf).map(|t| (t.destination, t.size))
@@ -699,6 +712,10 @@ impl<H: Handler> Service for RudpService<H> {
 
     fn on_tick(&mut self, ctx: &mut UdpContext<'_>) {
         let now = ctx.now();
+        // Messages read in this turn reach the handler before its tick (with the tick idle
+        // strategy every input is read in the tick's turn); their ACKs leave with the tick's
+        // sends at the turn's end.
+        self.deliver(now);
         let mut guard = self.endpoint.lock();
         let core = &mut *guard;
         let mut sctx = ServerContext {

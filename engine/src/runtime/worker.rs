@@ -27,6 +27,9 @@ use super::timer::TimerWheel;
 /// before it runs the tick and the turn's output anyway (a flood must not hold timers back).
 const MAX_DRAIN_BATCHES: u32 = 64;
 
+/// With [`IdleStrategy::Tick`]: longest sleep while sends wait for room in the socket.
+const SEND_RETRY: Duration = Duration::from_millis(1);
+
 /// What a handler may do: send datagrams (batched), and learn where and when it runs.
 pub struct UdpContext<'a> {
     pub(crate) worker: usize,
@@ -265,7 +268,11 @@ impl<S: Service> Worker<S> {
                     // Sleep past arriving datagrams (a backend wait would return for each);
                     // the worker's waker unparks the thread for a stop or a mailbox message.
                     self.backend.flush(&mut self.send)?;
-                    match timeout {
+                    // Live counters stay current although a tick makes only a few turns.
+                    self.sync_counters();
+                    // Sends the socket would not take yet are retried soon, not at the tick.
+                    let retry = (!self.send.is_empty()).then_some(SEND_RETRY);
+                    match timeout.into_iter().chain(retry).min() {
                         Some(wait) => std::thread::park_timeout(wait),
                         None => std::thread::park(),
                     }
@@ -672,17 +679,13 @@ struct SpawnArgs {
     settings: WorkerSettings,
 }
 
-/// Wakes a worker of the tick strategy: its backend (in case it polls) and its thread (in case
-/// it sleeps until the tick).
-struct UnparkingWaker {
-    backend: Waker,
-    thread: std::thread::Thread,
-}
+/// Wakes a worker of the tick strategy, which sleeps parked until its tick.
+struct UnparkingWaker(std::thread::Thread);
 
 impl platform::Wake for UnparkingWaker {
     fn wake(&self) -> std::io::Result<()> {
-        self.thread.unpark();
-        self.backend.wake()
+        self.0.unpark();
+        Ok(())
     }
 }
 
@@ -720,11 +723,9 @@ impl SpawnArgs {
             }
         };
         let waker = if self.settings.idle == IdleStrategy::Tick {
-            // A worker sleeping until its tick is parked, not blocked in the backend.
-            Waker::new(Arc::new(UnparkingWaker {
-                backend: backend.waker(),
-                thread: std::thread::current(),
-            }))
+            // A worker sleeping until its tick is parked, never blocked in the backend (every
+            // poll of it is a zero-time one).
+            Waker::new(Arc::new(UnparkingWaker(std::thread::current())))
         } else {
             backend.waker()
         };
