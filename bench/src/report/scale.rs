@@ -154,9 +154,13 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
     Ok(())
 }
 
-/// Every other `bench sessions` file of the newest one's directory (one host, one day, so one
-/// boot of the machine most likely): a row per case, with its workers, pinning and command.
-fn same_day_sessions(inputs: &super::Inputs, newest: &str) -> String {
+/// Every other `kind` result file of the newest one's directory (one host, one day), oldest
+/// first, by file name.
+fn same_day_files<'a>(
+    inputs: &'a super::Inputs,
+    newest: &str,
+    kind: &str,
+) -> Vec<(&'a str, &'a crate::schema::ResultFile)> {
     let dir = |p: &str| {
         p.rsplit_once('/')
             .map_or(String::new(), |(d, _)| d.to_string())
@@ -165,25 +169,42 @@ fn same_day_sessions(inputs: &super::Inputs, newest: &str) -> String {
         .files
         .iter()
         .filter_map(|(p, i)| match i {
-            Input::Bench(f) if f.kind == "sessions" && p != newest && dir(p) == dir(newest) => {
+            Input::Bench(f) if f.kind == kind && p != newest && dir(p) == dir(newest) => {
                 Some((p.as_str(), f))
             }
             _ => None,
         })
         .collect();
-    if files.is_empty() {
-        return String::new();
-    }
     files.sort_by_key(|(p, f)| (f.created_unix_s, *p));
-    let mut rows = Vec::new();
+    files
+        .into_iter()
+        .map(|(p, f)| (p.rsplit('/').next().unwrap_or(p), f))
+        .collect()
+}
+
+/// A bullet per file: its name and the command that wrote it.
+fn command_list(files: &[(&str, &crate::schema::ResultFile)]) -> String {
     let mut commands = String::new();
-    for (p, f) in &files {
-        let name = p.rsplit('/').next().unwrap_or(p);
+    for (name, f) in files {
         let _ = writeln!(
             commands,
             "- `{name}`: `{}`",
             f.command_line.replace('`', "'")
         );
+    }
+    commands
+}
+
+/// Every other `bench sessions` file of the newest one's directory (one host, one day, so one
+/// boot of the machine most likely): a row per case, with its workers, pinning and command.
+fn same_day_sessions(inputs: &super::Inputs, newest: &str) -> String {
+    let files = same_day_files(inputs, newest, "sessions");
+    if files.is_empty() {
+        return String::new();
+    }
+    let commands = command_list(&files);
+    let mut rows = Vec::new();
+    for (name, f) in &files {
         let key = |r: &SessionsRun| {
             let c = &r.config;
             (
@@ -381,33 +402,13 @@ fn memory(cx: &mut Ctx) {
 /// Every other `bench game` file of the newest one's directory (one host, one day): a row per
 /// case with the server's idle strategy, so runs made side by side can be compared.
 fn same_day_games(inputs: &super::Inputs, newest: &str) -> String {
-    let dir = |p: &str| {
-        p.rsplit_once('/')
-            .map_or(String::new(), |(d, _)| d.to_string())
-    };
-    let mut files: Vec<(&str, &crate::schema::ResultFile)> = inputs
-        .files
-        .iter()
-        .filter_map(|(p, i)| match i {
-            Input::Bench(f) if f.kind == "game" && p != newest && dir(p) == dir(newest) => {
-                Some((p.as_str(), f))
-            }
-            _ => None,
-        })
-        .collect();
+    let files = same_day_files(inputs, newest, "game");
     if files.is_empty() {
         return String::new();
     }
-    files.sort_by_key(|(p, f)| (f.created_unix_s, *p));
+    let commands = command_list(&files);
     let mut rows = Vec::new();
-    let mut commands = String::new();
-    for (p, f) in &files {
-        let name = p.rsplit('/').next().unwrap_or(p);
-        let _ = writeln!(
-            commands,
-            "- `{name}`: `{}`",
-            f.command_line.replace('`', "'")
-        );
+    for (name, f) in &files {
         let key = |r: &GameRun| {
             let c = &r.config;
             (
