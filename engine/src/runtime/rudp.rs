@@ -562,7 +562,6 @@ struct RudpService<H> {
 impl<H: Handler> RudpService<H> {
     /// Apply queued commands, run due timers, deliver events, then write every datagram the
     /// endpoint wants to send into the worker's batch.
-    /// Deliver what I/O and timers produced, then send what is due.
     fn pump(&mut self, ctx: &mut UdpContext<'_>) {
         self.deliver(ctx.now());
         self.transmit(ctx);
