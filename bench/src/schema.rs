@@ -893,6 +893,11 @@ pub fn server_pinning(recorded: Option<&str>) -> &str {
     recorded.unwrap_or("always")
 }
 
+/// The worker time slice a run's `server_slice_us` asks the runtime for: 0 asks for none.
+pub fn worker_slice(slice_us: u64) -> Option<std::time::Duration> {
+    (slice_us > 0).then(|| std::time::Duration::from_micros(slice_us))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,32 +71,18 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
     };
     let path = path.to_string();
     let runs: Vec<SessionsRun> = file.sessions_runs.clone();
-    let mut keys: Vec<(usize, String, String, String)> = Vec::new();
-    for r in &runs {
+    let cases = groups(&runs, |r| {
         let c = &r.config;
-        let k = (
+        (
             c.clients,
             c.mode.clone(),
             c.server_idle.clone(),
             c.security.clone(),
-        );
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
+        )
+    });
     let mut rows = Vec::new();
     let (mut labels, mut p99, mut rss) = (Vec::new(), Vec::new(), Vec::new());
-    for (n, mode, idle, security) in &keys {
-        let rs: Vec<&SessionsRun> = runs
-            .iter()
-            .filter(|r| {
-                let c = &r.config;
-                c.clients == *n
-                    && &c.mode == mode
-                    && &c.server_idle == idle
-                    && &c.security == security
-            })
-            .collect();
+    for ((n, mode, idle, security), rs) in &cases {
         let m = |f: &dyn Fn(&SessionsRun) -> Option<f64>| {
             median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
         };
@@ -104,7 +90,7 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
         let p = m(&|r| r.rtt_us.map(|l| l.p99));
         let b = m(&|r| r.server_rss_per_session_bytes);
         let mut row = vec![thousands(*n as u64), format!("{mode}, {idle}, {security}")];
-        row.extend(summary_cells(&rs));
+        row.extend(summary_cells(rs));
         rows.push(row);
         if echo {
             labels.push(format!(
@@ -152,6 +138,19 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
     body.push_str(&same_day_sessions(cx.inputs, &path));
     cx.section("sessions", body);
     Ok(())
+}
+
+/// `runs` grouped by `key`, groups in the order their first run appears.
+fn groups<R, K: PartialEq>(runs: &[R], key: impl Fn(&R) -> K) -> Vec<(K, Vec<&R>)> {
+    let mut out: Vec<(K, Vec<&R>)> = Vec::new();
+    for r in runs {
+        let k = key(r);
+        match out.iter_mut().find(|(g, _)| *g == k) {
+            Some((_, rs)) => rs.push(r),
+            None => out.push((k, vec![r])),
+        }
+    }
+    out
 }
 
 /// Every other `kind` result file of the newest one's directory (one host, one day), oldest
@@ -205,7 +204,7 @@ fn same_day_sessions(inputs: &super::Inputs, newest: &str) -> String {
     let commands = command_list(&files);
     let mut rows = Vec::new();
     for (name, f) in &files {
-        let key = |r: &SessionsRun| {
+        let cases = groups(&f.sessions_runs, |r| {
             let c = &r.config;
             (
                 c.clients,
@@ -214,22 +213,14 @@ fn same_day_sessions(inputs: &super::Inputs, newest: &str) -> String {
                 crate::schema::server_pinning(c.server_pinning.as_deref()).to_string(),
                 c.security.clone(),
             )
-        };
-        let mut keys = Vec::new();
-        for r in &f.sessions_runs {
-            let k = key(r);
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
-        }
-        for k in &keys {
-            let rs: Vec<&SessionsRun> = f.sessions_runs.iter().filter(|r| key(r) == *k).collect();
+        });
+        for (k, rs) in &cases {
             let mut row = vec![
                 format!("`{name}`"),
                 thousands(k.0 as u64),
                 format!("{}, {} × {}, {}", k.1, k.2, k.3, k.4),
             ];
-            row.extend(summary_cells(&rs));
+            row.extend(summary_cells(rs));
             rows.push(row);
         }
     }
@@ -252,28 +243,16 @@ fn game(cx: &mut Ctx) -> Result<()> {
     };
     let path = path.to_string();
     let runs: Vec<GameRun> = file.game_runs.clone();
-    let mut keys: Vec<(usize, Option<String>, String)> = Vec::new();
-    for r in &runs {
-        let k = (
+    let cases = groups(&runs, |r| {
+        (
             r.config.players,
             r.config.relay_profile.clone(),
             r.config.security.clone(),
-        );
-        if !keys.contains(&k) {
-            keys.push(k);
-        }
-    }
+        )
+    });
     let mut rows = Vec::new();
     let (mut labels, mut p99, mut rss) = (Vec::new(), Vec::new(), Vec::new());
-    for (n, relay, security) in &keys {
-        let rs: Vec<&GameRun> = runs
-            .iter()
-            .filter(|r| {
-                r.config.players == *n
-                    && &r.config.relay_profile == relay
-                    && &r.config.security == security
-            })
-            .collect();
+    for ((n, relay, security), rs) in &cases {
         let m = |f: &dyn Fn(&GameRun) -> Option<f64>| {
             median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
         };
@@ -409,7 +388,7 @@ fn same_day_games(inputs: &super::Inputs, newest: &str) -> String {
     let commands = command_list(&files);
     let mut rows = Vec::new();
     for (name, f) in &files {
-        let key = |r: &GameRun| {
+        let cases = groups(&f.game_runs, |r| {
             let c = &r.config;
             (
                 c.players,
@@ -417,16 +396,8 @@ fn same_day_games(inputs: &super::Inputs, newest: &str) -> String {
                 c.server_idle.clone(),
                 c.acks_on_tick,
             )
-        };
-        let mut keys = Vec::new();
-        for r in &f.game_runs {
-            let k = key(r);
-            if !keys.contains(&k) {
-                keys.push(k);
-            }
-        }
-        for k in &keys {
-            let rs: Vec<&GameRun> = f.game_runs.iter().filter(|r| key(r) == *k).collect();
+        });
+        for (k, rs) in &cases {
             let m = |f: &dyn Fn(&GameRun) -> Option<f64>| {
                 median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
             };

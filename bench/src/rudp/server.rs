@@ -143,7 +143,7 @@ impl EchoServer {
         cfg.udp.io_threads = threads;
         cfg.udp.backend.kind = BackendKind::from_str(backend).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.idle = IdleStrategy::from_str(idle).map_err(|e| anyhow!("{e}"))?;
-        cfg.udp.worker_slice = (slice_us > 0).then(|| Duration::from_micros(slice_us));
+        cfg.udp.worker_slice = crate::schema::worker_slice(slice_us);
         cfg.udp.pinning = CorePinning::from_str(pinning).map_err(|e| anyhow!("{e}"))?;
         cfg.udp.tick = Some(STATS_TICK);
         cfg.endpoint = endpoint.with(|c| c.server = cfg.endpoint.server.take());

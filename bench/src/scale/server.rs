@@ -322,7 +322,7 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
         .pinning(CorePinning::from_str(&spec.pinning)?)
         .backend(BackendKind::from_str(&spec.backend)?);
     if let Some(us) = spec.slice_us {
-        cfg.udp.worker_slice = (us > 0).then(|| Duration::from_micros(us));
+        cfg.udp.worker_slice = crate::schema::worker_slice(us);
     }
     if let Some(n) = spec.max_sessions {
         cfg = cfg.max_sessions(n);
