@@ -3,8 +3,7 @@
 //! no state for with stateless resets, owns the connections and schedules their timers and
 //! transmissions. Sans-IO.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -21,6 +20,7 @@ use super::admission::{
 use super::connection::ServerAdmit;
 use super::recv::{Budget, SharedBudgets};
 use super::routing::{NoRouting, Router};
+use super::timers::TimerQueue;
 use super::{
     CloseReason, Config, Connection, ConnectionId, DropCause, DropCounters, Event, SendError,
     SessionKeys, Transmit,
@@ -249,7 +249,9 @@ const RATE_SLOTS: usize = 4096;
 struct Slot {
     conn: Option<Connection>,
     dirty: bool,
-    timer: Option<Instant>,
+    /// The connection changed since its deadline in `timers` was computed (see
+    /// `Endpoint::refresh_timer`); only ever set while `dirty`.
+    timer_stale: bool,
     /// Server side: the (client address, client cid) this connection was accepted for.
     accepted_for: Option<(SocketAddr, ConnectionId)>,
     /// Client side: the server's connection id, once known (stateless resets name it).
@@ -281,7 +283,7 @@ pub struct Endpoint {
     dirty: VecDeque<u32>,
     /// The connection that sent the last datagram, and how many it sent in a row.
     burst: (u32, usize),
-    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    timers: TimerQueue,
     due: Vec<(Instant, u32)>,
     events: VecDeque<(ConnectionHandle, Event)>,
     /// RTT samples (µs) for [`Endpoint::drain_rtt_samples`].
@@ -352,7 +354,7 @@ impl Endpoint {
             stateless: VecDeque::new(),
             dirty: VecDeque::new(),
             burst: (0, 0),
-            timers: BinaryHeap::new(),
+            timers: TimerQueue::default(),
             due: Vec::new(),
             events: VecDeque::new(),
             rtt_samples: Vec::new(),
@@ -461,7 +463,7 @@ impl Endpoint {
                 self.slots.push(Slot {
                     conn: None,
                     dirty: false,
-                    timer: None,
+                    timer_stale: false,
                     accepted_for: None,
                     remote: None,
                 });
@@ -1187,12 +1189,13 @@ impl Endpoint {
                             self.dirty.push_back(idx);
                         }
                     }
-                    self.after(idx);
+                    // Still queued: its deadline is computed when it has sent all it has.
+                    self.after(idx, false);
                     return Some(t);
                 }
                 None => {
                     self.burst.1 = 0;
-                    self.after(idx);
+                    self.after(idx, true);
                 }
             }
         }
@@ -1200,22 +1203,13 @@ impl Endpoint {
     }
 
     /// Earliest timer of any connection (may lie in the past: then a transmission or timer is
-    /// due now; call `handle_timeout` and `poll_transmit`).
+    /// due now; call `handle_timeout` and `poll_transmit`). Until `poll_transmit` has returned
+    /// `None`, connections it has not visited yet count as due now.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse((t, _))| *t)
-    }
-
-    /// Drop stale heap entries from the top so `poll_timeout` can just peek.
-    fn clean_timers(&mut self) {
-        while let Some(&Reverse((t, idx))) = self.timers.peek() {
-            if self
-                .slots
-                .get(idx as usize)
-                .is_some_and(|s| s.timer == Some(t))
-            {
-                return;
-            }
-            self.timers.pop();
+        if self.dirty.is_empty() {
+            self.timers.peek()
+        } else {
+            Some(self.base)
         }
     }
 
@@ -1224,27 +1218,19 @@ impl Endpoint {
         // Take the due entries first: a connection whose next deadline is "transmit now" is
         // rescheduled at or before `now`, and must not be run again in this call.
         let mut due = std::mem::take(&mut self.due);
-        while let Some(&Reverse((t, idx))) = self.timers.peek() {
-            if t > now {
-                break;
-            }
-            self.timers.pop();
-            due.push((t, idx));
+        for i in 0..self.dirty.len() {
+            let idx = self.dirty[i];
+            self.refresh_timer(idx);
         }
-        for &(t, idx) in &due {
-            let Some(slot) = self.slots.get_mut(idx as usize) else {
-                continue;
-            };
-            if slot.timer != Some(t) {
-                continue;
-            }
-            slot.timer = None;
+        while let Some(entry) = self.timers.pop_due(now) {
+            due.push(entry);
+        }
+        for &(_, idx) in &due {
             self.with_conn(idx, |c| c.handle_timeout(now));
             self.touch(idx);
         }
         due.clear();
         self.due = due;
-        self.clean_timers();
         self.shrink_queues();
     }
 
@@ -1255,9 +1241,7 @@ impl Endpoint {
         fn sparse(len: usize, cap: usize) -> bool {
             cap > 64 && len < cap / 4
         }
-        if sparse(self.timers.len(), self.timers.capacity()) {
-            self.timers.shrink_to(self.timers.len() * 2);
-        }
+        self.timers.shrink();
         if sparse(self.dirty.len(), self.dirty.capacity()) {
             self.dirty.shrink_to(self.dirty.len() * 2);
         }
@@ -1282,7 +1266,7 @@ impl Endpoint {
         Some(r)
     }
 
-    /// After any interaction: collect events, schedule transmission and timer, free if drained.
+    /// After any interaction: queue the connection for `poll_transmit`, then `after`.
     fn touch(&mut self, idx: u32) {
         if let Some(slot) = self.slots.get_mut(idx as usize) {
             if slot.conn.is_some() && !slot.dirty {
@@ -1290,10 +1274,15 @@ impl Endpoint {
                 self.dirty.push_back(idx);
             }
         }
-        self.after(idx);
+        self.after(idx, false);
     }
 
-    fn after(&mut self, idx: u32) {
+    /// After any interaction: hand on the connection's events and RTT samples, and free its
+    /// slot once it has drained. Its deadline is recomputed with `refresh`, and otherwise marked
+    /// stale: a connection is touched several times per packet (arrival, the application's
+    /// reply, each datagram it sends), and its deadline only matters once it has sent what it
+    /// has (`poll_transmit`) or before timers run (`handle_timeout` refreshes stale ones).
+    fn after(&mut self, idx: u32, refresh: bool) {
         let Some(slot) = self.slots.get_mut(idx as usize) else {
             return;
         };
@@ -1324,8 +1313,9 @@ impl Endpoint {
             self.shared.reassembly.used = self.shared.reassembly.used.saturating_sub(reassembly);
             self.shared.fec.release(fec);
             slot.conn = None;
-            slot.timer = None;
             slot.dirty = false;
+            slot.timer_stale = false;
+            self.timers.set(idx, None);
             if let Some(remote) = slot.remote.take() {
                 self.by_remote.remove(&remote);
             }
@@ -1343,17 +1333,28 @@ impl Endpoint {
             }
             self.stats.connections -= 1;
             self.free.push(idx);
-            self.clean_timers();
             return;
         }
-        let t = conn.poll_timeout();
-        if t != slot.timer {
-            slot.timer = t;
-            if let Some(t) = t {
-                self.timers.push(Reverse((t, idx)));
-            }
+        if refresh {
+            self.refresh_timer(idx);
+        } else {
+            slot.timer_stale = true;
         }
-        self.clean_timers();
+    }
+
+    /// Puts a connection's current deadline in the timer queue if it is stale.
+    fn refresh_timer(&mut self, idx: u32) {
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            return;
+        };
+        if !slot.timer_stale {
+            return;
+        }
+        slot.timer_stale = false;
+        let t = slot.conn.as_ref().and_then(Connection::poll_timeout);
+        if t != self.timers.deadline(idx) {
+            self.timers.set(idx, t);
+        }
     }
 }
 

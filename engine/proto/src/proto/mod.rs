@@ -16,6 +16,7 @@ mod recv;
 mod routing;
 mod rtt;
 mod stats;
+mod timers;
 
 pub use crate::wire::{CloseReason, ConnectionId};
 pub use admission::{

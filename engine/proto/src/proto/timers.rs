@@ -1,0 +1,222 @@
+//! The endpoint's timer queue: at most one deadline per connection slot, earliest first.
+//!
+//! An indexed binary heap: each slot's entry knows where it sits, so moving a deadline sifts
+//! that entry in place. A connection re-arms its deadline several times per packet (ACK delay,
+//! loss detection, keepalive); a plain heap with lazy deletion would keep one stale entry per
+//! change and pop each of them later, so its size and cost would follow the packet rate, not
+//! the number of connections.
+
+use std::time::Instant;
+
+/// Marks a slot without an entry in `pos`.
+const ABSENT: u32 = u32::MAX;
+
+/// Deadlines keyed by connection slot, ordered by `(deadline, slot)` so that ties run in slot
+/// order (deterministic in the simulator).
+#[derive(Debug, Default)]
+pub(crate) struct TimerQueue {
+    heap: Vec<(Instant, u32)>,
+    /// Heap position of each slot's entry, or [`ABSENT`].
+    pos: Vec<u32>,
+}
+
+impl TimerQueue {
+    /// The earliest deadline.
+    pub(crate) fn peek(&self) -> Option<Instant> {
+        self.heap.first().map(|&(t, _)| t)
+    }
+
+    /// The deadline of `slot`, if it has one.
+    pub(crate) fn deadline(&self, slot: u32) -> Option<Instant> {
+        let p = *self.pos.get(slot as usize)?;
+        self.heap.get(p as usize).map(|&(t, _)| t)
+    }
+
+    /// Sets (or with `None` clears) the deadline of `slot`.
+    pub(crate) fn set(&mut self, slot: u32, at: Option<Instant>) {
+        let s = slot as usize;
+        if self.pos.len() <= s {
+            if at.is_none() {
+                return;
+            }
+            self.pos.resize(s + 1, ABSENT);
+        }
+        let p = self.pos[s];
+        match (p, at) {
+            (ABSENT, None) => {}
+            (ABSENT, Some(t)) => {
+                let i = self.heap.len();
+                self.heap.push((t, slot));
+                self.pos[s] = i as u32;
+                self.sift_up(i);
+            }
+            (p, Some(t)) => {
+                let i = p as usize;
+                let old = self.heap[i].0;
+                self.heap[i].0 = t;
+                if t < old {
+                    self.sift_up(i);
+                } else {
+                    self.sift_down(i);
+                }
+            }
+            (p, None) => self.remove_at(p as usize),
+        }
+    }
+
+    /// Removes and returns the earliest entry if it is due at `now`.
+    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Instant, u32)> {
+        let &(t, slot) = self.heap.first()?;
+        if t > now {
+            return None;
+        }
+        self.remove_at(0);
+        Some((t, slot))
+    }
+
+    /// Gives back capacity once the queue holds far fewer entries than it once did.
+    pub(crate) fn shrink(&mut self) {
+        if self.heap.capacity() > 64 && self.heap.len() < self.heap.capacity() / 4 {
+            self.heap.shrink_to(self.heap.len() * 2);
+        }
+        // Slots above the highest one with a deadline need no position.
+        let keep = self
+            .pos
+            .iter()
+            .rposition(|&p| p != ABSENT)
+            .map_or(0, |i| i + 1);
+        if self.pos.capacity() > 64 && keep < self.pos.capacity() / 4 {
+            self.pos.truncate(keep);
+            self.pos.shrink_to(keep * 2);
+        }
+    }
+
+    fn remove_at(&mut self, i: usize) {
+        let (_, slot) = self.heap.swap_remove(i);
+        self.pos[slot as usize] = ABSENT;
+        if i < self.heap.len() {
+            let moved = self.heap[i].1;
+            self.pos[moved as usize] = i as u32;
+            // The entry moved up from the bottom may belong above or below `i`.
+            self.sift_up(i);
+            self.sift_down(self.pos[moved as usize] as usize);
+        }
+    }
+
+    fn sift_up(&mut self, mut i: usize) {
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if self.heap[parent] <= self.heap[i] {
+                break;
+            }
+            self.swap(i, parent);
+            i = parent;
+        }
+    }
+
+    fn sift_down(&mut self, mut i: usize) {
+        let n = self.heap.len();
+        loop {
+            let left = 2 * i + 1;
+            if left >= n {
+                break;
+            }
+            let right = left + 1;
+            let child = if right < n && self.heap[right] < self.heap[left] {
+                right
+            } else {
+                left
+            };
+            if self.heap[i] <= self.heap[child] {
+                break;
+            }
+            self.swap(i, child);
+            i = child;
+        }
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        self.heap.swap(a, b);
+        self.pos[self.heap[a].1 as usize] = a as u32;
+        self.pos[self.heap[b].1 as usize] = b as u32;
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.heap.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use std::collections::BTreeSet;
+    use std::time::Duration;
+
+    /// Random sets, clears and pops against an ordered set of `(deadline, slot)`.
+    #[test]
+    fn matches_an_ordered_set_under_random_operations() {
+        let base = Instant::now();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut q = TimerQueue::default();
+        let mut model: BTreeSet<(Instant, u32)> = BTreeSet::new();
+        let mut of_slot: Vec<Option<Instant>> = vec![None; 200];
+        for step in 0..50_000u32 {
+            let slot = rng.random_range(0..200u32);
+            match rng.random_range(0..10) {
+                0..=5 => {
+                    let t = base + Duration::from_micros(rng.random_range(0..1_000));
+                    if let Some(old) = of_slot[slot as usize].replace(t) {
+                        model.remove(&(old, slot));
+                    }
+                    model.insert((t, slot));
+                    q.set(slot, Some(t));
+                }
+                6..=7 => {
+                    if let Some(old) = of_slot[slot as usize].take() {
+                        model.remove(&(old, slot));
+                    }
+                    q.set(slot, None);
+                }
+                _ => {
+                    let now = base + Duration::from_micros(rng.random_range(0..1_000));
+                    let want = model.first().copied().filter(|&(t, _)| t <= now);
+                    let got = q.pop_due(now);
+                    assert_eq!(got, want, "step {step}");
+                    if let Some((t, s)) = want {
+                        model.remove(&(t, s));
+                        of_slot[s as usize] = None;
+                    }
+                }
+            }
+            assert_eq!(q.peek(), model.first().map(|&(t, _)| t), "step {step}");
+            assert_eq!(q.len(), model.len(), "step {step}");
+            assert_eq!(q.deadline(slot), of_slot[slot as usize], "step {step}");
+            if step % 1000 == 0 {
+                q.shrink();
+            }
+        }
+    }
+
+    /// Moving one slot's deadline many times keeps one entry, not one per move.
+    #[test]
+    fn rearming_a_slot_keeps_a_single_entry() {
+        let base = Instant::now();
+        let mut q = TimerQueue::default();
+        for i in 0..10_000u64 {
+            q.set(3, Some(base + Duration::from_micros(10_000 - i)));
+            q.set(5, Some(base + Duration::from_micros(i)));
+        }
+        assert_eq!(q.len(), 2);
+        assert_eq!(
+            q.pop_due(base + Duration::from_secs(1)),
+            Some((base + Duration::from_micros(1), 3))
+        );
+        assert_eq!(q.deadline(5), Some(base + Duration::from_micros(9_999)));
+        q.set(5, None);
+        assert_eq!(q.peek(), None);
+        q.shrink();
+        assert!(q.pos.is_empty() || q.pos.iter().all(|&p| p == ABSENT));
+    }
+}
