@@ -669,6 +669,58 @@ fn client_set_drives_several_clients_from_one_thread() {
     }
 }
 
+/// A set whose members have nothing to send still runs their protocol timers: with a 40 ms
+/// keepalive and a 10 s step timeout, 600 ms of steps send keepalives from every member, and
+/// each step returns at a member's timer, not at the timeout.
+#[test]
+fn client_set_runs_its_members_timers() {
+    let srv = server(IoModel::PerCore, 2, BackendKind::Auto);
+    let addr = srv.local_addr();
+    let mut set = ClientSet::new();
+    for _ in 0..4 {
+        let cfg = ClientConfig::new()
+            .seed(rand_seed(addr))
+            .connect_timeout(Duration::from_secs(10))
+            .session(|c| c.keepalive_interval = Some(Duration::from_millis(40)));
+        set.push(Client::connect_blocking(&token(addr), cfg).expect("connects"));
+    }
+    // Whatever the connection still owed (its first ACKs) goes out first.
+    for _ in 0..5 {
+        set.step(Duration::from_millis(20)).unwrap();
+    }
+    let before: Vec<u64> = (0..set.len())
+        .map(|i| {
+            set.get(i)
+                .and_then(Client::stats)
+                .expect("stats")
+                .packets_sent
+        })
+        .collect();
+    let t0 = Instant::now();
+    let mut steps = 0;
+    while t0.elapsed() < Duration::from_millis(600) {
+        set.step(Duration::from_secs(10)).unwrap();
+        steps += 1;
+        if let Some((i, e)) = set.poll_event() {
+            panic!("member {i}: unexpected event {e:?}");
+        }
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "a step waited for its timeout"
+    );
+    for (i, b) in before.iter().enumerate() {
+        let c = set.get(i).expect("member");
+        let sent = c.stats().expect("stats").packets_sent - b;
+        assert!(
+            sent >= 5,
+            "member {i}: {sent} keepalives in 600 ms ({steps} steps)"
+        );
+        assert!(c.is_connected(), "member {i}");
+    }
+    srv.shutdown().unwrap();
+}
+
 #[test]
 fn idle_client_set_step_returns_after_its_timeout() {
     let srv = server(IoModel::PerCore, 1, BackendKind::Auto);

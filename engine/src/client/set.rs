@@ -1,8 +1,7 @@
 //! [`ClientSet`]: many clients driven from one thread, at a cost per turn that follows the
 //! members with work, not the size of the set.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -10,6 +9,7 @@ use std::time::{Duration, Instant};
 use ricochet_platform as platform;
 
 use ricochet_proto::token::ConnectToken;
+use ricochet_proto::TimerQueue;
 
 use super::{Client, ClientConfig, ClientError, ClientEvent, ConnectLimit};
 
@@ -34,8 +34,6 @@ fn fail(index: Option<usize>) -> impl Fn(ClientError) -> ClientSetError {
 struct Member {
     /// The descriptor registered with the poller, and the backend generation it belongs to.
     registered: Option<(i32, u64)>,
-    /// The member's next protocol timer as entered in the set's heap.
-    timer: Option<Instant>,
     /// Queued for the next turn's submission (it may have output).
     touched: bool,
     /// Listed in the set's event queue.
@@ -87,9 +85,9 @@ pub struct ClientSet {
     /// next [`ClientSet::step`].
     poller: Option<platform::Poller>,
     deferred: Option<ClientSetError>,
-    /// (deadline, member) of every member's protocol timer; entries whose deadline is no
-    /// longer the member's are skipped when they come up.
-    timers: BinaryHeap<Reverse<(Instant, u32)>>,
+    /// Every member's protocol deadline (one entry per member). A touched member's entry is
+    /// brought up to date after its submission at the next turn, not at every arrival.
+    timers: TimerQueue,
     /// Members to submit for at the next turn.
     touched: Vec<u32>,
     /// Scratch: the timer entries due in one turn.
@@ -372,6 +370,9 @@ impl ClientSet {
             self.sync(i);
         }
         self.touched_scratch(touched);
+        // Members touched again above (the socket took only part, or the arrivals a poll
+        // reaped) submit at the next turn: do not sleep before it.
+        urgent |= !self.touched.is_empty();
         // One wait for the whole set; only a look when some member has news already.
         let wait = if urgent || (!ignore_events && !self.with_events.is_empty()) {
             Duration::ZERO
@@ -426,43 +427,26 @@ impl ClientSet {
 
     /// Runs the protocol timers due at `now`.
     fn run_due(&mut self, now: Instant) {
-        // Take the due entries first: a member whose next deadline is "transmit now" is
-        // entered again at or before `now`, and must wait for the next turn's submission.
+        // Take the due entries first: a member whose next deadline is "transmit now" must wait
+        // for the next turn's submission, not run again here.
         let mut due = std::mem::take(&mut self.due);
-        while let Some(&Reverse((t, i))) = self.timers.peek() {
-            if t > now {
-                break;
-            }
-            self.timers.pop();
-            due.push((t, i));
+        while let Some(entry) = self.timers.pop_due(now) {
+            due.push(entry);
         }
-        for &(t, i) in &due {
+        for &(_, i) in &due {
             let i = i as usize;
-            if self.members[i].timer != Some(t) {
-                continue;
-            }
-            self.members[i].timer = None;
             self.clients[i].run_timers(now);
             self.touch(i);
             self.sync(i);
         }
         due.clear();
         self.due = due;
-        // Stale entries pile up as timers move; give the room back once most are gone.
-        if self.timers.capacity() > 64 && self.timers.len() < self.timers.capacity() / 4 {
-            self.timers.shrink_to(self.timers.len() * 2);
-        }
+        self.timers.shrink();
     }
 
-    /// The earliest live timer (stale entries on top are dropped).
-    fn next_timer(&mut self) -> Option<Instant> {
-        while let Some(&Reverse((t, i))) = self.timers.peek() {
-            if self.members[i as usize].timer == Some(t) {
-                return Some(t);
-            }
-            self.timers.pop();
-        }
-        None
+    /// The earliest member deadline.
+    fn next_timer(&self) -> Option<Instant> {
+        self.timers.peek()
     }
 
     fn touched_scratch(&mut self, mut v: Vec<u32>) {
@@ -496,11 +480,11 @@ impl ClientSet {
         self.sync_events(i);
         let c = &self.clients[i];
         let m = &mut self.members[i];
-        let t = c.endpoint.poll_timeout();
-        if t != m.timer {
-            m.timer = t;
-            if let Some(t) = t {
-                self.timers.push(Reverse((t, i as u32)));
+        if !m.touched {
+            // A touched member submits at the next turn; its deadline is entered after that.
+            let t = c.endpoint.poll_timeout();
+            if t != self.timers.deadline(i as u32) {
+                self.timers.set(i as u32, t);
             }
         }
         if c.connected != m.connected {

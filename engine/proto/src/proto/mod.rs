@@ -31,6 +31,7 @@ pub use keys::SessionKeys;
 pub use protect::{NumberSpace, PacketKey, ReplayWindow, Unauthenticated, REPLAY_WINDOW};
 pub use routing::{NoRouting, Router};
 pub use stats::{ConnectionStats, DropCause, DropCounters, RttSummary, RTT_BUCKETS};
+pub use timers::TimerQueue;
 
 /// Delivery guarantees of a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,4 +1,6 @@
-//! The endpoint's timer queue: at most one deadline per connection slot, earliest first.
+//! A timer queue with at most one deadline per slot, earliest first: the endpoint keeps its
+//! connections' deadlines in one, and a driver of many endpoints (such as `ricochet`'s
+//! `ClientSet`) can keep theirs in another.
 //!
 //! An indexed binary heap: each slot's entry knows where it sits, so moving a deadline sifts
 //! that entry in place. A connection re-arms its deadline several times per packet (ACK delay,
@@ -11,29 +13,37 @@ use std::time::Instant;
 /// Marks a slot without an entry in `pos`.
 const ABSENT: u32 = u32::MAX;
 
-/// Deadlines keyed by connection slot, ordered by `(deadline, slot)` so that ties run in slot
-/// order (deterministic in the simulator).
+/// Deadlines keyed by slot (a small dense index, such as a connection's or a member's), at
+/// most one per slot, ordered by `(deadline, slot)`: ties come out in slot order, so a
+/// simulation is deterministic. Setting, moving or clearing a deadline costs `O(log n)` in the
+/// number of slots with a deadline; memory is one entry per such slot plus four bytes per slot
+/// index up to the highest in use.
 #[derive(Debug, Default)]
-pub(crate) struct TimerQueue {
+pub struct TimerQueue {
     heap: Vec<(Instant, u32)>,
     /// Heap position of each slot's entry, or [`ABSENT`].
     pos: Vec<u32>,
 }
 
 impl TimerQueue {
+    /// An empty queue.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
     /// The earliest deadline.
-    pub(crate) fn peek(&self) -> Option<Instant> {
+    pub fn peek(&self) -> Option<Instant> {
         self.heap.first().map(|&(t, _)| t)
     }
 
     /// The deadline of `slot`, if it has one.
-    pub(crate) fn deadline(&self, slot: u32) -> Option<Instant> {
+    pub fn deadline(&self, slot: u32) -> Option<Instant> {
         let p = *self.pos.get(slot as usize)?;
         self.heap.get(p as usize).map(|&(t, _)| t)
     }
 
     /// Sets (or with `None` clears) the deadline of `slot`.
-    pub(crate) fn set(&mut self, slot: u32, at: Option<Instant>) {
+    pub fn set(&mut self, slot: u32, at: Option<Instant>) {
         let s = slot as usize;
         if self.pos.len() <= s {
             if at.is_none() {
@@ -65,7 +75,7 @@ impl TimerQueue {
     }
 
     /// Removes and returns the earliest entry if it is due at `now`.
-    pub(crate) fn pop_due(&mut self, now: Instant) -> Option<(Instant, u32)> {
+    pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, u32)> {
         let &(t, slot) = self.heap.first()?;
         if t > now {
             return None;
@@ -74,8 +84,19 @@ impl TimerQueue {
         Some((t, slot))
     }
 
-    /// Gives back capacity once the queue holds far fewer entries than it once did.
-    pub(crate) fn shrink(&mut self) {
+    /// How many slots have a deadline.
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// Whether no slot has a deadline.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// Gives back capacity once the queue holds far fewer entries than it once did (call it
+    /// now and then, for instance after running the due timers).
+    pub fn shrink(&mut self) {
         if self.heap.capacity() > 64 && self.heap.len() < self.heap.capacity() / 4 {
             self.heap.shrink_to(self.heap.len() * 2);
         }
@@ -139,11 +160,6 @@ impl TimerQueue {
         self.heap.swap(a, b);
         self.pos[self.heap[a].1 as usize] = a as u32;
         self.pos[self.heap[b].1 as usize] = b as u32;
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.heap.len()
     }
 }
 
