@@ -25,6 +25,9 @@ pub struct ClientSetError {
     pub source: ClientError,
 }
 
+/// How long a turn waits at most while a socket has refused part of a submission.
+const SEND_RETRY: Duration = Duration::from_millis(1);
+
 fn fail(index: Option<usize>) -> impl Fn(ClientError) -> ClientSetError {
     move |source| ClientSetError { index, source }
 }
@@ -85,8 +88,9 @@ pub struct ClientSet {
     /// next [`ClientSet::step`].
     poller: Option<platform::Poller>,
     deferred: Option<ClientSetError>,
-    /// Every member's protocol deadline (one entry per member). A touched member's entry is
-    /// brought up to date after its submission at the next turn, not at every arrival.
+    /// The members' protocol deadlines (at most one entry each). A touched member's entry may
+    /// be stale or missing: it is brought up to date after the member's submission at the
+    /// next turn, not at every arrival.
     timers: TimerQueue,
     /// Members to submit for at the next turn.
     touched: Vec<u32>,
@@ -342,45 +346,32 @@ impl ClientSet {
         let start = Instant::now();
         // Submit what the touched members queued; the same call reaps what they received.
         let touched = std::mem::take(&mut self.touched);
-        let mut urgent = false;
-        for &i in &touched {
-            let i = i as usize;
-            self.members[i].touched = false;
-            let c = &mut self.clients[i];
-            c.transmit(start);
-            if c.backend.needs_poll() {
-                c.backend
-                    .poll(&mut c.send_batch, Some(Duration::ZERO))
-                    .map_err(|e| fail(Some(i))(e.into()))?;
-                c.absorb(Instant::now());
-                // What the arrivals call for leaves with the next turn's submission.
-                self.touch(i);
-            } else if !c.send_batch.is_empty() {
-                // Send only: whatever arrived keeps the socket readable, so the wait below
-                // reports the member and its receive happens once, in the ready pass.
-                c.backend
-                    .flush(&mut c.send_batch)
-                    .map_err(|e| fail(Some(i))(e.into()))?;
-                if !c.send_batch.is_empty() {
-                    // The socket took only part: the rest goes with the next turn.
-                    self.touch(i);
+        let (mut urgent, mut retry) = (false, false);
+        for (k, &i) in touched.iter().enumerate() {
+            if let Err(e) = self.submit(i as usize, start, &mut urgent, &mut retry) {
+                // The failed member and those not reached yet stay queued for the next turn.
+                for &j in &touched[k..] {
+                    self.members[j as usize].touched = false;
+                    self.touch(j as usize);
                 }
+                return Err(e);
             }
-            urgent |= self.clients[i].backend.needs_poll();
-            self.sync(i);
         }
         self.touched_scratch(touched);
-        // Members touched again above (the socket took only part, or the arrivals a poll
-        // reaped) submit at the next turn: do not sleep before it.
-        urgent |= !self.touched.is_empty();
-        // One wait for the whole set; only a look when some member has news already.
+        // One wait for the whole set; only a look when some member has news already, and short
+        // when a socket refused part of a submission (the poller waits for readability only).
         let wait = if urgent || (!ignore_events && !self.with_events.is_empty()) {
             Duration::ZERO
         } else {
             let now = Instant::now();
-            match self.next_timer() {
+            let wait = match self.next_timer() {
                 Some(t) => t.saturating_duration_since(now).min(timeout),
                 None => timeout,
+            };
+            if retry {
+                wait.min(SEND_RETRY)
+            } else {
+                wait
             }
         };
         self.ready.clear();
@@ -422,6 +413,42 @@ impl ClientSet {
             self.sync(i);
         }
         self.touched.clear();
+        Ok(())
+    }
+
+    /// Submits what member `i` queued. `urgent` is set when its backend reaped arrivals that
+    /// call for a reply (sent at the next turn), `retry` when its socket took only part.
+    fn submit(
+        &mut self,
+        i: usize,
+        start: Instant,
+        urgent: &mut bool,
+        retry: &mut bool,
+    ) -> Result<(), ClientSetError> {
+        self.members[i].touched = false;
+        let c = &mut self.clients[i];
+        c.transmit(start);
+        if c.backend.needs_poll() {
+            c.backend
+                .poll(&mut c.send_batch, Some(Duration::ZERO))
+                .map_err(|e| fail(Some(i))(e.into()))?;
+            c.absorb(Instant::now());
+            // What the arrivals call for leaves with the next turn's submission.
+            self.touch(i);
+            *urgent = true;
+        } else if !c.send_batch.is_empty() {
+            // Send only: whatever arrived keeps the socket readable, so the wait below
+            // reports the member and its receive happens once, in the ready pass.
+            c.backend
+                .flush(&mut c.send_batch)
+                .map_err(|e| fail(Some(i))(e.into()))?;
+            if !c.send_batch.is_empty() {
+                // The socket took only part: the rest goes with the next turn.
+                self.touch(i);
+                *retry = true;
+            }
+        }
+        self.sync(i);
         Ok(())
     }
 

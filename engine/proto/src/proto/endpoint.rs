@@ -263,6 +263,9 @@ struct Slot {
 pub struct Endpoint {
     cfg: EndpointConfig,
     base: Instant,
+    /// When the endpoint was made: `poll_timeout` reports it for "due now" (no `now` an
+    /// embedder passes is earlier).
+    born: Instant,
     rng: ChaCha8Rng,
     slots: Vec<Slot>,
     free: Vec<u32>,
@@ -341,6 +344,7 @@ impl Endpoint {
             shared,
             cfg,
             base: now,
+            born: now,
             rng,
             slots: Vec::new(),
             free: Vec::new(),
@@ -1203,29 +1207,37 @@ impl Endpoint {
     }
 
     /// Earliest timer of any connection (may lie in the past: then a transmission or timer is
-    /// due now; call `handle_timeout` and `poll_transmit`). Until `poll_transmit` has returned
-    /// `None`, connections it has not visited yet count as due now.
+    /// due now; call `handle_timeout` and `poll_transmit`). After anything that may give a
+    /// connection something to send (`handle_datagram`, `send`, `close`, `accept`,
+    /// `handle_timeout`, ...) it is the instant the endpoint was made, i.e. due now, until
+    /// `poll_transmit` has returned `None`: a connection's deadline is recomputed once it has
+    /// sent what it has, not at every packet.
     pub fn poll_timeout(&self) -> Option<Instant> {
         if self.dirty.is_empty() {
             self.timers.peek()
         } else {
-            Some(self.base)
+            Some(self.born)
         }
     }
 
     /// Run every connection timer that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
-        // Take the due entries first: a connection whose next deadline is "transmit now" is
-        // rescheduled at or before `now`, and must not be run again in this call.
+        // Take the due entries first: a connection run here is marked stale and queued for
+        // `poll_transmit`, and must not run again in this call.
         let mut due = std::mem::take(&mut self.due);
-        for i in 0..self.dirty.len() {
-            let idx = self.dirty[i];
-            self.refresh_timer(idx);
-        }
         while let Some(entry) = self.timers.pop_due(now) {
             due.push(entry);
         }
         for &(_, idx) in &due {
+            // An entry entered before the connection's latest change may be early: run the
+            // connection only if it is still due, else enter its deadline.
+            if self.slots.get(idx as usize).is_some_and(|s| s.timer_stale) {
+                self.refresh_timer(idx);
+                if self.timers.deadline(idx).is_none_or(|t| t > now) {
+                    continue;
+                }
+                self.timers.set(idx, None);
+            }
             self.with_conn(idx, |c| c.handle_timeout(now));
             self.touch(idx);
         }

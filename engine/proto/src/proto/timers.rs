@@ -16,8 +16,11 @@ const ABSENT: u32 = u32::MAX;
 /// Deadlines keyed by slot (a small dense index, such as a connection's or a member's), at
 /// most one per slot, ordered by `(deadline, slot)`: ties come out in slot order, so a
 /// simulation is deterministic. Setting, moving or clearing a deadline costs `O(log n)` in the
-/// number of slots with a deadline; memory is one entry per such slot plus four bytes per slot
-/// index up to the highest in use.
+/// number of slots with a deadline. Memory is one entry per such slot plus four bytes per slot
+/// index up to the highest ever set (until [`TimerQueue::shrink`] finds most of them unused).
+///
+/// Shared by the endpoint and `ricochet`'s `ClientSet`; not part of the crate's API promise.
+#[doc(hidden)]
 #[derive(Debug, Default)]
 pub struct TimerQueue {
     heap: Vec<(Instant, u32)>,
@@ -43,7 +46,11 @@ impl TimerQueue {
     }
 
     /// Sets (or with `None` clears) the deadline of `slot`.
+    ///
+    /// # Panics
+    /// If `slot` is `u32::MAX` (the queue's marker for "no entry").
     pub fn set(&mut self, slot: u32, at: Option<Instant>) {
+        assert!(slot != ABSENT, "TimerQueue slot u32::MAX is reserved");
         let s = slot as usize;
         if self.pos.len() <= s {
             if at.is_none() {
@@ -100,13 +107,17 @@ impl TimerQueue {
         if self.heap.capacity() > 64 && self.heap.len() < self.heap.capacity() / 4 {
             self.heap.shrink_to(self.heap.len() * 2);
         }
-        // Slots above the highest one with a deadline need no position.
+        // Slots above the highest one with a deadline need no position; at least `len` slots
+        // have one, so the scan is only worth it when they are few.
+        if self.pos.capacity() <= 64 || self.heap.len() >= self.pos.capacity() / 4 {
+            return;
+        }
         let keep = self
             .pos
             .iter()
             .rposition(|&p| p != ABSENT)
             .map_or(0, |i| i + 1);
-        if self.pos.capacity() > 64 && keep < self.pos.capacity() / 4 {
+        if keep < self.pos.capacity() / 4 {
             self.pos.truncate(keep);
             self.pos.shrink_to(keep * 2);
         }
@@ -211,6 +222,9 @@ mod tests {
             assert_eq!(q.deadline(slot), of_slot[slot as usize], "step {step}");
             if step % 1000 == 0 {
                 q.shrink();
+                for (s, t) in of_slot.iter().enumerate() {
+                    assert_eq!(q.deadline(s as u32), *t, "step {step}, slot {s}");
+                }
             }
         }
     }
@@ -232,7 +246,33 @@ mod tests {
         assert_eq!(q.deadline(5), Some(base + Duration::from_micros(9_999)));
         q.set(5, None);
         assert_eq!(q.peek(), None);
+    }
+
+    /// After most high slots are cleared, `shrink` gives their positions back; the low slots
+    /// keep their deadlines, and high slots can be set again.
+    #[test]
+    fn shrink_gives_back_positions_of_unused_high_slots() {
+        let base = Instant::now();
+        let mut q = TimerQueue::new();
+        for s in 0..1000u32 {
+            q.set(s, Some(base + Duration::from_micros(u64::from(1000 - s))));
+        }
+        for s in 3..1000u32 {
+            q.set(s, None);
+        }
+        let before = q.pos.capacity();
         q.shrink();
-        assert!(q.pos.is_empty() || q.pos.iter().all(|&p| p == ABSENT));
+        assert!(
+            q.pos.capacity() < before / 4,
+            "{} of {before}",
+            q.pos.capacity()
+        );
+        assert!(q.heap.capacity() < 1000);
+        q.set(900, Some(base));
+        let order: Vec<u32> = std::iter::from_fn(|| q.pop_due(base + Duration::from_secs(1)))
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(order, vec![900, 2, 1, 0]);
+        assert!(q.is_empty());
     }
 }
