@@ -1222,6 +1222,12 @@ impl Endpoint {
 
     /// Run every connection timer that is due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // Deadlines of connections changed since their last `poll_transmit` visit first: any of
+        // them may be due (an embedder need not drain `poll_transmit` before calling this).
+        for i in 0..self.dirty.len() {
+            let idx = self.dirty[i];
+            self.refresh_timer(idx);
+        }
         // Take the due entries first: a connection run here is marked stale and queued for
         // `poll_transmit`, and must not run again in this call.
         let mut due = std::mem::take(&mut self.due);
@@ -1229,15 +1235,6 @@ impl Endpoint {
             due.push(entry);
         }
         for &(_, idx) in &due {
-            // An entry entered before the connection's latest change may be early: run the
-            // connection only if it is still due, else enter its deadline.
-            if self.slots.get(idx as usize).is_some_and(|s| s.timer_stale) {
-                self.refresh_timer(idx);
-                if self.timers.deadline(idx).is_none_or(|t| t > now) {
-                    continue;
-                }
-                self.timers.set(idx, None);
-            }
             self.with_conn(idx, |c| c.handle_timeout(now));
             self.touch(idx);
         }
