@@ -16,6 +16,22 @@ fn main() {
     println!("cargo:rustc-env=BENCH_RUSTC_VERSION={version}");
     let commit = run("git", &["rev-parse", "HEAD"]).unwrap_or_default();
     println!("cargo:rustc-env=BENCH_GIT_COMMIT={commit}");
+    // Whether the tree this binary is built from differs from that commit (tracked files
+    // only); empty when git cannot tell. Checked at build time: a result file must describe
+    // the binary, not the tree it happens to run in.
+    let dirty = Command::new("git")
+        .args(["status", "--porcelain", "--untracked-files=no"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or("", |o| {
+            if o.stdout.iter().all(u8::is_ascii_whitespace) {
+                "false"
+            } else {
+                "true"
+            }
+        });
+    println!("cargo:rustc-env=BENCH_GIT_DIRTY={dirty}");
     let target = std::env::var("TARGET").unwrap_or_default();
     println!("cargo:rustc-env=BENCH_TARGET={target}");
     let profile = std::env::var("PROFILE").unwrap_or_default();
@@ -33,4 +49,23 @@ fn main() {
         }
     }
     println!("cargo:rerun-if-changed=build.rs");
+    // Rerun when any source of the workspace changes, so the dirty flag stays current (cargo
+    // scans a directory's files for changes).
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default();
+    let root = std::path::Path::new(&manifest)
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    for dir in [
+        "engine",
+        "platform",
+        "bench/src",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
+        let path = root.join(dir);
+        if path.exists() {
+            println!("cargo:rerun-if-changed={}", path.display());
+        }
+    }
 }

@@ -40,7 +40,8 @@ pub struct BuildInfo {
     pub target: String,
     /// Git commit of the source tree (build time, else run time); empty if unknown.
     pub git_commit: String,
-    /// Uncommitted changes in the source tree at run time; `null` if unknown.
+    /// Uncommitted changes to tracked files in the tree the binary was built from (else, if
+    /// the build could not tell, in the tree it runs in); `null` if unknown.
     pub git_dirty: Option<bool>,
 }
 
@@ -129,12 +130,18 @@ impl BuildInfo {
             "" => command_output("git", &["rev-parse", "HEAD"]).unwrap_or_default(),
             c => c.to_string(),
         };
-        let git_dirty = Command::new("git")
-            .args(["status", "--porcelain", "--untracked-files=no"])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| !o.stdout.iter().all(u8::is_ascii_whitespace));
+        // The tree the binary was built from (see build.rs); the tree it runs in only when the
+        // build could not tell.
+        let git_dirty = match env!("BENCH_GIT_DIRTY") {
+            "true" => Some(true),
+            "false" => Some(false),
+            _ => Command::new("git")
+                .args(["status", "--porcelain", "--untracked-files=no"])
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| !o.stdout.iter().all(u8::is_ascii_whitespace)),
+        };
         BuildInfo {
             version: env!("CARGO_PKG_VERSION").into(),
             rustc,
