@@ -107,18 +107,16 @@ impl TimerQueue {
         if self.heap.capacity() > 64 && self.heap.len() < self.heap.capacity() / 4 {
             self.heap.shrink_to(self.heap.len() * 2);
         }
-        // Slots above the highest one with a deadline need no position; at least `len` slots
-        // have one, so the scan is only worth it when they are few.
-        if self.pos.capacity() <= 64 || self.heap.len() >= self.pos.capacity() / 4 {
-            return;
-        }
+        // Slots above the highest one with a deadline need no position. The scan walks back
+        // over those trailing unused positions only, and drops them, so a later call does not
+        // walk them again.
         let keep = self
             .pos
             .iter()
             .rposition(|&p| p != ABSENT)
             .map_or(0, |i| i + 1);
-        if keep < self.pos.capacity() / 4 {
-            self.pos.truncate(keep);
+        self.pos.truncate(keep);
+        if self.pos.capacity() > 64 && keep < self.pos.capacity() / 4 {
             self.pos.shrink_to(keep * 2);
         }
     }
@@ -274,5 +272,26 @@ mod tests {
             .collect();
         assert_eq!(order, vec![900, 2, 1, 0]);
         assert!(q.is_empty());
+    }
+
+    /// Unused positions above the highest slot in use are dropped even when the capacity
+    /// stays (so the next shrink does not walk them again), and that slot keeps its deadline.
+    #[test]
+    fn shrink_drops_trailing_unused_positions() {
+        let base = Instant::now();
+        let mut q = TimerQueue::new();
+        for s in 0..100u32 {
+            q.set(s, Some(base + Duration::from_micros(u64::from(s))));
+        }
+        for s in 60..100u32 {
+            q.set(s, None);
+        }
+        q.shrink();
+        assert_eq!(q.pos.len(), 60);
+        assert_eq!(q.deadline(59), Some(base + Duration::from_micros(59)));
+        assert_eq!(q.deadline(99), None);
+        q.set(99, Some(base));
+        assert_eq!(q.pop_due(base), Some((base, 0)));
+        assert_eq!(q.pop_due(base), Some((base, 99)));
     }
 }
