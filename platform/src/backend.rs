@@ -81,6 +81,12 @@ pub struct BackendConfig {
     /// Ask for UDP GRO on receive where the OS supports it (coalesced runs are then reported
     /// with a segment size).
     pub gro: bool,
+    /// The backend is polled only by the thread that opened it, for its whole life (a runtime
+    /// worker). On Linux the io_uring backend then defers its completion work to that thread's
+    /// polls (`IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN`, where the kernel has
+    /// them), so datagrams arriving while the thread sleeps or computes do not interrupt it.
+    /// Polling such a backend from another thread fails. Default false; other backends ignore it.
+    pub single_thread: bool,
 }
 
 impl Default for BackendConfig {
@@ -92,6 +98,7 @@ impl Default for BackendConfig {
             ring_entries: 256,
             recv_buffers: 64,
             gro: false,
+            single_thread: false,
         }
     }
 }

@@ -715,7 +715,12 @@ impl SpawnArgs {
         }
         // The backend is built on its own thread: io_uring rings may be tied to the thread that
         // submits to them.
-        let backend = match platform::open(self.socket, &self.backend) {
+        // Only this thread ever polls it.
+        let backend_config = platform::BackendConfig {
+            single_thread: true,
+            ..self.backend
+        };
+        let backend = match platform::open(self.socket, &backend_config) {
             Ok(b) => b,
             Err(e) => {
                 let _ = ready.send(Err(e));

@@ -162,6 +162,9 @@ pub struct UringBackend {
     max_datagram: usize,
     gso: bool,
     gro: bool,
+    /// The kernel runs this ring's completion work only in this thread's GETEVENTS enters
+    /// (`DEFER_TASKRUN`; asked for by [`BackendConfig::single_thread`]).
+    deferred: bool,
     recv_armed: bool,
     wake_armed: bool,
     ever_armed: bool,
@@ -200,9 +203,40 @@ impl std::fmt::Debug for UringBackend {
             .field("local_addr", &self.sock.local_addr())
             .field("gso", &self.gso)
             .field("gro", &self.gro)
+            .field("deferred", &self.deferred)
             .field("stats", &self.stats)
             .finish_non_exhaustive()
     }
+}
+
+/// The ring, and whether its completion work is deferred to the owning thread's enters.
+///
+/// Without deferral (`COOP_TASKRUN`) the kernel runs a completion's work at the thread's next
+/// kernel exit, and wakes it from any interruptible sleep to do so: a worker parked until its
+/// tick would be woken by every arriving datagram. With `DEFER_TASKRUN` the work waits for an
+/// enter with GETEVENTS; `TASKRUN_FLAG` marks the SQ ring while some is pending, and
+/// `Submitter::submit_and_wait` then adds GETEVENTS even to a zero-wait enter.
+fn build_ring(cfg: &BackendConfig, cq_entries: u32) -> Result<(IoUring, bool)> {
+    if cfg.single_thread {
+        match IoUring::builder()
+            .setup_cqsize(cq_entries)
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .setup_taskrun_flag()
+            .build(cfg.ring_entries)
+        {
+            Ok(ring) => return Ok((ring, true)),
+            // Kernels before 6.1 refuse the flags: use the ring every kernel takes.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => return Err(Error::io("io_uring_setup", e)),
+        }
+    }
+    let ring = IoUring::builder()
+        .setup_cqsize(cq_entries)
+        .setup_coop_taskrun()
+        .build(cfg.ring_entries)
+        .map_err(|e| Error::io("io_uring_setup", e))?;
+    Ok((ring, false))
 }
 
 impl UringBackend {
@@ -235,7 +269,7 @@ impl UringBackend {
         cfg: &BackendConfig,
         gso: bool,
         gro: bool,
-    ) -> Result<(IoUring, BufRing, Arc<EventFd>)> {
+    ) -> Result<(IoUring, bool, BufRing, Arc<EventFd>)> {
         linux::mmsg::validate(cfg)?;
         let entries = cfg.recv_buffers;
         if entries == 0 || !entries.is_power_of_two() || entries > 32_768 {
@@ -261,11 +295,7 @@ impl UringBackend {
             }
             linux::enable_gro(sock.as_raw_fd()).map_err(|e| Error::io("setsockopt UDP_GRO", e))?;
         }
-        let ring = IoUring::builder()
-            .setup_cqsize(cfg.ring_entries * 2 + u32::from(entries))
-            .setup_coop_taskrun()
-            .build(cfg.ring_entries)
-            .map_err(|e| Error::io("io_uring_setup", e))?;
+        let (ring, deferred) = build_ring(cfg, cfg.ring_entries * 2 + u32::from(entries))?;
         let mut probe = io_uring::Probe::new();
         ring.submitter()
             .register_probe(&mut probe)
@@ -297,11 +327,11 @@ impl UringBackend {
         }
         bufs.publish();
         let waker = EventFd::new().map_err(|e| Error::io("eventfd", e))?;
-        Ok((ring, bufs, waker))
+        Ok((ring, deferred, bufs, waker))
     }
 
     fn assemble(
-        (ring, bufs, waker): (IoUring, BufRing, Arc<EventFd>),
+        (ring, deferred, bufs, waker): (IoUring, bool, BufRing, Arc<EventFd>),
         sock: BoundSocket,
         cfg: &BackendConfig,
         reason: String,
@@ -326,6 +356,7 @@ impl UringBackend {
             max_datagram: cfg.max_datagram,
             gso,
             gro,
+            deferred,
             recv_armed: false,
             wake_armed: false,
             ever_armed: false,
@@ -1130,5 +1161,44 @@ mod tests {
             got.extend(rx.received().iter().map(|d| d.data[0]));
         }
         assert_eq!(got, (0..10u8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn zero_time_polls_see_datagrams_that_came_while_the_thread_slept() {
+        if !uring_works() {
+            return;
+        }
+        // A deferred ring runs its receive's completion work only in this thread's enters.
+        for single_thread in [true, false] {
+            let cfg = BackendConfig {
+                single_thread,
+                recv_buffers: 16,
+                max_datagram: 2048,
+                ..BackendConfig::default()
+            };
+            let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+            let mut rx = UringBackend::new(s, &cfg, "t".into())
+                .map_err(|e| e.0)
+                .unwrap();
+            let dst = rx.socket_info().local_addr;
+            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut empty = SendBatch::new(1);
+            rx.poll(&mut empty, Some(Duration::ZERO)).unwrap();
+            for i in 0..10u8 {
+                tx.send_to(&[i; 10], dst).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            let mut got = Vec::new();
+            for _ in 0..20 {
+                let out = rx.poll(&mut empty, Some(Duration::ZERO)).unwrap();
+                assert_eq!(out.received, rx.received().len());
+                got.extend(rx.received().iter().map(|d| d.data[0]));
+            }
+            assert_eq!(
+                got,
+                (0..10u8).collect::<Vec<_>>(),
+                "single_thread {single_thread}"
+            );
+        }
     }
 }
