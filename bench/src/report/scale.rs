@@ -153,8 +153,9 @@ fn groups<R, K: PartialEq>(runs: &[R], key: impl Fn(&R) -> K) -> Vec<(K, Vec<&R>
     out
 }
 
-/// Every other `kind` result file of the newest one's directory (one host, one day), oldest
-/// first, by file name.
+/// Every other `kind` result file of the newest one's directory (one host name, one day) that
+/// ran on the same CPU model and kernel (a cloud machine of one name may come back on other
+/// hardware after a restart), oldest first, by file name.
 fn same_day_files<'a>(
     inputs: &'a super::Inputs,
     newest: &str,
@@ -164,11 +165,21 @@ fn same_day_files<'a>(
         p.rsplit_once('/')
             .map_or(String::new(), |(d, _)| d.to_string())
     };
+    let machine = |f: &crate::schema::ResultFile| (f.host.cpu_model.clone(), f.host.kernel.clone());
+    let newest_machine = inputs.files.iter().find_map(|(p, i)| match i {
+        Input::Bench(f) if p == newest => Some(machine(f)),
+        _ => None,
+    });
     let mut files: Vec<(&str, &crate::schema::ResultFile)> = inputs
         .files
         .iter()
         .filter_map(|(p, i)| match i {
-            Input::Bench(f) if f.kind == kind && p != newest && dir(p) == dir(newest) => {
+            Input::Bench(f)
+                if f.kind == kind
+                    && p != newest
+                    && dir(p) == dir(newest)
+                    && newest_machine.as_ref() == Some(&machine(f)) =>
+            {
                 Some((p.as_str(), f))
             }
             _ => None,
