@@ -301,7 +301,12 @@ fn open_backend(
     let mut sc = SocketConfig::new(bind);
     sc.recv_buffer = config.socket_buffer;
     sc.send_buffer = config.socket_buffer;
-    platform::open(platform::bind(&sc)?, &config.backend)
+    // A client may move between threads, and a `ClientSet` waits on its ready descriptor.
+    let backend = platform::BackendConfig {
+        single_thread: false,
+        ..config.backend.clone()
+    };
+    platform::open(platform::bind(&sc)?, &backend)
 }
 
 impl Client {

@@ -85,7 +85,9 @@ pub struct BackendConfig {
     /// worker). On Linux the io_uring backend then defers its completion work to that thread's
     /// polls (`IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN`, where the kernel has
     /// them), so datagrams arriving while the thread sleeps or computes do not interrupt it.
-    /// Polling such a backend from another thread fails. Default false; other backends ignore it.
+    /// Polling such a backend from another thread fails, and its [`Backend::ready_fd`] does not
+    /// report arrivals (so a caller waiting on that descriptor must not ask for this). Default
+    /// false; other backends ignore it.
     pub single_thread: bool,
 }
 

@@ -194,7 +194,8 @@ pub struct UringBackend {
 }
 
 // SAFETY: the raw pointers (msghdrs, iovecs, mappings) point only into memory owned by this
-// struct, and the io_uring instance is used by whichever single thread owns the backend.
+// struct, and the io_uring instance is used by whichever single thread owns the backend (a
+// deferred ring only by the thread that made it: the kernel refuses other submitters).
 unsafe impl Send for UringBackend {}
 
 impl std::fmt::Debug for UringBackend {
@@ -227,7 +228,10 @@ fn build_ring(cfg: &BackendConfig, cq_entries: u32) -> Result<(IoUring, bool)> {
         {
             Ok(ring) => return Ok((ring, true)),
             // Kernels before 6.1 refuse the flags: use the ring every kernel takes.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => tracing::debug!(
+                "io_uring refuses SINGLE_ISSUER | DEFER_TASKRUN; arrivals will interrupt \
+                 the thread between polls"
+            ),
             Err(e) => return Err(Error::io("io_uring_setup", e)),
         }
     }
@@ -905,6 +909,8 @@ impl Backend for UringBackend {
     fn ready_fd(&self) -> RawFd {
         // The ring's descriptor polls readable once completions are posted; an arrival's
         // receive completion is posted by task work, which wakes a thread blocked in poll(2).
+        // Not with a deferred ring, whose work waits for this thread's enter: those are only
+        // made for the runtime's workers, which never wait on this descriptor.
         self.ring.as_raw_fd()
     }
 
@@ -913,6 +919,7 @@ impl Backend for UringBackend {
             || !self.wake_armed
             || !self.stash.is_empty()
             || !self.ring.completion().is_empty()
+            || (self.deferred && self.ring.submission().taskrun())
     }
 }
 
@@ -1183,11 +1190,25 @@ mod tests {
             let dst = rx.socket_info().local_addr;
             let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
             let mut empty = SendBatch::new(1);
+            if single_thread {
+                // This kernel has the flags (6.1+), so the ring must be deferred.
+                let deferrable = IoUring::<squeue::Entry>::builder()
+                    .setup_single_issuer()
+                    .setup_defer_taskrun()
+                    .build(8)
+                    .is_ok();
+                assert_eq!(rx.deferred, deferrable);
+            }
             rx.poll(&mut empty, Some(Duration::ZERO)).unwrap();
             for i in 0..10u8 {
                 tx.send_to(&[i; 10], dst).unwrap();
             }
             std::thread::sleep(Duration::from_millis(50));
+            if rx.deferred {
+                // Nothing ran on this thread's behalf while it slept: the receive's work waits.
+                assert!(rx.ring.completion().is_empty());
+                assert!(rx.ring.submission().taskrun());
+            }
             let mut got = Vec::new();
             for _ in 0..20 {
                 let out = rx.poll(&mut empty, Some(Duration::ZERO)).unwrap();
