@@ -1100,6 +1100,16 @@ mod tests {
         t.join().unwrap();
     }
 
+    /// A receiving backend on loopback, its address, and a plain socket to send to it from.
+    fn receiver(cfg: &BackendConfig) -> (UringBackend, std::net::SocketAddr, std::net::UdpSocket) {
+        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        let rx = UringBackend::new(s, cfg, "t".into())
+            .map_err(|e| e.0)
+            .unwrap();
+        let dst = rx.socket_info().local_addr;
+        (rx, dst, std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+    }
+
     #[test]
     fn buffer_ring_exhaustion_is_survived_and_counted() {
         if !uring_works() {
@@ -1110,12 +1120,7 @@ mod tests {
             max_datagram: 2048,
             ..BackendConfig::default()
         };
-        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-        let mut rx = UringBackend::new(s, &cfg, "t".into())
-            .map_err(|e| e.0)
-            .unwrap();
-        let dst = rx.socket_info().local_addr;
-        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (mut rx, dst, tx) = receiver(&cfg);
         // More datagrams wait than the ring has buffers when the receive is first armed.
         for i in 0..20u8 {
             tx.send_to(&[i; 100], dst).unwrap();
@@ -1146,12 +1151,7 @@ mod tests {
             max_datagram: 2048,
             ..BackendConfig::default()
         };
-        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-        let mut rx = UringBackend::new(s, &cfg, "t".into())
-            .map_err(|e| e.0)
-            .unwrap();
-        let dst = rx.socket_info().local_addr;
-        let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (mut rx, dst, tx) = receiver(&cfg);
         let mut empty = SendBatch::new(1);
         // Arm the receive first so the datagrams land in the ring together.
         rx.poll(&mut empty, Some(Duration::ZERO)).unwrap();
@@ -1183,12 +1183,7 @@ mod tests {
                 max_datagram: 2048,
                 ..BackendConfig::default()
             };
-            let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-            let mut rx = UringBackend::new(s, &cfg, "t".into())
-                .map_err(|e| e.0)
-                .unwrap();
-            let dst = rx.socket_info().local_addr;
-            let tx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let (mut rx, dst, tx) = receiver(&cfg);
             let mut empty = SendBatch::new(1);
             if single_thread {
                 // This kernel has the flags (6.1+), so the ring must be deferred.
