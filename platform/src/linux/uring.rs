@@ -1186,7 +1186,7 @@ mod tests {
             let (mut rx, dst, tx) = receiver(&cfg);
             let mut empty = SendBatch::new(1);
             if single_thread {
-                // This kernel has the flags (6.1+), so the ring must be deferred.
+                // Where the kernel has the flags (6.1+), the ring must be deferred.
                 let deferrable = IoUring::<squeue::Entry>::builder()
                     .setup_single_issuer()
                     .setup_defer_taskrun()
