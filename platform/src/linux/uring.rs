@@ -1056,48 +1056,54 @@ mod tests {
         if !uring_works() {
             return;
         }
-        let cfg = BackendConfig::default();
-        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-        let mut rx = UringBackend::new(s, &cfg, "t".into())
-            .map_err(|e| e.0)
-            .unwrap();
-        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-        let mut tx = UringBackend::new(s, &cfg, "t".into())
-            .map_err(|e| e.0)
-            .unwrap();
-        let dst = rx.socket_info().local_addr;
-        let mut batch = SendBatch::new(8);
-        batch.push(dst, b"hello").unwrap();
-        let payload: Vec<u8> = (0..=255u8).cycle().take(2500).collect();
-        batch.push_segments(dst, 1000, &payload).unwrap();
-        tx.gso = false;
-        batch.push_segments(dst, 1000, &payload).unwrap();
-        let out = tx.poll(&mut batch, Some(Duration::ZERO)).unwrap();
-        assert_eq!(out.sent, 3, "{:?}", tx.stats());
-        assert!(batch.is_empty());
-        assert_eq!(tx.stats().datagrams_out, 7);
-        let mut got: Vec<Vec<u8>> = Vec::new();
-        let mut empty = SendBatch::new(1);
-        while got.len() < 7 {
-            let out = rx.poll(&mut empty, Some(Duration::from_secs(5))).unwrap();
-            assert!(out.received > 0, "timed out");
-            for d in rx.received().iter() {
-                assert_eq!(d.src, tx.socket_info().local_addr);
-                got.extend(d.segments().map(<[u8]>::to_vec));
+        // Sends (GSO, split and linked), receives and the waker, on both kinds of ring.
+        for single_thread in [false, true] {
+            let cfg = BackendConfig {
+                single_thread,
+                ..BackendConfig::default()
+            };
+            let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+            let mut rx = UringBackend::new(s, &cfg, "t".into())
+                .map_err(|e| e.0)
+                .unwrap();
+            let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+            let mut tx = UringBackend::new(s, &cfg, "t".into())
+                .map_err(|e| e.0)
+                .unwrap();
+            let dst = rx.socket_info().local_addr;
+            let mut batch = SendBatch::new(8);
+            batch.push(dst, b"hello").unwrap();
+            let payload: Vec<u8> = (0..=255u8).cycle().take(2500).collect();
+            batch.push_segments(dst, 1000, &payload).unwrap();
+            tx.gso = false;
+            batch.push_segments(dst, 1000, &payload).unwrap();
+            let out = tx.poll(&mut batch, Some(Duration::ZERO)).unwrap();
+            assert_eq!(out.sent, 3, "{:?}", tx.stats());
+            assert!(batch.is_empty());
+            assert_eq!(tx.stats().datagrams_out, 7);
+            let mut got: Vec<Vec<u8>> = Vec::new();
+            let mut empty = SendBatch::new(1);
+            while got.len() < 7 {
+                let out = rx.poll(&mut empty, Some(Duration::from_secs(5))).unwrap();
+                assert!(out.received > 0, "timed out");
+                for d in rx.received().iter() {
+                    assert_eq!(d.src, tx.socket_info().local_addr);
+                    got.extend(d.segments().map(<[u8]>::to_vec));
+                }
             }
+            let lens: Vec<usize> = got.iter().map(Vec::len).collect();
+            assert_eq!(lens, [5, 1000, 1000, 500, 1000, 1000, 500]);
+            assert_eq!(got[0], b"hello");
+            assert!(got[1..4].concat() == payload && got[4..].concat() == payload);
+            let w = rx.waker();
+            let t = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                w.wake().unwrap();
+            });
+            let out = rx.poll(&mut empty, Some(Duration::from_secs(10))).unwrap();
+            assert!(out.woken);
+            t.join().unwrap();
         }
-        let lens: Vec<usize> = got.iter().map(Vec::len).collect();
-        assert_eq!(lens, [5, 1000, 1000, 500, 1000, 1000, 500]);
-        assert_eq!(got[0], b"hello");
-        assert!(got[1..4].concat() == payload && got[4..].concat() == payload);
-        let w = rx.waker();
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            w.wake().unwrap();
-        });
-        let out = rx.poll(&mut empty, Some(Duration::from_secs(10))).unwrap();
-        assert!(out.woken);
-        t.join().unwrap();
     }
 
     /// A receiving backend on loopback, its address, and a plain socket to send to it from.
