@@ -222,3 +222,49 @@ pub trait Backend: Send {
     /// waiting on the descriptor then.
     fn needs_poll(&mut self) -> bool;
 }
+
+/// Checks the Linux backends' unit tests share.
+#[cfg(all(test, target_os = "linux"))]
+pub(crate) mod test_support {
+    use super::Backend;
+    use crate::batch::SendBatch;
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    /// The payload the round-trip tests send as 1,000 B segments (2,500 B: two full, one short).
+    pub(crate) fn segmented_payload() -> Vec<u8> {
+        (0..=255u8).cycle().take(2500).collect()
+    }
+
+    /// Poll `rx` until `n` datagrams (GRO segments counted one by one) came, all from `from`.
+    pub(crate) fn receive_segments(
+        rx: &mut dyn Backend,
+        n: usize,
+        from: SocketAddr,
+    ) -> Vec<Vec<u8>> {
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut empty = SendBatch::new(1);
+        while got.len() < n {
+            let out = rx.poll(&mut empty, Some(Duration::from_secs(5))).unwrap();
+            assert!(out.received > 0, "timed out");
+            for d in rx.received().iter() {
+                assert_eq!(d.src, from);
+                got.extend(d.segments().map(<[u8]>::to_vec));
+            }
+        }
+        got
+    }
+
+    /// A wake from another thread ends a long wait of `rx`.
+    pub(crate) fn woken_from_another_thread(rx: &mut dyn Backend) {
+        let w = rx.waker();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            w.wake().unwrap();
+        });
+        let mut empty = SendBatch::new(1);
+        let out = rx.poll(&mut empty, Some(Duration::from_secs(10))).unwrap();
+        assert!(out.woken);
+        t.join().unwrap();
+    }
+}

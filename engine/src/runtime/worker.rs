@@ -713,9 +713,8 @@ impl SpawnArgs {
                 ),
             }
         }
-        // The backend is built on its own thread: io_uring rings may be tied to the thread that
-        // submits to them.
-        // Only this thread ever polls it.
+        // The backend is built, polled and dropped on this thread only: an io_uring ring may
+        // then defer its completion work to this thread's own polls (`single_thread`).
         let backend_config = platform::BackendConfig {
             single_thread: true,
             ..self.backend

@@ -619,6 +619,9 @@ impl Backend for MmsgBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::test_support::{
+        receive_segments, segmented_payload, woken_from_another_thread,
+    };
     use crate::socket::{bind, SocketConfig};
 
     fn backend(addr: &str, cfg: &BackendConfig) -> MmsgBackend {
@@ -634,7 +637,7 @@ mod tests {
         let dst = rx.socket_info().local_addr;
         let mut batch = SendBatch::new(8);
         batch.push(dst, b"hello").unwrap();
-        let payload: Vec<u8> = (0..=255u8).cycle().take(2500).collect();
+        let payload = segmented_payload();
         batch.push_segments(dst, 1000, &payload).unwrap();
         // Exercise the split path too, whatever the kernel supports.
         tx.gso = false;
@@ -643,26 +646,9 @@ mod tests {
         assert!(batch.is_empty());
         assert_eq!(tx.stats().datagrams_out, 4);
 
-        let mut got: Vec<Vec<u8>> = Vec::new();
-        let mut empty = SendBatch::new(1);
-        while got.len() < 4 {
-            let out = rx.poll(&mut empty, Some(Duration::from_secs(5))).unwrap();
-            assert!(out.received > 0, "timed out");
-            for d in rx.received().iter() {
-                assert_eq!(d.src, tx.socket_info().local_addr);
-                got.extend(d.segments().map(<[u8]>::to_vec));
-            }
-        }
+        let got = receive_segments(&mut rx, 4, tx.socket_info().local_addr);
         assert_eq!(got[0], b"hello");
         assert_eq!(got[1..].concat(), payload);
-
-        let w = rx.waker();
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            w.wake().unwrap();
-        });
-        let out = rx.poll(&mut empty, Some(Duration::from_secs(10))).unwrap();
-        assert!(out.woken);
-        t.join().unwrap();
+        woken_from_another_thread(&mut rx);
     }
 }

@@ -1039,6 +1039,9 @@ pub(crate) fn probe() -> (Capability, Capability, Capability) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::test_support::{
+        receive_segments, segmented_payload, woken_from_another_thread,
+    };
     use crate::socket::{bind, SocketConfig};
 
     /// These tests need a working io_uring; where the host has none (old kernel, io_uring
@@ -1073,7 +1076,7 @@ mod tests {
             let dst = rx.socket_info().local_addr;
             let mut batch = SendBatch::new(8);
             batch.push(dst, b"hello").unwrap();
-            let payload: Vec<u8> = (0..=255u8).cycle().take(2500).collect();
+            let payload = segmented_payload();
             batch.push_segments(dst, 1000, &payload).unwrap();
             tx.gso = false;
             batch.push_segments(dst, 1000, &payload).unwrap();
@@ -1081,28 +1084,12 @@ mod tests {
             assert_eq!(out.sent, 3, "{:?}", tx.stats());
             assert!(batch.is_empty());
             assert_eq!(tx.stats().datagrams_out, 7);
-            let mut got: Vec<Vec<u8>> = Vec::new();
-            let mut empty = SendBatch::new(1);
-            while got.len() < 7 {
-                let out = rx.poll(&mut empty, Some(Duration::from_secs(5))).unwrap();
-                assert!(out.received > 0, "timed out");
-                for d in rx.received().iter() {
-                    assert_eq!(d.src, tx.socket_info().local_addr);
-                    got.extend(d.segments().map(<[u8]>::to_vec));
-                }
-            }
+            let got = receive_segments(&mut rx, 7, tx.socket_info().local_addr);
             let lens: Vec<usize> = got.iter().map(Vec::len).collect();
             assert_eq!(lens, [5, 1000, 1000, 500, 1000, 1000, 500]);
             assert_eq!(got[0], b"hello");
             assert!(got[1..4].concat() == payload && got[4..].concat() == payload);
-            let w = rx.waker();
-            let t = std::thread::spawn(move || {
-                std::thread::sleep(Duration::from_millis(20));
-                w.wake().unwrap();
-            });
-            let out = rx.poll(&mut empty, Some(Duration::from_secs(10))).unwrap();
-            assert!(out.woken);
-            t.join().unwrap();
+            woken_from_another_thread(&mut rx);
         }
     }
 
