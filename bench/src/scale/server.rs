@@ -190,12 +190,17 @@ pub struct ServerStats {
     /// Datagrams the server's endpoints dropped, by cause (as of the last tick, from start).
     #[serde(default)]
     pub drops: std::collections::BTreeMap<String, u64>,
+    /// Used tokens the endpoints forgot before their expiry to make room (as of the last
+    /// tick, from start): the table is smaller than handshakes/s × token lifetime.
+    #[serde(default)]
+    pub tokens_evicted: u64,
 }
 
 #[derive(Debug, Default)]
 struct GameShared {
-    /// Per worker: its endpoint's drops by cause (`DropCause::ALL` order).
-    drops: std::sync::Mutex<HashMap<u32, Vec<u64>>>,
+    /// Per worker: its endpoint's drops by cause (`DropCause::ALL` order), and its used
+    /// tokens evicted.
+    drops: std::sync::Mutex<HashMap<u32, (Vec<u64>, u64)>>,
     snapshots_sent: AtomicU64,
     snapshot_send_errors: AtomicU64,
     inputs_received: AtomicU64,
@@ -271,13 +276,14 @@ impl Handler for ScaleHandler {
     }
 
     fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
-        let d = &ctx.endpoint_stats().drops;
+        let stats = ctx.endpoint_stats();
         let counts = ricochet_proto::DropCause::ALL
             .iter()
-            .map(|&c| d.get(c))
+            .map(|&c| stats.drops.get(c))
             .collect();
+        let evicted = stats.tokens_evicted;
         if let Ok(mut m) = self.shared.drops.lock() {
-            m.insert(ctx.worker(), counts);
+            m.insert(ctx.worker(), (counts, evicted));
         }
         let ServerKind::Game { snapshot_bytes, .. } = self.kind else {
             return;
@@ -438,7 +444,7 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
             drops: {
                 let mut out = std::collections::BTreeMap::new();
                 if let Ok(m) = shared.drops.lock() {
-                    for counts in m.values() {
+                    for (counts, _) in m.values() {
                         for (c, n) in ricochet_proto::DropCause::ALL.iter().zip(counts) {
                             if *n > 0 {
                                 *out.entry(format!("{c:?}")).or_insert(0) += n;
@@ -448,6 +454,10 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
                 }
                 out
             },
+            tokens_evicted: shared
+                .drops
+                .lock()
+                .map_or(0, |m| m.values().map(|(_, e)| e).sum()),
         }
     };
     for line in lines {

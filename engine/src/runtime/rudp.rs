@@ -58,8 +58,8 @@ use ricochet_platform::{self as platform, BackendKind, SocketInfo, Waker};
 use ricochet_proto::token::{TokenKey, TAG_LEN};
 use ricochet_proto::{
     Admission, ChannelKind, CloseReason, Config, ConnectionHandle, ConnectionStats, DropCause,
-    Endpoint, EndpointConfig, EndpointStats, Event, LedgerRefusal, Peer, Refusal, SendError,
-    ServerConfig as ListenConfig, TokenAdmission, TokenLedger, UsedTokens,
+    Endpoint, EndpointConfig, EndpointStats, Event, LedgerRefusal, Peer, Recorded, Refusal,
+    SendError, ServerConfig as ListenConfig, TokenAdmission, TokenLedger, UsedTokens,
 };
 
 use super::config::{CorePinning, IdleStrategy, IoModel, UdpServerConfig};
@@ -337,7 +337,7 @@ impl TokenLedger for SharedLedger {
         expires_unix: u64,
         now_unix: u64,
         claimant: u64,
-    ) -> Result<(), LedgerRefusal> {
+    ) -> Result<Recorded, LedgerRefusal> {
         self.table().record(tag, expires_unix, now_unix, claimant)
     }
 }

@@ -47,10 +47,12 @@ pub struct TokenAdmission {
     /// token is accepted only if it lists one of them. The first also seeds the server's
     /// stateless reset key, so keep it stable across restarts.
     pub public_addresses: Vec<SocketAddr>,
-    /// Most used tokens remembered (each is refused a second time until it expires). When
-    /// the table is full of unexpired tokens, new clients are refused with
-    /// [`CloseReason::ServerFull`]; size it for the tokens accepted within one token
-    /// lifetime. About 40 bytes each.
+    /// Most used tokens remembered (each is refused a second time until it expires). Size it
+    /// for the peak handshakes per second times the token lifetime the backend issues: when
+    /// the table is full of unexpired tokens, a new token takes the place of the one that
+    /// expires soonest, which is then no longer refused a second time, and
+    /// [`EndpointStats::tokens_evicted`](crate::EndpointStats::tokens_evicted) counts it.
+    /// About 60 bytes each.
     pub used_token_capacity: usize,
     /// Stateless resets sent per second at most (the rest are not sent; the client then
     /// learns of the lost session from its idle timeout).
@@ -120,8 +122,21 @@ pub enum LedgerRefusal {
     /// The same client (same claimant) recorded the token before: a copy of its own
     /// handshake, not a second use.
     Duplicate,
-    /// No room: the table is full of unexpired tokens.
+    /// No room: the table is full of unexpired tokens. The client is refused with
+    /// [`CloseReason::ServerFull`]. [`UsedTokens`] never answers this (it makes room); a
+    /// ledger of the embedder's may.
     Full,
+}
+
+/// How a [`TokenLedger`] recorded a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Recorded {
+    /// In free room.
+    Added,
+    /// In place of an unexpired token, forgotten before its expiry to make room (its second
+    /// use is no longer refused): the table was full.
+    Evicted,
 }
 
 /// The tokens a server has accepted, so that each is accepted once.
@@ -139,17 +154,25 @@ pub trait TokenLedger: Send + fmt::Debug {
     fn used_by(&mut self, tag: &[u8; TAG_LEN], now_unix: u64) -> Option<u64>;
 
     /// Record `tag` (a token expiring at `expires_unix`) as used now by `claimant`, unless it
-    /// already is or there is no room.
+    /// already is (or there is no room, for a ledger that refuses rather than evicts).
     fn record(
         &mut self,
         tag: &[u8; TAG_LEN],
         expires_unix: u64,
         now_unix: u64,
         claimant: u64,
-    ) -> Result<(), LedgerRefusal>;
+    ) -> Result<Recorded, LedgerRefusal>;
 }
 
-/// A bounded table of used tokens: each entry leaves when its token expires.
+/// A bounded table of used tokens: each entry leaves when its token expires, or, when the
+/// table is full, when a new token needs its place and it expires before every other.
+///
+/// Evicting rather than refusing is a choice between two failures of a table too small for
+/// the handshake rate: refusing would lock every new player out of the server until old tokens
+/// expire (up to a token lifetime), while evicting lets only the soonest-expiring token be
+/// used a second time, within what is left of its life. Only a genuine handshake (valid
+/// token, proven address, proven keys) adds an entry, so nobody without tokens can force an
+/// eviction.
 #[derive(Debug)]
 pub struct UsedTokens {
     capacity: usize,
@@ -202,7 +225,7 @@ impl TokenLedger for UsedTokens {
         expires_unix: u64,
         now_unix: u64,
         claimant: u64,
-    ) -> Result<(), LedgerRefusal> {
+    ) -> Result<Recorded, LedgerRefusal> {
         self.purge(now_unix);
         if let Some(&(_, by)) = self.expiry.get(tag) {
             return Err(if by == claimant {
@@ -211,12 +234,20 @@ impl TokenLedger for UsedTokens {
                 LedgerRefusal::Used
             });
         }
+        if self.capacity == 0 {
+            return Ok(Recorded::Evicted);
+        }
+        let mut recorded = Recorded::Added;
         if self.expiry.len() >= self.capacity {
-            return Err(LedgerRefusal::Full);
+            // Full of unexpired tokens (purged above): the soonest to expire gives way.
+            if let Some(Reverse((_, old))) = self.by_expiry.pop() {
+                self.expiry.remove(&old);
+                recorded = Recorded::Evicted;
+            }
         }
         self.expiry.insert(*tag, (expires_unix, claimant));
         self.by_expiry.push(Reverse((expires_unix, *tag)));
-        Ok(())
+        Ok(recorded)
     }
 }
 
@@ -453,23 +484,45 @@ mod tests {
     #[test]
     fn used_tokens_refuse_a_second_use_until_expiry_and_stay_bounded() {
         let mut t = UsedTokens::new(2);
-        assert_eq!(t.record(&[1; 16], 100, 10, 7), Ok(()));
+        assert_eq!(t.record(&[1; 16], 100, 10, 7), Ok(Recorded::Added));
         assert_eq!(t.used_by(&[1; 16], 10), Some(7));
         assert_eq!(t.record(&[1; 16], 100, 11, 8), Err(LedgerRefusal::Used));
         assert_eq!(
             t.record(&[1; 16], 100, 11, 7),
             Err(LedgerRefusal::Duplicate)
         );
-        assert_eq!(t.record(&[2; 16], 50, 11, 7), Ok(()));
-        assert_eq!(t.record(&[3; 16], 100, 11, 7), Err(LedgerRefusal::Full));
+        assert_eq!(t.record(&[2; 16], 50, 11, 7), Ok(Recorded::Added));
         // Token 2 expires at 50: its entry leaves and makes room.
-        assert_eq!(t.record(&[3; 16], 100, 50, 7), Ok(()));
+        assert_eq!(t.record(&[3; 16], 100, 50, 7), Ok(Recorded::Added));
         assert_eq!(t.len(), 2);
         assert_eq!(t.used_by(&[2; 16], 50), None);
         // Once expired, a token is forgotten (the server refuses it as expired anyway).
         assert_eq!(t.used_by(&[1; 16], 100), None);
-        assert_eq!(t.record(&[4; 16], 200, 100, 7), Ok(()));
+        assert_eq!(t.record(&[4; 16], 200, 100, 7), Ok(Recorded::Added));
         assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn a_full_table_forgets_the_token_that_expires_soonest() {
+        let mut t = UsedTokens::new(3);
+        assert_eq!(t.record(&[1; 16], 300, 10, 7), Ok(Recorded::Added));
+        assert_eq!(t.record(&[2; 16], 100, 10, 7), Ok(Recorded::Added));
+        assert_eq!(t.record(&[3; 16], 200, 10, 7), Ok(Recorded::Added));
+        // Full of unexpired tokens: the new one takes the place of token 2 (expiry 100), not of
+        // the oldest entry (token 1).
+        assert_eq!(t.record(&[4; 16], 400, 11, 8), Ok(Recorded::Evicted));
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.used_by(&[2; 16], 11), None);
+        assert_eq!(t.record(&[1; 16], 300, 11, 9), Err(LedgerRefusal::Used));
+        assert_eq!(t.record(&[3; 16], 200, 11, 9), Err(LedgerRefusal::Used));
+        assert_eq!(t.record(&[4; 16], 400, 11, 9), Err(LedgerRefusal::Used));
+        // Room again once a token expires.
+        assert_eq!(t.record(&[5; 16], 400, 200, 7), Ok(Recorded::Added));
+        // A table of no room remembers nothing.
+        let mut none = UsedTokens::new(0);
+        assert_eq!(none.record(&[1; 16], 100, 10, 7), Ok(Recorded::Evicted));
+        assert_eq!(none.record(&[1; 16], 100, 10, 8), Ok(Recorded::Evicted));
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -14,8 +14,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::admission::{
-    tags_equal, Admission, HandshakeKeys, LedgerRefusal, Peer, Refusal, ResetKey, TokenLedger,
-    UsedTokens,
+    tags_equal, Admission, HandshakeKeys, LedgerRefusal, Peer, Recorded, Refusal, ResetKey,
+    TokenLedger, UsedTokens,
 };
 use super::connection::ServerAdmit;
 use super::recv::{Budget, SharedBudgets};
@@ -212,6 +212,10 @@ pub struct EndpointStats {
     pub resets_sent: u64,
     /// Stateless resets not sent because of the rate limit.
     pub resets_limited: u64,
+    /// Used tokens forgotten before their expiry to make room for a new one: the table of
+    /// used tokens ([`super::TokenAdmission::used_token_capacity`]) is smaller than the
+    /// handshakes per second times the token lifetime, and those tokens could be used again.
+    pub tokens_evicted: u64,
 }
 
 /// Largest stateless reply: a tagged refusal with the longest message.
@@ -838,8 +842,11 @@ impl Endpoint {
                         }
                         return Err(DropCause::Duplicate);
                     }
+                    if recorded == Ok(Recorded::Evicted) {
+                        self.stats.tokens_evicted += 1;
+                    }
                     let reason = match recorded {
-                        Ok(()) | Err(LedgerRefusal::Duplicate) => None,
+                        Ok(_) | Err(LedgerRefusal::Duplicate) => None,
                         Err(LedgerRefusal::Used) => Some(CloseReason::TokenReused),
                         Err(LedgerRefusal::Full) => Some(CloseReason::ServerFull),
                     };

@@ -20,7 +20,7 @@ mod timers;
 
 pub use crate::wire::{CloseReason, ConnectionId};
 pub use admission::{
-    Admission, LedgerRefusal, Peer, Refusal, TokenAdmission, TokenLedger, UsedTokens,
+    Admission, LedgerRefusal, Peer, Recorded, Refusal, TokenAdmission, TokenLedger, UsedTokens,
 };
 pub use connection::{Connection, ConnectionState};
 pub use endpoint::{
