@@ -266,25 +266,23 @@ fn expired_reused_foreign_and_wrong_server_tokens_are_refused_with_their_reason(
 #[test]
 fn a_full_used_token_table_admits_new_players_and_forgets_the_soonest_to_expire() {
     // Room for two used tokens. Three players with their own tokens all get in: the third
-    // token takes the place of the one that expires soonest (player 0's), which is counted,
-    // and which is then no longer refused a second time; the others still are.
+    // token takes the place of the one that expires soonest (player 1's, not the first
+    // recorded), which is counted and no longer refused a second time; the others still are.
     let mut net = new_net();
     let mut adm = admission();
     adm.used_token_capacity = 2;
     let s = net.add(addr(1), token_server(&net, ServerConfig::tokens(adm), 1));
     let tokens = [
-        mint(&key(), 0, &[addr(1)], UNIX + 30),
-        mint(&key(), 1, &[addr(1)], UNIX + 60),
-        mint(&key(), 2, &[addr(1)], UNIX + 90),
+        mint(&key(), 0, &[addr(1)], UNIX + 90),
+        mint(&key(), 1, &[addr(1)], UNIX + 30),
+        mint(&key(), 2, &[addr(1)], UNIX + 60),
     ];
-    let mut players = Vec::new();
     for (i, token) in tokens.iter().enumerate() {
         let c = net.add(addr(2 + i as u16), client(&net, 10 + i as u64));
         let now = net.now;
         let h = net.ep(c).connect_with_token(now, token);
         let r = outcome(&mut net, c, h, Duration::from_secs(2), &mut |_, _, _, _| {});
         assert_eq!(r, Some(Ok(())), "player {i}");
-        players.push(c);
     }
     assert_eq!(net.ep(s).stats().tokens_evicted, 1);
     let again = |net: &mut Net, token: &ConnectToken, seed: u64, at: u16| {
@@ -293,12 +291,36 @@ fn a_full_used_token_table_admits_new_players_and_forgets_the_soonest_to_expire(
         let h = net.ep(c).connect_with_token(now, token);
         outcome(net, c, h, Duration::from_secs(2), &mut |_, _, _, _| {})
     };
-    let r = again(&mut net, &tokens[1], 20, 8);
-    assert_eq!(r, refused(CloseReason::TokenReused), "player 1's token, held");
-    let r = again(&mut net, &tokens[0], 21, 9);
-    assert_eq!(r, Some(Ok(())), "player 0's token, forgotten");
+    let r = again(&mut net, &tokens[0], 20, 8);
+    assert_eq!(
+        r,
+        refused(CloseReason::TokenReused),
+        "player 0's token, held"
+    );
+    let r = again(&mut net, &tokens[2], 21, 9);
+    assert_eq!(
+        r,
+        refused(CloseReason::TokenReused),
+        "player 2's token, held"
+    );
+    assert_eq!(
+        net.ep(s).stats().tokens_evicted,
+        1,
+        "refusals record nothing"
+    );
+    let r = again(&mut net, &tokens[1], 22, 10);
+    assert_eq!(r, Some(Ok(())), "player 1's token, forgotten");
+    // Recording it again evicted player 2's token (+60), which now expires soonest.
     assert_eq!(net.ep(s).stats().tokens_evicted, 2);
-    assert_eq!(net.ep(s).stats().token_refusals, 1);
+    let r = again(&mut net, &tokens[2], 23, 11);
+    assert_eq!(r, Some(Ok(())), "player 2's token, forgotten in turn");
+    let r = again(&mut net, &tokens[0], 24, 12);
+    assert_eq!(
+        r,
+        refused(CloseReason::TokenReused),
+        "player 0's token, still held"
+    );
+    assert_eq!(net.ep(s).stats().token_refusals, 3);
 }
 
 #[test]

@@ -168,6 +168,14 @@ fn refused_tokens_and_refused_players_get_clear_errors() {
     // A server bound to every address must be told its public one.
     let err = Server::start(secure_cfg("0.0.0.0:0"), |_| Gate::default()).unwrap_err();
     assert!(err.to_string().contains("public_address"), "{err}");
+
+    // A used-token table of no room is a configuration error that names the setting.
+    let mut cfg = secure_cfg("127.0.0.1:0");
+    if let Some(ricochet::proto::Admission::Tokens(t)) = cfg.admission.as_mut() {
+        t.used_token_capacity = 0;
+    }
+    let err = Server::start(cfg, |_| Gate::default()).unwrap_err();
+    assert!(err.to_string().contains("used_token_capacity"), "{err}");
 }
 
 /// Datagrams a flooder sends, from its own socket on the player's IP (127.0.0.1): replays of a

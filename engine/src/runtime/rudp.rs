@@ -795,6 +795,14 @@ impl Server {
             ));
         };
         if let Admission::Tokens(t) = &mut admission {
+            if t.used_token_capacity == 0 {
+                return Err(RuntimeError::Config(
+                    "TokenAdmission::used_token_capacity is 0: the server must remember at least \
+                     one used token (size it for the peak handshakes per second times the token \
+                     lifetime)"
+                        .into(),
+                ));
+            }
             if t.public_addresses.is_empty() {
                 t.public_addresses = config.public_addresses.clone();
             }

@@ -47,12 +47,12 @@ pub struct TokenAdmission {
     /// token is accepted only if it lists one of them. The first also seeds the server's
     /// stateless reset key, so keep it stable across restarts.
     pub public_addresses: Vec<SocketAddr>,
-    /// Most used tokens remembered (each is refused a second time until it expires). Size it
-    /// for the peak handshakes per second times the token lifetime the backend issues: when
-    /// the table is full of unexpired tokens, a new token takes the place of the one that
-    /// expires soonest, which is then no longer refused a second time, and
+    /// Most used tokens remembered (each is refused a second time until it expires; at least
+    /// one). Size it for the peak handshakes per second times the token lifetime the backend
+    /// issues: when the table is full of unexpired tokens, a new token takes the place of the
+    /// one that expires soonest, which is then no longer refused a second time, and
     /// [`EndpointStats::tokens_evicted`](crate::EndpointStats::tokens_evicted) counts it.
-    /// About 60 bytes each.
+    /// About 90 bytes each (6 MB for the default 65,536).
     pub used_token_capacity: usize,
     /// Stateless resets sent per second at most (the rest are not sent; the client then
     /// learns of the lost session from its idle timeout).
@@ -165,14 +165,14 @@ pub trait TokenLedger: Send + fmt::Debug {
 }
 
 /// A bounded table of used tokens: each entry leaves when its token expires, or, when the
-/// table is full, when a new token needs its place and it expires before every other.
+/// table is full, when a new token needs its place and it expires no later than every other.
 ///
 /// Evicting rather than refusing is a choice between two failures of a table too small for
 /// the handshake rate: refusing would lock every new player out of the server until old tokens
 /// expire (up to a token lifetime), while evicting lets only the soonest-expiring token be
 /// used a second time, within what is left of its life. Only a genuine handshake (valid
-/// token, proven address, proven keys) adds an entry, so nobody without tokens can force an
-/// eviction.
+/// token, proven address, proven keys) adds an entry: forcing evictions takes a fresh token
+/// from the backend per entry, so the backend's issuing rate, not this table, is the limit.
 #[derive(Debug)]
 pub struct UsedTokens {
     capacity: usize,
@@ -182,10 +182,10 @@ pub struct UsedTokens {
 }
 
 impl UsedTokens {
-    /// An empty table for at most `capacity` tokens.
+    /// An empty table for at most `capacity` tokens (at least one).
     pub fn new(capacity: usize) -> Self {
         UsedTokens {
-            capacity,
+            capacity: capacity.max(1),
             expiry: HashMap::new(),
             by_expiry: BinaryHeap::new(),
         }
@@ -233,9 +233,6 @@ impl TokenLedger for UsedTokens {
             } else {
                 LedgerRefusal::Used
             });
-        }
-        if self.capacity == 0 {
-            return Ok(Recorded::Evicted);
         }
         let mut recorded = Recorded::Added;
         if self.expiry.len() >= self.capacity {
@@ -518,11 +515,12 @@ mod tests {
         assert_eq!(t.record(&[4; 16], 400, 11, 9), Err(LedgerRefusal::Used));
         // Room again once a token expires.
         assert_eq!(t.record(&[5; 16], 400, 200, 7), Ok(Recorded::Added));
-        // A table of no room remembers nothing.
-        let mut none = UsedTokens::new(0);
-        assert_eq!(none.record(&[1; 16], 100, 10, 7), Ok(Recorded::Evicted));
-        assert_eq!(none.record(&[1; 16], 100, 10, 8), Ok(Recorded::Evicted));
-        assert!(none.is_empty());
+        // A table asked for no room holds one token.
+        let mut one = UsedTokens::new(0);
+        assert_eq!(one.record(&[1; 16], 100, 10, 7), Ok(Recorded::Added));
+        assert_eq!(one.record(&[1; 16], 100, 10, 8), Err(LedgerRefusal::Used));
+        assert_eq!(one.record(&[2; 16], 100, 10, 8), Ok(Recorded::Evicted));
+        assert_eq!(one.len(), 1);
     }
 
     #[test]
