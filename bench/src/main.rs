@@ -81,6 +81,7 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .try_init();
     let cli = Cli::parse();
+    raise_open_file_limit();
     let result = match &cli.command {
         None => commands::tour::run(&cli.tour, &cli.global),
         Some(Command::Udp(a)) => commands::udp::run(a, &cli.global),
@@ -111,8 +112,46 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
         Err(e) => {
-            eprintln!("bench: {e:#}");
+            eprintln!("bench: {}", bench::error_chain(e.as_ref()));
             ExitCode::from(2)
+        }
+    }
+}
+
+/// Lift this process's open-file limit to its hard limit, as a server would: `bench sessions`
+/// holds a socket per client (10,000 by default), and many systems start processes at a soft
+/// limit of 1,024. The server and client processes the bench starts inherit it. If the hard
+/// limit is still too low, the client that cannot get a socket says which limit to raise.
+fn raise_open_file_limit() {
+    #[cfg(unix)]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct it is given, a valid local.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0
+            || lim.rlim_cur >= lim.rlim_max
+        {
+            return;
+        }
+        // macOS refuses more than its per-process maximum (often below an unlimited hard
+        // limit); 1 << 20 is what Linux allows by default.
+        for want in [
+            lim.rlim_max,
+            lim.rlim_max.min(1 << 20),
+            lim.rlim_max.min(10_240),
+        ] {
+            let raised = libc::rlimit {
+                rlim_cur: want,
+                rlim_max: lim.rlim_max,
+            };
+            // SAFETY: setrlimit only reads the struct it is given, a valid local.
+            if want > lim.rlim_cur && unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0
+            {
+                tracing::debug!("open-file limit raised from {} to {want}", lim.rlim_cur);
+                return;
+            }
         }
     }
 }

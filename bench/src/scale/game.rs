@@ -233,7 +233,11 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
                 let _ = r.shutdown();
             }
             let last = server.quit().unwrap_or_default();
-            return Ok(GameRun::failed(cfg, last, format!("connecting: {e:#}")));
+            return Ok(GameRun::failed(
+                cfg,
+                last,
+                format!("connecting: {}", crate::error_chain(e.as_ref())),
+            ));
         }
     };
     let connected = set.connected();

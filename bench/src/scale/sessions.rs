@@ -294,7 +294,11 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         Ok(x) => x,
         Err(e) => {
             let last = server.quit().unwrap_or_default();
-            return Ok(failed(cfg, last, format!("connecting: {e:#}")));
+            return Ok(failed(
+                cfg,
+                last,
+                format!("connecting: {}", crate::error_chain(e.as_ref())),
+            ));
         }
     };
     let connected = set.connected();
@@ -390,7 +394,7 @@ fn churn(
         let (mut set, took) = match connect_clients(cfg, key, server.addr) {
             Ok(x) => x,
             Err(e) => {
-                errors.push(format!("connecting: {e:#}"));
+                errors.push(format!("connecting: {}", crate::error_chain(e.as_ref())));
                 break;
             }
         };
