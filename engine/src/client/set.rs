@@ -80,6 +80,11 @@ struct Member {
 ///
 /// With io_uring, members must be driven by the thread that created them (connect on the
 /// thread that will call [`ClientSet::step`]).
+///
+/// Each member holds a socket, so a set of N members needs N descriptors beside the rest of
+/// the process: many systems start processes at a soft limit of 1,024 (`ulimit -n`; a program
+/// may raise its soft limit up to the hard one with `setrlimit(RLIMIT_NOFILE)`, as the `bench`
+/// binary does). A member refused a socket by the limit fails with an error that names it.
 #[derive(Debug, Default)]
 pub struct ClientSet {
     clients: Vec<Client>,
