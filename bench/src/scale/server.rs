@@ -200,7 +200,7 @@ pub struct ServerStats {
 struct GameShared {
     /// Per worker: its endpoint's drops by cause (`DropCause::ALL` order), and its used
     /// tokens evicted.
-    drops: std::sync::Mutex<HashMap<u32, (Vec<u64>, u64)>>,
+    endpoint_counts: std::sync::Mutex<HashMap<u32, (Vec<u64>, u64)>>,
     snapshots_sent: AtomicU64,
     snapshot_send_errors: AtomicU64,
     inputs_received: AtomicU64,
@@ -282,7 +282,7 @@ impl Handler for ScaleHandler {
             .map(|&c| stats.drops.get(c))
             .collect();
         let evicted = stats.tokens_evicted;
-        if let Ok(mut m) = self.shared.drops.lock() {
+        if let Ok(mut m) = self.shared.endpoint_counts.lock() {
             m.insert(ctx.worker(), (counts, evicted));
         }
         let ServerKind::Game { snapshot_bytes, .. } = self.kind else {
@@ -443,7 +443,7 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
             workers: server.counters().iter().map(WorkerStats::from).collect(),
             drops: {
                 let mut out = std::collections::BTreeMap::new();
-                if let Ok(m) = shared.drops.lock() {
+                if let Ok(m) = shared.endpoint_counts.lock() {
                     for (counts, _) in m.values() {
                         for (c, n) in ricochet_proto::DropCause::ALL.iter().zip(counts) {
                             if *n > 0 {
@@ -455,7 +455,7 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
                 out
             },
             tokens_evicted: shared
-                .drops
+                .endpoint_counts
                 .lock()
                 .map_or(0, |m| m.values().map(|(_, e)| e).sum()),
         }
