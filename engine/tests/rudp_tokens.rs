@@ -99,6 +99,28 @@ fn echo(c: &mut Client, msg: &'static [u8]) {
 }
 
 #[test]
+fn the_used_token_capacity_reaches_the_workers_shared_table() {
+    // Room for one used token, over both workers: the second player's token pushes the first
+    // one's out, so the first token gets in again (with the default room it would be refused),
+    // and is then the one held.
+    let srv = Server::start(secure_cfg("127.0.0.1:0").used_token_capacity(1), |_| {
+        Gate::default()
+    })
+    .unwrap();
+    let addr = srv.local_addr();
+    let first = token_with(21, &[addr], unix_now() + 30);
+    let second = token_with(22, &[addr], unix_now() + 60);
+    let _a = connect(&first).expect("first player");
+    let _b = connect(&second).expect("second player");
+    let _again = connect(&first).expect("the forgotten token gets in again");
+    match connect(&first) {
+        Err(ClientError::Refused(reason)) => assert_eq!(reason, CloseReason::TokenReused),
+        other => panic!("expected TokenReused, got {other:?}"),
+    }
+    srv.shutdown().unwrap();
+}
+
+#[test]
 fn refused_tokens_and_refused_players_get_clear_errors() {
     let gate = Gate::default();
     let g = gate.clone();
@@ -169,11 +191,14 @@ fn refused_tokens_and_refused_players_get_clear_errors() {
     let err = Server::start(secure_cfg("0.0.0.0:0"), |_| Gate::default()).unwrap_err();
     assert!(err.to_string().contains("public_address"), "{err}");
 
-    // A used-token table of no room is a configuration error that names the setting.
-    let mut cfg = secure_cfg("127.0.0.1:0");
-    if let Some(ricochet::proto::Admission::Tokens(t)) = cfg.admission.as_mut() {
-        t.used_token_capacity = 0;
-    }
+    // A used-token table of no room is a configuration error that names the setting, and so
+    // is a used-token table for a server that takes no tokens.
+    let cfg = secure_cfg("127.0.0.1:0").used_token_capacity(0);
+    let err = Server::start(cfg, |_| Gate::default()).unwrap_err();
+    assert!(err.to_string().contains("used_token_capacity"), "{err}");
+    let cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap())
+        .insecure()
+        .used_token_capacity(10);
     let err = Server::start(cfg, |_| Gate::default()).unwrap_err();
     assert!(err.to_string().contains("used_token_capacity"), "{err}");
 }

@@ -121,6 +121,10 @@ pub struct ServerConfig {
     /// them in tokens. Empty: the bound address (port 0 resolved), which needs a bind address
     /// that names an IP; behind NAT or a load balancer, set the outside address.
     pub public_addresses: Vec<SocketAddr>,
+    /// With token admission: the used tokens the server remembers
+    /// ([`ServerConfig::used_token_capacity`]); `None` keeps the admission's own
+    /// ([`TokenAdmission::used_token_capacity`], 65,536 by default).
+    pub used_token_capacity: Option<usize>,
     /// Seed for connection ids and cookie keys; `None` draws one from the OS per worker.
     pub seed: Option<u64>,
 }
@@ -135,6 +139,7 @@ impl ServerConfig {
                 .with(|c| c.server = Some(ListenConfig::new(Admission::Insecure))),
             admission: None,
             public_addresses: Vec::new(),
+            used_token_capacity: None,
             seed: None,
         }
     }
@@ -233,6 +238,16 @@ impl ServerConfig {
     /// input is resent up to a tick later.
     pub fn tick(mut self, tick: Duration) -> Self {
         self.udp.tick = Some(tick);
+        self
+    }
+
+    /// With token admission: how many used tokens the server remembers, to accept each token
+    /// once (default 65,536, about 90 bytes each). Size it for the peak handshakes per second
+    /// times the token lifetime the backend issues; when it is full, the token that expires
+    /// soonest is forgotten first ([`EndpointStats::tokens_evicted`] counts them).
+    /// [`Server::start`] refuses it for an insecure server, and refuses 0.
+    pub fn used_token_capacity(mut self, tokens: usize) -> Self {
+        self.used_token_capacity = Some(tokens);
         self
     }
 
@@ -794,6 +809,17 @@ impl Server {
                     .into(),
             ));
         };
+        match (&mut admission, config.used_token_capacity) {
+            (Admission::Tokens(t), Some(n)) => t.used_token_capacity = n,
+            (Admission::Insecure, Some(_)) => {
+                return Err(RuntimeError::Config(
+                    "ServerConfig::used_token_capacity is for token admission; an insecure \
+                     server accepts no tokens"
+                        .into(),
+                ));
+            }
+            (_, None) => {}
+        }
         if let Admission::Tokens(t) = &mut admission {
             if t.used_token_capacity == 0 {
                 return Err(RuntimeError::Config(
