@@ -45,8 +45,9 @@ pub enum Error {
     /// A configuration value is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
-    /// An operating-system error, with what was being done.
-    #[error("{op}: {source}")]
+    /// An operating-system error, with what was being done (and, when a descriptor limit
+    /// refused it, which limit to raise).
+    #[error("{op}: {source}{}", limit_hint(source))]
     Io {
         /// The operation that failed.
         op: &'static str,
@@ -63,5 +64,38 @@ impl Error {
     }
 }
 
+/// Names the limit behind a refusal for want of descriptors: every socket, ring, poller and
+/// eventfd takes one, and many systems start processes at a soft limit of 1,024, below a
+/// thousand clients plus the rest of the process.
+fn limit_hint(e: &io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EMFILE) => {
+            " (the process holds as many descriptors as its limit allows: RLIMIT_NOFILE, which \
+             `ulimit -n` raises up to the hard limit)"
+        }
+        Some(libc::ENFILE) => " (the system's table of open files is full)",
+        _ => "",
+    }
+}
+
 /// Result alias for the platform layer.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+    use std::io;
+
+    #[test]
+    fn an_error_refused_by_a_descriptor_limit_names_the_limit() {
+        let e = Error::io("socket", io::Error::from_raw_os_error(libc::EMFILE));
+        assert!(e.to_string().contains("RLIMIT_NOFILE"), "{e}");
+        let e = Error::io("eventfd", io::Error::from_raw_os_error(libc::ENFILE));
+        assert!(e.to_string().contains("system"), "{e}");
+        let e = Error::io("socket", io::Error::from_raw_os_error(libc::EACCES));
+        assert_eq!(
+            e.to_string(),
+            format!("socket: {}", io::Error::from_raw_os_error(libc::EACCES))
+        );
+    }
+}

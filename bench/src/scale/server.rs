@@ -220,6 +220,24 @@ impl GameShared {
         }
     }
 
+    /// The workers' endpoint drops by cause (non-zero only) and used tokens evicted, summed,
+    /// from one look at the table.
+    fn endpoint_totals(&self) -> (std::collections::BTreeMap<String, u64>, u64) {
+        let mut drops = std::collections::BTreeMap::new();
+        let mut evicted = 0;
+        if let Ok(m) = self.endpoint_counts.lock() {
+            for (counts, e) in m.values() {
+                evicted += e;
+                for (c, n) in ricochet_proto::DropCause::ALL.iter().zip(counts) {
+                    if *n > 0 {
+                        *drops.entry(format!("{c:?}")).or_insert(0) += n;
+                    }
+                }
+            }
+        }
+        (drops, evicted)
+    }
+
     fn reset(&self) {
         // Inputs are not cleared: the bench compares them with everything its players sent.
         for a in [
@@ -422,6 +440,7 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
         } else {
             server.rtt()
         };
+        let (drops, tokens_evicted) = shared.endpoint_totals();
         ServerStats {
             sessions: server.session_count(),
             rss_kib: crate::rudp::run::rss_kib(),
@@ -441,23 +460,8 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
             }),
             game: shared.read(),
             workers: server.counters().iter().map(WorkerStats::from).collect(),
-            drops: {
-                let mut out = std::collections::BTreeMap::new();
-                if let Ok(m) = shared.endpoint_counts.lock() {
-                    for (counts, _) in m.values() {
-                        for (c, n) in ricochet_proto::DropCause::ALL.iter().zip(counts) {
-                            if *n > 0 {
-                                *out.entry(format!("{c:?}")).or_insert(0) += n;
-                            }
-                        }
-                    }
-                }
-                out
-            },
-            tokens_evicted: shared
-                .endpoint_counts
-                .lock()
-                .map_or(0, |m| m.values().map(|(_, e)| e).sum()),
+            drops,
+            tokens_evicted,
         }
     };
     for line in lines {
