@@ -66,17 +66,26 @@ pub struct SessionsArgs {
     /// Runs per client count (a fresh server each); the table shows the median.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
+    /// What carries the traffic, comma-separated; with both, each round runs one after the
+    /// other. ricochet: the library. kernel (Linux): the kernel floor, the same sockets and
+    /// traffic with no protocol (plain UDP sockets on one epoll thread, a plain
+    /// recvmmsg/sendmmsg echo server with the same workers; churn sessions make 4 round trips
+    /// as Ricochet's handshake, message and close do), so a rate above the floor's cannot be
+    /// reached on this machine by protocol work.
+    #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "kernel"])]
+    pub stack: Vec<String>,
 }
 
 /// The table: one row per client count, medians over its rounds.
 pub fn sessions_table(runs: &[SessionsRun]) -> String {
-    let mut header = vec!["clients", "mode", "idle"];
+    let mut header = vec!["clients", "mode", "stack", "idle"];
     header.extend(SUMMARY_COLUMNS);
-    let mut keys: Vec<(usize, String, String)> = Vec::new();
+    let mut keys: Vec<(usize, String, String, String)> = Vec::new();
     for r in runs {
         let k = (
             r.config.clients,
             r.config.mode.clone(),
+            stack_name(&r.config).to_string(),
             r.config.server_idle.clone(),
         );
         if !keys.contains(&k) {
@@ -85,16 +94,22 @@ pub fn sessions_table(runs: &[SessionsRun]) -> String {
     }
     let rows: Vec<Vec<String>> = keys
         .iter()
-        .map(|(n, mode, idle)| {
+        .map(|(n, mode, stack, idle)| {
             let rs: Vec<&SessionsRun> = runs
                 .iter()
                 .filter(|r| {
                     r.config.clients == *n
                         && &r.config.mode == mode
+                        && stack_name(&r.config) == stack
                         && &r.config.server_idle == idle
                 })
                 .collect();
-            let mut row = vec![thousands(*n as u64), mode.clone(), idle.clone()];
+            let mut row = vec![
+                thousands(*n as u64),
+                mode.clone(),
+                stack.clone(),
+                idle.clone(),
+            ];
             row.extend(summary_cells(&rs));
             row
         })
@@ -108,17 +123,34 @@ pub fn sessions_table(runs: &[SessionsRun]) -> String {
     out
 }
 
+/// The table's name for what carried a run's traffic.
+fn stack_name(c: &SessionsConfig) -> &'static str {
+    if c.is_floor() {
+        "kernel"
+    } else {
+        "ricochet"
+    }
+}
+
 /// `bench sessions`.
 pub fn run(args: &SessionsArgs, global: &Global) -> Result<bool> {
-    if args.clients.is_empty() || args.rounds == 0 {
-        bail!("--clients and --rounds need at least one");
+    if args.clients.is_empty() || args.rounds == 0 || args.stack.is_empty() {
+        bail!("--clients, --rounds and --stack need at least one");
+    }
+    if args.mode == "idle" && args.stack.iter().any(|s| s == "kernel") {
+        bail!("--stack kernel measures echo and churn: the floor holds no sessions to weigh");
+    }
+    if !cfg!(target_os = "linux") && args.stack.iter().any(|s| s == "kernel") {
+        bail!("--stack kernel is Linux only (recvmmsg, sendmmsg, epoll)");
     }
     let started = UtcTime::now();
     let host = HostInfo::collect();
     eprintln!("{}", host_line(&host));
     let mut runs = Vec::new();
     for &n in &args.clients {
-        for round in 0..args.rounds {
+        for (round, stack) in
+            (0..args.rounds).flat_map(|round| args.stack.iter().map(move |s| (round, s)))
+        {
             let cfg = SessionsConfig {
                 clients: n,
                 mode: args.mode.clone(),
@@ -134,10 +166,12 @@ pub fn run(args: &SessionsArgs, global: &Global) -> Result<bool> {
                 settle_s: args.settle,
                 warmup_s: args.warmup,
                 seconds: args.seconds,
+                stack: (stack != "ricochet").then(|| stack.clone()),
             };
             let r = run_one(&cfg)?;
             eprintln!(
-                "  {n} clients, round {}: connected {} in {:.2} s ({} handshakes/s), RSS {} B/session{}{}",
+                "  {n} clients, {}, round {}: connected {} in {:.2} s ({} handshakes/s), RSS {} B/session{}{}",
+                stack_name(&cfg),
                 round + 1,
                 r.connected,
                 r.connect_s,

@@ -78,21 +78,28 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
             c.mode.clone(),
             c.server_idle.clone(),
             c.security.clone(),
+            c.is_floor(),
         )
     });
     let mut rows = Vec::new();
     let (mut labels, mut p99, mut rss) = (Vec::new(), Vec::new(), Vec::new());
-    for ((n, mode, idle, security), rs) in &cases {
+    for ((n, mode, idle, security, floor), rs) in &cases {
         let m = |f: &dyn Fn(&SessionsRun) -> Option<f64>| {
             median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
         };
         let echo = mode == "echo";
         let p = m(&|r| r.rtt_us.map(|l| l.p99));
         let b = m(&|r| r.server_rss_per_session_bytes);
-        let mut row = vec![thousands(*n as u64), format!("{mode}, {idle}, {security}")];
+        let what = if *floor {
+            format!("{mode}, kernel floor")
+        } else {
+            format!("{mode}, {idle}, {security}")
+        };
+        let mut row = vec![thousands(*n as u64), what];
         row.extend(summary_cells(rs));
         rows.push(row);
-        if echo {
+        // The charts show Ricochet; the floor has no sessions to weigh.
+        if echo && !floor {
             labels.push(format!(
                 "{} clients ({idle}, {security})",
                 thousands(*n as u64)
@@ -106,7 +113,10 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
          process (2 workers unless the JSON says otherwise), all driven by one `ClientSet` on one \
          thread of the bench; then a window-1 echo of 64 B on every client. Medians over the \
          rounds. RSS per session is the server process's resident memory growth from before \
-         the first client to every client connected and idle, divided by N.\n\n",
+         the first client to every client connected and idle, divided by N. A *kernel floor* row \
+         (`--stack kernel`) carries the same traffic over plain UDP sockets and a plain \
+         `recvmmsg`/`sendmmsg` echo server, with no protocol, run in turn with Ricochet's rounds: \
+         what the machine's kernel allows, and so the most any protocol could reach here.\n\n",
         file.created_utc,
         file.host
             .load_average
@@ -223,14 +233,16 @@ fn same_day_sessions(inputs: &super::Inputs, newest: &str) -> String {
                 c.io_threads,
                 crate::schema::server_pinning(c.server_pinning.as_deref()).to_string(),
                 c.security.clone(),
+                c.is_floor(),
             )
         });
         for (k, rs) in &cases {
-            let mut row = vec![
-                format!("`{name}`"),
-                thousands(k.0 as u64),
-                format!("{}, {} × {}, {}", k.1, k.2, k.3, k.4),
-            ];
+            let what = if k.5 {
+                format!("{}, kernel floor, {} threads", k.1, k.2)
+            } else {
+                format!("{}, {} × {}, {}", k.1, k.2, k.3, k.4)
+            };
+            let mut row = vec![format!("`{name}`"), thousands(k.0 as u64), what];
             row.extend(summary_cells(rs));
             rows.push(row);
         }

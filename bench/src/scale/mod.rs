@@ -3,6 +3,8 @@
 //! server runs in a child process ([`server`]) so that its memory and CPU are its own; the
 //! clients run in the bench, all in one `ClientSet` on one thread.
 
+#[cfg(target_os = "linux")]
+mod floor;
 pub mod game;
 pub mod server;
 pub mod sessions;

@@ -87,6 +87,9 @@ pub enum ServerKind {
         #[serde(default)]
         acks_on_tick: bool,
     },
+    /// The kernel floor (Linux): plain UDP sockets echo every datagram, with no protocol and
+    /// no sessions (see [`super::floor`]).
+    KernelEcho,
 }
 
 /// How the server process sets up its server.
@@ -262,7 +265,7 @@ struct ScaleHandler {
 impl Handler for ScaleHandler {
     fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
         match self.kind {
-            ServerKind::Echo => {
+            ServerKind::Echo | ServerKind::KernelEcho => {
                 // A refusal (queue full) shows as a missing echo on the client.
                 let _ = ctx.send(s, channel, data);
             }
@@ -374,7 +377,7 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
             }
         }
         // A slow tick publishes the endpoints' drop counters.
-        ServerKind::Echo => cfg.tick(Duration::from_millis(100)),
+        ServerKind::Echo | ServerKind::KernelEcho => cfg.tick(Duration::from_millis(100)),
     };
     let kind = spec.kind.clone();
     let shared = shared.clone();
@@ -390,7 +393,7 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-enum ToServer {
+pub(super) enum ToServer {
     Stats,
     Reset,
     Quit,
@@ -398,7 +401,7 @@ enum ToServer {
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-enum FromServer {
+pub(super) enum FromServer {
     Ready { addr: String },
     Failed { error: String },
     Stats(Box<ServerStats>),
@@ -413,6 +416,12 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
         }
         None => bail!("no server spec on standard input"),
     };
+    if spec.kind == ServerKind::KernelEcho {
+        #[cfg(target_os = "linux")]
+        return super::floor::serve_process(&spec, lines, output);
+        #[cfg(not(target_os = "linux"))]
+        bail!("the kernel floor (recvmmsg, sendmmsg, epoll) is Linux only");
+    }
     let shared = Arc::new(GameShared::default());
     let server = match start_server(&spec, &shared) {
         Ok(s) => s,
@@ -491,7 +500,7 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
     Ok(())
 }
 
-fn send(out: &mut impl Write, msg: &FromServer) -> Result<()> {
+pub(super) fn send(out: &mut impl Write, msg: &FromServer) -> Result<()> {
     let line = serde_json::to_string(msg)?;
     writeln!(out, "{line}")?;
     out.flush()?;

@@ -24,6 +24,10 @@ use crate::output::thousands;
 use crate::schema::{finite, Latency};
 use crate::udp::tracker::new_rtt_histogram;
 
+/// Round trips of one churn session of the kernel floor (`--stack kernel`): a Ricochet session
+/// (handshake, first message and its echo, close) moves four datagrams each way.
+pub const FLOOR_CHURN_EXCHANGES: u32 = 4;
+
 /// One `bench sessions` measurement's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -60,6 +64,17 @@ pub struct SessionsConfig {
     pub warmup_s: f64,
     /// Echo measured time, s.
     pub seconds: f64,
+    /// `kernel`: the kernel floor (plain UDP sockets and echo server, no protocol); absent:
+    /// Ricochet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<String>,
+}
+
+impl SessionsConfig {
+    /// Whether this run is the kernel floor rather than Ricochet.
+    pub fn is_floor(&self) -> bool {
+        self.stack.as_deref() == Some("kernel")
+    }
 }
 
 /// One `bench sessions` measurement.
@@ -188,7 +203,7 @@ pub fn summary_cells(rs: &[&SessionsRun]) -> Vec<String> {
 
 /// Loopback address of client group `g` (127.0.0.1, 127.0.0.2, ...). macOS answers only on
 /// 127.0.0.1 by default: everything goes there.
-fn group_ip(g: usize) -> IpAddr {
+pub(super) fn group_ip(g: usize) -> IpAddr {
     if cfg!(target_os = "linux") {
         let n = g as u32 + 1;
         IpAddr::V4(Ipv4Addr::new(127, (n >> 16) as u8, (n >> 8) as u8, n as u8))
@@ -270,6 +285,19 @@ fn message(member: usize, seq: u64, payload: usize) -> Bytes {
 
 /// Runs one measurement.
 pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
+    match cfg.stack.as_deref() {
+        None | Some("ricochet") => {}
+        #[cfg(target_os = "linux")]
+        Some("kernel") => return super::floor::run(cfg),
+        Some(other) => anyhow::bail!(
+            "stack {other:?} is not measured here (ricochet{})",
+            if cfg!(target_os = "linux") {
+                " or kernel"
+            } else {
+                "; the kernel floor is Linux only"
+            }
+        ),
+    }
     let key = token_key(&cfg.security)?;
     let spec = ServerSpec {
         kind: ServerKind::Echo,
@@ -373,7 +401,7 @@ fn connect_clients(
 }
 
 /// How long connecting `cfg.clients` may take: 30 s plus 3 ms per client.
-fn connect_limit(cfg: &SessionsConfig) -> Duration {
+pub(super) fn connect_limit(cfg: &SessionsConfig) -> Duration {
     Duration::from_secs(30) + Duration::from_millis(3 * cfg.clients as u64)
 }
 
@@ -461,14 +489,19 @@ fn churn(
 impl SessionsRun {
     /// The CPU shares of a phase from `cpu0` to `cpu1` (this process: the clients) that
     /// lasted `wall` seconds, and of the server over its `stats`.
-    fn set_cpu(&mut self, (cpu0, cpu1): (&CpuTimes, &CpuTimes), wall: f64, stats: &ServerStats) {
+    pub(super) fn set_cpu(
+        &mut self,
+        (cpu0, cpu1): (&CpuTimes, &CpuTimes),
+        wall: f64,
+        stats: &ServerStats,
+    ) {
         let clients = cpu1.seconds_since(cpu0);
         self.client_cpu_percent = Some(finite(clients / wall.max(1e-9) * 100.0));
         self.server_cpu_percent = Some(finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0));
     }
 }
 
-fn failed(cfg: &SessionsConfig, server: ServerStats, error: String) -> SessionsRun {
+pub(super) fn failed(cfg: &SessionsConfig, server: ServerStats, error: String) -> SessionsRun {
     SessionsRun {
         config: cfg.clone(),
         connected: 0,

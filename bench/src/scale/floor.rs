@@ -1,0 +1,592 @@
+//! The kernel floor of `bench sessions` (`--stack kernel`): the same traffic as a Ricochet
+//! run, over plain UDP sockets and a plain echo server, with no protocol, no encryption, no
+//! timers and no per-session state on the server.
+//!
+//! - **Clients**: N connected, non-blocking sockets (one per simulated player, bound to the
+//!   same loopback addresses and with the same buffers as the Ricochet run's members), all on
+//!   one thread with one level-triggered epoll set: per ready socket one `recv`, then one
+//!   `send` of the next message. That is one system call fewer per round trip than a
+//!   `ClientSet` member makes (`recvmmsg` + `sendmmsg`), and no user-space work but a
+//!   sequence check.
+//! - **Server**: in the same child process as Ricochet's server, `io_threads` threads, each
+//!   with its own `SO_REUSEPORT` socket on the one port, echoing each `recvmmsg` batch back
+//!   with one `sendmmsg`.
+//! - **Churn**: each session opens its socket (buffers, bind, connect, epoll), makes
+//!   [`CHURN_EXCHANGES`] round trips one after another (a Ricochet session, handshake to
+//!   close, moves four datagrams each way) and closes its socket.
+//!
+//! What it reaches is what this machine's kernel allows for that traffic with the protocol's
+//! cost taken away: a Ricochet figure over the floor's, measured side by side, is the share the
+//! protocol keeps; a target above the floor cannot be met here by any protocol work.
+
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use hdrhistogram::Histogram;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use super::server::{
+    FromServer, ServerKind, ServerProcess, ServerSpec, ServerStats, ToServer, WorkerStats,
+};
+use super::sessions::{
+    connect_limit, failed, group_ip, SessionsConfig, SessionsRun,
+    FLOOR_CHURN_EXCHANGES as CHURN_EXCHANGES,
+};
+use crate::host::CpuTimes;
+use crate::schema::{finite, Latency};
+use crate::udp::tracker::new_rtt_histogram;
+
+/// Datagrams one server thread takes per `recvmmsg`.
+const BATCH: usize = 32;
+/// Largest datagram the server echoes, and the clients' receive buffer.
+const MAX_DATAGRAM: usize = 2048;
+/// How long a blocked server thread waits before it looks at its stop flag again.
+const STOP_POLL: Duration = Duration::from_millis(50);
+/// The server sockets' kernel buffers (the runtime's workers ask for 4 MiB too).
+const SERVER_SOCKET_BUFFER: usize = 4 << 20;
+/// The clients' kernel buffers: those of the Ricochet run's set members.
+const CLIENT_SOCKET_BUFFER: usize = 256 << 10;
+
+// ---------------------------------------------------------------------------------------------
+// Server (in the server process).
+
+/// The floor's echo server: `threads` threads with a `SO_REUSEPORT` socket each.
+struct EchoServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    /// Per thread: `recvmmsg` batches handled, datagrams echoed.
+    counts: Vec<Arc<[AtomicU64; 2]>>,
+    threads: Vec<JoinHandle<io::Result<()>>>,
+}
+
+impl EchoServer {
+    fn start(bind: SocketAddr, threads: usize) -> Result<EchoServer> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut counts = Vec::new();
+        let mut addr = bind;
+        let mut handles = Vec::new();
+        for t in 0..threads.max(1) {
+            let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
+                .context("floor server socket")?;
+            sock.set_reuse_port(true).context("SO_REUSEPORT")?;
+            sock.set_recv_buffer_size(SERVER_SOCKET_BUFFER)
+                .context("SO_RCVBUF")?;
+            sock.set_send_buffer_size(SERVER_SOCKET_BUFFER)
+                .context("SO_SNDBUF")?;
+            sock.set_read_timeout(Some(STOP_POLL))
+                .context("SO_RCVTIMEO")?;
+            sock.bind(&addr.into())
+                .with_context(|| format!("binding the floor server to {addr}"))?;
+            if t == 0 {
+                // The others join the port the first one got.
+                addr = sock
+                    .local_addr()?
+                    .as_socket()
+                    .context("the floor server's address")?;
+            }
+            let c = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+            counts.push(c.clone());
+            let stop = stop.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("floor-w{t}"))
+                .spawn(move || serve_socket(&sock, &stop, &c))
+                .context("starting a floor server thread")?;
+            handles.push(h);
+        }
+        Ok(EchoServer {
+            addr,
+            stop,
+            counts,
+            threads: handles,
+        })
+    }
+
+    /// Stop and join every thread (their counts stay readable).
+    fn shutdown(&mut self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.threads.drain(..) {
+            match h.join() {
+                Ok(r) => r.context("a floor server thread")?,
+                Err(_) => bail!("a floor server thread panicked"),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Echo every datagram back to its sender, a `recvmmsg` batch per `sendmmsg`, until `stop`.
+fn serve_socket(sock: &Socket, stop: &AtomicBool, counts: &[AtomicU64; 2]) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    let mut bufs = vec![0u8; BATCH * MAX_DATAGRAM];
+    // SAFETY: all-zero bytes are a valid `sockaddr_storage`, `iovec` and
+    // `mmsghdr` (null pointers, zero lengths); every pointer is set before a call reads it.
+    let zeroed_name = unsafe { std::mem::zeroed::<libc::sockaddr_storage>() };
+    // SAFETY: as above.
+    let zeroed_iov = unsafe { std::mem::zeroed::<libc::iovec>() };
+    // SAFETY: as above.
+    let zeroed_hdr = unsafe { std::mem::zeroed::<libc::mmsghdr>() };
+    let mut names = vec![zeroed_name; BATCH];
+    let mut iovs = vec![zeroed_iov; BATCH];
+    let mut hdrs = vec![zeroed_hdr; BATCH];
+    while !stop.load(Ordering::Relaxed) {
+        for i in 0..BATCH {
+            iovs[i].iov_base = bufs[i * MAX_DATAGRAM..].as_mut_ptr().cast();
+            iovs[i].iov_len = MAX_DATAGRAM;
+            hdrs[i].msg_hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+            hdrs[i].msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+            hdrs[i].msg_hdr.msg_iov = &mut iovs[i];
+            hdrs[i].msg_hdr.msg_iovlen = 1;
+            hdrs[i].msg_len = 0;
+        }
+        // SAFETY: `hdrs` holds BATCH headers whose name and iovec pointers point into `names`,
+        // `iovs` and `bufs`, which live (unmoved) for the whole call; the kernel writes at most
+        // the lengths given.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                hdrs.as_mut_ptr(),
+                BATCH as u32,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock
+                | io::ErrorKind::TimedOut
+                | io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+        let n = n as usize;
+        // Echo in place: each header already names its sender; its iovec shrinks to what came.
+        for i in 0..n {
+            iovs[i].iov_len = hdrs[i].msg_len as usize;
+        }
+        let mut done = 0;
+        while done < n {
+            // SAFETY: as above, for the `n - done` headers from `done` on; the socket blocks
+            // while its send buffer is full.
+            let sent =
+                unsafe { libc::sendmmsg(fd, hdrs[done..n].as_mut_ptr(), (n - done) as u32, 0) };
+            if sent < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    // A client gone (its port unreachable) drops its own echo, not the batch.
+                    io::ErrorKind::ConnectionRefused => {
+                        done += 1;
+                        continue;
+                    }
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => continue,
+                    _ => return Err(e),
+                }
+            }
+            done += sent as usize;
+        }
+        counts[0].fetch_add(1, Ordering::Relaxed);
+        counts[1].fetch_add(n as u64, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// The server process's main for [`ServerKind::KernelEcho`]: start, answer `stats`, `reset`
+/// and `quit` as [`super::server::serve_process`] does.
+pub(super) fn serve_process(
+    spec: &ServerSpec,
+    lines: impl Iterator<Item = io::Result<String>>,
+    mut output: impl Write,
+) -> Result<()> {
+    let bind: SocketAddr = spec.bind.parse().context("server bind address")?;
+    let mut server = match EchoServer::start(bind, spec.io_threads) {
+        Ok(s) => s,
+        Err(e) => {
+            super::server::send(
+                &mut output,
+                &FromServer::Failed {
+                    error: format!("{e:#}"),
+                },
+            )?;
+            return Err(e);
+        }
+    };
+    super::server::send(
+        &mut output,
+        &FromServer::Ready {
+            addr: server.addr.to_string(),
+        },
+    )?;
+    let mut since = (CpuTimes::now(), Instant::now());
+    let stats = |server: &EchoServer, since: &(CpuTimes, Instant)| ServerStats {
+        // No sessions: the floor server keeps nothing per client.
+        sessions: 0,
+        rss_kib: crate::rudp::run::rss_kib(),
+        cpu_s: finite(CpuTimes::now().seconds_since(&since.0)),
+        wall_s: finite(since.1.elapsed().as_secs_f64()),
+        workers: server
+            .counts
+            .iter()
+            .map(|c| {
+                let echoed = c[1].load(Ordering::Relaxed);
+                WorkerStats {
+                    loop_turns: c[0].load(Ordering::Relaxed),
+                    datagrams_in: echoed,
+                    datagrams_out: echoed,
+                    ..WorkerStats::default()
+                }
+            })
+            .collect(),
+        ..ServerStats::default()
+    };
+    for line in lines {
+        let line = line.context("reading a command")?;
+        match serde_json::from_str::<ToServer>(&line).context("a server command")? {
+            ToServer::Stats => super::server::send(
+                &mut output,
+                &FromServer::Stats(Box::new(stats(&server, &since))),
+            )?,
+            ToServer::Reset => {
+                since = (CpuTimes::now(), Instant::now());
+                super::server::send(
+                    &mut output,
+                    &FromServer::Stats(Box::new(stats(&server, &since))),
+                )?;
+            }
+            ToServer::Quit => break,
+        }
+    }
+    // Joined first, so the last report counts every echo sent.
+    server.shutdown()?;
+    let last = stats(&server, &since);
+    super::server::send(&mut output, &FromServer::Stats(Box::new(last)))?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clients (in the bench process, one thread).
+
+/// One level-triggered epoll set over the clients' sockets (token: the client's index).
+struct Epoll {
+    fd: OwnedFd,
+    events: Vec<libc::epoll_event>,
+}
+
+impl Epoll {
+    fn new() -> Result<Epoll> {
+        // SAFETY: `epoll_create1` takes no pointer; a non-negative result is a new descriptor
+        // that nothing else owns.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error()).context("epoll_create1");
+        }
+        // SAFETY: `fd` was just created and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Epoll {
+            fd,
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; 1024],
+        })
+    }
+
+    fn add(&self, fd: RawFd, token: u64) -> Result<()> {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
+        // SAFETY: both descriptors are open and `ev` lives for the call.
+        if unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error()).context("epoll_ctl add");
+        }
+        Ok(())
+    }
+
+    /// Wait up to `timeout` (whole milliseconds); the ready tokens are `self.ready(n)`.
+    fn wait(&mut self, timeout: Duration) -> Result<usize> {
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `events` has room for its length, which is what the kernel is told.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                self.events.as_mut_ptr(),
+                self.events.len() as i32,
+                ms,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(e).context("epoll_wait");
+        }
+        Ok(n as usize)
+    }
+
+    fn token(&self, k: usize) -> usize {
+        self.events[k].u64 as usize
+    }
+}
+
+/// One client's socket, set up as a Ricochet set member's is: buffers, bind to its group's
+/// loopback address, connect to the server, non-blocking.
+fn client_socket(ip: std::net::IpAddr, server: SocketAddr) -> Result<Socket> {
+    let s = Socket::new(
+        Domain::for_address(server),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )
+    .context("client socket")?;
+    s.set_recv_buffer_size(CLIENT_SOCKET_BUFFER)
+        .context("SO_RCVBUF")?;
+    s.set_send_buffer_size(CLIENT_SOCKET_BUFFER)
+        .context("SO_SNDBUF")?;
+    s.bind(&SockAddr::from(SocketAddr::new(ip, 0)))
+        .with_context(|| format!("binding a client to {ip}"))?;
+    s.connect(&server.into()).context("connecting a client")?;
+    s.set_nonblocking(true).context("O_NONBLOCK")?;
+    Ok(s)
+}
+
+/// Send `msg` on a connected socket; a full buffer is an error (window 1 never fills one).
+fn send(fd: RawFd, msg: &[u8]) -> Result<()> {
+    // SAFETY: `msg` is valid for its length for the call.
+    let n = unsafe { libc::send(fd, msg.as_ptr().cast(), msg.len(), 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error()).context("send");
+    }
+    Ok(())
+}
+
+/// One non-blocking `recv`: the datagram's length, or `None` when nothing waits.
+fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<usize>> {
+    // SAFETY: `buf` is valid for writes of its length for the call.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
+            _ => Err(e).context("recv"),
+        };
+    }
+    Ok(Some(n as usize))
+}
+
+/// The sequence number a message carries (little-endian, first 8 bytes).
+fn seq_of(datagram: &[u8]) -> Option<u64> {
+    datagram
+        .get(..8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_le_bytes)
+}
+
+/// `bench sessions --stack kernel`: start the floor server, then the mode's client side.
+pub(super) fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
+    if cfg.mode == "idle" {
+        bail!("--stack kernel measures echo and churn; idle has no sessions to weigh");
+    }
+    let spec = ServerSpec {
+        kind: ServerKind::KernelEcho,
+        bind: "127.0.0.1:0".into(),
+        io_threads: cfg.io_threads,
+        idle: cfg.server_idle.clone(),
+        pinning: crate::schema::server_pinning(cfg.server_pinning.as_deref()).into(),
+        slice_us: cfg.server_slice_us,
+        backend: cfg.backend.clone(),
+        profile: cfg.profile.clone(),
+        max_sessions: None,
+        max_sessions_per_address: None,
+        token_key: None,
+    };
+    let mut server = ServerProcess::start(&spec)?;
+    let before = server.stats()?;
+    let mut run = failed(cfg, before.clone(), String::new());
+    run.errors.clear();
+    run.server_rss_before_kib = before.rss_kib;
+    let mut errors = Vec::new();
+    let outcome = if cfg.mode == "churn" {
+        churn(cfg, &mut server, &mut run)
+    } else {
+        echo(cfg, &mut server, &mut run)
+    };
+    if let Err(e) = outcome {
+        errors.push(crate::error_chain(e.as_ref()));
+    }
+    match server.quit() {
+        Ok(last) => {
+            run.server_rss_end_kib = last.rss_kib.or(run.server_rss_end_kib);
+            run.server = last;
+        }
+        Err(e) => errors.push(format!("server: {e:#}")),
+    }
+    run.ok = errors.is_empty()
+        && run.connected
+            == if cfg.mode == "echo" {
+                cfg.clients
+            } else {
+                run.connected
+            }
+        && run.connected > 0
+        && (cfg.mode != "echo" || run.min_client_round_trips > 0);
+    run.errors = errors;
+    Ok(run)
+}
+
+/// Open `n` client sockets (groups of `cfg.clients_per_ip` per address) in `epoll`.
+fn open_clients(
+    cfg: &SessionsConfig,
+    server: SocketAddr,
+    n: usize,
+    epoll: &Epoll,
+) -> Result<Vec<Socket>> {
+    let per_ip = cfg.clients_per_ip.max(1);
+    let mut socks = Vec::with_capacity(n);
+    for i in 0..n {
+        let s =
+            client_socket(group_ip(i / per_ip), server).with_context(|| format!("client {i}"))?;
+        epoll.add(s.as_raw_fd(), i as u64)?;
+        socks.push(s);
+    }
+    Ok(socks)
+}
+
+/// Window-1 echo on `cfg.clients` sockets: warm-up, then the measured phase.
+fn echo(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun) -> Result<()> {
+    let n = cfg.clients;
+    let mut epoll = Epoll::new()?;
+    let t0 = Instant::now();
+    let socks = open_clients(cfg, server.addr, n, &epoll)?;
+    let took = t0.elapsed();
+    run.connected = n;
+    run.connect_s = finite(took.as_secs_f64());
+    run.handshakes_per_s = finite(n as f64 / took.as_secs_f64().max(1e-9));
+    let fds: Vec<RawFd> = socks.iter().map(|s| s.as_raw_fd()).collect();
+    let mut msg = vec![0u8; cfg.payload.max(8)];
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut seq = vec![0u64; n];
+    let mut sent_at = vec![Instant::now(); n];
+    let mut counted = vec![0u64; n];
+    let mut hist: Histogram<u64> = new_rtt_histogram();
+    for &fd in &fds {
+        send(fd, &msg)?;
+    }
+    let start = Instant::now();
+    let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
+    let end = measure_at + Duration::from_secs_f64(cfg.seconds);
+    let (mut measuring, mut bad) = (false, 0u64);
+    let (mut cpu0, mut m0) = (CpuTimes::now(), Instant::now());
+    loop {
+        let now = Instant::now();
+        if !measuring && now >= measure_at {
+            measuring = true;
+            server.reset()?;
+            cpu0 = CpuTimes::now();
+            m0 = Instant::now();
+        }
+        if now >= end {
+            break;
+        }
+        let ready = epoll.wait(Duration::from_millis(5))?;
+        let now = Instant::now();
+        for k in 0..ready {
+            let i = epoll.token(k);
+            let Some(len) = recv(fds[i], &mut buf)? else {
+                continue;
+            };
+            if seq_of(&buf[..len]) != Some(seq[i]) || len != msg.len() {
+                bad += 1;
+            }
+            if measuring {
+                let ns = now.saturating_duration_since(sent_at[i]).as_nanos();
+                hist.saturating_record(u64::try_from(ns).unwrap_or(u64::MAX).max(1));
+                counted[i] += 1;
+            }
+            seq[i] += 1;
+            msg[..8].copy_from_slice(&seq[i].to_le_bytes());
+            sent_at[i] = now;
+            send(fds[i], &msg)?;
+        }
+    }
+    let wall = m0.elapsed().as_secs_f64();
+    let cpu = CpuTimes::now();
+    let stats = server.stats()?;
+    run.round_trips = hist.len();
+    run.round_trips_per_s = finite(hist.len() as f64 / wall.max(1e-9));
+    run.rtt_us = Latency::from_ns(&hist);
+    run.min_client_round_trips = counted.iter().copied().min().unwrap_or(0);
+    run.set_cpu((&cpu0, &cpu), wall, &stats);
+    run.server_rss_end_kib = stats.rss_kib;
+    run.server = stats;
+    if bad > 0 {
+        bail!("{bad} echoes out of order or altered");
+    }
+    Ok(())
+}
+
+/// Churn: batches of `cfg.clients` fresh sockets until `cfg.seconds` of batches have passed;
+/// each makes [`CHURN_EXCHANGES`] round trips in turn and closes.
+fn churn(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun) -> Result<()> {
+    let n = cfg.clients;
+    let msg = vec![0u8; cfg.payload.max(8)];
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let (mut completed, mut busy) = (0usize, Duration::ZERO);
+    let (cpu0, wall0) = (CpuTimes::now(), Instant::now());
+    server.reset()?;
+    while busy.as_secs_f64() < cfg.seconds {
+        let t0 = Instant::now();
+        let mut epoll = Epoll::new()?;
+        let mut socks: Vec<Option<Socket>> = open_clients(cfg, server.addr, n, &epoll)?
+            .into_iter()
+            .map(Some)
+            .collect();
+        let mut left_exchanges = vec![CHURN_EXCHANGES; n];
+        for s in socks.iter().flatten() {
+            send(s.as_raw_fd(), &msg)?;
+        }
+        let mut left = n;
+        let deadline = t0 + connect_limit(cfg);
+        while left > 0 {
+            if Instant::now() >= deadline {
+                bail!(
+                    "{left} of {n} churn clients did not finish within {:?}",
+                    connect_limit(cfg)
+                );
+            }
+            let ready = epoll.wait(Duration::from_millis(5))?;
+            for k in 0..ready {
+                let i = epoll.token(k);
+                let Some(fd) = socks[i].as_ref().map(|s| s.as_raw_fd()) else {
+                    continue;
+                };
+                if recv(fd, &mut buf)?.is_none() {
+                    continue;
+                }
+                left_exchanges[i] -= 1;
+                if left_exchanges[i] == 0 {
+                    // Done: closing the socket also takes it out of the epoll set.
+                    socks[i] = None;
+                    left -= 1;
+                } else {
+                    send(fd, &msg)?;
+                }
+            }
+        }
+        busy += t0.elapsed();
+        completed += n;
+    }
+    let wall = wall0.elapsed().as_secs_f64();
+    let cpu = CpuTimes::now();
+    let stats = server.stats()?;
+    run.connected = completed;
+    run.connect_s = finite(busy.as_secs_f64());
+    run.handshakes_per_s = finite(completed as f64 / busy.as_secs_f64().max(1e-9));
+    run.set_cpu((&cpu0, &cpu), wall, &stats);
+    run.server_rss_end_kib = stats.rss_kib;
+    run.server = stats;
+    Ok(())
+}
