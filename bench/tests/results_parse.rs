@@ -20,7 +20,9 @@ fn committed_results_parse() {
             let name = f.file_name().to_string_lossy().into_owned();
             let ours = (name.starts_with("udp-")
                 || name.starts_with("tour-")
-                || name.starts_with("rudp-"))
+                || name.starts_with("rudp-")
+                || name.starts_with("sessions-")
+                || name.starts_with("game-"))
                 && name.ends_with(".json");
             if !ours {
                 continue;
@@ -30,7 +32,10 @@ fn committed_results_parse() {
                 .unwrap_or_else(|e| panic!("{}: {e:#}", f.path().display()));
             // RUDP files written before `rss` existed read too (it is optional).
             assert!(
-                !file.udp_runs.is_empty() || !file.rudp_cases.is_empty(),
+                !file.udp_runs.is_empty()
+                    || !file.rudp_cases.is_empty()
+                    || !file.sessions_runs.is_empty()
+                    || !file.game_runs.is_empty(),
                 "{}",
                 f.path().display()
             );

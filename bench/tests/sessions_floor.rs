@@ -35,27 +35,25 @@ fn echoed(r: &bench::scale::sessions::SessionsRun) -> u64 {
 fn the_floor_echo_keeps_every_client_going_and_the_server_echoes_each_round_trip() {
     let r = run(&config("echo", 20)).expect("floor echo");
     assert!(r.ok, "{:?}", r.errors);
-    assert_eq!(r.connected, 20);
     assert!(r.min_client_round_trips > 0, "{r:#?}");
-    assert_eq!(r.rtt_us.expect("RTT").count, r.round_trips);
     // Two threads on one port: each has its own socket and counts.
     assert_eq!(r.server.workers.len(), 2);
-    // The server echoed every counted round trip, and those of the warm-up and the last
-    // messages in flight (at most one per client) besides.
-    assert!(echoed(&r) >= r.round_trips, "{r:#?}");
-    assert_eq!(r.server.sessions, 0, "the floor keeps no sessions");
+    // The server echoed every counted round trip, plus the warm-up's and the last message
+    // of each client (answered or in flight when the run ended).
+    assert!(echoed(&r) >= r.round_trips + 20, "{r:#?}");
+    assert!(r.round_trips_per_s > 0.0);
 }
 
 #[test]
-fn a_floor_churn_session_makes_four_round_trips_and_closes() {
+fn a_floor_churn_session_sends_four_datagrams_and_closes() {
     let r = run(&config("churn", 16)).expect("floor churn");
     assert!(r.ok, "{:?}", r.errors);
-    assert!(r.connected >= 16 && r.connected % 16 == 0, "{r:#?}");
-    assert!(r.handshakes_per_s > 0.0);
+    assert!(r.connected >= 16, "{r:#?}");
     assert_eq!(
         echoed(&r),
         r.connected as u64 * u64::from(bench::scale::sessions::FLOOR_CHURN_EXCHANGES),
-        "every session's exchanges, and nothing else, reached the server"
+        "every session's four datagrams (three answered, then the close), and nothing else, \
+         reached the server"
     );
 }
 

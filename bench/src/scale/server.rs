@@ -87,8 +87,8 @@ pub enum ServerKind {
         #[serde(default)]
         acks_on_tick: bool,
     },
-    /// The kernel floor (Linux): plain UDP sockets echo every datagram, with no protocol and
-    /// no sessions (see [`super::floor`]).
+    /// The kernel floor of `bench sessions --stack kernel` (Linux): plain UDP sockets echo
+    /// every datagram, with no protocol and no sessions.
     KernelEcho,
 }
 

@@ -401,7 +401,7 @@ fn connect_clients(
 }
 
 /// How long connecting `cfg.clients` may take: 30 s plus 3 ms per client.
-pub(super) fn connect_limit(cfg: &SessionsConfig) -> Duration {
+fn connect_limit(cfg: &SessionsConfig) -> Duration {
     Duration::from_secs(30) + Duration::from_millis(3 * cfg.clients as u64)
 }
 
