@@ -90,6 +90,10 @@ impl EchoServer {
             let (sock, info) = ricochet_platform::bind(&sc)
                 .with_context(|| format!("binding the floor server to {addr}"))?
                 .into_parts();
+            // Blocking, with a timeout to look at the stop flag: the thread sleeps in
+            // `recvmmsg` while nothing comes, as the runtime's workers sleep in their backend
+            // (the platform makes its sockets non-blocking).
+            sock.set_nonblocking(false).context("blocking mode")?;
             sock.set_read_timeout(Some(STOP_POLL))
                 .context("SO_RCVTIMEO")?;
             // The others join the port the first one got.
