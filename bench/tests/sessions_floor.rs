@@ -42,6 +42,8 @@ fn the_floor_echo_keeps_every_client_going_and_the_server_echoes_each_round_trip
     // of each client (answered or in flight when the run ended).
     assert!(echoed(&r) >= r.round_trips + 20, "{r:#?}");
     assert!(r.round_trips_per_s > 0.0);
+    // The machine's steal over the measured phase is recorded (Linux has /proc/stat).
+    assert!(r.steal_percent.is_some_and(|p| p >= 0.0), "{r:#?}");
 }
 
 #[test]

@@ -44,7 +44,8 @@ use super::server::{
     FromServer, ServerKind, ServerProcess, ServerSpec, ServerStats, ToServer, WorkerStats,
 };
 use super::sessions::{
-    failed, group_ip, SessionsConfig, SessionsRun, FLOOR_CHURN_EXCHANGES as CHURN_EXCHANGES,
+    failed, group_ip, PhaseCpu, SessionsConfig, SessionsRun,
+    FLOOR_CHURN_EXCHANGES as CHURN_EXCHANGES,
 };
 use crate::host::CpuTimes;
 use crate::schema::{finite, Latency};
@@ -500,13 +501,13 @@ fn echo(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun)
     let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
     let end = measure_at + Duration::from_secs_f64(cfg.seconds);
     let (mut measuring, mut bad) = (false, 0u64);
-    let (mut cpu0, mut m0) = (CpuTimes::now(), Instant::now());
+    let (mut cpu0, mut m0) = (PhaseCpu::now(), Instant::now());
     loop {
         let now = Instant::now();
         if !measuring && now >= measure_at {
             measuring = true;
             server.reset()?;
-            cpu0 = CpuTimes::now();
+            cpu0 = PhaseCpu::now();
             m0 = Instant::now();
         }
         if now >= end {
@@ -534,7 +535,7 @@ fn echo(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun)
         }
     }
     let wall = m0.elapsed().as_secs_f64();
-    let cpu = CpuTimes::now();
+    let cpu = PhaseCpu::now();
     let stats = server.stats()?;
     let end = Instant::now();
     let stalled = sent_at
@@ -568,7 +569,7 @@ fn churn(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun
     let msg = vec![0u8; cfg.payload.max(8)];
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let (mut completed, mut busy) = (0usize, Duration::ZERO);
-    let (cpu0, wall0) = (CpuTimes::now(), Instant::now());
+    let (cpu0, wall0) = (PhaseCpu::now(), Instant::now());
     let mut stalled = None;
     server.reset()?;
     while busy.as_secs_f64() < cfg.seconds && stalled.is_none() {
@@ -613,7 +614,7 @@ fn churn(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun
         completed += n - left;
     }
     let wall = wall0.elapsed().as_secs_f64();
-    let cpu = CpuTimes::now();
+    let cpu = PhaseCpu::now();
     let stats = server.stats()?;
     run.connected = completed;
     run.connect_s = finite(busy.as_secs_f64());

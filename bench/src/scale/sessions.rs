@@ -19,7 +19,7 @@ use ricochet::{ClientConfig, ClientEvent, ClientSet};
 use serde::{Deserialize, Serialize};
 
 use super::server::{ServerKind, ServerProcess, ServerSpec, ServerStats};
-use crate::host::CpuTimes;
+use crate::host::{CpuTimes, SystemCpu};
 use crate::output::thousands;
 use crate::schema::{finite, Latency};
 use crate::udp::tracker::new_rtt_histogram;
@@ -113,6 +113,10 @@ pub struct SessionsRun {
     /// end of the run (warm-up included).
     #[serde(default)]
     pub clients_total: ClientTotals,
+    /// The hypervisor's steal over the measured phase, percent of one core (Linux; absent in
+    /// runs before it was recorded): time the virtual CPUs wanted to run and did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steal_percent: Option<f64>,
     /// The server's last report.
     pub server: ServerStats,
     /// What went wrong (empty when ok).
@@ -157,7 +161,7 @@ impl ClientTotals {
 
 /// Table columns of one case (its rounds), from `rounds` to `ok`: what `bench sessions` prints
 /// and `bench report` renders, medians over the rounds.
-pub const SUMMARY_COLUMNS: [&str; 12] = [
+pub const SUMMARY_COLUMNS: [&str; 13] = [
     "rounds",
     "connect s",
     "handshakes/s",
@@ -169,6 +173,7 @@ pub const SUMMARY_COLUMNS: [&str; 12] = [
     "max ms",
     "server CPU %",
     "client CPU %",
+    "steal %",
     "ok",
 ];
 
@@ -197,6 +202,7 @@ pub fn summary_cells(rs: &[&SessionsRun]) -> Vec<String> {
         ms(m(&|r| r.rtt_us.map(|l| l.max))),
         pct(m(&|r| r.server_cpu_percent)),
         pct(m(&|r| r.client_cpu_percent)),
+        pct(m(&|r| r.steal_percent)),
         if rs.iter().all(|r| r.ok) { "yes" } else { "NO" }.into(),
     ]
 }
@@ -359,6 +365,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         min_client_round_trips: 0,
         server_cpu_percent: None,
         client_cpu_percent: None,
+        steal_percent: None,
         clients_total: ClientTotals::default(),
         server: idle.clone(),
         errors: Vec::new(),
@@ -416,7 +423,7 @@ fn churn(
 ) -> Result<SessionsRun> {
     let mut errors = Vec::new();
     let (mut completed, mut busy) = (0usize, Duration::ZERO);
-    let (cpu0, wall0) = (CpuTimes::now(), Instant::now());
+    let (cpu0, wall0) = (PhaseCpu::now(), Instant::now());
     server.reset()?;
     while busy.as_secs_f64() < cfg.seconds && errors.is_empty() {
         let (mut set, took) = match connect_clients(cfg, key, server.addr) {
@@ -466,7 +473,7 @@ fn churn(
         }
     }
     let wall = wall0.elapsed().as_secs_f64();
-    let cpu = CpuTimes::now();
+    let cpu = PhaseCpu::now();
     let stats = server.stats()?;
     let rate = completed as f64 / busy.as_secs_f64().max(1e-9);
     let mut run = failed(cfg, stats.clone(), String::new());
@@ -486,18 +493,39 @@ fn churn(
     Ok(run)
 }
 
+/// CPU clocks at one point of a measured phase: this process's (the clients) and the
+/// machine's (for the hypervisor's steal).
+pub(super) struct PhaseCpu {
+    process: CpuTimes,
+    machine: Option<SystemCpu>,
+}
+
+impl PhaseCpu {
+    pub(super) fn now() -> PhaseCpu {
+        PhaseCpu {
+            process: CpuTimes::now(),
+            machine: SystemCpu::now(),
+        }
+    }
+}
+
 impl SessionsRun {
-    /// The CPU shares of a phase from `cpu0` to `cpu1` (this process: the clients) that
-    /// lasted `wall` seconds, and of the server over its `stats`.
+    /// The CPU shares of a phase from `cpu0` to `cpu1` that lasted `wall` seconds: the
+    /// clients', the machine's steal, and the server's over its `stats`.
     pub(super) fn set_cpu(
         &mut self,
-        (cpu0, cpu1): (&CpuTimes, &CpuTimes),
+        (cpu0, cpu1): (&PhaseCpu, &PhaseCpu),
         wall: f64,
         stats: &ServerStats,
     ) {
-        let clients = cpu1.seconds_since(cpu0);
-        self.client_cpu_percent = Some(finite(clients / wall.max(1e-9) * 100.0));
+        let wall = wall.max(1e-9);
+        let clients = cpu1.process.seconds_since(&cpu0.process);
+        self.client_cpu_percent = Some(finite(clients / wall * 100.0));
         self.server_cpu_percent = Some(finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0));
+        self.steal_percent = match (&cpu0.machine, &cpu1.machine) {
+            (Some(a), Some(b)) => Some(finite((b.steal_s - a.steal_s) / wall * 100.0)),
+            _ => None,
+        };
     }
 }
 
@@ -517,6 +545,7 @@ pub(super) fn failed(cfg: &SessionsConfig, server: ServerStats, error: String) -
         min_client_round_trips: 0,
         server_cpu_percent: None,
         client_cpu_percent: None,
+        steal_percent: None,
         clients_total: ClientTotals::default(),
         server,
         errors: vec![error],
@@ -546,14 +575,14 @@ fn echo(
     let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
     let end = measure_at + Duration::from_secs_f64(cfg.seconds);
     let mut measuring = false;
-    let (mut cpu0, mut t0) = (CpuTimes::now(), Instant::now());
+    let (mut cpu0, mut t0) = (PhaseCpu::now(), Instant::now());
     let mut bad = 0u64;
     loop {
         let now = Instant::now();
         if !measuring && now >= measure_at {
             measuring = true;
             server.reset()?;
-            cpu0 = CpuTimes::now();
+            cpu0 = PhaseCpu::now();
             t0 = Instant::now();
         }
         if now >= end {
@@ -591,7 +620,7 @@ fn echo(
         }
     }
     let wall = t0.elapsed().as_secs_f64();
-    let cpu = CpuTimes::now();
+    let cpu = PhaseCpu::now();
     let stats = server.stats()?;
     if bad > 0 {
         errors.push(format!("{bad} echoes out of order or altered"));
