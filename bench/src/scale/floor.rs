@@ -44,7 +44,7 @@ use super::server::{
     FromServer, ServerKind, ServerProcess, ServerSpec, ServerStats, ToServer, WorkerStats,
 };
 use super::sessions::{
-    failed, group_ip, PhaseCpu, SessionsConfig, SessionsRun,
+    failed, group_ip, server_spec, PhaseCpu, SessionsConfig, SessionsRun,
     FLOOR_CHURN_EXCHANGES as CHURN_EXCHANGES,
 };
 use crate::host::CpuTimes;
@@ -418,20 +418,7 @@ pub(super) fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
     if cfg.mode == "idle" {
         bail!("--stack kernel measures echo and churn; idle has no sessions to weigh");
     }
-    let spec = ServerSpec {
-        kind: ServerKind::KernelEcho,
-        bind: "127.0.0.1:0".into(),
-        io_threads: cfg.io_threads,
-        idle: cfg.server_idle.clone(),
-        pinning: crate::schema::server_pinning(cfg.server_pinning.as_deref()).into(),
-        slice_us: cfg.server_slice_us,
-        backend: cfg.backend.clone(),
-        profile: cfg.profile.clone(),
-        max_sessions: None,
-        max_sessions_per_address: None,
-        token_key: None,
-    };
-    let mut server = ServerProcess::start(&spec)?;
+    let mut server = ServerProcess::start(&server_spec(cfg, ServerKind::KernelEcho, None))?;
     let before = server.stats()?;
     let mut run = failed(cfg, before.clone(), String::new());
     run.errors.clear();

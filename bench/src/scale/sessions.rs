@@ -305,20 +305,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         ),
     }
     let key = token_key(&cfg.security)?;
-    let spec = ServerSpec {
-        kind: ServerKind::Echo,
-        bind: "127.0.0.1:0".into(),
-        io_threads: cfg.io_threads,
-        idle: cfg.server_idle.clone(),
-        pinning: crate::schema::server_pinning(cfg.server_pinning.as_deref()).into(),
-        slice_us: cfg.server_slice_us,
-        backend: cfg.backend.clone(),
-        profile: cfg.profile.clone(),
-        max_sessions: None,
-        max_sessions_per_address: None,
-        token_key: key,
-    };
-    let mut server = ServerProcess::start(&spec)?;
+    let mut server = ServerProcess::start(&server_spec(cfg, ServerKind::Echo, key))?;
     let before = server.stats()?;
     if cfg.mode == "churn" {
         return churn(cfg, key, server, before);
@@ -387,6 +374,28 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         && (cfg.mode != "echo" || run.min_client_round_trips > 0);
     run.errors = errors;
     Ok(run)
+}
+
+/// The server process's settings for a run of `cfg`: a `kind` server on loopback, admitting
+/// by tokens sealed with `token_key` (`None`: insecure, or the floor's plain sockets).
+pub(super) fn server_spec(
+    cfg: &SessionsConfig,
+    kind: ServerKind,
+    token_key: Option<[u8; 32]>,
+) -> ServerSpec {
+    ServerSpec {
+        kind,
+        bind: "127.0.0.1:0".into(),
+        io_threads: cfg.io_threads,
+        idle: cfg.server_idle.clone(),
+        pinning: crate::schema::server_pinning(cfg.server_pinning.as_deref()).into(),
+        slice_us: cfg.server_slice_us,
+        backend: cfg.backend.clone(),
+        profile: cfg.profile.clone(),
+        max_sessions: None,
+        max_sessions_per_address: None,
+        token_key,
+    }
 }
 
 /// `cfg.clients` fresh clients of `cfg`'s profile connected to `server` in one set, within
