@@ -5,16 +5,17 @@
 //! - **Clients**: N connected, non-blocking sockets (one per simulated player, bound to the
 //!   same loopback addresses and with the same buffers as the Ricochet run's members), all on
 //!   one thread with one level-triggered epoll set: per ready socket one `recv`, then one
-//!   `send` of the next message. That is one system call fewer per round trip than a
-//!   `ClientSet` member makes (`recvmmsg` + `sendmmsg`), and no user-space work but a
-//!   sequence check.
+//!   `send` of the next message: as many system calls per round trip as a `ClientSet`
+//!   member makes (there `recvmmsg` and `sendmmsg`), and no user-space work but a sequence
+//!   check.
 //! - **Server**: in the same child process as Ricochet's server, `io_threads` threads, each
 //!   with its own `SO_REUSEPORT` socket on the one port, echoing each `recvmmsg` batch back
 //!   with one `sendmmsg`.
 //! - **Churn**: each session opens its socket (buffers, bind, connect, epoll), makes
 //!   [`CHURN_EXCHANGES`]` - 1` round trips one after another, sends one more datagram and
 //!   closes its socket at once. A Ricochet session moves four datagrams each way (hello and
-//!   challenge, response and accept, message and echo, close and its answer) and its client
+//!   challenge, cookie echo and accept, message and echo, the close and the server's last
+//!   datagram) and its client
 //!   waits for three answers, as here.
 //!
 //! Sockets are made as Ricochet's are ([`ricochet_platform::bind`], which forces the buffer
