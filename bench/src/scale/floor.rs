@@ -37,7 +37,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use hdrhistogram::Histogram;
 use ricochet_platform::SocketConfig;
 use socket2::Socket;
 
@@ -45,12 +44,11 @@ use super::server::{
     FromServer, ServerKind, ServerProcess, ServerSpec, ServerStats, ToServer, WorkerStats,
 };
 use super::sessions::{
-    failed, group_ip, server_spec, PhaseCpu, SessionsConfig, SessionsRun,
+    failed, group_ip, server_spec, EchoMeter, PhaseCpu, SessionsConfig, SessionsRun,
     FLOOR_CHURN_EXCHANGES as CHURN_EXCHANGES,
 };
 use crate::host::CpuTimes;
-use crate::schema::{finite, Latency};
-use crate::udp::tracker::new_rtt_histogram;
+use crate::schema::finite;
 
 /// Datagrams one server thread takes per `recvmmsg`.
 const BATCH: usize = 32;
@@ -478,29 +476,11 @@ fn echo(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun)
     let fds: Vec<RawFd> = socks.iter().map(|s| s.as_raw_fd()).collect();
     let mut msg = vec![0u8; cfg.payload.max(8)];
     let mut buf = vec![0u8; MAX_DATAGRAM];
-    let mut seq = vec![0u64; n];
-    let mut sent_at = vec![Instant::now(); n];
-    let mut counted = vec![0u64; n];
-    let mut hist: Histogram<u64> = new_rtt_histogram();
+    let mut meter = EchoMeter::start(cfg, n);
     for &fd in &fds {
         send(fd, &msg)?;
     }
-    let start = Instant::now();
-    let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
-    let end = measure_at + Duration::from_secs_f64(cfg.seconds);
-    let (mut measuring, mut bad) = (false, 0u64);
-    let (mut cpu0, mut m0) = (PhaseCpu::now(), Instant::now());
-    loop {
-        let now = Instant::now();
-        if !measuring && now >= measure_at {
-            measuring = true;
-            server.reset()?;
-            cpu0 = PhaseCpu::now();
-            m0 = Instant::now();
-        }
-        if now >= end {
-            break;
-        }
+    while meter.running(server)? {
         let ready = epoll.wait(Duration::from_millis(5))?;
         let now = Instant::now();
         for k in 0..ready {
@@ -508,35 +488,18 @@ fn echo(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun)
             let Some(len) = recv(fds[i], &mut buf)? else {
                 continue;
             };
-            if seq_of(&buf[..len]) != Some(seq[i]) || len != msg.len() {
-                bad += 1;
-            }
-            if measuring {
-                let ns = now.saturating_duration_since(sent_at[i]).as_nanos();
-                hist.saturating_record(u64::try_from(ns).unwrap_or(u64::MAX).max(1));
-                counted[i] += 1;
-            }
-            seq[i] += 1;
-            msg[..8].copy_from_slice(&seq[i].to_le_bytes());
-            sent_at[i] = now;
+            let got = if len == msg.len() {
+                seq_of(&buf[..len])
+            } else {
+                None
+            };
+            let next = meter.echoed(i, got, now);
+            msg[..8].copy_from_slice(&next.to_le_bytes());
             send(fds[i], &msg)?;
         }
     }
-    let wall = m0.elapsed().as_secs_f64();
-    let cpu = PhaseCpu::now();
-    let stats = server.stats()?;
-    let end = Instant::now();
-    let stalled = sent_at
-        .iter()
-        .filter(|&&t| end.saturating_duration_since(t) >= STALL)
-        .count();
-    run.round_trips = hist.len();
-    run.round_trips_per_s = finite(hist.len() as f64 / wall.max(1e-9));
-    run.rtt_us = Latency::from_ns(&hist);
-    run.min_client_round_trips = counted.iter().copied().min().unwrap_or(0);
-    run.set_cpu((&cpu0, &cpu), wall, &stats);
-    run.server_rss_end_kib = stats.rss_kib;
-    run.server = stats;
+    let stalled = meter.waiting_since(STALL);
+    let bad = meter.finish(server, run)?;
     if bad > 0 {
         bail!("{bad} echoes out of order or altered");
     }

@@ -562,6 +562,101 @@ pub(super) fn failed(cfg: &SessionsConfig, server: ServerStats, error: String) -
     }
 }
 
+/// The bookkeeping of a window-1 echo over `n` clients, shared by both stacks: the warm-up
+/// and measured phases, each client's sequence number and send time, and the RTT histogram.
+pub(super) struct EchoMeter {
+    measure_at: Instant,
+    end: Instant,
+    measuring: bool,
+    cpu0: PhaseCpu,
+    t0: Instant,
+    /// Per client: the sequence number of the message in flight, when it left, and the round
+    /// trips counted in the measured phase.
+    seq: Vec<u64>,
+    sent_at: Vec<Instant>,
+    counted: Vec<u64>,
+    hist: Histogram<u64>,
+    /// Echoes that did not carry their client's sequence number.
+    bad: u64,
+}
+
+impl EchoMeter {
+    /// Starts the warm-up now; every client's first message (sequence 0) leaves now.
+    pub(super) fn start(cfg: &SessionsConfig, n: usize) -> EchoMeter {
+        let start = Instant::now();
+        let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
+        EchoMeter {
+            measure_at,
+            end: measure_at + Duration::from_secs_f64(cfg.seconds),
+            measuring: false,
+            cpu0: PhaseCpu::now(),
+            t0: start,
+            seq: vec![0; n],
+            sent_at: vec![start; n],
+            counted: vec![0; n],
+            hist: new_rtt_histogram(),
+            bad: 0,
+        }
+    }
+
+    /// Before each turn: starts the measured phase when its time has come (resetting the
+    /// server's counters); false once the run is over.
+    pub(super) fn running(&mut self, server: &mut ServerProcess) -> Result<bool> {
+        let now = Instant::now();
+        if !self.measuring && now >= self.measure_at {
+            self.measuring = true;
+            server.reset()?;
+            self.cpu0 = PhaseCpu::now();
+            self.t0 = Instant::now();
+        }
+        Ok(now < self.end)
+    }
+
+    /// Client `i`'s echo carrying `got` arrived at `now`: counts it and returns the sequence
+    /// number of the client's next message, which leaves at `now`.
+    pub(super) fn echoed(&mut self, i: usize, got: Option<u64>, now: Instant) -> u64 {
+        if got != Some(self.seq[i]) {
+            self.bad += 1;
+        }
+        if self.measuring {
+            let ns = now.saturating_duration_since(self.sent_at[i]).as_nanos();
+            self.hist
+                .saturating_record(u64::try_from(ns).unwrap_or(u64::MAX).max(1));
+            self.counted[i] += 1;
+        }
+        self.seq[i] += 1;
+        self.sent_at[i] = now;
+        self.seq[i]
+    }
+
+    /// Clients whose last message has waited `limit` or longer for its echo (the floor's
+    /// check for a lost datagram, Linux only).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(super) fn waiting_since(&self, limit: Duration) -> usize {
+        let now = Instant::now();
+        self.sent_at
+            .iter()
+            .filter(|&&t| now.saturating_duration_since(t) >= limit)
+            .count()
+    }
+
+    /// Ends the measured phase: fills `run`'s rate, RTT, CPU and server figures. Returns the
+    /// number of altered or out-of-order echoes.
+    pub(super) fn finish(self, server: &mut ServerProcess, run: &mut SessionsRun) -> Result<u64> {
+        let wall = self.t0.elapsed().as_secs_f64();
+        let cpu = PhaseCpu::now();
+        let stats = server.stats()?;
+        run.round_trips = self.hist.len();
+        run.round_trips_per_s = finite(self.hist.len() as f64 / wall.max(1e-9));
+        run.rtt_us = Latency::from_ns(&self.hist);
+        run.min_client_round_trips = self.counted.iter().copied().min().unwrap_or(0);
+        run.set_cpu((&self.cpu0, &cpu), wall, &stats);
+        run.server_rss_end_kib = stats.rss_kib;
+        run.server = stats;
+        Ok(self.bad)
+    }
+}
+
 /// Window-1 echo on every member: warm-up, then the measured phase.
 fn echo(
     cfg: &SessionsConfig,
@@ -571,32 +666,13 @@ fn echo(
     errors: &mut Vec<String>,
 ) -> Result<()> {
     let n = set.len();
-    let mut sent_at = vec![Instant::now(); n];
-    let mut seq = vec![0u64; n];
-    let mut counted = vec![0u64; n];
-    let mut hist: Histogram<u64> = new_rtt_histogram();
+    let mut meter = EchoMeter::start(cfg, n);
     for i in 0..n {
         if let Some(c) = set.get_mut(i) {
             c.send(0, message(i, 0, cfg.payload))?;
         }
     }
-    let start = Instant::now();
-    let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
-    let end = measure_at + Duration::from_secs_f64(cfg.seconds);
-    let mut measuring = false;
-    let (mut cpu0, mut t0) = (PhaseCpu::now(), Instant::now());
-    let mut bad = 0u64;
-    loop {
-        let now = Instant::now();
-        if !measuring && now >= measure_at {
-            measuring = true;
-            server.reset()?;
-            cpu0 = PhaseCpu::now();
-            t0 = Instant::now();
-        }
-        if now >= end {
-            break;
-        }
+    while meter.running(server)? {
         set.step(Duration::from_millis(5))?;
         let now = Instant::now();
         while let Some((i, e)) = set.poll_event() {
@@ -606,18 +682,9 @@ fn echo(
                         .get(8..16)
                         .and_then(|b| <[u8; 8]>::try_from(b).ok())
                         .map(u64::from_le_bytes);
-                    if got != Some(seq[i]) {
-                        bad += 1;
-                    }
-                    if measuring {
-                        let ns = now.saturating_duration_since(sent_at[i]).as_nanos();
-                        hist.saturating_record(u64::try_from(ns).unwrap_or(u64::MAX).max(1));
-                        counted[i] += 1;
-                    }
-                    seq[i] += 1;
-                    sent_at[i] = now;
+                    let next = meter.echoed(i, got, now);
                     if let Some(c) = set.get_mut(i) {
-                        c.send(0, message(i, seq[i], cfg.payload))?;
+                        c.send(0, message(i, next, cfg.payload))?;
                     }
                 }
                 ClientEvent::Disconnected { reason, .. } => {
@@ -628,19 +695,10 @@ fn echo(
             }
         }
     }
-    let wall = t0.elapsed().as_secs_f64();
-    let cpu = PhaseCpu::now();
-    let stats = server.stats()?;
+    let bad = meter.finish(server, run)?;
     if bad > 0 {
         errors.push(format!("{bad} echoes out of order or altered"));
     }
-    run.round_trips = hist.len();
-    run.round_trips_per_s = finite(hist.len() as f64 / wall.max(1e-9));
-    run.rtt_us = Latency::from_ns(&hist);
-    run.min_client_round_trips = counted.iter().copied().min().unwrap_or(0);
-    run.set_cpu((&cpu0, &cpu), wall, &stats);
-    run.server_rss_end_kib = stats.rss_kib;
-    run.server = stats;
     run.clients_total = ClientTotals::of(set);
     Ok(())
 }
