@@ -68,10 +68,10 @@ pub struct SessionsArgs {
     pub rounds: usize,
     /// What carries the traffic, comma-separated; with both, each round runs one after the
     /// other. ricochet: the library. kernel (Linux): the kernel floor, the same sockets and
-    /// traffic with no protocol (plain UDP sockets on one epoll thread, a plain
-    /// recvmmsg/sendmmsg echo server with the same workers; churn sessions make 4 round trips
-    /// as Ricochet's handshake, message and close do), so a rate above the floor's cannot be
-    /// reached on this machine by protocol work.
+    /// traffic with no protocol (plain UDP sockets on one epoll thread making a recv and a
+    /// send per round trip, a plain recvmmsg/sendmmsg echo server with the same workers;
+    /// a churn session sends 4 datagrams and waits for 3 answers, as Ricochet's handshake,
+    /// message and close do): what this machine allows a client of that shape.
     #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "kernel"])]
     pub stack: Vec<String>,
 }

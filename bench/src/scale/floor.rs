@@ -41,7 +41,8 @@ use ricochet_platform::SocketConfig;
 use socket2::Socket;
 
 use super::server::{
-    FromServer, ServerKind, ServerProcess, ServerSpec, ServerStats, ToServer, WorkerStats,
+    announce, answer_commands, send as tell, FromServer, ServerKind, ServerProcess, ServerSpec,
+    ServerStats, WorkerStats,
 };
 use super::sessions::{
     failed, group_ip, server_spec, EchoMeter, PhaseCpu, SessionsConfig, SessionsRun,
@@ -238,23 +239,10 @@ pub(super) fn serve_process(
     mut output: impl Write,
 ) -> Result<()> {
     let bind: SocketAddr = spec.bind.parse().context("server bind address")?;
-    let mut server = match EchoServer::start(bind, workers(spec.io_threads)) {
-        Ok(s) => s,
-        Err(e) => {
-            super::server::send(
-                &mut output,
-                &FromServer::Failed {
-                    error: format!("{e:#}"),
-                },
-            )?;
-            return Err(e);
-        }
-    };
-    super::server::send(
+    let mut server = announce(
         &mut output,
-        &FromServer::Ready {
-            addr: server.addr.to_string(),
-        },
+        EchoServer::start(bind, workers(spec.io_threads)),
+        |s| s.addr,
     )?;
     let mut since = (CpuTimes::now(), Instant::now());
     let stats = |server: &EchoServer, since: &(CpuTimes, Instant)| ServerStats {
@@ -278,27 +266,16 @@ pub(super) fn serve_process(
             .collect(),
         ..ServerStats::default()
     };
-    for line in lines {
-        let line = line.context("reading a command")?;
-        match serde_json::from_str::<ToServer>(&line).context("a server command")? {
-            ToServer::Stats => super::server::send(
-                &mut output,
-                &FromServer::Stats(Box::new(stats(&server, &since))),
-            )?,
-            ToServer::Reset => {
-                since = (CpuTimes::now(), Instant::now());
-                super::server::send(
-                    &mut output,
-                    &FromServer::Stats(Box::new(stats(&server, &since))),
-                )?;
-            }
-            ToServer::Quit => break,
+    answer_commands(lines, &mut output, |reset| {
+        if reset {
+            since = (CpuTimes::now(), Instant::now());
         }
-    }
+        stats(&server, &since)
+    })?;
     // Joined first, so the last report counts every echo sent.
     server.shutdown()?;
     let last = stats(&server, &since);
-    super::server::send(&mut output, &FromServer::Stats(Box::new(last)))?;
+    tell(&mut output, &FromServer::Stats(Box::new(last)))?;
     Ok(())
 }
 
@@ -431,13 +408,7 @@ pub(super) fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
     if let Err(e) = outcome {
         errors.push(crate::error_chain(e.as_ref()));
     }
-    match server.quit() {
-        Ok(last) => {
-            run.server_rss_end_kib = last.rss_kib.or(run.server_rss_end_kib);
-            run.server = last;
-        }
-        Err(e) => errors.push(format!("server: {e:#}")),
-    }
+    run.quit_server(server, &mut errors);
     run.ok = errors.is_empty()
         && run.connected > 0
         && (cfg.mode != "echo" || run.min_client_round_trips > 0);

@@ -377,7 +377,9 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
             }
         }
         // A slow tick publishes the endpoints' drop counters.
-        ServerKind::Echo | ServerKind::KernelEcho => cfg.tick(Duration::from_millis(100)),
+        ServerKind::Echo => cfg.tick(Duration::from_millis(100)),
+        // `serve_process` runs the floor's own server instead.
+        ServerKind::KernelEcho => bail!("the kernel floor runs no Ricochet server"),
     };
     let kind = spec.kind.clone();
     let shared = shared.clone();
@@ -393,7 +395,7 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) enum ToServer {
+enum ToServer {
     Stats,
     Reset,
     Quit,
@@ -423,32 +425,13 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
         bail!("the kernel floor (recvmmsg, sendmmsg, epoll) is Linux only");
     }
     let shared = Arc::new(GameShared::default());
-    let server = match start_server(&spec, &shared) {
-        Ok(s) => s,
-        Err(e) => {
-            send(
-                &mut output,
-                &FromServer::Failed {
-                    error: format!("{e:#}"),
-                },
-            )?;
-            return Err(e);
-        }
-    };
-    send(
-        &mut output,
-        &FromServer::Ready {
-            addr: server.local_addr().to_string(),
-        },
-    )?;
+    let server = announce(&mut output, start_server(&spec, &shared), |s| {
+        s.local_addr()
+    })?;
     let mut since = (CpuTimes::now(), std::time::Instant::now());
-    let stats = |server: &Server, since: &(CpuTimes, std::time::Instant), reset: bool| {
+    let stats = |server: &Server, since: &(CpuTimes, std::time::Instant)| {
         let cpu = CpuTimes::now();
-        let rtt = if reset {
-            server.take_rtt()
-        } else {
-            server.rtt()
-        };
+        let rtt = server.rtt();
         let (drops, tokens_evicted) = shared.endpoint_totals();
         ServerStats {
             sessions: server.session_count(),
@@ -473,30 +456,59 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
             tokens_evicted,
         }
     };
-    for line in lines {
-        let line = line.context("reading a command")?;
-        match serde_json::from_str::<ToServer>(&line).context("a server command")? {
-            ToServer::Stats => send(
-                &mut output,
-                &FromServer::Stats(Box::new(stats(&server, &since, false))),
-            )?,
-            ToServer::Reset => {
-                let _ = server.take_rtt();
-                shared.reset();
-                since = (CpuTimes::now(), std::time::Instant::now());
-                send(
-                    &mut output,
-                    &FromServer::Stats(Box::new(stats(&server, &since, false))),
-                )?;
-            }
-            ToServer::Quit => break,
+    answer_commands(lines, &mut output, |reset| {
+        if reset {
+            let _ = server.take_rtt();
+            shared.reset();
+            since = (CpuTimes::now(), std::time::Instant::now());
         }
-    }
-    let last = stats(&server, &since, false);
+        stats(&server, &since)
+    })?;
+    let last = stats(&server, &since);
     server
         .shutdown()
         .map_err(|e| anyhow!("server shutdown: {e}"))?;
     send(&mut output, &FromServer::Stats(Box::new(last)))?;
+    Ok(())
+}
+
+/// Tells the parent that the server `started` and listens at `addr(server)`, or why it did not
+/// start (then returns that error too).
+pub(super) fn announce<S>(
+    output: &mut impl Write,
+    started: Result<S>,
+    addr: impl FnOnce(&S) -> SocketAddr,
+) -> Result<S> {
+    match started {
+        Ok(s) => {
+            let addr = addr(&s).to_string();
+            send(output, &FromServer::Ready { addr })?;
+            Ok(s)
+        }
+        Err(e) => {
+            let error = format!("{e:#}");
+            send(output, &FromServer::Failed { error })?;
+            Err(e)
+        }
+    }
+}
+
+/// Answers the parent's commands until `quit` (or the end of its input): `stats` with
+/// `report(false)`, `reset` with `report(true)`, which restarts the phase's counters first.
+pub(super) fn answer_commands(
+    lines: impl Iterator<Item = std::io::Result<String>>,
+    output: &mut impl Write,
+    mut report: impl FnMut(bool) -> ServerStats,
+) -> Result<()> {
+    for line in lines {
+        let line = line.context("reading a command")?;
+        let reset = match serde_json::from_str::<ToServer>(&line).context("a server command")? {
+            ToServer::Stats => false,
+            ToServer::Reset => true,
+            ToServer::Quit => break,
+        };
+        send(output, &FromServer::Stats(Box::new(report(reset))))?;
+    }
     Ok(())
 }
 

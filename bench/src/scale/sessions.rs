@@ -24,8 +24,9 @@ use crate::output::thousands;
 use crate::schema::{finite, Latency};
 use crate::udp::tracker::new_rtt_histogram;
 
-/// Round trips of one churn session of the kernel floor (`--stack kernel`): a Ricochet session
-/// (handshake, first message and its echo, close) moves four datagrams each way.
+/// Datagrams a churn session of the kernel floor (`--stack kernel`) sends, the last (its close)
+/// unanswered: a Ricochet session (handshake, first message and its echo, close) moves four
+/// each way, and its client waits for three answers.
 pub const FLOOR_CHURN_EXCHANGES: u32 = 4;
 
 /// One `bench sessions` measurement's settings.
@@ -362,13 +363,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         echo(cfg, &mut set, &mut server, &mut run, &mut errors)?;
     }
     drop(set);
-    match server.quit() {
-        Ok(last) => {
-            run.server_rss_end_kib = last.rss_kib.or(run.server_rss_end_kib);
-            run.server = last;
-        }
-        Err(e) => errors.push(format!("server: {e:#}")),
-    }
+    run.quit_server(server, &mut errors);
     run.ok = errors.is_empty()
         && run.connected == cfg.clients
         && (cfg.mode != "echo" || run.min_client_round_trips > 0);
@@ -493,10 +488,7 @@ fn churn(
     run.server_rss_before_kib = before.rss_kib;
     run.server_rss_end_kib = stats.rss_kib;
     run.set_cpu((&cpu0, &cpu), wall, &stats);
-    match server.quit() {
-        Ok(last) => run.server = last,
-        Err(e) => errors.push(format!("server: {e:#}")),
-    }
+    run.quit_server(server, &mut errors);
     run.ok = errors.is_empty() && completed > 0;
     run.errors = errors;
     Ok(run)
@@ -519,6 +511,17 @@ impl PhaseCpu {
 }
 
 impl SessionsRun {
+    /// Stops the server process and keeps its last report (or the error in `errors`).
+    pub(super) fn quit_server(&mut self, server: ServerProcess, errors: &mut Vec<String>) {
+        match server.quit() {
+            Ok(last) => {
+                self.server_rss_end_kib = last.rss_kib.or(self.server_rss_end_kib);
+                self.server = last;
+            }
+            Err(e) => errors.push(format!("server: {e:#}")),
+        }
+    }
+
     /// The CPU shares of a phase from `cpu0` to `cpu1` that lasted `wall` seconds: the
     /// clients', the machine's steal, and the server's over its `stats`.
     pub(super) fn set_cpu(
