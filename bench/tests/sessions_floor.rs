@@ -19,6 +19,7 @@ fn config(mode: &str, clients: usize) -> SessionsConfig {
         profile: "default".into(),
         security: "secure".into(),
         payload: 64,
+        window: 1,
         settle_s: 0.0,
         warmup_s: 0.1,
         seconds: 0.3,
@@ -63,4 +64,25 @@ fn a_floor_churn_session_sends_four_datagrams_and_closes() {
 fn the_floor_refuses_idle_with_a_reason() {
     let e = run(&config("idle", 4)).expect_err("idle has nothing to weigh");
     assert!(e.to_string().contains("idle"), "{e}");
+}
+
+/// Both stacks keep a window of messages in flight per client. Each echo must carry the
+/// sequence number the meter expects, so a client that sent fewer or other messages than
+/// the window calls for fails the run with out-of-order echoes.
+#[test]
+fn an_echo_window_keeps_that_many_messages_in_flight_on_both_stacks() {
+    for stack in [Some("kernel"), None] {
+        let mut cfg = config("echo", 3);
+        cfg.stack = stack.map(Into::into);
+        cfg.window = 4;
+        cfg.payload = 1024;
+        let r = run(&cfg).expect("windowed echo");
+        assert!(r.ok, "{stack:?}: {:?}", r.errors);
+        assert!(r.min_client_round_trips > 0, "{stack:?}: {r:#?}");
+        assert_eq!(r.config.window, 4);
+    }
+    let mut cfg = config("echo", 3);
+    cfg.window = 0;
+    let e = run(&cfg).expect_err("no window");
+    assert!(e.to_string().contains("window"), "{e}");
 }

@@ -9,7 +9,7 @@ use super::Global;
 use crate::host::{HostInfo, UtcTime};
 use crate::output::{host_line, render_table, result_file, thousands, write_result};
 use crate::scale::sessions::{
-    run as run_one, summary_cells, SessionsConfig, SessionsRun, SUMMARY_COLUMNS,
+    run as run_one, summary_cells, SessionsConfig, SessionsRun, MAX_WINDOW, SUMMARY_COLUMNS,
 };
 
 /// Flags of `bench sessions`.
@@ -54,6 +54,10 @@ pub struct SessionsArgs {
     /// Echo message size, bytes.
     #[arg(long, default_value_t = 64)]
     pub payload: usize,
+    /// Echo messages in flight per client (1 to 64): 1 is a player's request and answer;
+    /// 16 × 1,024 B with 4 clients is the shape of `bench rudp --direct`.
+    #[arg(long, default_value_t = 1)]
+    pub window: usize,
     /// Idle seconds after connecting, before the server is weighed.
     #[arg(long, default_value_t = 2.0)]
     pub settle: f64,
@@ -84,7 +88,7 @@ pub fn sessions_table(runs: &[SessionsRun]) -> String {
     for r in runs {
         let k = (
             r.config.clients,
-            r.config.mode.clone(),
+            r.config.mode_label(),
             stack_name(&r.config).to_string(),
             r.config.server_idle.clone(),
         );
@@ -99,7 +103,7 @@ pub fn sessions_table(runs: &[SessionsRun]) -> String {
                 .iter()
                 .filter(|r| {
                     r.config.clients == *n
-                        && &r.config.mode == mode
+                        && &r.config.mode_label() == mode
                         && stack_name(&r.config) == stack
                         && &r.config.server_idle == idle
                 })
@@ -137,6 +141,12 @@ pub fn run(args: &SessionsArgs, global: &Global) -> Result<bool> {
     if args.clients.is_empty() || args.rounds == 0 || args.stack.is_empty() {
         bail!("--clients, --rounds and --stack need at least one");
     }
+    if !(1..=MAX_WINDOW).contains(&args.window) {
+        bail!("--window must be 1 to {MAX_WINDOW}, not {}", args.window);
+    }
+    if args.window > 1 && args.mode != "echo" {
+        bail!("--window applies to echo: idle and churn sessions keep no messages in flight");
+    }
     if args.mode == "idle" && args.stack.iter().any(|s| s == "kernel") {
         bail!("--stack kernel measures echo and churn: the floor holds no sessions to weigh");
     }
@@ -163,6 +173,7 @@ pub fn run(args: &SessionsArgs, global: &Global) -> Result<bool> {
                 profile: args.profile.clone(),
                 security: args.security.clone(),
                 payload: args.payload.max(16),
+                window: args.window,
                 settle_s: args.settle,
                 warmup_s: args.warmup,
                 seconds: args.seconds,
@@ -178,7 +189,7 @@ pub fn run(args: &SessionsArgs, global: &Global) -> Result<bool> {
                 thousands(r.handshakes_per_s.round() as u64),
                 r.server_rss_per_session_bytes.map_or("-".into(), |v| format!("{v:.0}")),
                 if cfg.mode == "echo" {
-                    format!(", {} rt/s, p99 {:.1} ms", thousands(r.round_trips_per_s.round() as u64), r.rtt_us.map_or(0.0, |l| l.p99 / 1000.0))
+                    format!(", {} rt/s, p99 {:.2} ms", thousands(r.round_trips_per_s.round() as u64), r.rtt_us.map_or(0.0, |l| l.p99 / 1000.0))
                 } else {
                     String::new()
                 },

@@ -58,9 +58,12 @@ pub(super) fn render(cx: &mut Ctx) -> Result<()> {
 }
 
 fn sessions(cx: &mut Ctx) -> Result<()> {
-    // The newest file with an echo (the charts plot echo runs); else the newest of any mode.
+    // The newest file with a window-1 echo (the charts plot those); else the newest of any
+    // mode. Runs with a larger window (the shape of another benchmark) are listed below.
     let with_echo = newest_where(cx.inputs, "sessions", |f| {
-        f.sessions_runs.iter().any(|r| r.config.mode == "echo")
+        f.sessions_runs
+            .iter()
+            .any(|r| r.config.mode == "echo" && r.config.window == 1)
     });
     let Some((path, file)) = with_echo.or_else(|| newest(cx.inputs, "sessions")) else {
         cx.section(
@@ -75,7 +78,7 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
         let c = &r.config;
         (
             c.clients,
-            c.mode.clone(),
+            c.mode_label(),
             c.server_idle.clone(),
             c.security.clone(),
             c.is_floor(),
@@ -230,7 +233,7 @@ fn same_day_sessions(inputs: &super::Inputs, newest: &str) -> String {
             let c = &r.config;
             (
                 c.clients,
-                c.mode.clone(),
+                c.mode_label(),
                 c.io_threads,
                 crate::schema::server_pinning(c.server_pinning.as_deref()).to_string(),
                 c.security.clone(),

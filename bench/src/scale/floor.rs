@@ -4,10 +4,10 @@
 //!
 //! - **Clients**: N connected, non-blocking sockets (one per simulated player, bound to the
 //!   same loopback addresses and with the same buffers as the Ricochet run's members), all on
-//!   one thread with one level-triggered epoll set: per ready socket one `recv`, then one
-//!   `send` of the next message: as many system calls per round trip as a `ClientSet`
-//!   member makes (there `recvmmsg` and `sendmmsg`), and no user-space work but a sequence
-//!   check.
+//!   one thread with one level-triggered epoll set: per ready socket one `recvmmsg` of what
+//!   came (up to the window), then one `sendmmsg` of the next messages (each echo rewritten
+//!   in place): the calls a `ClientSet` member makes, and no user-space work but a
+//!   sequence check.
 //! - **Server**: in the same child process as Ricochet's server, `io_threads` threads, each
 //!   with its own `SO_REUSEPORT` socket on the one port, echoing each `recvmmsg` batch back
 //!   with one `sendmmsg`.
@@ -129,32 +129,47 @@ impl EchoServer {
     }
 }
 
-/// Echo every datagram back to its sender, a `recvmmsg` batch per `sendmmsg`, until `stop`;
-/// then echo what is still queued, so the counts cover everything sent before the stop.
-fn serve_socket(sock: &Socket, stop: &AtomicBool, counts: &[AtomicU64; 2]) -> io::Result<()> {
-    let fd = sock.as_raw_fd();
-    let mut bufs = vec![0u8; BATCH * MAX_DATAGRAM];
-    // SAFETY: all-zero bytes are a valid `sockaddr_storage`, `iovec` and `mmsghdr` (null
-    // pointers, zero lengths); every pointer is set before a call reads it.
-    let zeroed_name = unsafe { std::mem::zeroed::<libc::sockaddr_storage>() };
-    // SAFETY: as above.
-    let zeroed_iov = unsafe { std::mem::zeroed::<libc::iovec>() };
-    // SAFETY: as above.
-    let zeroed_hdr = unsafe { std::mem::zeroed::<libc::mmsghdr>() };
-    let mut names = vec![zeroed_name; BATCH];
-    let mut iovs = vec![zeroed_iov; BATCH];
-    let mut hdrs = vec![zeroed_hdr; BATCH];
-    // Base pointers taken once: the headers point into these vectors, which are neither
-    // resized nor borrowed again while the headers are in use.
-    let (buf0, name0, iov0) = (bufs.as_mut_ptr(), names.as_mut_ptr(), iovs.as_mut_ptr());
-    let mut draining = false;
-    loop {
-        if !draining && stop.load(Ordering::Relaxed) {
-            draining = true;
+/// Datagram buffers with the `mmsghdr`s that point into them, for `recvmmsg` and for sending
+/// what came back (each to its sender) with `sendmmsg`.
+struct MmsgBatch {
+    bufs: Vec<u8>,
+    names: Vec<libc::sockaddr_storage>,
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
+}
+
+impl MmsgBatch {
+    /// Room for `len` datagrams of up to [`MAX_DATAGRAM`] bytes.
+    fn new(len: usize) -> MmsgBatch {
+        // SAFETY: all-zero bytes are a valid `sockaddr_storage`, `iovec` and `mmsghdr` (null
+        // pointers, zero lengths); `recv` sets every pointer before a call reads it.
+        let (name, iov, hdr) = unsafe {
+            (
+                std::mem::zeroed::<libc::sockaddr_storage>(),
+                std::mem::zeroed::<libc::iovec>(),
+                std::mem::zeroed::<libc::mmsghdr>(),
+            )
+        };
+        MmsgBatch {
+            bufs: vec![0; len * MAX_DATAGRAM],
+            names: vec![name; len],
+            iovs: vec![iov; len],
+            hdrs: vec![hdr; len],
         }
-        for (i, h) in hdrs.iter_mut().enumerate() {
-            // SAFETY: `i < BATCH`, the length of `names` and `iovs`, and `i * MAX_DATAGRAM`
-            // is inside `bufs` (BATCH × MAX_DATAGRAM bytes).
+    }
+
+    /// One `recvmmsg` of up to `max` datagrams (at most the batch's length) with `flags`:
+    /// how many came.
+    fn recv(&mut self, fd: RawFd, max: usize, flags: i32) -> io::Result<usize> {
+        let max = max.min(self.hdrs.len());
+        let (buf0, name0, iov0) = (
+            self.bufs.as_mut_ptr(),
+            self.names.as_mut_ptr(),
+            self.iovs.as_mut_ptr(),
+        );
+        for (i, h) in self.hdrs[..max].iter_mut().enumerate() {
+            // SAFETY: `i` is below the batch's length, the length of `names` and `iovs`, and
+            // `i * MAX_DATAGRAM` is inside `bufs` (that many datagrams of MAX_DATAGRAM bytes).
             unsafe {
                 let iov = iov0.add(i);
                 (*iov).iov_base = buf0.add(i * MAX_DATAGRAM).cast();
@@ -166,49 +181,47 @@ fn serve_socket(sock: &Socket, stop: &AtomicBool, counts: &[AtomicU64; 2]) -> io
             h.msg_hdr.msg_iovlen = 1;
             h.msg_len = 0;
         }
-        // While draining, only what is queued already.
-        let flags = if draining {
-            libc::MSG_DONTWAIT
-        } else {
-            libc::MSG_WAITFORONE
-        };
-        // SAFETY: `hdrs` holds BATCH headers whose name and iovec pointers point into `names`,
-        // `iovs` and `bufs`, which live unmoved for the whole call; the kernel writes at most
-        // the lengths given.
+        // SAFETY: the first `max` headers' name and iovec pointers point into `names`, `iovs`
+        // and `bufs`, which are not touched during the call; the kernel writes at most the
+        // lengths given.
         let n = unsafe {
             libc::recvmmsg(
                 fd,
-                hdrs.as_mut_ptr(),
-                BATCH as u32,
+                self.hdrs.as_mut_ptr(),
+                max as u32,
                 flags,
                 std::ptr::null_mut(),
             )
         };
         if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut if draining => return Ok(()),
-                io::ErrorKind::WouldBlock
-                | io::ErrorKind::TimedOut
-                | io::ErrorKind::Interrupted => continue,
-                _ => return Err(e),
-            }
+            return Err(io::Error::last_os_error());
         }
-        let n = n as usize;
-        // Echo in place: each header already names its sender; its iovec shrinks to what came.
-        for h in &hdrs[..n] {
-            // SAFETY: `msg_iov` points at this header's own entry of `iovs` (set above).
+        Ok(n as usize)
+    }
+
+    /// Datagram `i` of the last `recv`, to read or rewrite in place (as long as it came).
+    fn datagram(&mut self, i: usize) -> &mut [u8] {
+        let len = self.hdrs[i].msg_len as usize;
+        &mut self.bufs[i * MAX_DATAGRAM..][..len]
+    }
+
+    /// Sends the first `n` datagrams of the last `recv` (as they are now) back to their
+    /// senders, waiting out a full socket buffer.
+    fn send_back(&mut self, fd: RawFd, n: usize) -> io::Result<()> {
+        for h in &self.hdrs[..n] {
+            // SAFETY: `msg_iov` points at this header's own entry of `iovs` (set by `recv`).
             unsafe { (*h.msg_hdr.msg_iov).iov_len = h.msg_len as usize };
         }
         let mut done = 0;
         while done < n {
             // SAFETY: as for `recvmmsg`, for the `n - done` headers from `done` on.
-            let sent =
-                unsafe { libc::sendmmsg(fd, hdrs[done..n].as_mut_ptr(), (n - done) as u32, 0) };
+            let sent = unsafe {
+                libc::sendmmsg(fd, self.hdrs[done..n].as_mut_ptr(), (n - done) as u32, 0)
+            };
             if sent < 0 {
                 let e = io::Error::last_os_error();
                 match e.kind() {
-                    // A blocking socket waits for room; these only say "try again".
+                    // These only say "try again" (a blocking socket waits for room).
                     io::ErrorKind::Interrupted
                     | io::ErrorKind::WouldBlock
                     | io::ErrorKind::TimedOut => continue,
@@ -217,6 +230,38 @@ fn serve_socket(sock: &Socket, stop: &AtomicBool, counts: &[AtomicU64; 2]) -> io
             }
             done += sent as usize;
         }
+        Ok(())
+    }
+}
+
+/// Echo every datagram back to its sender, a `recvmmsg` batch per `sendmmsg`, until `stop`;
+/// then echo what is still queued, so the counts cover everything sent before the stop.
+fn serve_socket(sock: &Socket, stop: &AtomicBool, counts: &[AtomicU64; 2]) -> io::Result<()> {
+    let fd = sock.as_raw_fd();
+    let mut batch = MmsgBatch::new(BATCH);
+    let mut draining = false;
+    loop {
+        if !draining && stop.load(Ordering::Relaxed) {
+            draining = true;
+        }
+        // While draining, only what is queued already.
+        let flags = if draining {
+            libc::MSG_DONTWAIT
+        } else {
+            libc::MSG_WAITFORONE
+        };
+        let n = match batch.recv(fd, BATCH, flags) {
+            Ok(n) => n,
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut if draining => return Ok(()),
+                io::ErrorKind::WouldBlock
+                | io::ErrorKind::TimedOut
+                | io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            },
+        };
+        // Echo in place: each header already names its sender.
+        batch.send_back(fd, n)?;
         counts[0].fetch_add(1, Ordering::Relaxed);
         counts[1].fetch_add(n as u64, Ordering::Relaxed);
     }
@@ -357,7 +402,8 @@ fn client_socket(ip: std::net::IpAddr, server: SocketAddr) -> Result<Socket> {
     Ok(s)
 }
 
-/// Send `msg` on a connected socket; a full buffer is an error (window 1 never fills one).
+/// Send `msg` on a connected socket; a full buffer is an error (a window of echo messages
+/// never fills one: `bench sessions` caps window × payload below the buffer).
 fn send(fd: RawFd, msg: &[u8]) -> Result<()> {
     // SAFETY: `msg` is valid for its length for the call.
     let n = unsafe { libc::send(fd, msg.as_ptr().cast(), msg.len(), 0) };
@@ -393,6 +439,22 @@ fn seq_of(datagram: &[u8]) -> Option<u64> {
 pub(super) fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
     if cfg.mode == "idle" {
         bail!("--stack kernel measures echo and churn; idle has no sessions to weigh");
+    }
+    if cfg.payload > MAX_DATAGRAM {
+        bail!(
+            "the floor echoes datagrams of up to {MAX_DATAGRAM} B, not {}",
+            cfg.payload
+        );
+    }
+    // A datagram takes about twice its size of socket buffer: keep a client's window well
+    // inside its buffers, since the floor does not resend what they would drop.
+    if cfg.window * cfg.payload > CLIENT_SOCKET_BUFFER / 4 {
+        bail!(
+            "a window of {} × {} B is more than the floor's client sockets hold safely ({} KiB)",
+            cfg.window,
+            cfg.payload,
+            CLIENT_SOCKET_BUFFER / 4 / 1024
+        );
     }
     let mut server = ServerProcess::start(&server_spec(cfg, ServerKind::KernelEcho, None))?;
     let before = server.stats()?;
@@ -434,7 +496,8 @@ fn open_clients(
     Ok(socks)
 }
 
-/// Window-1 echo on `cfg.clients` sockets: warm-up, then the measured phase.
+/// Echo with `cfg.window` messages in flight on each of `cfg.clients` sockets: warm-up, then
+/// the measured phase.
 fn echo(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun) -> Result<()> {
     let n = cfg.clients;
     let mut epoll = Epoll::new()?;
@@ -446,27 +509,42 @@ fn echo(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun)
     run.handshakes_per_s = finite(n as f64 / took.as_secs_f64().max(1e-9));
     let fds: Vec<RawFd> = socks.iter().map(|s| s.as_raw_fd()).collect();
     let mut msg = vec![0u8; cfg.payload.max(8)];
-    let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut meter = EchoMeter::start(cfg, n);
+    let window = meter.window();
     for &fd in &fds {
-        send(fd, &msg)?;
+        for seq in 0..window {
+            msg[..8].copy_from_slice(&seq.to_le_bytes());
+            send(fd, &msg)?;
+        }
     }
+    // One batch for every socket: at most `window` echoes can be waiting on one.
+    let mut batch = MmsgBatch::new(window as usize);
     while meter.running(server)? {
         let ready = epoll.wait(Duration::from_millis(5))?;
         let now = Instant::now();
         for k in 0..ready {
             let i = epoll.token(k);
-            let Some(len) = recv(fds[i], &mut buf)? else {
-                continue;
+            let got = match batch.recv(fds[i], window as usize, libc::MSG_DONTWAIT) {
+                Ok(got) => got,
+                Err(e) => match e.kind() {
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e).context("recvmmsg"),
+                },
             };
-            let got = if len == msg.len() {
-                seq_of(&buf[..len])
-            } else {
-                None
-            };
-            let next = meter.echoed(i, got, now);
-            msg[..8].copy_from_slice(&next.to_le_bytes());
-            send(fds[i], &msg)?;
+            // Each echo becomes the client's next message, in place.
+            for d in 0..got {
+                let echo = batch.datagram(d);
+                let seq = if echo.len() == msg.len() {
+                    seq_of(echo)
+                } else {
+                    None
+                };
+                let next = meter.echoed(i, seq, now);
+                if let Some(head) = echo.get_mut(..8) {
+                    head.copy_from_slice(&next.to_le_bytes());
+                }
+            }
+            batch.send_back(fds[i], got).context("sendmmsg")?;
         }
     }
     let stalled = meter.waiting_since(STALL);

@@ -3,8 +3,8 @@
 //!
 //! - **idle**: connect all of them (handshakes per second), let them sit (keepalives only), and
 //!   weigh the server: resident memory per session.
-//! - **echo**: then each keeps one message in flight (window 1): round trips per second, RTT
-//!   percentiles, CPU of the server process and of the client thread's process.
+//! - **echo**: then each keeps `window` messages in flight (1 by default): round trips per
+//!   second, RTT percentiles, CPU of the server process and of the client thread's process.
 //! - **churn**: batches of N fresh clients, one after another for the measured time: each
 //!   connects with a new token, sends one message, gets its echo and closes (a fleet that
 //!   restarts). Whole sessions per second, reported as the handshake rate.
@@ -59,6 +59,9 @@ pub struct SessionsConfig {
     pub security: String,
     /// Echo message size, bytes (at least 16).
     pub payload: usize,
+    /// Echo messages in flight per client; absent in runs before the choice existed (1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub window: usize,
     /// Idle time after connecting before the server is weighed, s.
     pub settle_s: f64,
     /// Echo warm-up, s.
@@ -71,7 +74,25 @@ pub struct SessionsConfig {
     pub stack: Option<String>,
 }
 
+fn one() -> usize {
+    1
+}
+
+fn is_one(v: &usize) -> bool {
+    *v == 1
+}
+
 impl SessionsConfig {
+    /// The mode as tables name it: the echo's window and message size when it keeps more
+    /// than one message in flight.
+    pub fn mode_label(&self) -> String {
+        if self.mode == "echo" && self.window > 1 {
+            format!("echo w{} × {} B", self.window, self.payload)
+        } else {
+            self.mode.clone()
+        }
+    }
+
     /// Whether this run is the kernel floor rather than Ricochet.
     pub fn is_floor(&self) -> bool {
         self.stack.as_deref() == Some("kernel")
@@ -290,8 +311,14 @@ fn message(member: usize, seq: u64, payload: usize) -> Bytes {
     Bytes::from(m)
 }
 
+/// The most echo messages a client keeps in flight.
+pub const MAX_WINDOW: usize = 64;
+
 /// Runs one measurement.
 pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
+    if !(1..=MAX_WINDOW).contains(&cfg.window) {
+        anyhow::bail!("an echo window of {} (1 to {MAX_WINDOW})", cfg.window);
+    }
     match cfg.stack.as_deref() {
         None | Some("ricochet") => {}
         #[cfg(target_os = "linux")]
@@ -565,41 +592,52 @@ pub(super) fn failed(cfg: &SessionsConfig, server: ServerStats, error: String) -
     }
 }
 
-/// The bookkeeping of a window-1 echo over `n` clients, shared by both stacks: the warm-up
-/// and measured phases, each client's sequence number and send time, and the RTT histogram.
+/// The bookkeeping of an echo over `n` clients, shared by both stacks: the warm-up and
+/// measured phases, each client's sequence numbers and send times, and the RTT histogram.
 pub(super) struct EchoMeter {
     measure_at: Instant,
     end: Instant,
     measuring: bool,
     cpu0: PhaseCpu,
     t0: Instant,
-    /// Per client: the sequence number of the message in flight, when it left, and the round
-    /// trips counted in the measured phase.
+    /// Messages in flight per client.
+    window: usize,
+    /// Per client: the sequence number of its oldest message in flight (the echo it expects
+    /// next) and the round trips counted in the measured phase.
     seq: Vec<u64>,
-    sent_at: Vec<Instant>,
     counted: Vec<u64>,
+    /// When each message in flight left: client `i`'s message `s` at `i * window + s % window`.
+    sent_at: Vec<Instant>,
     hist: Histogram<u64>,
     /// Echoes that did not carry their client's sequence number.
     bad: u64,
 }
 
 impl EchoMeter {
-    /// Starts the warm-up now; every client's first message (sequence 0) leaves now.
+    /// Starts the warm-up now; every client's first `window` messages (sequences 0 to
+    /// `window - 1`) leave now.
     pub(super) fn start(cfg: &SessionsConfig, n: usize) -> EchoMeter {
         let start = Instant::now();
         let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
+        let window = cfg.window.max(1);
         EchoMeter {
             measure_at,
             end: measure_at + Duration::from_secs_f64(cfg.seconds),
             measuring: false,
             cpu0: PhaseCpu::now(),
             t0: start,
+            window,
             seq: vec![0; n],
-            sent_at: vec![start; n],
             counted: vec![0; n],
+            sent_at: vec![start; n * window],
             hist: new_rtt_histogram(),
             bad: 0,
         }
+    }
+
+    /// Messages each client keeps in flight.
+    pub(super) fn window(&self) -> u64 {
+        self.window as u64
     }
 
     /// Before each turn: starts the measured phase when its time has come (resetting the
@@ -616,30 +654,37 @@ impl EchoMeter {
     }
 
     /// Client `i`'s echo carrying `got` arrived at `now`: counts it and returns the sequence
-    /// number of the client's next message, which leaves at `now`.
+    /// number of the client's next message, which leaves at `now` (the window stays full).
     pub(super) fn echoed(&mut self, i: usize, got: Option<u64>, now: Instant) -> u64 {
-        if got != Some(self.seq[i]) {
+        let seq = self.seq[i];
+        if got != Some(seq) {
             self.bad += 1;
         }
+        let slot = i * self.window + (seq % self.window as u64) as usize;
         if self.measuring {
-            let ns = now.saturating_duration_since(self.sent_at[i]).as_nanos();
+            let ns = now.saturating_duration_since(self.sent_at[slot]).as_nanos();
             self.hist
                 .saturating_record(u64::try_from(ns).unwrap_or(u64::MAX).max(1));
             self.counted[i] += 1;
         }
-        self.seq[i] += 1;
-        self.sent_at[i] = now;
-        self.seq[i]
+        // The next message takes the slot of the one just echoed: `seq + window` is `seq`
+        // modulo the window.
+        self.sent_at[slot] = now;
+        self.seq[i] = seq + 1;
+        seq + self.window as u64
     }
 
-    /// Clients whose last message has waited `limit` or longer for its echo (the floor's
+    /// Clients whose oldest message has waited `limit` or longer for its echo (the floor's
     /// check for a lost datagram, Linux only).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) fn waiting_since(&self, limit: Duration) -> usize {
         let now = Instant::now();
-        self.sent_at
-            .iter()
-            .filter(|&&t| now.saturating_duration_since(t) >= limit)
+        let w = self.window as u64;
+        (0..self.seq.len())
+            .filter(|&i| {
+                let slot = i * self.window + (self.seq[i] % w) as usize;
+                now.saturating_duration_since(self.sent_at[slot]) >= limit
+            })
             .count()
     }
 
@@ -660,7 +705,8 @@ impl EchoMeter {
     }
 }
 
-/// Window-1 echo on every member: warm-up, then the measured phase.
+/// Echo with `cfg.window` messages in flight on every member: warm-up, then the measured
+/// phase.
 fn echo(
     cfg: &SessionsConfig,
     set: &mut ClientSet,
@@ -672,7 +718,9 @@ fn echo(
     let mut meter = EchoMeter::start(cfg, n);
     for i in 0..n {
         if let Some(c) = set.get_mut(i) {
-            c.send(0, message(i, 0, cfg.payload))?;
+            for seq in 0..meter.window() {
+                c.send(0, message(i, seq, cfg.payload))?;
+            }
         }
     }
     while meter.running(server)? {
