@@ -72,11 +72,18 @@ enum PacketState {
 struct SentPacket {
     pn: u64,
     time: Instant,
-    size: usize,
+    /// Datagram bytes (u32 keeps the entry within a 64-byte cache line).
+    size: u32,
     state: PacketState,
+    /// One past the largest packet number the ACK frame it carried acknowledged (0: it
+    /// carried none). Once the peer has it, ACKs need not report below that again.
+    acks_below: u64,
     /// Reliable segment ids carried.
     segs: Vec<u64>,
 }
+
+// The sent list is scanned by loss detection: one cache line per packet.
+const _: () = assert!(std::mem::size_of::<SentPacket>() <= 64);
 
 #[derive(Debug)]
 struct Segment {
@@ -196,6 +203,11 @@ pub struct Connection {
     // Receiving.
     recv_ranges: VecDeque<(u64, u64)>,
     recv_floor: u64,
+    /// ACK frames report received packets from here up (besides the newest range, which
+    /// they always carry): the peer has acknowledged an ACK frame that reported everything
+    /// below (RFC 9000 §13.2.4), so the gaps lost packets leave stop costing bytes in every
+    /// datagram once the peer has seen them.
+    ack_floor: u64,
     largest_recv: Option<(u64, Instant)>,
     ack_pending: bool,
     ack_eliciting_unacked: u16,
@@ -289,6 +301,7 @@ impl Connection {
             pacing_until: None,
             recv_ranges: VecDeque::new(),
             recv_floor: 0,
+            ack_floor: 0,
             largest_recv: None,
             ack_pending: false,
             ack_eliciting_unacked: 0,
@@ -1342,6 +1355,8 @@ impl Connection {
                 };
                 if p.state != PacketState::Acked {
                     newest_covered = Some(newest_covered.map_or(p.time, |t| t.max(p.time)));
+                    // The peer has the ACK frame this packet carried.
+                    self.ack_floor = self.ack_floor.max(p.acks_below);
                 }
                 match p.state {
                     PacketState::InFlight => {
@@ -1351,7 +1366,7 @@ impl Connection {
                             self.reliable_in_flight -= 1;
                         }
                         newly = true;
-                        self.cc.on_acked(p.size, p.time);
+                        self.cc.on_acked(p.size as usize, p.time);
                         if pn == ack.largest {
                             largest_newly = Some((p.time, !p.segs.is_empty()));
                         }
@@ -1516,7 +1531,7 @@ impl Connection {
         }
         p.state = PacketState::Lost;
         let pn = p.pn;
-        let size = p.size;
+        let size = p.size as usize;
         let segs = std::mem::take(&mut p.segs);
         self.cc.on_removed(size);
         self.counters.packets_lost += 1;
@@ -1847,9 +1862,11 @@ impl Connection {
         let mut w = Writer::new(&mut body[..max.saturating_sub(hdr)]);
         let mut segs = self.vec_pool.pop().unwrap_or_default();
         let mut ack_eliciting = false;
-        if self.ack_pending {
-            self.write_ack(now, &mut w);
-        }
+        let acks_below = if self.ack_pending {
+            self.write_ack(now, &mut w).map_or(0, |largest| largest + 1)
+        } else {
+            0
+        };
         // Loss report: when the peer sends FEC, its data-shard loss before recovery (what its
         // parity policy needs); otherwise packet-number gaps.
         if now >= self.lr_due
@@ -1971,8 +1988,10 @@ impl Connection {
         self.sent.push_back(SentPacket {
             pn,
             time: now,
-            size: len,
+            // A datagram is under 64 KiB.
+            size: u32::try_from(len).unwrap_or(u32::MAX),
             state,
+            acks_below,
             segs,
         });
         self.rr = (self.rr + 1) % self.channels.len().max(1);
@@ -2063,15 +2082,26 @@ impl Connection {
         }
     }
 
-    fn write_ack(&mut self, now: Instant, w: &mut Writer<'_>) {
+    /// Writes an ACK frame of the newest received ranges (above [`Self::ack_floor`]) if it
+    /// fits; returns the largest packet number it acknowledged.
+    fn write_ack(&mut self, now: Instant, w: &mut Writer<'_>) -> Option<u64> {
         let mut ranges = [(0u64, 0u64); MAX_ACK_RANGES];
         let mut n = 0;
         for &(lo, hi) in self.recv_ranges.iter().rev().take(MAX_ACK_RANGES) {
-            ranges[n] = (lo, hi);
+            if hi < self.ack_floor {
+                // Every older range is below the floor too. The newest is always reported
+                // (in full, when a late packet below the floor is all that is new).
+                if n == 0 {
+                    ranges[0] = (lo, hi);
+                    n = 1;
+                }
+                break;
+            }
+            ranges[n] = (lo.max(self.ack_floor), hi);
             n += 1;
         }
         if n == 0 {
-            return;
+            return None;
         }
         let delay = self.largest_recv.map_or(0, |(_, t)| {
             now.saturating_duration_since(t).as_micros() as u64
@@ -2087,7 +2117,9 @@ impl Connection {
             self.reliable_unacked = 0;
             self.ack_deadline = None;
             self.ack_immediate = false;
+            return Some(ranges[0].1);
         }
+        None
     }
 
     fn transmit_handshake(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {

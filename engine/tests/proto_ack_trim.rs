@@ -1,0 +1,99 @@
+//! ACK frames stop reporting the gaps lost packets leave once the peer has acknowledged an
+//! ACK frame that reported them (RFC 9000 §13.2.4). Without that, every gap stays in the
+//! range list, and under steady loss each later datagram carries the wire's limit of
+//! ranges ([`MAX_ACK_RANGES`]) for the rest of the connection.
+
+mod proto_util;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use proto_util::{addr, Impair, Net};
+use ricochet_proto::wire::{self, Frame, Packet, MAX_ACK_RANGES};
+use ricochet_proto::{Config, Event};
+
+/// The number of ranges of the ACK frame a plain data packet carries, if it carries one.
+fn ack_ranges(datagram: &[u8]) -> Option<usize> {
+    let Ok(Packet::Data { payload, .. }) = wire::decode_packet(datagram) else {
+        return None;
+    };
+    wire::frames(payload).find_map(|f| match f {
+        Ok(Frame::Ack(a)) => Some(a.range_count),
+        _ => None,
+    })
+}
+
+#[test]
+fn under_steady_loss_ack_frames_stay_a_few_ranges_long() {
+    // 5 % loss each way, 10 ms one way: the server's lost datagrams leave gaps in what the
+    // client has received, one every 20 packets or so.
+    let mut net = Net::new(
+        Impair {
+            loss: 0.05,
+            delay: Duration::from_millis(10),
+            ..Impair::default()
+        },
+        7,
+    );
+    let (s, c) = net.add_pair(Arc::new(Config::default()));
+    // The range count of every ACK frame the client sends, in order.
+    let counts: Rc<RefCell<Vec<usize>>> = Rc::default();
+    let seen = counts.clone();
+    let client = addr(2);
+    net.drop_if = Some(Box::new(move |from, _, bytes| {
+        if from == client {
+            if let Some(n) = ack_ranges(bytes) {
+                seen.borrow_mut().push(n);
+            }
+        }
+        false
+    }));
+    let now = net.now;
+    let ch = net.ep(c).connect(now, addr(1));
+    // Echo on the reliable-ordered channel: the client keeps 16 messages of 1 KiB in flight.
+    let message = Bytes::from(vec![7u8; 1024]);
+    let mut echoed = 0u32;
+    let m = message.clone();
+    let mut on_event = |ep: usize, net: &mut Net, h, e: Event| match e {
+        Event::Connected if ep == c => {
+            for _ in 0..16 {
+                net.ep(c).send(h, 0, m.clone()).expect("client send");
+            }
+        }
+        Event::Message { channel, data } if ep == s => {
+            net.ep(s).send(h, channel, data).expect("echo");
+        }
+        Event::Message { channel, .. } if ep == c => {
+            echoed += 1;
+            net.ep(c).send(h, channel, m.clone()).expect("client send");
+        }
+        _ => {}
+    };
+    let limit = net.now + Duration::from_secs(10);
+    net.run_until(limit, &mut on_event);
+    let stats = net.ep(c).connection(ch).expect("client").stats();
+    let counts = counts.borrow();
+    // The run lost enough packets to fill the range list many times over.
+    assert!(echoed > 2_000, "{echoed} echoes");
+    assert!(
+        stats.packets_received > 4_000,
+        "{} packets received",
+        stats.packets_received
+    );
+    let later = &counts[counts.len() / 2..];
+    let mean = later.iter().sum::<usize>() as f64 / later.len() as f64;
+    let most = later.iter().copied().max().unwrap_or(0);
+    // About one loss per round trip's worth of packets: a frame reports the few gaps of
+    // the last round trip, far from the limit that untrimmed gaps reach.
+    assert!(
+        mean < 4.0,
+        "mean ranges per ACK frame {mean:.1} in the run's second half"
+    );
+    assert!(
+        most < MAX_ACK_RANGES / 2,
+        "an ACK frame of {most} ranges in the run's second half"
+    );
+}
