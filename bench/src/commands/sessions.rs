@@ -21,7 +21,9 @@ pub struct SessionsArgs {
     /// idle: connect, let the sessions sit, weigh the server. echo: that, then a window-1 echo
     /// on every client. churn: for `--seconds`, batches of N fresh clients each connect (a
     /// new token each), send one message, get its echo and close; handshakes/s is then whole
-    /// sessions (connect, first message, close) per second.
+    /// sessions (connect, first message, close) per second. Each batch comes from fresh
+    /// addresses (a fleet of players reconnecting), so the server's per-address handshake
+    /// limit (4,096 per second per worker by default) does not cap it.
     #[arg(long, default_value = "echo", value_parser = ["idle", "echo", "churn"])]
     pub mode: String,
     /// Clients per loopback address (127.0.0.1, 127.0.0.2, ... on Linux).
@@ -75,7 +77,8 @@ pub struct SessionsArgs {
     /// traffic with no protocol (plain UDP sockets on one epoll thread making a recv and a
     /// send per round trip, a plain recvmmsg/sendmmsg echo server with the same workers;
     /// a churn session sends 4 datagrams and waits for 3 answers, as Ricochet's handshake,
-    /// message and close do): what this machine allows a client of that shape.
+    /// message and close do): at window 1, what this machine allows a client of that shape;
+    /// with a larger window, a plain-sockets baseline that batched sends can pass.
     #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "kernel"])]
     pub stack: Vec<String>,
 }

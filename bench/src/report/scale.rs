@@ -119,8 +119,9 @@ fn sessions(cx: &mut Ctx) -> Result<()> {
          the first client to every client connected and idle, divided by N. A *kernel floor* row \
          (`--stack kernel`) carries the same traffic over plain UDP sockets and a plain \
          `recvmmsg`/`sendmmsg` echo server, with no protocol, run in turn with Ricochet's rounds: \
-         what the machine's kernel allows, and so the most any protocol could reach here (its \
-         connect time is opening the sockets).\n\n",
+         at window 1, what the machine's kernel allows, and so the most any protocol could \
+         reach here (its connect time is opening the sockets). With a window of messages it is \
+         a plain-sockets baseline: Ricochet's batched sends can pass it.\n\n",
         file.created_utc,
         file.host
             .load_average

@@ -222,6 +222,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         key,
         cfg.players,
         cfg.players_per_ip,
+        0,
         |ip, seed| super::member_config(&cfg.profile, &cfg.backend, ip, seed),
         limit,
     ) {

@@ -7,7 +7,10 @@
 //!   second, RTT percentiles, CPU of the server process and of the client thread's process.
 //! - **churn**: batches of N fresh clients, one after another for the measured time: each
 //!   connects with a new token, sends one message, gets its echo and closes (a fleet that
-//!   restarts). Whole sessions per second, reported as the handshake rate.
+//!   restarts). Whole sessions per second, reported as the handshake rate. Each batch comes
+//!   from addresses no earlier batch used: from one address, the server's per-address
+//!   handshake limit (`max_handshakes_per_address`) would drop cookie echoes past it, and the
+//!   run would measure that limit and the clients' retry timer instead of the handshake path.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -229,6 +232,11 @@ pub fn summary_cells(rs: &[&SessionsRun]) -> Vec<String> {
     ]
 }
 
+/// Address groups one batch of `cfg.clients` spans.
+pub(super) fn groups(cfg: &SessionsConfig) -> usize {
+    cfg.clients.div_ceil(cfg.clients_per_ip.max(1))
+}
+
 /// Loopback address of client group `g` (127.0.0.1, 127.0.0.2, ...). macOS answers only on
 /// 127.0.0.1 by default: everything goes there.
 pub(super) fn group_ip(g: usize) -> IpAddr {
@@ -249,15 +257,18 @@ pub(crate) fn token_key(security: &str) -> Result<Option<[u8; 32]>> {
     }
 }
 
-/// Connect `n` clients to `target` in groups of `per_ip` per address; with `key`, each with a
-/// token the backend would mint (listing `target`, then `server` when they differ). Returns
-/// the set and how long the handshakes took (token minting excluded).
+/// Connect `n` clients to `target` in groups of `per_ip` per address, the groups on the
+/// addresses from [`group_ip`]`(first_group)` on; with `key`, each with a token the backend
+/// would mint (listing `target`, then `server` when they differ). Returns the set and how long
+/// the handshakes took (token minting excluded).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn connect_all(
     target: SocketAddr,
     server: SocketAddr,
     key: Option<[u8; 32]>,
     n: usize,
     per_ip: usize,
+    first_group: usize,
     make: impl Fn(IpAddr, u64) -> Result<ClientConfig>,
     timeout: Duration,
 ) -> Result<(ClientSet, Duration)> {
@@ -280,7 +291,7 @@ pub(crate) fn connect_all(
     for g in 0..n.div_ceil(per_ip) {
         let first = g * per_ip;
         let k = per_ip.min(n - first);
-        let cfg = make(group_ip(g), 0x5e55_0000 + first as u64)?;
+        let cfg = make(group_ip(first_group + g), 0x5e55_0000 + first as u64)?;
         if key.is_some() {
             set.start_connecting(&tokens[first..first + k], &cfg)?;
         } else {
@@ -339,7 +350,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         return churn(cfg, key, server, before);
     }
     let mut errors = Vec::new();
-    let (mut set, took) = match connect_clients(cfg, key, server.addr) {
+    let (mut set, took) = match connect_clients(cfg, key, server.addr, 0) {
         Ok(x) => x,
         Err(e) => {
             let last = server.quit().unwrap_or_default();
@@ -422,10 +433,13 @@ pub(super) fn server_spec(
 
 /// `cfg.clients` fresh clients of `cfg`'s profile connected to `server` in one set, within
 /// [`connect_limit`].
+/// Connects `cfg.clients` clients; `batch` (churn's batch number, else 0) picks fresh
+/// addresses for each batch.
 fn connect_clients(
     cfg: &SessionsConfig,
     key: Option<[u8; 32]>,
     server: SocketAddr,
+    batch: usize,
 ) -> Result<(ClientSet, Duration)> {
     connect_all(
         server,
@@ -433,6 +447,7 @@ fn connect_clients(
         key,
         cfg.clients,
         cfg.clients_per_ip,
+        batch * groups(cfg),
         |ip, seed| super::member_config(&cfg.profile, &cfg.backend, ip, seed),
         connect_limit(cfg),
     )
@@ -456,8 +471,9 @@ fn churn(
     let (mut completed, mut busy) = (0usize, Duration::ZERO);
     let (cpu0, wall0) = (PhaseCpu::now(), Instant::now());
     server.reset()?;
+    let mut batch = 0;
     while busy.as_secs_f64() < cfg.seconds && errors.is_empty() {
-        let (mut set, took) = match connect_clients(cfg, key, server.addr) {
+        let (mut set, took) = match connect_clients(cfg, key, server.addr, batch) {
             Ok(x) => x,
             Err(e) => {
                 errors.push(format!("connecting: {}", crate::error_chain(e.as_ref())));
@@ -497,6 +513,7 @@ fn churn(
         }
         // One more turn sends the last closes.
         set.step(Duration::ZERO)?;
+        batch += 1;
         busy += took + t0.elapsed();
         completed += n - left;
         if left > 0 {
