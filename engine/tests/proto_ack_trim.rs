@@ -97,3 +97,137 @@ fn under_steady_loss_ack_frames_stay_a_few_ranges_long() {
         "an ACK frame of {most} ranges in the run's second half"
     );
 }
+
+/// A side that only receives (its ACK frames ride in ACK-only packets) trims them too. On the
+/// code before the trim this run's frames carry 32 ranges.
+#[test]
+fn a_side_that_only_receives_trims_its_ack_frames_too() {
+    let mut net = Net::new(
+        Impair {
+            loss: 0.05,
+            delay: Duration::from_millis(10),
+            ..Impair::default()
+        },
+        11,
+    );
+    let (s, c) = net.add_pair(Arc::new(Config::default()));
+    let counts: Rc<RefCell<Vec<usize>>> = Rc::default();
+    let seen = counts.clone();
+    let server = addr(1);
+    net.drop_if = Some(Box::new(move |from, _, bytes| {
+        if from == server {
+            if let Some(n) = ack_ranges(bytes) {
+                seen.borrow_mut().push(n);
+            }
+        }
+        false
+    }));
+    let now = net.now;
+    let ch = net.ep(c).connect(now, addr(1));
+    // One way: the client streams 1 KiB messages, 16 queued at a time; the server sends
+    // nothing but acknowledgements.
+    let message = Bytes::from(vec![7u8; 1024]);
+    let mut delivered = 0u32;
+    let m = message.clone();
+    let mut on_event = |ep: usize, net: &mut Net, h, e: Event| match e {
+        Event::Connected if ep == c => {
+            for _ in 0..16 {
+                net.ep(c).send(h, 0, m.clone()).expect("client send");
+            }
+        }
+        Event::Message { .. } if ep == s => {
+            delivered += 1;
+            net.ep(c).send(ch, 0, m.clone()).expect("client send");
+        }
+        _ => {}
+    };
+    let limit = net.now + Duration::from_secs(10);
+    net.run_until(limit, &mut on_event);
+    let counts = counts.borrow();
+    assert!(delivered > 2_000, "{delivered} messages delivered");
+    let later = &counts[counts.len() / 2..];
+    let mean = later.iter().sum::<usize>() as f64 / later.len() as f64;
+    assert!(
+        mean < 4.0,
+        "mean ranges per ACK frame {mean:.1} in the run's second half"
+    );
+}
+
+/// A datagram held back: its packet number and bytes.
+type Held = (u64, Vec<u8>);
+
+/// A packet that arrives after the floor passed it (reordered far, or rebuilt by FEC late)
+/// is acknowledged all the same.
+#[test]
+fn a_packet_arriving_below_the_floor_is_still_acknowledged() {
+    let mut net = Net::delayed(Duration::from_millis(10), 5);
+    let (s, c) = net.add_pair(Arc::new(Config::default()));
+    // The server's 300th data packet is held back (its number and bytes) and delivered
+    // late; `listed` says whether a client ACK frame sent after that listed it.
+    let held: Rc<RefCell<Option<Held>>> = Rc::default();
+    let delivered = Rc::new(RefCell::new(false));
+    let listed = Rc::new(RefCell::new(false));
+    let (hold, late, seen) = (held.clone(), delivered.clone(), listed.clone());
+    let (server, client) = (addr(1), addr(2));
+    let mut data_packets = 0;
+    net.drop_if = Some(Box::new(move |from, _, bytes| {
+        let Ok(Packet::Data {
+            packet_number,
+            payload,
+            ..
+        }) = wire::decode_packet(bytes)
+        else {
+            return false;
+        };
+        if from == server {
+            data_packets += 1;
+            if data_packets == 300 {
+                *hold.borrow_mut() = Some((packet_number, bytes.to_vec()));
+                return true;
+            }
+        } else if from == client && *late.borrow() {
+            let pn = hold.borrow().as_ref().map(|h| h.0);
+            for f in wire::frames(payload) {
+                if let (Ok(Frame::Ack(a)), Some(pn)) = (f, pn) {
+                    if a.ranges().any(|(lo, hi)| lo <= pn && pn <= hi) {
+                        *seen.borrow_mut() = true;
+                    }
+                }
+            }
+        }
+        false
+    }));
+    let now = net.now;
+    let h = net.ep(c).connect(now, addr(1));
+    for _ in 0..16 {
+        net.ep(c)
+            .send(h, 0, Bytes::from(vec![1u8; 1000]))
+            .expect("send");
+    }
+    let mut echo = |ep: usize, net: &mut Net, h2, e: Event| {
+        if let Event::Message { channel, data } = e {
+            let _ = net.ep(if ep == s { s } else { c }).send(h2, channel, data);
+        }
+    };
+    let mut until = net.now;
+    while held.borrow().is_none() {
+        until += Duration::from_millis(10);
+        assert!(
+            until - net.base < Duration::from_secs(5),
+            "300 data packets"
+        );
+        net.run_until(until, &mut echo);
+    }
+    // Five round trips later the floor is far above the held packet.
+    let limit = net.now + Duration::from_millis(100);
+    net.run_until(limit, &mut echo);
+    let bytes = held.borrow().as_ref().map(|h| h.1.clone()).expect("held");
+    *delivered.borrow_mut() = true;
+    net.inject(server, c, bytes);
+    let limit = net.now + Duration::from_millis(100);
+    net.run_until(limit, &mut echo);
+    assert!(
+        *listed.borrow(),
+        "no ACK frame listed the packet that came late"
+    );
+}

@@ -72,7 +72,7 @@ enum PacketState {
 struct SentPacket {
     pn: u64,
     time: Instant,
-    /// Datagram bytes (u32 keeps the entry within a 64-byte cache line).
+    /// Datagram bytes (u32 makes room for `acks_below` within 64 bytes).
     size: u32,
     state: PacketState,
     /// One past the largest packet number the ACK frame it carried acknowledged (0: it
@@ -82,7 +82,7 @@ struct SentPacket {
     segs: Vec<u64>,
 }
 
-// The sent list is scanned by loss detection: one cache line per packet.
+// The sent list is scanned by loss detection: 64 bytes per packet at most.
 const _: () = assert!(std::mem::size_of::<SentPacket>() <= 64);
 
 #[derive(Debug)]
@@ -203,10 +203,11 @@ pub struct Connection {
     // Receiving.
     recv_ranges: VecDeque<(u64, u64)>,
     recv_floor: u64,
-    /// ACK frames report received packets from here up (besides the newest range, which
-    /// they always carry): the peer has acknowledged an ACK frame that reported everything
-    /// below (RFC 9000 §13.2.4), so the gaps lost packets leave stop costing bytes in every
-    /// datagram once the peer has seen them.
+    /// ACK frames list received packets from here up (besides the newest range, which they
+    /// always carry): the largest packet an ACK frame listed, once the peer has acknowledged
+    /// the packet that carried it (RFC 9000 §13.2.4). The peer has then seen the ranges that
+    /// frame listed (at most [`MAX_ACK_RANGES`], the newest); older gaps from lost packets
+    /// stop costing bytes in every datagram. A packet arriving below the floor lowers it.
     ack_floor: u64,
     largest_recv: Option<(u64, Instant)>,
     ack_pending: bool,
@@ -1288,6 +1289,10 @@ impl Connection {
     }
 
     fn record_received(&mut self, now: Instant, pn: u64, ack_eliciting: bool, reliable: bool) {
+        // A packet that comes after the ACK floor passed it (reordered, or rebuilt by FEC
+        // once its group's parity came) is acknowledged all the same: the next ACK frames
+        // list ranges from it up again, until the peer has seen one of them.
+        self.ack_floor = self.ack_floor.min(pn);
         let largest = self.recv_ranges.back().map(|&(_, h)| h);
         // Insert pn into the ascending, disjoint range list (search from the top: most
         // packets arrive in order).
@@ -2089,8 +2094,8 @@ impl Connection {
         let mut n = 0;
         for &(lo, hi) in self.recv_ranges.iter().rev().take(MAX_ACK_RANGES) {
             if hi < self.ack_floor {
-                // Every older range is below the floor too. The newest is always reported
-                // (in full, when a late packet below the floor is all that is new).
+                // Every older range is below the floor too. The newest is always listed (in
+                // full: nothing has arrived since the frame the peer acknowledged).
                 if n == 0 {
                     ranges[0] = (lo, hi);
                     n = 1;
