@@ -6,6 +6,7 @@
 mod proto_util;
 
 use std::cell::RefCell;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,31 +27,41 @@ fn ack_ranges(datagram: &[u8]) -> Option<usize> {
     })
 }
 
-#[test]
-fn under_steady_loss_ack_frames_stay_a_few_ranges_long() {
-    // 5 % loss each way, 10 ms one way: the server's lost datagrams leave gaps in what the
-    // client has received, one every 20 packets or so.
+/// A server and a client (`Net::add_pair`, default config) 10 ms apart with 5 % loss each way
+/// (seed `seed`), and the range count of every ACK frame sent from `counted`, in order.
+fn lossy_pair(seed: u64, counted: SocketAddr) -> (Net, usize, usize, Rc<RefCell<Vec<usize>>>) {
     let mut net = Net::new(
         Impair {
             loss: 0.05,
             delay: Duration::from_millis(10),
             ..Impair::default()
         },
-        7,
+        seed,
     );
     let (s, c) = net.add_pair(Arc::new(Config::default()));
-    // The range count of every ACK frame the client sends, in order.
     let counts: Rc<RefCell<Vec<usize>>> = Rc::default();
     let seen = counts.clone();
-    let client = addr(2);
     net.drop_if = Some(Box::new(move |from, _, bytes| {
-        if from == client {
+        if from == counted {
             if let Some(n) = ack_ranges(bytes) {
                 seen.borrow_mut().push(n);
             }
         }
         false
     }));
+    (net, s, c, counts)
+}
+
+/// The mean of `counts` (NaN when empty, which fails every comparison).
+fn mean(counts: &[usize]) -> f64 {
+    counts.iter().sum::<usize>() as f64 / counts.len() as f64
+}
+
+#[test]
+fn under_steady_loss_ack_frames_stay_a_few_ranges_long() {
+    // The server's lost datagrams leave gaps in what the client has received, one every 20
+    // packets or so; `counts` gets the client's ACK frames.
+    let (mut net, s, c, counts) = lossy_pair(7, addr(2));
     let now = net.now;
     let ch = net.ep(c).connect(now, addr(1));
     // Echo on the reliable-ordered channel: the client keeps 16 messages of 1 KiB in flight.
@@ -84,7 +95,7 @@ fn under_steady_loss_ack_frames_stay_a_few_ranges_long() {
         stats.packets_received
     );
     let later = &counts[counts.len() / 2..];
-    let mean = later.iter().sum::<usize>() as f64 / later.len() as f64;
+    let mean = mean(later);
     let most = later.iter().copied().max().unwrap_or(0);
     // About one loss per round trip's worth of packets: a frame reports the few gaps of
     // the last round trip, far from the limit that untrimmed gaps reach.
@@ -102,26 +113,7 @@ fn under_steady_loss_ack_frames_stay_a_few_ranges_long() {
 /// code before the trim this run's frames carry 32 ranges.
 #[test]
 fn a_side_that_only_receives_trims_its_ack_frames_too() {
-    let mut net = Net::new(
-        Impair {
-            loss: 0.05,
-            delay: Duration::from_millis(10),
-            ..Impair::default()
-        },
-        11,
-    );
-    let (s, c) = net.add_pair(Arc::new(Config::default()));
-    let counts: Rc<RefCell<Vec<usize>>> = Rc::default();
-    let seen = counts.clone();
-    let server = addr(1);
-    net.drop_if = Some(Box::new(move |from, _, bytes| {
-        if from == server {
-            if let Some(n) = ack_ranges(bytes) {
-                seen.borrow_mut().push(n);
-            }
-        }
-        false
-    }));
+    let (mut net, s, c, counts) = lossy_pair(11, addr(1));
     let now = net.now;
     let ch = net.ep(c).connect(now, addr(1));
     // One way: the client streams 1 KiB messages, 16 queued at a time; the server sends
@@ -146,7 +138,7 @@ fn a_side_that_only_receives_trims_its_ack_frames_too() {
     let counts = counts.borrow();
     assert!(delivered > 2_000, "{delivered} messages delivered");
     let later = &counts[counts.len() / 2..];
-    let mean = later.iter().sum::<usize>() as f64 / later.len() as f64;
+    let mean = mean(later);
     assert!(
         mean < 4.0,
         "mean ranges per ACK frame {mean:.1} in the run's second half"
