@@ -139,6 +139,8 @@ struct MmsgBatch {
     names: Vec<libc::sockaddr_storage>,
     iovs: Vec<libc::iovec>,
     hdrs: Vec<libc::mmsghdr>,
+    /// Datagrams the last `recv` got: the headers `send_back` sends, set up by that `recv`.
+    received: usize,
 }
 
 impl MmsgBatch {
@@ -158,12 +160,14 @@ impl MmsgBatch {
             names: vec![name; len],
             iovs: vec![iov; len],
             hdrs: vec![hdr; len],
+            received: 0,
         }
     }
 
     /// One `recvmmsg` of up to `max` datagrams (at most the batch's length) with `flags`:
     /// how many came.
     fn recv(&mut self, fd: RawFd, max: usize, flags: i32) -> io::Result<usize> {
+        self.received = 0;
         let max = max.min(self.hdrs.len());
         let (buf0, name0, iov0) = (
             self.bufs.as_mut_ptr(),
@@ -199,20 +203,24 @@ impl MmsgBatch {
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(n as usize)
+        self.received = n as usize;
+        Ok(self.received)
     }
 
-    /// Datagram `i` of the last `recv`, to read or rewrite in place (as long as it came).
+    /// Datagram `i` of the last `recv`, to read or rewrite in place (`i` below what came).
     fn datagram(&mut self, i: usize) -> &mut [u8] {
+        assert!(i < self.received, "datagram {i} of {}", self.received);
         let len = self.hdrs[i].msg_len as usize;
         &mut self.bufs[i * MAX_DATAGRAM..][..len]
     }
 
-    /// Sends the first `n` datagrams of the last `recv` (as they are now) back to their
-    /// senders, waiting out a full socket buffer.
-    fn send_back(&mut self, fd: RawFd, n: usize) -> io::Result<()> {
+    /// Sends every datagram of the last `recv` (as it is now) back to its sender, waiting
+    /// out a full socket buffer.
+    fn send_back(&mut self, fd: RawFd) -> io::Result<()> {
+        let n = self.received;
         for h in &self.hdrs[..n] {
-            // SAFETY: `msg_iov` points at this header's own entry of `iovs` (set by `recv`).
+            // SAFETY: `msg_iov` points at this header's own entry of `iovs`: the last `recv` set
+            // it, as it set every header below `received`.
             unsafe { (*h.msg_hdr.msg_iov).iov_len = h.msg_len as usize };
         }
         let mut done = 0;
@@ -264,7 +272,7 @@ fn serve_socket(sock: &Socket, stop: &AtomicBool, counts: &[AtomicU64; 2]) -> io
             },
         };
         // Echo in place: each header already names its sender.
-        batch.send_back(fd, n)?;
+        batch.send_back(fd)?;
         counts[0].fetch_add(1, Ordering::Relaxed);
         counts[1].fetch_add(n as u64, Ordering::Relaxed);
     }
@@ -550,7 +558,7 @@ fn echo(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun)
                     head.copy_from_slice(&next.to_le_bytes());
                 }
             }
-            batch.send_back(fds[i], got).context("sendmmsg")?;
+            batch.send_back(fds[i]).context("sendmmsg")?;
         }
     }
     let stalled = meter.waiting_since(STALL);

@@ -432,9 +432,8 @@ pub(super) fn server_spec(
 }
 
 /// `cfg.clients` fresh clients of `cfg`'s profile connected to `server` in one set, within
-/// [`connect_limit`].
-/// Connects `cfg.clients` clients; `batch` (churn's batch number, else 0) picks fresh
-/// addresses for each batch.
+/// [`connect_limit`]; `batch` (churn's batch number, else 0) gives each batch addresses no
+/// earlier one used.
 fn connect_clients(
     cfg: &SessionsConfig,
     key: Option<[u8; 32]>,
@@ -677,7 +676,7 @@ impl EchoMeter {
         if got != Some(seq) {
             self.bad += 1;
         }
-        let slot = i * self.window + (seq % self.window as u64) as usize;
+        let slot = self.slot(i, seq);
         if self.measuring {
             let ns = now.saturating_duration_since(self.sent_at[slot]).as_nanos();
             self.hist
@@ -696,13 +695,16 @@ impl EchoMeter {
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(super) fn waiting_since(&self, limit: Duration) -> usize {
         let now = Instant::now();
-        let w = self.window as u64;
         (0..self.seq.len())
             .filter(|&i| {
-                let slot = i * self.window + (self.seq[i] % w) as usize;
-                now.saturating_duration_since(self.sent_at[slot]) >= limit
+                now.saturating_duration_since(self.sent_at[self.slot(i, self.seq[i])]) >= limit
             })
             .count()
+    }
+
+    /// Where client `i`'s message `seq` keeps its send time.
+    fn slot(&self, i: usize, seq: u64) -> usize {
+        i * self.window + (seq % self.window as u64) as usize
     }
 
     /// Ends the measured phase: fills `run`'s rate, RTT, CPU and server figures. Returns the
