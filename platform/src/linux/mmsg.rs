@@ -11,6 +11,7 @@
 //! descriptor, its socket.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -22,8 +23,10 @@ use crate::linux::{self, EventFd};
 use crate::socket::{BoundSocket, SocketInfo};
 use crate::sys::{self, CmsgBuf};
 
-/// Fewest messages one `sendmmsg` may carry, whatever the configured batch size.
-const MIN_SEND_BATCH: usize = 32;
+/// Fewest messages one `sendmmsg` may carry, whatever the configured batch size. A client's
+/// send batch holds 8 entries at least; more headers would be memory each new socket zeroes
+/// for nothing.
+const MIN_SEND_BATCH: usize = 8;
 const TOKEN_SOCKET: u64 = 0;
 const TOKEN_WAKER: u64 = 1;
 
@@ -88,7 +91,10 @@ pub struct MmsgBackend {
     last_full: bool,
     /// `epoll_pwait2` is missing (ENOSYS): use `epoll_wait` with milliseconds.
     no_pwait2: bool,
-    region: Vec<u8>,
+    /// Receive slots, left uninitialised: only the bytes `recvmmsg` wrote are ever read, and
+    /// zeroing the region would cost every new socket (a client fleet opens thousands) a
+    /// pass over it.
+    region: Box<[MaybeUninit<u8>]>,
     rx_names: Vec<libc::sockaddr_storage>,
     rx_iov: Vec<libc::iovec>,
     rx_ctrl: Vec<CmsgBuf>,
@@ -172,7 +178,7 @@ impl MmsgBackend {
             want_out: false,
             last_full: false,
             no_pwait2: false,
-            region: vec![0u8; n * cfg.max_datagram],
+            region: Box::new_uninit_slice(n * cfg.max_datagram),
             rx_names: vec![sys::zeroed_storage(); n],
             rx_iov: vec![
                 libc::iovec {
@@ -200,7 +206,7 @@ impl MmsgBackend {
             drops: None,
             stats: BackendStats::default(),
         };
-        if b.sock.info().drop_counting {
+        if b.sock.drop_counting() {
             b.drops = Some(0);
         }
         // Point every receive header at its slot once; the heap buffers never move.
@@ -594,7 +600,12 @@ impl Backend for MmsgBackend {
     }
 
     fn received(&self) -> RecvBatch<'_> {
-        RecvBatch::new(&self.metas, &self.region)
+        // SAFETY: each meta's range lies inside its slot and covers only the bytes the last
+        // `recvmmsg` wrote there (its length is the kernel's, capped at the slot size); the
+        // region is not written again until the next poll, which needs `&mut self`.
+        unsafe {
+            RecvBatch::from_raw_parts(&self.metas, self.region.as_ptr().cast(), self.region.len())
+        }
     }
 
     fn socket_drops(&self) -> Option<u64> {

@@ -348,7 +348,7 @@ impl UringBackend {
         recv_msg.msg_controllen = RECV_CONTROL as _;
         // Room for the whole send batch in one submission, split segments included.
         let tx_n = (cfg.ring_entries as usize).saturating_sub(4).max(8);
-        let drops = sock.info().drop_counting.then_some(0);
+        let drops = sock.drop_counting().then_some(0);
         UringBackend {
             ring,
             bufs,
