@@ -315,6 +315,15 @@ impl Client {
     /// (or `Disconnected`) reports the outcome as [`Client::update`] runs. Messages may be
     /// queued right away.
     pub fn connect(token: &ConnectToken, config: ClientConfig) -> Result<Client, ClientError> {
+        let mut client = Client::open(token, config)?;
+        client.drive(Some(Duration::ZERO), true)?;
+        Ok(client)
+    }
+
+    /// A client connecting with `token` whose first datagram is still queued: a
+    /// [`ClientSet`] sends it with the set's next turn (a socket just opened has nothing to
+    /// receive, so looking costs a system call for nothing).
+    pub(crate) fn open(token: &ConnectToken, config: ClientConfig) -> Result<Client, ClientError> {
         let server = token
             .server_addresses
             .first()
@@ -329,6 +338,16 @@ impl Client {
     /// server must be in insecure mode too; LAN play and local tests). Otherwise as
     /// [`Client::connect`].
     pub fn connect_insecure(
+        server: SocketAddr,
+        config: ClientConfig,
+    ) -> Result<Client, ClientError> {
+        let mut client = Client::open_insecure(server, config)?;
+        client.drive(Some(Duration::ZERO), true)?;
+        Ok(client)
+    }
+
+    /// [`Client::open`] in insecure mode.
+    pub(crate) fn open_insecure(
         server: SocketAddr,
         config: ClientConfig,
     ) -> Result<Client, ClientError> {
@@ -352,7 +371,7 @@ impl Client {
         let handle = open(&mut endpoint, now);
         let mut send_batch = SendBatch::new(config.backend.batch_size.max(8));
         send_batch.set_coalescing(config.gso && platform::probe().gso.available);
-        let mut client = Client {
+        Ok(Client {
             backend,
             endpoint,
             handle,
@@ -365,9 +384,7 @@ impl Client {
             closed: None,
             backend_generation: 0,
             refusal_message: Bytes::new(),
-        };
-        client.drive(Some(Duration::ZERO), true)?;
-        Ok(client)
+        })
     }
 
     /// Connect with `token` and wait until the handshake completes or fails. The

@@ -171,9 +171,7 @@ impl ClientSet {
         tokens: &[ConnectToken],
         config: &ClientConfig,
     ) -> Result<Range<usize>, ClientSetError> {
-        self.start_each(config, tokens.len(), |k, cfg| {
-            Client::connect(&tokens[k], cfg)
-        })
+        self.start_each(config, tokens.len(), |k, cfg| Client::open(&tokens[k], cfg))
     }
 
     /// [`ClientSet::start_connecting`] for `n` clients of a server in insecure mode.
@@ -183,7 +181,7 @@ impl ClientSet {
         config: &ClientConfig,
         n: usize,
     ) -> Result<Range<usize>, ClientSetError> {
-        self.start_each(config, n, |_, cfg| Client::connect_insecure(server, cfg))
+        self.start_each(config, n, |_, cfg| Client::open_insecure(server, cfg))
     }
 
     fn start_each(
