@@ -216,15 +216,16 @@ fn redundant_retransmission_survives_a_lost_repair() {
     assert!(with < without, "{with:?} vs {without:?}");
 }
 
-/// A clean, loopback-like path (50 µs one way) whose server stops reading for 8 ms while the
-/// client has messages in flight, as a server thread that is not scheduled for two ticks:
-/// nothing is lost, every answer is only late. Two smoothed RTTs plus the ACK delay come to
-/// about 1.2 ms here; the probe's 10 ms floor keeps it from firing, so the pause costs no
-/// retransmission (before the floor, each such pause drew a probe and a repeated fragment).
+/// A clean, loopback-like path (50 µs one way) whose server stops reading for 16 ms while the
+/// client has messages in flight, as a server thread that is not scheduled for a few ticks on a
+/// busy host: nothing is lost, every answer is only late. Two smoothed RTTs plus the ACK delay
+/// come to about 1.2 ms here; the probe's 20 ms floor keeps it from firing, so the pause costs
+/// no retransmission (without the floor each such pause drew a probe and a repeated fragment;
+/// with a 10 ms floor a 13.6 ms stall of the bench host still drew one).
 #[test]
 fn a_paused_peer_on_a_short_clean_path_draws_no_probe() {
     for cfg in [Config::competitive(), Config::default()] {
-        assert_eq!(cfg.min_probe_timeout, Duration::from_millis(10));
+        assert_eq!(cfg.min_probe_timeout, Duration::from_millis(20));
         let cfg = Arc::new(cfg);
         let mut net = Net::new(
             Impair {
@@ -254,8 +255,8 @@ fn a_paused_peer_on_a_short_clean_path_draws_no_probe() {
             "srtt {:?}",
             before.srtt
         );
-        // The server's thread stalls for 8 ms: what the client sends meanwhile waits for it.
-        net.hold = Some((addr(1), net.now + Duration::from_millis(8)));
+        // The server's thread stalls for 16 ms: what the client sends meanwhile waits for it.
+        net.hold = Some((addr(1), net.now + Duration::from_millis(16)));
         let limit = net.now + Duration::from_millis(100);
         net.run_until(limit, &mut echo);
         let after = net.ep(c).connection(h).expect("connection").stats();

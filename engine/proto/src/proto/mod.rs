@@ -87,10 +87,12 @@ pub struct Config {
     pub max_ack_delay: Duration,
     /// Shortest wait for a tail-loss probe (the first probe timeout; the RTO proper keeps
     /// `min_rto`). On a short path two smoothed RTTs plus the ACK delay come to a millisecond or
-    /// two, less than a host's scheduling hiccups (a tick or two for a runnable thread, 4 ms
-    /// each at HZ 250): the peer's answer is then late, not lost, and a probe there is a
-    /// spurious retransmission. A lost tail on such a path waits this long instead of two RTTs
-    /// (still under the RTO); on paths whose two RTTs exceed it, it changes nothing.
+    /// two, less than a host's scheduling hiccups (a few ticks for a runnable thread on a busy
+    /// host, 4 ms each at HZ 250): the peer's answer is then late, not lost, and a probe there
+    /// is a spurious retransmission. A lost tail on such a path waits this long instead of two
+    /// RTTs (still under the RTO); on paths whose two RTTs exceed it, it changes nothing.
+    /// 20 ms by default: a peer that answers within a hitch a game tolerates (about one frame
+    /// at 60 Hz) is not probed.
     pub min_probe_timeout: Duration,
     /// ACK immediately after this many ack-eliciting packets.
     pub ack_frequency: u32,
@@ -171,7 +173,7 @@ impl Default for Config {
             min_rto: Duration::from_millis(100),
             max_rto: Duration::from_secs(5),
             max_ack_delay: Duration::from_millis(5),
-            min_probe_timeout: Duration::from_millis(10),
+            min_probe_timeout: Duration::from_millis(20),
             ack_frequency: 2,
             unreliable_ack_delay: None,
             packet_threshold: 3,
