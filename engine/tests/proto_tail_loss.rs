@@ -280,7 +280,8 @@ fn a_paused_peer_on_a_short_clean_path_draws_no_probe() {
 /// 16 × 1,024 B in flight, the game profile): the server, then the client, stops reading for
 /// 20–150 ms, as a worker the OS does not schedule (issue 16's hitches were such stalls: a
 /// worker pinned to a core that other processes kept busy). The probe and the RTOs fire
-/// during the stall and their backoff doubles, but nothing is lost: the first datagrams the
+/// during the longer stalls (the probe waits 20 ms at least, so the shortest stall only just
+/// reaches it) and their backoff doubles, but nothing is lost: the first datagrams the
 /// stalled side reads after the stall are answered at once, so no round trip takes longer
 /// than the stall itself plus a path's worth. A protocol that let the backoff decide when the
 /// echo resumes would turn a 45 ms stall into 100 ms or more.

@@ -68,7 +68,8 @@ pub const BACKEND_ENV: &str = "RICOCHET_BACKEND";
 pub struct BackendConfig {
     /// Which backend; [`BACKEND_ENV`] overrides it.
     pub kind: BackendKind,
-    /// Most datagrams received per poll, and the send batch size the backend is tuned for.
+    /// Most datagrams received per poll, and the send batch size the backend is tuned for: the
+    /// `mmsg` backend also sends at most this many messages (at least 8) per `sendmmsg`.
     pub batch_size: usize,
     /// Receive buffer per datagram in bytes. A larger datagram is reported truncated.
     /// Default 65,536, enough for the largest IPv4 and IPv6 payloads.

@@ -80,7 +80,6 @@ pub struct SocketInfo {
 }
 
 /// A bound, non-blocking UDP socket and what it was granted.
-#[derive(Debug)]
 pub struct BoundSocket {
     socket: Socket,
     /// What [`BoundSocket::info`] reports, but for the granted buffer sizes: those are asked
@@ -138,6 +137,20 @@ impl BoundSocket {
     pub fn into_parts(self) -> (Socket, SocketInfo) {
         let info = self.info().clone();
         (self.socket, info)
+    }
+
+    /// The socket alone, without asking the kernel for what [`BoundSocket::info`] reports.
+    pub fn into_socket(self) -> Socket {
+        self.socket
+    }
+}
+
+impl std::fmt::Debug for BoundSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundSocket")
+            .field("socket", &self.socket)
+            .field("info", self.info())
+            .finish()
     }
 }
 

@@ -400,16 +400,15 @@ impl Epoll {
 }
 
 /// One client's socket, set up as a Ricochet set member's is: buffers, bind to its group's
-/// loopback address, connect to the server, non-blocking.
+/// loopback address (non-blocking, as the platform makes every socket), connect to the server.
 fn client_socket(ip: std::net::IpAddr, server: SocketAddr) -> Result<Socket> {
     let mut sc = SocketConfig::new(SocketAddr::new(ip, 0));
     sc.recv_buffer = Some(CLIENT_SOCKET_BUFFER);
     sc.send_buffer = Some(CLIENT_SOCKET_BUFFER);
-    let (s, _) = ricochet_platform::bind(&sc)
+    let s = ricochet_platform::bind(&sc)
         .with_context(|| format!("binding a client to {ip}"))?
-        .into_parts();
+        .into_socket();
     s.connect(&server.into()).context("connecting a client")?;
-    s.set_nonblocking(true).context("O_NONBLOCK")?;
     Ok(s)
 }
 
@@ -629,6 +628,9 @@ fn churn(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun
                 }
             }
         }
+        // The batch's epoll set is closed in the batch's time too, as Ricochet's set is.
+        drop(epoll);
+        drop(socks);
         busy += t0.elapsed();
         completed += n - left;
     }

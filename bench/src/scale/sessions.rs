@@ -7,7 +7,9 @@
 //!   second, RTT percentiles, CPU of the server process and of the client thread's process.
 //! - **churn**: batches of N fresh clients, one after another for the measured time: each
 //!   connects with a new token, sends one message, gets its echo and closes (a fleet that
-//!   restarts). Whole sessions per second, reported as the handshake rate. Each batch comes
+//!   restarts). Whole sessions per second, reported as the handshake rate; a batch's time runs
+//!   from its first socket opened to its last closed (token minting, a backend's work, is
+//!   not counted). Each batch comes
 //!   from addresses no earlier batch used: from one address, the server's per-address
 //!   handshake limit (`max_handshakes_per_address`) would drop cookie echoes past it, and the
 //!   run would measure that limit and the clients' retry timer instead of the handshake path.

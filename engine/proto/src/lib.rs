@@ -21,7 +21,7 @@
 //! kept for two loss delays: a late ACK then counts as a spurious loss
 //! ([`ConnectionStats::packets_spurious_lost`]) and still settles its fragments. When ACKs
 //! stop, a tail-loss probe fires two smoothed RTTs plus the peer's ACK delay after the last
-//! ack-eliciting packet (RFC 8985; at least [`Config::min_probe_timeout`], 10 ms, so that a
+//! ack-eliciting packet (RFC 8985; at least [`Config::min_probe_timeout`], 20 ms, so that a
 //! short path's scheduling hiccups draw no spurious probe; never later than the RTO, and
 //! independent of its floor): it
 //! sends a copy of the oldest unacknowledged fragment, so a lost last packet, or a lost repair

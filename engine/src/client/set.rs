@@ -163,9 +163,11 @@ impl ClientSet {
         Ok(())
     }
 
-    /// Add one member per token that starts connecting now (see [`ClientSet::connect`] for
-    /// their configuration); their outcome comes as events, or wait for it with
-    /// [`ClientSet::wait_connected`]. Returns their indices.
+    /// Add one member per token, each connecting (see [`ClientSet::connect`] for their
+    /// configuration): their first datagrams leave together with the set's next turn
+    /// ([`ClientSet::step`], [`ClientSet::wait_connected`] or [`ClientSet::update`]). Their
+    /// outcome comes as events, or wait for it with [`ClientSet::wait_connected`]. Returns
+    /// their indices.
     pub fn start_connecting(
         &mut self,
         tokens: &[ConnectToken],

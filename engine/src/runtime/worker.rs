@@ -488,7 +488,7 @@ fn bind_sockets(
     let first = platform::bind(&sc)?;
     let mut sockets = Vec::with_capacity(n);
     // Later per-core sockets join the port the first one got (port 0 resolves to a real port).
-    sc.addr = first.info().local_addr;
+    sc.addr = first.local_addr();
     for _ in 1..n {
         let s = match cfg.io_model {
             IoModel::PerCore => platform::bind(&sc)?,
@@ -534,7 +534,7 @@ impl WorkerSet {
         };
         let stop = Arc::new(AtomicBool::new(false));
         let mut set = WorkerSet {
-            local_addr: sockets[0].info().local_addr,
+            local_addr: sockets[0].local_addr(),
             io_model: config.io_model,
             backend_kind: BackendKind::Auto,
             selection_reason: String::new(),

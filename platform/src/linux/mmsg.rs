@@ -1,7 +1,8 @@
 //! The `mmsg` backend: epoll readiness with `recvmmsg` / `sendmmsg`.
 //!
 //! One `recvmmsg` takes up to `batch_size` datagrams into one region of
-//! `batch_size × max_datagram` bytes; one `sendmmsg` sends up to the whole send batch. GSO
+//! `batch_size × max_datagram` bytes; one `sendmmsg` sends up to `batch_size` messages (at
+//! least 8), so a larger send batch takes several. GSO
 //! entries go out as one message with a `UDP_SEGMENT` control message when the kernel supports
 //! it, else segment by segment. All per-datagram arrays are allocated once, at construction.
 //!
@@ -75,6 +76,15 @@ impl crate::backend::Wake for BrokenWaker {
     }
 }
 
+/// `len` bytes of receive slots, not initialised. A `Vec` rather than a box: moving the
+/// backend then leaves the pointers the receive headers hold into it valid.
+fn uninit_region(len: usize) -> Vec<MaybeUninit<u8>> {
+    let mut v = Vec::with_capacity(len);
+    // SAFETY: the capacity is `len`, and `MaybeUninit<u8>` needs no initialisation.
+    unsafe { v.set_len(len) };
+    v
+}
+
 /// epoll + `recvmmsg`/`sendmmsg` on one socket.
 pub struct MmsgBackend {
     sock: BoundSocket,
@@ -94,7 +104,7 @@ pub struct MmsgBackend {
     /// Receive slots, left uninitialised: only the bytes `recvmmsg` wrote are ever read, and
     /// zeroing the region would cost every new socket (a client fleet opens thousands) a
     /// pass over it.
-    region: Box<[MaybeUninit<u8>]>,
+    region: Vec<MaybeUninit<u8>>,
     rx_names: Vec<libc::sockaddr_storage>,
     rx_iov: Vec<libc::iovec>,
     rx_ctrl: Vec<CmsgBuf>,
@@ -178,7 +188,7 @@ impl MmsgBackend {
             want_out: false,
             last_full: false,
             no_pwait2: false,
-            region: Box::new_uninit_slice(n * cfg.max_datagram),
+            region: uninit_region(n * cfg.max_datagram),
             rx_names: vec![sys::zeroed_storage(); n],
             rx_iov: vec![
                 libc::iovec {
