@@ -315,9 +315,7 @@ impl Client {
     /// (or `Disconnected`) reports the outcome as [`Client::update`] runs. Messages may be
     /// queued right away.
     pub fn connect(token: &ConnectToken, config: ClientConfig) -> Result<Client, ClientError> {
-        let mut client = Client::open(token, config)?;
-        client.drive(Some(Duration::ZERO), true)?;
-        Ok(client)
+        Client::open(token, config)?.send_first()
     }
 
     /// A client connecting with `token` whose first datagram is still queued: a
@@ -341,9 +339,14 @@ impl Client {
         server: SocketAddr,
         config: ClientConfig,
     ) -> Result<Client, ClientError> {
-        let mut client = Client::open_insecure(server, config)?;
-        client.drive(Some(Duration::ZERO), true)?;
-        Ok(client)
+        Client::open_insecure(server, config)?.send_first()
+    }
+
+    /// Send the handshake's first datagram now (a client on its own; a set sends its members'
+    /// with its next turn).
+    fn send_first(mut self) -> Result<Client, ClientError> {
+        self.drive(Some(Duration::ZERO), true)?;
+        Ok(self)
     }
 
     /// [`Client::open`] in insecure mode.

@@ -169,16 +169,15 @@ pub fn bind(cfg: &SocketConfig) -> Result<BoundSocket> {
     // Non-blocking from the start where the OS can say so in `socket()` (two `fcntl` calls
     // fewer per socket: a client fleet opens thousands).
     #[cfg(target_os = "linux")]
-    let socket = Socket::new(domain, Type::DGRAM.nonblocking(), Some(Protocol::UDP))
-        .map_err(|e| Error::io("socket", e))?;
+    let ty = Type::DGRAM.nonblocking();
     #[cfg(not(target_os = "linux"))]
-    let socket = {
-        let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))
-            .map_err(|e| Error::io("socket", e))?;
-        s.set_nonblocking(true)
-            .map_err(|e| Error::io("set non-blocking", e))?;
-        s
-    };
+    let ty = Type::DGRAM;
+    let socket =
+        Socket::new(domain, ty, Some(Protocol::UDP)).map_err(|e| Error::io("socket", e))?;
+    #[cfg(not(target_os = "linux"))]
+    socket
+        .set_nonblocking(true)
+        .map_err(|e| Error::io("set non-blocking", e))?;
     if cfg.addr.is_ipv6() {
         socket
             .set_only_v6(true)
