@@ -76,6 +76,23 @@ pub struct GameArgs {
     /// Seed of the relay's impairment streams.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// What carries the traffic, comma-separated; with both, each round runs one after the
+    /// other. ricochet: the library. kernel (Linux, direct path only): the kernel floor, the
+    /// same players, sockets and tick with no protocol (a plain server thread per worker
+    /// that sleeps until its tick, reads the inputs with recvmmsg and sends each player's
+    /// snapshot with sendmmsg; players on one epoll thread with a send per input and a recv
+    /// per snapshot): the server CPU this machine's kernel costs for the game's datagrams.
+    #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "kernel"])]
+    pub stack: Vec<String>,
+}
+
+/// The table's name for what carried a run's traffic.
+fn stack_name(c: &GameConfig) -> &'static str {
+    if c.is_floor() {
+        "kernel"
+    } else {
+        "ricochet"
+    }
 }
 
 /// The table: one row per (players, path), medians over its rounds.
@@ -83,6 +100,7 @@ pub fn game_table(runs: &[GameRun]) -> String {
     let header = [
         "players",
         "path",
+        "stack",
         "rounds",
         "ticks/s",
         "late",
@@ -99,19 +117,27 @@ pub fn game_table(runs: &[GameRun]) -> String {
         "RSS B/session",
         "ok",
     ];
-    let mut keys: Vec<(usize, Option<String>)> = Vec::new();
+    let mut keys: Vec<(usize, Option<String>, &str)> = Vec::new();
     for r in runs {
-        let k = (r.config.players, r.config.relay_profile.clone());
+        let k = (
+            r.config.players,
+            r.config.relay_profile.clone(),
+            stack_name(&r.config),
+        );
         if !keys.contains(&k) {
             keys.push(k);
         }
     }
     let rows: Vec<Vec<String>> = keys
         .iter()
-        .map(|(n, path)| {
+        .map(|(n, path, stack)| {
             let rs: Vec<&GameRun> = runs
                 .iter()
-                .filter(|r| r.config.players == *n && &r.config.relay_profile == path)
+                .filter(|r| {
+                    r.config.players == *n
+                        && &r.config.relay_profile == path
+                        && stack_name(&r.config) == *stack
+                })
                 .collect();
             let m = |f: &dyn Fn(&GameRun) -> Option<f64>| {
                 median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
@@ -123,6 +149,7 @@ pub fn game_table(runs: &[GameRun]) -> String {
                 thousands(*n as u64),
                 path.clone()
                     .map_or("direct".into(), |p| format!("relay {p}")),
+                stack.to_string(),
                 rs.len().to_string(),
                 m(&|r| Some(r.ticks_per_s)).map_or("-".into(), |v| format!("{v:.1}")),
                 int(m(&|r| Some(r.ticks_late as f64))),
@@ -156,8 +183,17 @@ pub fn game_table(runs: &[GameRun]) -> String {
 
 /// `bench game`.
 pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
-    if args.players.is_empty() || args.paths.is_empty() || args.rounds == 0 {
-        bail!("--players, --paths and --rounds need at least one");
+    if args.players.is_empty() || args.paths.is_empty() || args.rounds == 0 || args.stack.is_empty()
+    {
+        bail!("--players, --paths, --rounds and --stack need at least one");
+    }
+    if args.stack.iter().any(|s| s == "kernel") {
+        if !cfg!(target_os = "linux") {
+            bail!("--stack kernel is Linux only (recvmmsg, sendmmsg, epoll)");
+        }
+        if args.paths.iter().any(|p| p != "direct") {
+            bail!("--stack kernel runs on the direct path only (--paths direct)");
+        }
     }
     let started = UtcTime::now();
     let host = HostInfo::collect();
@@ -166,7 +202,9 @@ pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
     for path in &args.paths {
         let relay_profile = (path != "direct").then(|| path.clone());
         for &n in &args.players {
-            for round in 0..args.rounds {
+            for (round, stack) in
+                (0..args.rounds).flat_map(|round| args.stack.iter().map(move |s| (round, s)))
+            {
                 let cfg = GameConfig {
                     players: n,
                     tick_hz: args.tick_hz,
@@ -185,10 +223,11 @@ pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
                     security: args.security.clone(),
                     warmup_s: args.warmup,
                     seconds: args.seconds,
+                    stack: (stack != "ricochet").then(|| stack.clone()),
                 };
                 let r = run_one(&cfg)?;
                 eprintln!(
-                    "  {n} players {path}, round {}: {:.1} ticks/s, p99 {:.2} ms, lost {} stale {} reliable lost {}, server CPU {:.1}%{}",
+                    "  {n} players {path} {stack}, round {}: {:.1} ticks/s, p99 {:.2} ms, lost {} stale {} reliable lost {}, server CPU {:.1}%{}",
                     round + 1,
                     r.ticks_per_s,
                     r.snapshot_latency_us.map_or(0.0, |l| l.p99 / 1000.0),

@@ -275,12 +275,12 @@ fn game(cx: &mut Ctx) -> Result<()> {
         (
             r.config.players,
             r.config.relay_profile.clone(),
-            r.config.security.clone(),
+            game_stack(&r.config),
         )
     });
     let mut rows = Vec::new();
     let (mut labels, mut p99, mut rss) = (Vec::new(), Vec::new(), Vec::new());
-    for ((n, relay, security), rs) in &cases {
+    for ((n, relay, stack), rs) in &cases {
         let m = |f: &dyn Fn(&GameRun) -> Option<f64>| {
             median(&rs.iter().filter_map(|r| f(r)).collect::<Vec<_>>())
         };
@@ -291,7 +291,7 @@ fn game(cx: &mut Ctx) -> Result<()> {
         let b = m(&|r| r.server_rss_per_session_bytes);
         rows.push(vec![
             thousands(*n as u64),
-            format!("{path_name}, {security}"),
+            format!("{path_name}, {stack}"),
             rs.len().to_string(),
             m(&|r| Some(r.ticks_per_s)).map_or("-".into(), |v| format!("{v:.1}")),
             int(m(&|r| Some((r.ticks_late + r.ticks_skipped) as f64))),
@@ -311,7 +311,15 @@ fn game(cx: &mut Ctx) -> Result<()> {
                 "NO".into()
             },
         ]);
-        labels.push(format!("{} players, {path_name}", thousands(*n as u64)));
+        labels.push(format!(
+            "{} players, {path_name}{}",
+            thousands(*n as u64),
+            if stack == "kernel floor" {
+                ", floor"
+            } else {
+                ""
+            }
+        ));
         p99.push(p.unwrap_or(0.0) / 1000.0);
         rss.push(b.unwrap_or(0.0));
     }
@@ -322,7 +330,7 @@ fn game(cx: &mut Ctx) -> Result<()> {
          per tick on the reliable-ordered channel; all players in one `ClientSet` on one thread. \
          Latency is from the server's tick to the player's receive, on the host's monotonic \
          clock. Late/skipped: ticks more than half a period late, and due times that passed \
-         without a tick, over both workers. µs/tick: server process CPU per tick period.{}{}\n\n",
+         without a tick, over both workers. µs/tick: server process CPU per tick period.{}{}{}\n\n",
         file.created_utc,
         file.host
             .load_average
@@ -333,12 +341,21 @@ fn game(cx: &mut Ctx) -> Result<()> {
              they ride the snapshots."
         } else {
             ""
+        },
+        if runs.iter().any(|r| r.config.is_floor()) {
+            " Kernel floor rows (`--stack kernel`): the same players, sockets and tick with no \
+             protocol: a plain thread per worker sleeps until its tick, reads the inputs with \
+             `recvmmsg` and sends every player's snapshot with `sendmmsg`; the players are plain \
+             sockets on one epoll thread. Its server CPU is what this machine's kernel costs \
+             for the game's datagrams, and its latency what one plain client thread sees."
+        } else {
+            ""
         }
     );
     body.push_str(&md_table(
         &[
             "players",
-            "path, security",
+            "path, stack",
             "rounds",
             "ticks/s",
             "late+skipped",
@@ -421,7 +438,11 @@ fn same_day_games(inputs: &super::Inputs, newest: &str) -> String {
             (
                 c.players,
                 c.relay_profile.clone().unwrap_or_else(|| "direct".into()),
-                c.server_idle.clone(),
+                if c.is_floor() {
+                    "kernel floor".to_string()
+                } else {
+                    c.server_idle.clone()
+                },
                 c.acks_on_tick,
             )
         });
@@ -464,6 +485,15 @@ fn same_day_games(inputs: &super::Inputs, newest: &str) -> String {
             &rows
         )
     )
+}
+
+/// What carried a game run: Ricochet with its security mode, or the kernel floor.
+fn game_stack(c: &crate::scale::game::GameConfig) -> String {
+    if c.is_floor() {
+        "kernel floor".into()
+    } else {
+        format!("ricochet {}", c.security)
+    }
 }
 
 /// How the game runs' server workers idled (`--server-idle`), in a sentence.

@@ -57,14 +57,14 @@ use crate::schema::finite;
 /// Datagrams one server thread takes per `recvmmsg`.
 const BATCH: usize = 32;
 /// Largest datagram the server echoes, and the clients' receive buffer.
-const MAX_DATAGRAM: usize = 2048;
+pub(super) const MAX_DATAGRAM: usize = 2048;
 /// How long a blocked server thread waits before it looks at its stop flag again.
-const STOP_POLL: Duration = Duration::from_millis(50);
+pub(super) const STOP_POLL: Duration = Duration::from_millis(50);
 /// A client without an answer for this long lost a datagram (loopback answers within
 /// milliseconds; the floor does not resend).
 const STALL: Duration = Duration::from_secs(2);
 /// The server sockets' kernel buffers, as the runtime's workers ask.
-const SERVER_SOCKET_BUFFER: usize = 4 << 20;
+pub(super) const SERVER_SOCKET_BUFFER: usize = 4 << 20;
 /// The clients' kernel buffers: those of the Ricochet run's set members.
 const CLIENT_SOCKET_BUFFER: usize = 256 << 10;
 
@@ -134,7 +134,7 @@ impl EchoServer {
 
 /// Datagram buffers with the `mmsghdr`s that point into them, for `recvmmsg` and for sending
 /// what came back (each to its sender) with `sendmmsg`.
-struct MmsgBatch {
+pub(super) struct MmsgBatch {
     bufs: Vec<u8>,
     names: Vec<libc::sockaddr_storage>,
     iovs: Vec<libc::iovec>,
@@ -145,7 +145,7 @@ struct MmsgBatch {
 
 impl MmsgBatch {
     /// Room for `len` datagrams of up to [`MAX_DATAGRAM`] bytes.
-    fn new(len: usize) -> MmsgBatch {
+    pub(super) fn new(len: usize) -> MmsgBatch {
         // SAFETY: all-zero bytes are a valid `sockaddr_storage`, `iovec` and `mmsghdr` (null
         // pointers, zero lengths); `recv` sets every pointer before a call reads it.
         let (name, iov, hdr) = unsafe {
@@ -166,7 +166,7 @@ impl MmsgBatch {
 
     /// One `recvmmsg` of up to `max` datagrams (at most the batch's length) with `flags`:
     /// how many came.
-    fn recv(&mut self, fd: RawFd, max: usize, flags: i32) -> io::Result<usize> {
+    pub(super) fn recv(&mut self, fd: RawFd, max: usize, flags: i32) -> io::Result<usize> {
         self.received = 0;
         let max = max.min(self.hdrs.len());
         let (buf0, name0, iov0) = (
@@ -207,8 +207,24 @@ impl MmsgBatch {
         Ok(self.received)
     }
 
+    /// The IPv4 sender of datagram `i` of the last `recv` (`None` for another family).
+    pub(super) fn sender_v4(&self, i: usize) -> Option<std::net::SocketAddrV4> {
+        assert!(i < self.received, "datagram {i} of {}", self.received);
+        let name = &self.names[i];
+        if i32::from(name.ss_family) != libc::AF_INET {
+            return None;
+        }
+        // SAFETY: the family says the kernel wrote a `sockaddr_in` at the start of the
+        // storage, which is larger and at least as aligned.
+        let a = unsafe { &*(name as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+        Some(std::net::SocketAddrV4::new(
+            u32::from_be(a.sin_addr.s_addr).into(),
+            u16::from_be(a.sin_port),
+        ))
+    }
+
     /// Datagram `i` of the last `recv`, to read or rewrite in place (`i` below what came).
-    fn datagram(&mut self, i: usize) -> &mut [u8] {
+    pub(super) fn datagram(&mut self, i: usize) -> &mut [u8] {
         assert!(i < self.received, "datagram {i} of {}", self.received);
         let len = self.hdrs[i].msg_len as usize;
         &mut self.bufs[i * MAX_DATAGRAM..][..len]
@@ -279,7 +295,7 @@ fn serve_socket(sock: &Socket, stop: &AtomicBool, counts: &[AtomicU64; 2]) -> io
 }
 
 /// Server threads for `--io-threads n`: as the runtime's workers, 0 is one per core.
-fn workers(n: usize) -> usize {
+pub(super) fn workers(n: usize) -> usize {
     if n > 0 {
         n
     } else {
@@ -339,13 +355,13 @@ pub(super) fn serve_process(
 // Clients (in the bench process, one thread).
 
 /// One level-triggered epoll set over the clients' sockets (token: the client's index).
-struct Epoll {
+pub(super) struct Epoll {
     fd: OwnedFd,
     events: Vec<libc::epoll_event>,
 }
 
 impl Epoll {
-    fn new() -> Result<Epoll> {
+    pub(super) fn new() -> Result<Epoll> {
         // SAFETY: `epoll_create1` takes no pointer; a non-negative result is a new descriptor
         // that nothing else owns.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -360,7 +376,7 @@ impl Epoll {
         })
     }
 
-    fn add(&self, fd: RawFd, token: u64) -> Result<()> {
+    pub(super) fn add(&self, fd: RawFd, token: u64) -> Result<()> {
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: token,
@@ -372,9 +388,10 @@ impl Epoll {
         Ok(())
     }
 
-    /// Wait up to `timeout` (whole milliseconds); the ready tokens are `self.ready(n)`.
-    fn wait(&mut self, timeout: Duration) -> Result<usize> {
-        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    /// Wait up to `timeout`, rounded up to whole milliseconds (so a wait shorter than one
+    /// sleeps rather than spins); the ready tokens are `self.token(k)` for `k` below the count.
+    pub(super) fn wait(&mut self, timeout: Duration) -> Result<usize> {
+        let ms = i32::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
         // SAFETY: `events` has room for its length, which is what the kernel is told.
         let n = unsafe {
             libc::epoll_wait(
@@ -394,14 +411,14 @@ impl Epoll {
         Ok(n as usize)
     }
 
-    fn token(&self, k: usize) -> usize {
+    pub(super) fn token(&self, k: usize) -> usize {
         self.events[k].u64 as usize
     }
 }
 
 /// One client's socket, set up as a Ricochet set member's is: buffers, bind to its group's
 /// loopback address (non-blocking, as the platform makes every socket), connect to the server.
-fn client_socket(ip: std::net::IpAddr, server: SocketAddr) -> Result<Socket> {
+pub(super) fn client_socket(ip: std::net::IpAddr, server: SocketAddr) -> Result<Socket> {
     let mut sc = SocketConfig::new(SocketAddr::new(ip, 0));
     sc.recv_buffer = Some(CLIENT_SOCKET_BUFFER);
     sc.send_buffer = Some(CLIENT_SOCKET_BUFFER);
@@ -414,7 +431,7 @@ fn client_socket(ip: std::net::IpAddr, server: SocketAddr) -> Result<Socket> {
 
 /// Send `msg` on a connected socket; a full buffer is an error (a window of echo messages
 /// never fills one: `bench sessions` caps window × payload below the buffer).
-fn send(fd: RawFd, msg: &[u8]) -> Result<()> {
+pub(super) fn send(fd: RawFd, msg: &[u8]) -> Result<()> {
     // SAFETY: `msg` is valid for its length for the call.
     let n = unsafe { libc::send(fd, msg.as_ptr().cast(), msg.len(), 0) };
     if n < 0 {
@@ -424,7 +441,7 @@ fn send(fd: RawFd, msg: &[u8]) -> Result<()> {
 }
 
 /// One non-blocking `recv`: the datagram's length, or `None` when nothing waits.
-fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<usize>> {
+pub(super) fn recv(fd: RawFd, buf: &mut [u8]) -> Result<Option<usize>> {
     // SAFETY: `buf` is valid for writes of its length for the call.
     let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
     if n < 0 {

@@ -72,6 +72,17 @@ pub struct GameConfig {
     pub warmup_s: f64,
     /// Measured time, s.
     pub seconds: f64,
+    /// `kernel`: the kernel floor (plain UDP sockets, a plain ticking server, no protocol);
+    /// absent: Ricochet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<String>,
+}
+
+impl GameConfig {
+    /// Whether this run is the kernel floor rather than Ricochet.
+    pub fn is_floor(&self) -> bool {
+        self.stack.as_deref() == Some("kernel")
+    }
 }
 
 /// One `bench game` measurement.
@@ -147,7 +158,7 @@ struct Player {
 
 impl GameRun {
     /// A case that ended before its measurement, with `error`.
-    fn failed(cfg: &GameConfig, server: ServerStats, error: String) -> GameRun {
+    pub(super) fn failed(cfg: &GameConfig, server: ServerStats, error: String) -> GameRun {
         GameRun {
             config: cfg.clone(),
             connected: 0,
@@ -180,6 +191,19 @@ impl GameRun {
 
 /// Runs one measurement.
 pub fn run(cfg: &GameConfig) -> Result<GameRun> {
+    match cfg.stack.as_deref() {
+        None | Some("ricochet") => {}
+        #[cfg(target_os = "linux")]
+        Some("kernel") => return super::game_floor::run(cfg),
+        Some(other) => anyhow::bail!(
+            "stack {other:?} is not measured here (ricochet{})",
+            if cfg!(target_os = "linux") {
+                " or kernel"
+            } else {
+                "; the kernel floor is Linux only"
+            }
+        ),
+    }
     let period = Duration::from_secs_f64(1.0 / cfg.tick_hz.max(1.0));
     let relayed = cfg.relay_profile.is_some();
     let key = super::sessions::token_key(&cfg.security)?;

@@ -6,6 +6,8 @@
 #[cfg(target_os = "linux")]
 mod floor;
 pub mod game;
+#[cfg(target_os = "linux")]
+mod game_floor;
 pub mod server;
 pub mod sessions;
 

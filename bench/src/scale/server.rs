@@ -90,6 +90,14 @@ pub enum ServerKind {
     /// The kernel floor of `bench sessions --stack kernel` (Linux): plain UDP sockets echo
     /// every datagram, with no protocol and no sessions.
     KernelEcho,
+    /// The kernel floor of `bench game --stack kernel` (Linux): plain UDP sockets, a snapshot
+    /// to every player's address each tick, inputs counted; no protocol, no sessions.
+    KernelGame {
+        /// Tick period, µs.
+        tick_us: u64,
+        /// Snapshot size, bytes (at least [`SNAPSHOT_HEADER`]).
+        snapshot_bytes: usize,
+    },
 }
 
 /// How the server process sets up its server.
@@ -265,7 +273,7 @@ struct ScaleHandler {
 impl Handler for ScaleHandler {
     fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
         match self.kind {
-            ServerKind::Echo | ServerKind::KernelEcho => {
+            ServerKind::Echo | ServerKind::KernelEcho | ServerKind::KernelGame { .. } => {
                 // A refusal (queue full) shows as a missing echo on the client.
                 let _ = ctx.send(s, channel, data);
             }
@@ -379,7 +387,9 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
         // A slow tick publishes the endpoints' drop counters.
         ServerKind::Echo => cfg.tick(Duration::from_millis(100)),
         // `serve_process` runs the floor's own server instead.
-        ServerKind::KernelEcho => bail!("the kernel floor runs no Ricochet server"),
+        ServerKind::KernelEcho | ServerKind::KernelGame { .. } => {
+            bail!("the kernel floor runs no Ricochet server")
+        }
     };
     let kind = spec.kind.clone();
     let shared = shared.clone();
@@ -418,11 +428,18 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
         }
         None => bail!("no server spec on standard input"),
     };
-    if spec.kind == ServerKind::KernelEcho {
+    match spec.kind {
         #[cfg(target_os = "linux")]
-        return super::floor::serve_process(&spec, lines, output);
+        ServerKind::KernelEcho => return super::floor::serve_process(&spec, lines, output),
+        #[cfg(target_os = "linux")]
+        ServerKind::KernelGame { .. } => {
+            return super::game_floor::serve_process(&spec, lines, output)
+        }
         #[cfg(not(target_os = "linux"))]
-        bail!("the kernel floor (recvmmsg, sendmmsg, epoll) is Linux only");
+        ServerKind::KernelEcho | ServerKind::KernelGame { .. } => {
+            bail!("the kernel floor (recvmmsg, sendmmsg, epoll) is Linux only")
+        }
+        ServerKind::Echo | ServerKind::Game { .. } => {}
     }
     let shared = Arc::new(GameShared::default());
     let server = announce(&mut output, start_server(&spec, &shared), |s| {

@@ -1,0 +1,606 @@
+//! The kernel floor of `bench game` (`--stack kernel`, Linux): the game's traffic over plain
+//! UDP sockets, with no protocol, no encryption, no sessions and no resend.
+//!
+//! - **Server**: in the same child process as Ricochet's server, `io_threads` threads, each
+//!   with its own `SO_REUSEPORT` socket on the one port. A thread sleeps until its next tick
+//!   (a fixed grid, as the runtime's tick), reads every input that came meanwhile with
+//!   `recvmmsg` (learning a player's address from its first input), then sends the tick's
+//!   snapshot to each of its players with `sendmmsg`, 32 to a call: what Ricochet's workers
+//!   do on the `tick` idle strategy, without the protocol.
+//! - **Players**: N connected, non-blocking sockets on one thread with one level-triggered
+//!   epoll set, bound as a Ricochet run's members are. Inputs leave on the same grid as in a
+//!   Ricochet run (player i's k-th at start + (k + i/N) periods), one `send` each; a ready
+//!   socket gets one `recv`.
+//!
+//! At 60 Hz and N players that is 60 × N datagrams each way a second: the server's CPU is
+//! what this machine's kernel costs for that traffic (the bound under any protocol on top),
+//! and the players' latency what one plain thread of this shape sees. A lost datagram is not
+//! resent: an input lost on loopback is reported as an error, not hidden.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::net::{SocketAddr, SocketAddrV4};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use hdrhistogram::Histogram;
+use ricochet_platform::SocketConfig;
+use socket2::Socket;
+
+use super::floor::{
+    client_socket, recv, send, workers, Epoll, MmsgBatch, MAX_DATAGRAM, SERVER_SOCKET_BUFFER,
+    STOP_POLL,
+};
+use super::game::{GameConfig, GameRun};
+use super::server::{
+    announce, answer_commands, monotonic_ns, send as tell, FromServer, GameServerCounts,
+    ServerKind, ServerProcess, ServerSpec, ServerStats, WorkerStats, INPUT_HEADER, SNAPSHOT_HEADER,
+};
+use super::sessions::group_ip;
+use crate::host::CpuTimes;
+use crate::schema::{finite, Latency};
+use crate::udp::tracker::new_rtt_histogram;
+
+/// Snapshots per `sendmmsg`.
+const SEND_BATCH: usize = 32;
+/// Inputs per `recvmmsg`.
+const RECV_BATCH: usize = 64;
+/// How long the players keep reading after their last input, so inputs in flight arrive.
+const DRAIN: Duration = Duration::from_millis(500);
+
+// ---------------------------------------------------------------------------------------------
+// Server (in the server process).
+
+/// One server thread's counters (read by the stats answers while it runs).
+#[derive(Debug, Default)]
+struct ThreadCounts {
+    ticks: AtomicU64,
+    ticks_late: AtomicU64,
+    ticks_skipped: AtomicU64,
+    lateness_max_ns: AtomicU64,
+    snapshots_sent: AtomicU64,
+    snapshot_send_errors: AtomicU64,
+    inputs: AtomicU64,
+    input_order_errors: AtomicU64,
+    datagrams_out: AtomicU64,
+}
+
+/// The floor's game server: `threads` threads with a `SO_REUSEPORT` socket each.
+struct GameServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    counts: Vec<Arc<ThreadCounts>>,
+    threads: Vec<JoinHandle<io::Result<()>>>,
+}
+
+impl GameServer {
+    fn start(bind: SocketAddr, threads: usize, tick: Duration, snapshot: usize) -> Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (mut addr, mut counts, mut handles) = (bind, Vec::new(), Vec::new());
+        for t in 0..threads {
+            let mut sc = SocketConfig::new(addr);
+            sc.reuse_port = true;
+            sc.recv_buffer = Some(SERVER_SOCKET_BUFFER);
+            sc.send_buffer = Some(SERVER_SOCKET_BUFFER);
+            let (sock, info) = ricochet_platform::bind(&sc)
+                .with_context(|| format!("binding the floor game server to {addr}"))?
+                .into_parts();
+            addr = info.local_addr;
+            let c = Arc::new(ThreadCounts::default());
+            counts.push(c.clone());
+            let stop = stop.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("floor-game-w{t}"))
+                .spawn(move || Ticker::new(tick, snapshot).run(&sock, &stop, &c))
+                .context("starting a floor game server thread")?;
+            handles.push(h);
+        }
+        Ok(GameServer {
+            addr,
+            stop,
+            counts,
+            threads: handles,
+        })
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.threads.drain(..) {
+            match h.join() {
+                Ok(r) => r.context("a floor game server thread")?,
+                Err(_) => bail!("a floor game server thread panicked"),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One server thread's state: its players and the tick grid.
+struct Ticker {
+    tick: Duration,
+    snapshot: Vec<u8>,
+    /// Player index by address, and per player its address and next expected input.
+    index: HashMap<SocketAddrV4, usize>,
+    names: Vec<libc::sockaddr_in>,
+    next_input: Vec<u64>,
+    inputs: MmsgBatch,
+    tick_no: u64,
+}
+
+impl Ticker {
+    fn new(tick: Duration, snapshot: usize) -> Ticker {
+        Ticker {
+            tick,
+            snapshot: vec![0xab; snapshot.max(SNAPSHOT_HEADER)],
+            index: HashMap::new(),
+            names: Vec::new(),
+            next_input: Vec::new(),
+            inputs: MmsgBatch::new(RECV_BATCH),
+            tick_no: 0,
+        }
+    }
+
+    /// Tick on the grid `start + k × tick` until `stop`, then read what is still queued.
+    fn run(mut self, sock: &Socket, stop: &AtomicBool, c: &ThreadCounts) -> io::Result<()> {
+        let fd = sock.as_raw_fd();
+        let start = Instant::now();
+        let mut k = 1u32;
+        while !stop.load(Ordering::Relaxed) {
+            let due = start + self.tick * k;
+            let now = Instant::now();
+            if due > now {
+                // Sleep in short steps, so a stop is seen within STOP_POLL.
+                std::thread::sleep((due - now).min(STOP_POLL));
+                if Instant::now() < due {
+                    continue;
+                }
+            }
+            let now = Instant::now();
+            let late = now.saturating_duration_since(due);
+            if late > self.tick / 2 {
+                c.ticks_late.fetch_add(1, Ordering::Relaxed);
+            }
+            c.lateness_max_ns
+                .fetch_max(late.as_nanos() as u64, Ordering::Relaxed);
+            // Due times that passed while this one was late are skipped, not run in a burst.
+            while start + self.tick * (k + 1) <= now {
+                k += 1;
+                c.ticks_skipped.fetch_add(1, Ordering::Relaxed);
+            }
+            k += 1;
+            self.read_inputs(fd, c)?;
+            self.send_snapshots(fd, c)?;
+        }
+        self.read_inputs(fd, c)
+    }
+
+    /// Every input queued on the socket: count it, check its order, learn its sender.
+    fn read_inputs(&mut self, fd: RawFd, c: &ThreadCounts) -> io::Result<()> {
+        loop {
+            let n = match self.inputs.recv(fd, RECV_BATCH, libc::MSG_DONTWAIT) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            for i in 0..n {
+                let from = self.inputs.sender_v4(i);
+                let seq = self
+                    .inputs
+                    .datagram(i)
+                    .get(..INPUT_HEADER)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .map(u64::from_le_bytes);
+                let Some(from) = from else {
+                    c.input_order_errors.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                let p = *self.index.entry(from).or_insert_with(|| {
+                    self.names.push(sockaddr_in(from));
+                    self.next_input.push(0);
+                    self.names.len() - 1
+                });
+                if seq != Some(self.next_input[p]) {
+                    c.input_order_errors.fetch_add(1, Ordering::Relaxed);
+                }
+                self.next_input[p] = seq.map_or(self.next_input[p], |q| q + 1);
+                c.inputs.fetch_add(1, Ordering::Relaxed);
+            }
+            if n < RECV_BATCH {
+                return Ok(());
+            }
+        }
+    }
+
+    /// This tick's snapshot (tick number, send time) to every player, [`SEND_BATCH`] a call.
+    fn send_snapshots(&mut self, fd: RawFd, c: &ThreadCounts) -> io::Result<()> {
+        self.tick_no += 1;
+        c.ticks.fetch_add(1, Ordering::Relaxed);
+        self.snapshot[..8].copy_from_slice(&self.tick_no.to_le_bytes());
+        self.snapshot[8..16].copy_from_slice(&monotonic_ns().to_le_bytes());
+        let mut iov = libc::iovec {
+            iov_base: self.snapshot.as_mut_ptr().cast(),
+            iov_len: self.snapshot.len(),
+        };
+        // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
+        let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
+        for chunk in self.names.chunks_mut(SEND_BATCH) {
+            for (h, name) in hdrs.iter_mut().zip(chunk.iter_mut()) {
+                h.msg_hdr.msg_name = (name as *mut libc::sockaddr_in).cast();
+                h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+                h.msg_hdr.msg_iov = &mut iov;
+                h.msg_hdr.msg_iovlen = 1;
+            }
+            let mut done = 0;
+            while done < chunk.len() {
+                // SAFETY: headers `done..chunk.len()` point at `chunk`'s names and at `iov`,
+                // which points into `self.snapshot`; none of them moves during the call.
+                let sent = unsafe {
+                    libc::sendmmsg(
+                        fd,
+                        hdrs[done..].as_mut_ptr(),
+                        (chunk.len() - done) as u32,
+                        0,
+                    )
+                };
+                if sent < 0 {
+                    let e = io::Error::last_os_error();
+                    match e.kind() {
+                        io::ErrorKind::Interrupted => continue,
+                        // A full socket: the rest of this chunk is refused, as a session
+                        // with a full queue refuses a snapshot.
+                        io::ErrorKind::WouldBlock => {
+                            c.snapshot_send_errors
+                                .fetch_add((chunk.len() - done) as u64, Ordering::Relaxed);
+                            break;
+                        }
+                        _ => return Err(e),
+                    }
+                }
+                done += sent as usize;
+                c.snapshots_sent.fetch_add(sent as u64, Ordering::Relaxed);
+                c.datagrams_out.fetch_add(sent as u64, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn sockaddr_in(a: SocketAddrV4) -> libc::sockaddr_in {
+    libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: a.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*a.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    }
+}
+
+/// The server process's main for [`ServerKind::KernelGame`]: start, answer `stats`, `reset`
+/// and `quit` as [`super::server::serve_process`] does.
+pub(super) fn serve_process(
+    spec: &ServerSpec,
+    lines: impl Iterator<Item = io::Result<String>>,
+    mut output: impl Write,
+) -> Result<()> {
+    let ServerKind::KernelGame {
+        tick_us,
+        snapshot_bytes,
+    } = spec.kind
+    else {
+        bail!("not a kernel game spec");
+    };
+    let bind: SocketAddr = spec.bind.parse().context("server bind address")?;
+    let tick = Duration::from_micros(tick_us.max(1));
+    let mut server = announce(
+        &mut output,
+        GameServer::start(bind, workers(spec.io_threads), tick, snapshot_bytes),
+        |s| s.addr,
+    )?;
+    // Counters at the last reset (the threads' counters run from the start).
+    let mut base = GameServerCounts::default();
+    let mut since = (CpuTimes::now(), Instant::now());
+    let totals = |server: &GameServer| {
+        let sum = |f: &dyn Fn(&ThreadCounts) -> &AtomicU64| {
+            server
+                .counts
+                .iter()
+                .map(|c| f(c).load(Ordering::Relaxed))
+                .sum::<u64>()
+        };
+        GameServerCounts {
+            snapshots_sent: sum(&|c| &c.snapshots_sent),
+            snapshot_send_errors: sum(&|c| &c.snapshot_send_errors),
+            inputs_received: sum(&|c| &c.inputs),
+            input_order_errors: sum(&|c| &c.input_order_errors),
+            ticks: sum(&|c| &c.ticks),
+        }
+    };
+    let stats = |server: &GameServer, base: &GameServerCounts, since: &(CpuTimes, Instant)| {
+        let t = totals(server);
+        ServerStats {
+            sessions: 0,
+            rss_kib: crate::rudp::run::rss_kib(),
+            cpu_s: finite(CpuTimes::now().seconds_since(&since.0)),
+            wall_s: finite(since.1.elapsed().as_secs_f64()),
+            game: GameServerCounts {
+                snapshots_sent: t.snapshots_sent - base.snapshots_sent,
+                snapshot_send_errors: t.snapshot_send_errors - base.snapshot_send_errors,
+                ticks: t.ticks - base.ticks,
+                // From the start, as Ricochet's server counts them.
+                inputs_received: t.inputs_received,
+                input_order_errors: t.input_order_errors,
+            },
+            workers: server
+                .counts
+                .iter()
+                .map(|c| {
+                    let r = |a: &AtomicU64| a.load(Ordering::Relaxed);
+                    WorkerStats {
+                        loop_turns: r(&c.ticks),
+                        datagrams_in: r(&c.inputs),
+                        datagrams_out: r(&c.datagrams_out),
+                        ticks: r(&c.ticks),
+                        ticks_late: r(&c.ticks_late),
+                        ticks_skipped: r(&c.ticks_skipped),
+                        tick_lateness_max_ns: r(&c.lateness_max_ns),
+                    }
+                })
+                .collect(),
+            ..ServerStats::default()
+        }
+    };
+    answer_commands(lines, &mut output, |reset| {
+        if reset {
+            base = totals(&server);
+            since = (CpuTimes::now(), Instant::now());
+        }
+        stats(&server, &base, &since)
+    })?;
+    server.shutdown()?;
+    let last = stats(&server, &base, &since);
+    tell(&mut output, &FromServer::Stats(Box::new(last)))?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Players (in the bench process, one thread).
+
+/// Per-player state.
+#[derive(Debug, Clone, Copy, Default)]
+struct Player {
+    input_seq: u64,
+    last_tick: Option<u64>,
+    first_measured: Option<u64>,
+    last_measured: u64,
+    measured: u64,
+}
+
+/// `bench game --stack kernel`: the floor server and `cfg.players` plain players.
+pub(super) fn run(cfg: &GameConfig) -> Result<GameRun> {
+    if cfg.relay_profile.is_some() {
+        bail!("the kernel floor of `bench game` runs on the direct path only");
+    }
+    if cfg.snapshot_bytes > MAX_DATAGRAM {
+        bail!(
+            "the floor's players read datagrams of up to {MAX_DATAGRAM} B, not {}",
+            cfg.snapshot_bytes
+        );
+    }
+    let period = Duration::from_secs_f64(1.0 / cfg.tick_hz.max(1.0));
+    let spec = ServerSpec {
+        kind: ServerKind::KernelGame {
+            tick_us: period.as_micros() as u64,
+            snapshot_bytes: cfg.snapshot_bytes,
+        },
+        bind: "127.0.0.1:0".into(),
+        io_threads: cfg.io_threads,
+        // The floor's threads always sleep until their tick; the rest has no meaning for it.
+        idle: "tick".into(),
+        pinning: "never".into(),
+        slice_us: None,
+        backend: cfg.backend.clone(),
+        profile: cfg.profile.clone(),
+        max_sessions: None,
+        max_sessions_per_address: None,
+        token_key: None,
+    };
+    let mut server = ServerProcess::start(&spec)?;
+    let before = server.stats()?;
+    let mut errors = Vec::new();
+    let outcome = play(cfg, period, &mut server, &before, &mut errors);
+    let quit = server.quit();
+    let mut run = match outcome {
+        Ok(r) => r,
+        Err(e) => {
+            let last = quit.unwrap_or_default();
+            return Ok(GameRun::failed(cfg, last, crate::error_chain(e.as_ref())));
+        }
+    };
+    if let Err(e) = quit {
+        errors.push(format!("server: {e:#}"));
+    }
+    run.ok = errors.is_empty() && run.connected == cfg.players;
+    run.errors = errors;
+    Ok(run)
+}
+
+/// The players' side, from opening their sockets to the drain.
+fn play(
+    cfg: &GameConfig,
+    period: Duration,
+    server: &mut ServerProcess,
+    before: &ServerStats,
+    errors: &mut Vec<String>,
+) -> Result<GameRun> {
+    let n = cfg.players;
+    let per_ip = cfg.players_per_ip.max(1);
+    let mut epoll = Epoll::new()?;
+    let t_connect = Instant::now();
+    let mut socks = Vec::with_capacity(n);
+    for i in 0..n {
+        let s = client_socket(group_ip(i / per_ip), server.addr)
+            .with_context(|| format!("player {i}"))?;
+        epoll.add(s.as_raw_fd(), i as u64)?;
+        socks.push(s);
+    }
+    let took = t_connect.elapsed();
+    let mut players = vec![Player::default(); n];
+    let mut hist: Histogram<u64> = new_rtt_histogram();
+    let mut stale = 0u64;
+    let mut body = vec![0u8; cfg.input_bytes.max(INPUT_HEADER)];
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let start = Instant::now();
+    let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
+    let end = measure_at + Duration::from_secs_f64(cfg.seconds);
+    let (mut measuring, mut cpu0, mut t0) = (false, CpuTimes::now(), Instant::now());
+    let (mut inputs_measured, mut inputs_due, mut next_player) = (0u64, 0u64, 0usize);
+    let mut loaded = before.clone();
+    let mut server_stats = before.clone();
+    loop {
+        let now = Instant::now();
+        if !measuring && now >= measure_at {
+            measuring = true;
+            // Every player has sent inputs by now: the server knows them all.
+            loaded = server.reset()?;
+            cpu0 = CpuTimes::now();
+            t0 = Instant::now();
+        }
+        if now >= end {
+            server_stats = server.stats()?;
+            break;
+        }
+        let elapsed = now.saturating_duration_since(start).as_secs_f64();
+        let target = (elapsed / period.as_secs_f64() * n as f64) as u64;
+        while inputs_due < target {
+            let i = next_player;
+            next_player = (next_player + 1) % n.max(1);
+            inputs_due += 1;
+            let p = &mut players[i];
+            body[..INPUT_HEADER].copy_from_slice(&p.input_seq.to_le_bytes());
+            send(socks[i].as_raw_fd(), &body).with_context(|| format!("player {i} input"))?;
+            p.input_seq += 1;
+            if measuring {
+                inputs_measured += 1;
+            }
+        }
+        let next_input = start
+            + Duration::from_secs_f64(
+                (inputs_due + 1) as f64 / n.max(1) as f64 * period.as_secs_f64(),
+            );
+        let wait = next_input
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(5));
+        let ready = epoll.wait(wait)?;
+        let mut got: Vec<(usize, u64, u64)> = Vec::with_capacity(ready);
+        for k in 0..ready {
+            let i = epoll.token(k);
+            let Some(len) = recv(socks[i].as_raw_fd(), &mut buf)? else {
+                continue;
+            };
+            let le = |at: usize| {
+                buf.get(at..at + 8)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .map(u64::from_le_bytes)
+            };
+            match (len >= SNAPSHOT_HEADER, le(0), le(8)) {
+                (true, Some(tick), Some(sent)) => got.push((i, tick, sent)),
+                _ => errors.push(format!("player {i}: a short snapshot")),
+            }
+        }
+        // Stamped after the pass, as a Ricochet run stamps after its set's turn.
+        let recv_ns = monotonic_ns();
+        for (i, tick, sent) in got {
+            let p = &mut players[i];
+            if p.last_tick.is_some_and(|l| tick <= l) {
+                stale += 1;
+                continue;
+            }
+            p.last_tick = Some(tick);
+            if measuring {
+                hist.saturating_record(recv_ns.saturating_sub(sent).max(1));
+                p.first_measured.get_or_insert(tick);
+                p.last_measured = tick;
+                p.measured += 1;
+            }
+        }
+        if errors.len() > 20 {
+            break;
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let client_cpu = CpuTimes::now().seconds_since(&cpu0) / wall.max(1e-9) * 100.0;
+    // Drain: read snapshots (and let inputs in flight land) for a moment.
+    let inputs_total: u64 = players.iter().map(|p| p.input_seq).sum();
+    let drain_end = Instant::now() + DRAIN;
+    while Instant::now() < drain_end {
+        let ready = epoll.wait(Duration::from_millis(5))?;
+        for k in 0..ready {
+            let i = epoll.token(k);
+            recv(socks[i].as_raw_fd(), &mut buf)?;
+        }
+    }
+    let drained = server.stats()?;
+    let inputs_lost = inputs_total.saturating_sub(drained.game.inputs_received);
+    if inputs_lost > 0 {
+        errors.push(format!(
+            "{inputs_lost} inputs lost (the floor does not resend; loopback lost them)"
+        ));
+    }
+    if drained.game.input_order_errors > 0 {
+        errors.push(format!(
+            "{} inputs out of order",
+            drained.game.input_order_errors
+        ));
+    }
+    if server_stats.game.snapshot_send_errors > 0 {
+        errors.push(format!(
+            "{} snapshots refused by a full server socket",
+            server_stats.game.snapshot_send_errors
+        ));
+    }
+    let (mut lost, mut received) = (0u64, 0u64);
+    for p in &players {
+        if let Some(first) = p.first_measured {
+            lost += (p.last_measured - first + 1).saturating_sub(p.measured);
+            received += p.measured;
+        }
+    }
+    let workers = cfg.io_threads.max(1) as f64;
+    let ticks = server_stats.game.ticks as f64;
+    let tick_periods = server_stats.wall_s / period.as_secs_f64();
+    let w = &server_stats.workers;
+    let mut run = GameRun::failed(cfg, server_stats.clone(), String::new());
+    run.errors.clear();
+    run.connected = n;
+    run.connect_s = finite(took.as_secs_f64());
+    run.snapshot_latency_us = Latency::from_ns(&hist);
+    run.snapshots_received = received;
+    run.snapshots_lost = lost;
+    run.snapshots_stale = stale;
+    run.inputs_sent = inputs_measured;
+    run.inputs_sent_total = inputs_total;
+    run.inputs_lost = inputs_lost;
+    run.input_order_errors = drained.game.input_order_errors;
+    run.ticks_per_s = finite(ticks / workers / server_stats.wall_s.max(1e-9));
+    run.ticks_late = w.iter().map(|w| w.ticks_late).sum();
+    run.ticks_skipped = w.iter().map(|w| w.ticks_skipped).sum();
+    run.tick_lateness_max_us =
+        finite(w.iter().map(|w| w.tick_lateness_max_ns).max().unwrap_or(0) as f64 / 1000.0);
+    run.snapshots_sent = server_stats.game.snapshots_sent;
+    run.snapshot_send_errors = server_stats.game.snapshot_send_errors;
+    run.server_cpu_percent = finite(server_stats.cpu_s / server_stats.wall_s.max(1e-9) * 100.0);
+    run.server_cpu_us_per_tick = finite(server_stats.cpu_s * 1e6 / tick_periods.max(1e-9));
+    run.client_cpu_percent = finite(client_cpu);
+    // The floor keeps a player's address and next input number: no session to weigh.
+    run.server_rss_per_session_bytes = match (before.rss_kib, loaded.rss_kib) {
+        (Some(a), Some(b)) if n > 0 => Some(finite((b as f64 - a as f64) * 1024.0 / n as f64)),
+        _ => None,
+    };
+    Ok(run)
+}
