@@ -258,9 +258,34 @@ impl MmsgBackend {
             if built == 0 {
                 break;
             }
-            // SAFETY: the first `built` headers point at live names, iovecs (into `batch`'s
-            // buffer, which is not touched until the call returns) and control buffers.
-            let rc = unsafe { libc::sendmmsg(self.fd, self.tx_hdrs.as_mut_ptr(), built as u32, 0) };
+            let rc = if built == 1 && self.tx_hdrs[0].msg_hdr.msg_controllen == 0 {
+                // One plain datagram (a light client's usual turn): `sendto` skips copying a
+                // message header and an iovec array in from user space.
+                let h = &self.tx_hdrs[0].msg_hdr;
+                // SAFETY: the header's one iovec and its name point at live memory (`batch`'s
+                // buffer and `tx_names[0]`) of the lengths given, untouched during the call.
+                let n = unsafe {
+                    let iov = &*h.msg_iov;
+                    libc::sendto(
+                        self.fd,
+                        iov.iov_base,
+                        iov.iov_len,
+                        0,
+                        h.msg_name.cast(),
+                        h.msg_namelen,
+                    )
+                };
+                if n < 0 {
+                    -1
+                } else {
+                    1
+                }
+            } else {
+                // SAFETY: the first `built` headers point at live names, iovecs (into
+                // `batch`'s buffer, which is not touched until the call returns) and control
+                // buffers.
+                unsafe { libc::sendmmsg(self.fd, self.tx_hdrs.as_mut_ptr(), built as u32, 0) }
+            };
             self.stats.syscalls += 1;
             if rc < 0 {
                 let err = io::Error::last_os_error();
