@@ -78,9 +78,13 @@ struct SentPacket {
     /// One past the largest packet number the ACK frame it carried acknowledged (0: it
     /// carried none). Once the peer has it, ACKs need not report below that again.
     acks_below: u64,
-    /// Reliable segment ids carried.
-    segs: Vec<u64>,
+    /// Reliable segment ids carried (inline up to two: a packet's own memory, not a heap
+    /// allocation per packet, in the usual case of one message fragment per datagram).
+    segs: Segs,
 }
+
+/// The reliable segment ids one packet carries.
+type Segs = smallvec::SmallVec<[u64; 2]>;
 
 // The sent list is scanned by loss detection: 64 bytes per packet at most.
 const _: () = assert!(std::mem::size_of::<SentPacket>() <= 64);
@@ -182,7 +186,6 @@ pub struct Connection {
     in_flight_packets: u32,
     /// Of those, packets that carry reliable fragments.
     reliable_in_flight: u32,
-    vec_pool: Vec<Vec<u64>>,
     segments: VecDeque<Segment>,
     seg_base: u64,
     unacked_segments: usize,
@@ -282,7 +285,6 @@ impl Connection {
             sent: VecDeque::new(),
             in_flight_packets: 0,
             reliable_in_flight: 0,
-            vec_pool: Vec::new(),
             segments: VecDeque::new(),
             seg_base: 0,
             unacked_segments: 0,
@@ -613,7 +615,6 @@ impl Connection {
         self.sent.shrink_to_fit();
         self.segments.shrink_to_fit();
         self.retx = VecDeque::new();
-        self.vec_pool = Vec::new();
         for c in &mut self.channels {
             c.queue.shrink_to_fit();
         }
@@ -674,6 +675,18 @@ impl Connection {
         let count = data.len().div_ceil(frag).max(1);
         let id = ch.next_id;
         ch.next_id += 1;
+        self.queued_bytes += data.len();
+        if count == 1 {
+            // The whole message is the fragment: no slice (a slice of a fresh `Bytes` makes it
+            // shared, a heap allocation per message).
+            ch.queue.push_back(OutFrag {
+                message_id: id,
+                index: 0,
+                count: 1,
+                data,
+            });
+            return Ok(());
+        }
         for i in 0..count {
             let start = i * frag;
             let end = (start + frag).min(data.len());
@@ -684,7 +697,6 @@ impl Connection {
                 data: data.slice(start..end),
             });
         }
-        self.queued_bytes += data.len();
         Ok(())
     }
 
@@ -1379,7 +1391,6 @@ impl Connection {
                         for &sid in &segs {
                             self.ack_segment(sid);
                         }
-                        self.recycle(segs);
                     }
                     PacketState::Lost => {
                         p.state = PacketState::Acked;
@@ -1395,7 +1406,6 @@ impl Connection {
                         for &sid in &segs {
                             self.ack_segment(sid);
                         }
-                        self.recycle(segs);
                     }
                     PacketState::Acked | PacketState::Untracked => {}
                 }
@@ -1453,13 +1463,6 @@ impl Connection {
         }
     }
 
-    fn recycle(&mut self, mut v: Vec<u64>) {
-        if v.capacity() > 0 && self.vec_pool.len() < 256 {
-            v.clear();
-            self.vec_pool.push(v);
-        }
-    }
-
     /// Drops settled packets from the front of the sent list. A packet declared lost stays
     /// for a while (two loss delays after it was sent, or three RTOs while the RTT estimate
     /// is in doubt): if its ACK still arrives, the loss was
@@ -1479,9 +1482,7 @@ impl Connection {
             PacketState::Lost => p.time + keep_lost <= now,
             PacketState::Acked | PacketState::Untracked => true,
         }) {
-            if let Some(p) = self.sent.pop_front() {
-                self.recycle(p.segs);
-            }
+            self.sent.pop_front();
         }
     }
 
@@ -1865,7 +1866,7 @@ impl Connection {
         };
         let (_, body) = buf.split_at_mut(hdr);
         let mut w = Writer::new(&mut body[..max.saturating_sub(hdr)]);
-        let mut segs = self.vec_pool.pop().unwrap_or_default();
+        let mut segs = Segs::new();
         let mut ack_eliciting = false;
         let acks_below = if self.ack_pending {
             self.write_ack(now, &mut w).map_or(0, |largest| largest + 1)
@@ -1970,7 +1971,6 @@ impl Connection {
             ack_eliciting = true;
         }
         if w.is_empty() {
-            self.recycle(segs);
             return None;
         }
         wrote_data |= !segs.is_empty();
@@ -2037,7 +2037,7 @@ impl Connection {
         &mut self,
         w: &mut Writer<'_>,
         pn: u64,
-        segs: &mut Vec<u64>,
+        segs: &mut Segs,
         ack_eliciting: &mut bool,
     ) -> bool {
         let n = self.channels.len();
