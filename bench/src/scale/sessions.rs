@@ -188,11 +188,12 @@ impl ClientTotals {
 
 /// Table columns of one case (its rounds), from `rounds` to `ok`: what `bench sessions` prints
 /// and `bench report` renders, medians over the rounds.
-pub const SUMMARY_COLUMNS: [&str; 13] = [
+pub const SUMMARY_COLUMNS: [&str; 14] = [
     "rounds",
     "connect s",
     "handshakes/s",
     "RSS B/session",
+    "loaded RSS B/session",
     "rt/s",
     "p50 ms",
     "p99 ms",
@@ -218,6 +219,7 @@ pub fn summary_cells(rs: &[&SessionsRun]) -> Vec<String> {
         m(&|r| Some(r.connect_s)).map_or("-".into(), |v| format!("{v:.2}")),
         int(m(&|r| Some(r.handshakes_per_s))),
         int(m(&|r| r.server_rss_per_session_bytes)),
+        int(m(&|r| r.loaded_rss_per_session_bytes())),
         if echo {
             int(m(&|r| Some(r.round_trips_per_s)))
         } else {
@@ -558,6 +560,18 @@ impl PhaseCpu {
 }
 
 impl SessionsRun {
+    /// Echo: server RSS growth per session from before the first client to the end of the
+    /// echo (every message of a window still in flight), bytes. It includes what the workers'
+    /// buffers grew under the load, which a larger set spreads thinner.
+    pub fn loaded_rss_per_session_bytes(&self) -> Option<f64> {
+        match (self.server_rss_before_kib, self.server_rss_end_kib) {
+            (Some(a), Some(b)) if self.config.mode == "echo" && self.connected > 0 => Some(finite(
+                (b as f64 - a as f64) * 1024.0 / self.connected as f64,
+            )),
+            _ => None,
+        }
+    }
+
     /// Stops the server process and keeps its last report (or the error in `errors`).
     pub(super) fn quit_server(&mut self, server: ServerProcess, errors: &mut Vec<String>) {
         match server.quit() {
