@@ -562,14 +562,16 @@ impl PhaseCpu {
 impl SessionsRun {
     /// Echo: server RSS growth per session from before the first client to the end of the
     /// echo (every message of a window still in flight), bytes. It includes what the workers'
-    /// buffers grew under the load, which a larger set spreads thinner.
+    /// buffers grew under the load, which a larger set spreads thinner. `None` for the kernel
+    /// floor, which holds no sessions.
     pub fn loaded_rss_per_session_bytes(&self) -> Option<f64> {
-        match (self.server_rss_before_kib, self.server_rss_end_kib) {
-            (Some(a), Some(b)) if self.config.mode == "echo" && self.connected > 0 => Some(finite(
-                (b as f64 - a as f64) * 1024.0 / self.connected as f64,
-            )),
-            _ => None,
+        if self.config.mode != "echo" || self.config.is_floor() || self.connected == 0 {
+            return None;
         }
+        let (a, b) = (self.server_rss_before_kib?, self.server_rss_end_kib?);
+        Some(finite(
+            (b as f64 - a as f64) * 1024.0 / self.connected as f64,
+        ))
     }
 
     /// Stops the server process and keeps its last report (or the error in `errors`).
