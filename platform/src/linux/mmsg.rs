@@ -258,12 +258,14 @@ impl MmsgBackend {
             if built == 0 {
                 break;
             }
-            let rc = if built == 1 && self.tx_hdrs[0].msg_hdr.msg_controllen == 0 {
+            let h0 = &self.tx_hdrs[0].msg_hdr;
+            let rc = if built == 1 && h0.msg_controllen == 0 && h0.msg_iovlen == 1 {
                 // One plain datagram (a light client's usual turn): `sendto` skips copying a
                 // message header and an iovec array in from user space.
-                let h = &self.tx_hdrs[0].msg_hdr;
-                // SAFETY: the header's one iovec and its name point at live memory (`batch`'s
-                // buffer and `tx_names[0]`) of the lengths given, untouched during the call.
+                let h = h0;
+                // SAFETY: the header has exactly one iovec (checked above); it and the name
+                // point at live memory (`batch`'s buffer and `tx_names[0]`) of the lengths
+                // given, untouched during the call.
                 let n = unsafe {
                     let iov = &*h.msg_iov;
                     libc::sendto(

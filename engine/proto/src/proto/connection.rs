@@ -86,6 +86,15 @@ struct SentPacket {
 /// The reliable segment ids one packet carries.
 type Segs = smallvec::SmallVec<[u64; 2]>;
 
+/// Appends `sid` to a packet's ids. A packet that outgrows the inline two (many small messages
+/// in one datagram) makes room for 16 at once rather than growing to 4, 8, then 16.
+fn push_seg(segs: &mut Segs, sid: u64) {
+    if segs.len() == segs.inline_size() {
+        segs.reserve_exact(16 - segs.len());
+    }
+    segs.push(sid);
+}
+
 // The sent list is scanned by loss detection: 64 bytes per packet at most.
 const _: () = assert!(std::mem::size_of::<SentPacket>() <= 64);
 
@@ -656,7 +665,8 @@ impl Connection {
         self.events.pop_front()
     }
 
-    /// Queue a message on `channel`. Fragments are cut now (zero-copy slices of `data`).
+    /// Queue a message on `channel`. Fragments are cut now (zero-copy slices of `data`; a
+    /// message that fits one fragment is queued as it is).
     pub fn send(&mut self, channel: u8, data: Bytes) -> Result<(), SendError> {
         match self.state {
             ConnectionState::Handshaking | ConnectionState::Established => {}
@@ -1936,7 +1946,7 @@ impl Connection {
                 let s = &mut self.segments[idx];
                 s.queued = false;
                 s.last_pn = pn;
-                segs.push(sid);
+                push_seg(&mut segs, sid);
                 ack_eliciting = true;
                 self.counters.segments_retransmitted += 1;
             }
@@ -1955,7 +1965,7 @@ impl Connection {
                 if write_segment(&mut w, &self.segments[idx]) {
                     let sid = self.seg_base + idx as u64;
                     self.segments[idx].last_pn = pn;
-                    segs.push(sid);
+                    push_seg(&mut segs, sid);
                     ack_eliciting = true;
                     self.counters.segments_retransmitted += 1;
                 }
@@ -2078,7 +2088,7 @@ impl Connection {
                     });
                     self.unacked_segments += 1;
                     self.counters.segments_sent += 1;
-                    segs.push(sid);
+                    push_seg(segs, sid);
                 }
             }
             if !progress {
