@@ -355,13 +355,13 @@ pub(super) fn serve_process(
 // Clients (in the bench process, one thread).
 
 /// One level-triggered epoll set over the clients' sockets (token: the client's index).
-pub(super) struct Epoll {
+struct Epoll {
     fd: OwnedFd,
     events: Vec<libc::epoll_event>,
 }
 
 impl Epoll {
-    pub(super) fn new() -> Result<Epoll> {
+    fn new() -> Result<Epoll> {
         // SAFETY: `epoll_create1` takes no pointer; a non-negative result is a new descriptor
         // that nothing else owns.
         let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -376,7 +376,7 @@ impl Epoll {
         })
     }
 
-    pub(super) fn add(&self, fd: RawFd, token: u64) -> Result<()> {
+    fn add(&self, fd: RawFd, token: u64) -> Result<()> {
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: token,
@@ -388,10 +388,9 @@ impl Epoll {
         Ok(())
     }
 
-    /// Wait up to `timeout`, rounded up to whole milliseconds (so a wait shorter than one
-    /// sleeps rather than spins); the ready tokens are `self.token(k)` for `k` below the count.
-    pub(super) fn wait(&mut self, timeout: Duration) -> Result<usize> {
-        let ms = i32::try_from(timeout.as_micros().div_ceil(1000)).unwrap_or(i32::MAX);
+    /// Wait up to `timeout` (whole milliseconds); the ready tokens are `self.ready(n)`.
+    fn wait(&mut self, timeout: Duration) -> Result<usize> {
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
         // SAFETY: `events` has room for its length, which is what the kernel is told.
         let n = unsafe {
             libc::epoll_wait(
@@ -411,7 +410,7 @@ impl Epoll {
         Ok(n as usize)
     }
 
-    pub(super) fn token(&self, k: usize) -> usize {
+    fn token(&self, k: usize) -> usize {
         self.events[k].u64 as usize
     }
 }

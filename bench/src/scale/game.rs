@@ -14,19 +14,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use hdrhistogram::Histogram;
 use ricochet::ClientEvent;
 use serde::{Deserialize, Serialize};
 
+use super::game_meter::{Phase, PlayerMeter};
 use super::server::{
-    monotonic_ns, ServerKind, ServerProcess, ServerSpec, ServerStats, INPUT_CHANNEL, INPUT_HEADER,
+    monotonic_ns, ServerKind, ServerProcess, ServerSpec, ServerStats, INPUT_CHANNEL,
     SNAPSHOT_CHANNEL,
 };
 use super::sessions::{connect_all, idle_for};
-use crate::host::CpuTimes;
 use crate::relay::{Relay, RelayConfig};
 use crate::schema::{finite, Latency};
-use crate::udp::tracker::new_rtt_histogram;
 
 /// One `bench game` measurement's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -146,16 +144,6 @@ pub struct GameRun {
 /// inputs still in flight arrive before they are counted as lost.
 const DRAIN: Duration = Duration::from_secs(10);
 
-/// Per-player state on the client side.
-#[derive(Debug, Clone, Copy, Default)]
-struct Player {
-    input_seq: u64,
-    last_tick: Option<u64>,
-    first_measured: Option<u64>,
-    last_measured: u64,
-    measured: u64,
-}
-
 impl GameRun {
     /// A case that ended before its measurement, with `error`.
     pub(super) fn failed(cfg: &GameConfig, server: ServerStats, error: String) -> GameRun {
@@ -269,76 +257,30 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     idle_for(&mut set, Duration::from_millis(500))?;
     let loaded = server.stats()?;
     let n = set.len();
-    let mut players = vec![Player::default(); n];
-    let mut hist: Histogram<u64> = new_rtt_histogram();
-    let mut stale = 0u64;
-    let mut body = vec![0u8; cfg.input_bytes.max(INPUT_HEADER)];
-    let start = Instant::now();
-    let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
-    let end = measure_at + Duration::from_secs_f64(cfg.seconds);
-    let (mut measuring, mut cpu0, mut t0) = (false, CpuTimes::now(), Instant::now());
-    let mut inputs_sent_measured = 0u64;
-    // Inputs on a grid: player i's k-th input is due at start + (k + i/n) periods.
-    let mut inputs_due = 0u64;
-    let mut next_player = 0usize;
+    let mut meter = PlayerMeter::new(cfg, period, n);
     let mut errors = Vec::new();
-    let mut server_stats = loaded.clone();
-    loop {
-        let now = Instant::now();
-        if !measuring && now >= measure_at {
-            measuring = true;
-            server.reset()?;
-            cpu0 = CpuTimes::now();
-            t0 = Instant::now();
-        }
-        if now >= end {
-            server_stats = server.stats()?;
-            break;
-        }
-        let elapsed = now.saturating_duration_since(start).as_secs_f64();
-        let target_inputs = (elapsed / period.as_secs_f64() * n as f64) as u64;
-        while inputs_due < target_inputs {
-            let i = next_player;
-            next_player = (next_player + 1) % n.max(1);
-            inputs_due += 1;
-            let p = &mut players[i];
-            body[..INPUT_HEADER].copy_from_slice(&p.input_seq.to_le_bytes());
-            if let Some(c) = set.get_mut(i) {
-                c.send(INPUT_CHANNEL, Bytes::copy_from_slice(&body))
-                    .with_context(|| format!("player {i} input"))?;
-                p.input_seq += 1;
-                if measuring {
-                    inputs_sent_measured += 1;
-                }
+    let server_stats = loop {
+        match meter.phase(Instant::now()) {
+            Phase::Over => break server.stats()?,
+            Phase::Starts => {
+                server.reset()?;
             }
+            Phase::WarmUp | Phase::Measuring => {}
         }
-        let next_input = start
-            + Duration::from_secs_f64(
-                (inputs_due + 1) as f64 / n.max(1) as f64 * period.as_secs_f64(),
-            );
-        let wait = next_input
-            .saturating_duration_since(Instant::now())
-            .min(Duration::from_millis(5));
-        set.step(wait)?;
+        meter.send_due(Instant::now(), |i, body| {
+            if let Some(c) = set.get_mut(i) {
+                c.send(INPUT_CHANNEL, Bytes::copy_from_slice(body))
+                    .with_context(|| format!("player {i} input"))?;
+            }
+            Ok(())
+        })?;
+        set.step(meter.wait())?;
         let recv_ns = monotonic_ns();
         while let Some((i, e)) = set.poll_event() {
             match e {
                 ClientEvent::Message { channel, data } if channel == SNAPSHOT_CHANNEL => {
-                    let (Some(tick), Some(sent)) = (le_u64(&data, 0), le_u64(&data, 8)) else {
-                        errors.push(format!("player {i}: a short snapshot"));
-                        continue;
-                    };
-                    let p = &mut players[i];
-                    if p.last_tick.is_some_and(|l| tick <= l) {
-                        stale += 1;
-                        continue;
-                    }
-                    p.last_tick = Some(tick);
-                    if measuring {
-                        hist.saturating_record(recv_ns.saturating_sub(sent).max(1));
-                        p.first_measured.get_or_insert(tick);
-                        p.last_measured = tick;
-                        p.measured += 1;
+                    if let Err(e) = meter.snapshot(i, &data, recv_ns) {
+                        errors.push(e);
                     }
                 }
                 ClientEvent::Message { channel, .. } => {
@@ -351,14 +293,12 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
             }
         }
         if errors.len() > 20 {
-            break;
+            break server.stats()?;
         }
-    }
-    let wall = t0.elapsed().as_secs_f64();
-    let cpu = CpuTimes::now();
-    let client_cpu = cpu.seconds_since(&cpu0) / wall.max(1e-9) * 100.0;
+    };
+    let seen = meter.finish();
     // Drain: no more inputs; give the reliable channel time to deliver what is in flight.
-    let inputs_total: u64 = players.iter().map(|p| p.input_seq).sum();
+    let inputs_total = seen.inputs_total;
     let drain_end = Instant::now() + DRAIN;
     let mut drained = server.stats()?;
     while Instant::now() < drain_end {
@@ -383,13 +323,6 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         .filter_map(|i| set.get(i).and_then(|c| c.detail()))
         .map(|d| d.unreliable_dropped)
         .sum();
-    let (mut lost, mut received_snapshots) = (0u64, 0u64);
-    for p in &players {
-        if let Some(first) = p.first_measured {
-            lost += (p.last_measured - first + 1).saturating_sub(p.measured);
-            received_snapshots += p.measured;
-        }
-    }
     drop(set);
     let relay_loss = match relay {
         Some(r) => {
@@ -401,18 +334,6 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     if let Err(e) = server.quit() {
         errors.push(format!("server: {e:#}"));
     }
-    let workers = cfg.io_threads.max(1) as f64;
-    let ticks = server_stats.game.ticks as f64;
-    let ticks_per_s = ticks / workers / server_stats.wall_s.max(1e-9);
-    let late: u64 = server_stats.workers.iter().map(|w| w.ticks_late).sum();
-    let skipped: u64 = server_stats.workers.iter().map(|w| w.ticks_skipped).sum();
-    let lateness = server_stats
-        .workers
-        .iter()
-        .map(|w| w.tick_lateness_max_ns)
-        .max()
-        .unwrap_or(0);
-    let tick_periods = server_stats.wall_s / period.as_secs_f64();
     let per_session = match (before.rss_kib, loaded.rss_kib) {
         (Some(a), Some(b)) if connected > 0 => {
             Some(finite((b as f64 - a as f64) * 1024.0 / connected as f64))
@@ -437,34 +358,19 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
             server_stats.game.snapshot_send_errors
         ));
     }
-    let ok = errors.is_empty() && connected == cfg.players;
-    Ok(GameRun {
-        config: cfg.clone(),
-        connected,
-        connect_s: finite(took.as_secs_f64()),
-        snapshot_latency_us: Latency::from_ns(&hist),
-        snapshots_received: received_snapshots,
-        snapshots_lost: lost,
-        snapshots_stale: stale + stale_protocol,
-        inputs_sent: inputs_sent_measured,
-        inputs_sent_total: inputs_total,
-        inputs_lost,
-        input_order_errors: drained.game.input_order_errors,
-        ticks_per_s: finite(ticks_per_s),
-        ticks_late: late,
-        ticks_skipped: skipped,
-        tick_lateness_max_us: finite(lateness as f64 / 1000.0),
-        snapshots_sent: server_stats.game.snapshots_sent,
-        snapshot_send_errors: server_stats.game.snapshot_send_errors,
-        server_cpu_percent: finite(server_stats.cpu_s / server_stats.wall_s.max(1e-9) * 100.0),
-        server_cpu_us_per_tick: finite(server_stats.cpu_s * 1e6 / tick_periods.max(1e-9)),
-        client_cpu_percent: finite(client_cpu),
-        server_rss_per_session_bytes: per_session,
-        server: server_stats,
-        relay_loss,
-        errors,
-        ok,
-    })
+    let mut run = GameRun::failed(cfg, ServerStats::default(), String::new());
+    run.set_players_seen(&seen);
+    run.set_server_figures(period, &server_stats);
+    run.connected = connected;
+    run.connect_s = finite(took.as_secs_f64());
+    run.snapshots_stale += stale_protocol;
+    run.inputs_lost = inputs_lost;
+    run.input_order_errors = drained.game.input_order_errors;
+    run.server_rss_per_session_bytes = per_session;
+    run.relay_loss = relay_loss;
+    run.ok = errors.is_empty() && connected == cfg.players;
+    run.errors = errors;
+    Ok(run)
 }
 
 /// Why inputs were still missing after the drain: the players that still hold reliable data
@@ -525,10 +431,4 @@ fn drain_verdict(
         first.len(),
         watch.as_secs_f64()
     ))
-}
-
-fn le_u64(b: &[u8], at: usize) -> Option<u64> {
-    b.get(at..at + 8)
-        .and_then(|s| <[u8; 8]>::try_from(s).ok())
-        .map(u64::from_le_bytes)
 }

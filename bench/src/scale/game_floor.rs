@@ -7,10 +7,15 @@
 //!   `recvmmsg` (learning a player's address from its first input), then sends the tick's
 //!   snapshot to each of its players with `sendmmsg`, 32 to a call: what Ricochet's workers
 //!   do on the `tick` idle strategy, without the protocol.
-//! - **Players**: N connected, non-blocking sockets on one thread with one level-triggered
-//!   epoll set, bound as a Ricochet run's members are. Inputs leave on the same grid as in a
-//!   Ricochet run (player i's k-th at start + (k + i/N) periods), one `send` each; a ready
-//!   socket gets one `recv`.
+//! - **Players**: N connected, non-blocking sockets on one thread, bound as a Ricochet run's
+//!   members are, waiting on the platform's [`Poller`] (the readiness set a `ClientSet` uses,
+//!   with the same nanosecond timeouts). Inputs leave on the same grid as in a Ricochet run
+//!   (player i's k-th at start + (k + i/N) periods), one `send` each; a ready socket gets one
+//!   `recv`.
+//!
+//! The floor's server threads are never pinned (Ricochet's workers are pinned only when the
+//! machine has more cores than workers, under the default `auto`), and a run's `--server-idle`,
+//! `--backend`, `--profile`, `--security` and `--acks-on-tick` do not apply to it.
 //!
 //! At 60 Hz and N players that is 60 × N datagrams each way a second: the server's CPU is
 //! what this machine's kernel costs for that traffic (the bound under any protocol on top),
@@ -27,23 +32,23 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use hdrhistogram::Histogram;
 use ricochet_platform::SocketConfig;
 use socket2::Socket;
 
+use ricochet_platform::Poller;
+
 use super::floor::{
-    client_socket, recv, send, workers, Epoll, MmsgBatch, MAX_DATAGRAM, SERVER_SOCKET_BUFFER,
-    STOP_POLL,
+    client_socket, recv, send, workers, MmsgBatch, MAX_DATAGRAM, SERVER_SOCKET_BUFFER, STOP_POLL,
 };
 use super::game::{GameConfig, GameRun};
+use super::game_meter::{Phase, PlayerMeter};
 use super::server::{
     announce, answer_commands, monotonic_ns, send as tell, FromServer, GameServerCounts,
     ServerKind, ServerProcess, ServerSpec, ServerStats, WorkerStats, INPUT_HEADER, SNAPSHOT_HEADER,
 };
 use super::sessions::group_ip;
 use crate::host::CpuTimes;
-use crate::schema::{finite, Latency};
-use crate::udp::tracker::new_rtt_histogram;
+use crate::schema::finite;
 
 /// Snapshots per `sendmmsg`.
 const SEND_BATCH: usize = 32;
@@ -226,13 +231,15 @@ impl Ticker {
             iov_base: self.snapshot.as_mut_ptr().cast(),
             iov_len: self.snapshot.len(),
         };
+        // One pointer for every header (a fresh `&mut` per header would invalidate the others).
+        let iov_ptr = std::ptr::addr_of_mut!(iov);
         // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
         let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
         for chunk in self.names.chunks_mut(SEND_BATCH) {
             for (h, name) in hdrs.iter_mut().zip(chunk.iter_mut()) {
                 h.msg_hdr.msg_name = (name as *mut libc::sockaddr_in).cast();
                 h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
-                h.msg_hdr.msg_iov = &mut iov;
+                h.msg_hdr.msg_iov = iov_ptr;
                 h.msg_hdr.msg_iovlen = 1;
             }
             let mut done = 0;
@@ -371,25 +378,17 @@ pub(super) fn serve_process(
 // ---------------------------------------------------------------------------------------------
 // Players (in the bench process, one thread).
 
-/// Per-player state.
-#[derive(Debug, Clone, Copy, Default)]
-struct Player {
-    input_seq: u64,
-    last_tick: Option<u64>,
-    first_measured: Option<u64>,
-    last_measured: u64,
-    measured: u64,
-}
-
 /// `bench game --stack kernel`: the floor server and `cfg.players` plain players.
 pub(super) fn run(cfg: &GameConfig) -> Result<GameRun> {
     if cfg.relay_profile.is_some() {
         bail!("the kernel floor of `bench game` runs on the direct path only");
     }
-    if cfg.snapshot_bytes > MAX_DATAGRAM {
+    if cfg.snapshot_bytes > MAX_DATAGRAM || cfg.input_bytes > MAX_DATAGRAM {
         bail!(
-            "the floor's players read datagrams of up to {MAX_DATAGRAM} B, not {}",
-            cfg.snapshot_bytes
+            "the floor reads datagrams of up to {MAX_DATAGRAM} B: snapshots of {} B and inputs \
+             of {} B do not fit",
+            cfg.snapshot_bytes,
+            cfg.input_bytes
         );
     }
     let period = Duration::from_secs_f64(1.0 / cfg.tick_hz.max(1.0));
@@ -411,20 +410,25 @@ pub(super) fn run(cfg: &GameConfig) -> Result<GameRun> {
         token_key: None,
     };
     let mut server = ServerProcess::start(&spec)?;
-    let before = server.stats()?;
     let mut errors = Vec::new();
-    let outcome = play(cfg, period, &mut server, &before, &mut errors);
+    let outcome = play(cfg, period, &mut server, &mut errors);
     let quit = server.quit();
+    let last = match quit {
+        Ok(last) => Some(last),
+        Err(e) => {
+            errors.push(format!("server: {e:#}"));
+            None
+        }
+    };
     let mut run = match outcome {
         Ok(r) => r,
         Err(e) => {
-            let last = quit.unwrap_or_default();
-            return Ok(GameRun::failed(cfg, last, crate::error_chain(e.as_ref())));
+            errors.insert(0, crate::error_chain(e.as_ref()));
+            let mut run = GameRun::failed(cfg, last.unwrap_or_default(), String::new());
+            run.errors = errors;
+            return Ok(run);
         }
     };
-    if let Err(e) = quit {
-        errors.push(format!("server: {e:#}"));
-    }
     run.ok = errors.is_empty() && run.connected == cfg.players;
     run.errors = errors;
     Ok(run)
@@ -435,118 +439,81 @@ fn play(
     cfg: &GameConfig,
     period: Duration,
     server: &mut ServerProcess,
-    before: &ServerStats,
     errors: &mut Vec<String>,
 ) -> Result<GameRun> {
     let n = cfg.players;
     let per_ip = cfg.players_per_ip.max(1);
-    let mut epoll = Epoll::new()?;
+    let mut poller = Poller::new().context("the players' readiness set")?;
     let t_connect = Instant::now();
     let mut socks = Vec::with_capacity(n);
     for i in 0..n {
         let s = client_socket(group_ip(i / per_ip), server.addr)
             .with_context(|| format!("player {i}"))?;
-        epoll.add(s.as_raw_fd(), i as u64)?;
+        poller
+            .add(s.as_raw_fd(), i as u64)
+            .with_context(|| format!("player {i}: adding its socket to the readiness set"))?;
         socks.push(s);
     }
     let took = t_connect.elapsed();
-    let mut players = vec![Player::default(); n];
-    let mut hist: Histogram<u64> = new_rtt_histogram();
-    let mut stale = 0u64;
-    let mut body = vec![0u8; cfg.input_bytes.max(INPUT_HEADER)];
     let mut buf = vec![0u8; MAX_DATAGRAM];
-    let start = Instant::now();
-    let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
-    let end = measure_at + Duration::from_secs_f64(cfg.seconds);
-    let (mut measuring, mut cpu0, mut t0) = (false, CpuTimes::now(), Instant::now());
-    let (mut inputs_measured, mut inputs_due, mut next_player) = (0u64, 0u64, 0usize);
-    let mut loaded = before.clone();
-    let mut server_stats = before.clone();
-    loop {
-        let now = Instant::now();
-        if !measuring && now >= measure_at {
-            measuring = true;
+    let mut meter = PlayerMeter::new(cfg, period, n);
+    let mut ready: Vec<u64> = Vec::new();
+    let mut got: Vec<(usize, usize)> = Vec::new();
+    let mut snapshots: Vec<u8> = Vec::new();
+    let server_stats = loop {
+        match meter.phase(Instant::now()) {
+            Phase::Over => break server.stats()?,
             // Every player has sent inputs by now: the server knows them all.
-            loaded = server.reset()?;
-            cpu0 = CpuTimes::now();
-            t0 = Instant::now();
-        }
-        if now >= end {
-            server_stats = server.stats()?;
-            break;
-        }
-        let elapsed = now.saturating_duration_since(start).as_secs_f64();
-        let target = (elapsed / period.as_secs_f64() * n as f64) as u64;
-        while inputs_due < target {
-            let i = next_player;
-            next_player = (next_player + 1) % n.max(1);
-            inputs_due += 1;
-            let p = &mut players[i];
-            body[..INPUT_HEADER].copy_from_slice(&p.input_seq.to_le_bytes());
-            send(socks[i].as_raw_fd(), &body).with_context(|| format!("player {i} input"))?;
-            p.input_seq += 1;
-            if measuring {
-                inputs_measured += 1;
+            Phase::Starts => {
+                server.reset()?;
             }
+            Phase::WarmUp | Phase::Measuring => {}
         }
-        let next_input = start
-            + Duration::from_secs_f64(
-                (inputs_due + 1) as f64 / n.max(1) as f64 * period.as_secs_f64(),
-            );
-        let wait = next_input
-            .saturating_duration_since(Instant::now())
-            .min(Duration::from_millis(5));
-        let ready = epoll.wait(wait)?;
-        let mut got: Vec<(usize, u64, u64)> = Vec::with_capacity(ready);
-        for k in 0..ready {
-            let i = epoll.token(k);
-            let Some(len) = recv(socks[i].as_raw_fd(), &mut buf)? else {
-                continue;
-            };
-            let le = |at: usize| {
-                buf.get(at..at + 8)
-                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                    .map(u64::from_le_bytes)
-            };
-            match (len >= SNAPSHOT_HEADER, le(0), le(8)) {
-                (true, Some(tick), Some(sent)) => got.push((i, tick, sent)),
-                _ => errors.push(format!("player {i}: a short snapshot")),
+        meter.send_due(Instant::now(), |i, body| {
+            send(socks[i].as_raw_fd(), body).with_context(|| format!("player {i} input"))
+        })?;
+        ready.clear();
+        poller
+            .wait(Some(meter.wait()), &mut ready)
+            .context("waiting for the players' sockets")?;
+        // One receive per ready socket; the snapshots are kept until the pass is over.
+        got.clear();
+        snapshots.clear();
+        for &token in &ready {
+            let i = token as usize;
+            if let Some(len) = recv(socks[i].as_raw_fd(), &mut buf)? {
+                got.push((i, snapshots.len()));
+                snapshots.extend_from_slice(&buf[..len.min(SNAPSHOT_HEADER)]);
             }
         }
         // Stamped after the pass, as a Ricochet run stamps after its set's turn.
         let recv_ns = monotonic_ns();
-        for (i, tick, sent) in got {
-            let p = &mut players[i];
-            if p.last_tick.is_some_and(|l| tick <= l) {
-                stale += 1;
-                continue;
-            }
-            p.last_tick = Some(tick);
-            if measuring {
-                hist.saturating_record(recv_ns.saturating_sub(sent).max(1));
-                p.first_measured.get_or_insert(tick);
-                p.last_measured = tick;
-                p.measured += 1;
+        for (k, &(i, at)) in got.iter().enumerate() {
+            let end = got.get(k + 1).map_or(snapshots.len(), |&(_, e)| e);
+            if let Err(e) = meter.snapshot(i, &snapshots[at..end], recv_ns) {
+                errors.push(e);
             }
         }
         if errors.len() > 20 {
-            break;
+            break server.stats()?;
         }
-    }
-    let wall = t0.elapsed().as_secs_f64();
-    let client_cpu = CpuTimes::now().seconds_since(&cpu0) / wall.max(1e-9) * 100.0;
+    };
+    let seen = meter.finish();
     // Drain: read snapshots (and let inputs in flight land) for a moment.
-    let inputs_total: u64 = players.iter().map(|p| p.input_seq).sum();
     let drain_end = Instant::now() + DRAIN;
     while Instant::now() < drain_end {
-        let ready = epoll.wait(Duration::from_millis(5))?;
-        for k in 0..ready {
-            let i = epoll.token(k);
-            recv(socks[i].as_raw_fd(), &mut buf)?;
+        ready.clear();
+        poller
+            .wait(Some(Duration::from_millis(5)), &mut ready)
+            .context("waiting for the players' sockets")?;
+        for &token in &ready {
+            recv(socks[token as usize].as_raw_fd(), &mut buf)?;
         }
     }
     let drained = server.stats()?;
-    let inputs_lost = inputs_total.saturating_sub(drained.game.inputs_received);
+    let inputs_lost = seen
+        .inputs_total
+        .saturating_sub(drained.game.inputs_received);
     if inputs_lost > 0 {
         errors.push(format!(
             "{inputs_lost} inputs lost (the floor does not resend; loopback lost them)"
@@ -564,43 +531,15 @@ fn play(
             server_stats.game.snapshot_send_errors
         ));
     }
-    let (mut lost, mut received) = (0u64, 0u64);
-    for p in &players {
-        if let Some(first) = p.first_measured {
-            lost += (p.last_measured - first + 1).saturating_sub(p.measured);
-            received += p.measured;
-        }
-    }
-    let workers = cfg.io_threads.max(1) as f64;
-    let ticks = server_stats.game.ticks as f64;
-    let tick_periods = server_stats.wall_s / period.as_secs_f64();
-    let w = &server_stats.workers;
-    let mut run = GameRun::failed(cfg, server_stats.clone(), String::new());
+    let mut run = GameRun::failed(cfg, ServerStats::default(), String::new());
+    run.set_players_seen(&seen);
+    run.set_server_figures(period, &server_stats);
     run.errors.clear();
     run.connected = n;
     run.connect_s = finite(took.as_secs_f64());
-    run.snapshot_latency_us = Latency::from_ns(&hist);
-    run.snapshots_received = received;
-    run.snapshots_lost = lost;
-    run.snapshots_stale = stale;
-    run.inputs_sent = inputs_measured;
-    run.inputs_sent_total = inputs_total;
     run.inputs_lost = inputs_lost;
     run.input_order_errors = drained.game.input_order_errors;
-    run.ticks_per_s = finite(ticks / workers / server_stats.wall_s.max(1e-9));
-    run.ticks_late = w.iter().map(|w| w.ticks_late).sum();
-    run.ticks_skipped = w.iter().map(|w| w.ticks_skipped).sum();
-    run.tick_lateness_max_us =
-        finite(w.iter().map(|w| w.tick_lateness_max_ns).max().unwrap_or(0) as f64 / 1000.0);
-    run.snapshots_sent = server_stats.game.snapshots_sent;
-    run.snapshot_send_errors = server_stats.game.snapshot_send_errors;
-    run.server_cpu_percent = finite(server_stats.cpu_s / server_stats.wall_s.max(1e-9) * 100.0);
-    run.server_cpu_us_per_tick = finite(server_stats.cpu_s * 1e6 / tick_periods.max(1e-9));
-    run.client_cpu_percent = finite(client_cpu);
     // The floor keeps a player's address and next input number: no session to weigh.
-    run.server_rss_per_session_bytes = match (before.rss_kib, loaded.rss_kib) {
-        (Some(a), Some(b)) if n > 0 => Some(finite((b as f64 - a as f64) * 1024.0 / n as f64)),
-        _ => None,
-    };
+    run.server_rss_per_session_bytes = None;
     Ok(run)
 }

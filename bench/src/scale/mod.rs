@@ -8,6 +8,7 @@ mod floor;
 pub mod game;
 #[cfg(target_os = "linux")]
 mod game_floor;
+mod game_meter;
 pub mod server;
 pub mod sessions;
 

@@ -122,8 +122,13 @@ pub struct SessionsRun {
     pub server_rss_idle_kib: Option<u64>,
     /// (idle − before) / connected, bytes.
     pub server_rss_per_session_bytes: Option<f64>,
-    /// Server RSS at the end of the echo, KiB.
+    /// Server RSS at the end of the run, KiB (the server's last report, when it quits: the
+    /// clients have closed by then).
     pub server_rss_end_kib: Option<u64>,
+    /// Echo: server RSS at the end of the measured phase, every window still in flight, KiB
+    /// (absent in runs before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_rss_loaded_kib: Option<u64>,
     /// Echo: round trips in the measured phase.
     pub round_trips: u64,
     /// Echo: round trips per second.
@@ -389,6 +394,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         server_rss_idle_kib: idle.rss_kib,
         server_rss_per_session_bytes: per_session,
         server_rss_end_kib: idle.rss_kib,
+        server_rss_loaded_kib: None,
         round_trips: 0,
         round_trips_per_s: 0.0,
         rtt_us: None,
@@ -561,14 +567,14 @@ impl PhaseCpu {
 
 impl SessionsRun {
     /// Echo: server RSS growth per session from before the first client to the end of the
-    /// echo (every message of a window still in flight), bytes. It includes what the workers'
-    /// buffers grew under the load, which a larger set spreads thinner. `None` for the kernel
-    /// floor, which holds no sessions.
+    /// measured echo (every message of a window still in flight), bytes. It includes what the
+    /// workers' buffers grew under the load, which a larger set spreads thinner. `None` for
+    /// the kernel floor, which holds no sessions, and for runs that did not record it.
     pub fn loaded_rss_per_session_bytes(&self) -> Option<f64> {
         if self.config.mode != "echo" || self.config.is_floor() || self.connected == 0 {
             return None;
         }
-        let (a, b) = (self.server_rss_before_kib?, self.server_rss_end_kib?);
+        let (a, b) = (self.server_rss_before_kib?, self.server_rss_loaded_kib?);
         Some(finite(
             (b as f64 - a as f64) * 1024.0 / self.connected as f64,
         ))
@@ -614,6 +620,7 @@ pub(super) fn failed(cfg: &SessionsConfig, server: ServerStats, error: String) -
         server_rss_idle_kib: None,
         server_rss_per_session_bytes: None,
         server_rss_end_kib: None,
+        server_rss_loaded_kib: None,
         round_trips: 0,
         round_trips_per_s: 0.0,
         rtt_us: None,
@@ -739,6 +746,7 @@ impl EchoMeter {
         run.min_client_round_trips = self.counted.iter().copied().min().unwrap_or(0);
         run.set_cpu((&self.cpu0, &cpu), wall, &stats);
         run.server_rss_end_kib = stats.rss_kib;
+        run.server_rss_loaded_kib = stats.rss_kib;
         run.server = stats;
         Ok(self.bad)
     }
