@@ -80,8 +80,10 @@ pub struct GameArgs {
     /// other. ricochet: the library. kernel (Linux, direct path only): the kernel floor, the
     /// same players, sockets and tick with no protocol (a plain server thread per worker
     /// that sleeps until its tick, reads the inputs with recvmmsg and sends each player's
-    /// snapshot with sendmmsg; players on one epoll thread with a send per input and a recv
-    /// per snapshot): the server CPU this machine's kernel costs for the game's datagrams.
+    /// snapshot with sendmmsg; players on one thread with a send per input and a recv per
+    /// snapshot): the server CPU this machine's kernel costs for the game's datagrams. The
+    /// floor ignores --server-idle, --server-pinning (never pinned), --backend, --profile,
+    /// --security and --acks-on-tick.
     #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "kernel"])]
     pub stack: Vec<String>,
 }

@@ -346,7 +346,8 @@ fn game(cx: &mut Ctx) -> Result<()> {
             " Kernel floor rows (`--stack kernel`): the same players, sockets and tick with no \
              protocol: a plain thread per worker sleeps until its tick, reads the inputs with \
              `recvmmsg` and sends every player's snapshot with `sendmmsg`; the players are plain \
-             sockets on one epoll thread. Its server CPU is what this machine's kernel costs \
+             sockets on one thread waiting on the readiness set a `ClientSet` uses. Its server \
+             CPU is what this machine's kernel costs \
              for the game's datagrams, and its latency what one plain client thread sees."
         } else {
             ""
