@@ -71,65 +71,94 @@ const CLIENT_SOCKET_BUFFER: usize = 256 << 10;
 // ---------------------------------------------------------------------------------------------
 // Server (in the server process).
 
-/// The floor's echo server: `threads` threads with a `SO_REUSEPORT` socket each.
-struct EchoServer {
-    addr: SocketAddr,
+/// Server threads with a `SO_REUSEPORT` socket each on one port, their stop flag and what
+/// each counts (`C`): the floor's echo server and its game server.
+pub(super) struct ServerThreads<C> {
+    /// The port they share.
+    pub(super) addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    /// Per thread: `recvmmsg` batches handled, datagrams echoed.
-    counts: Vec<Arc<[AtomicU64; 2]>>,
+    /// Per thread, its counters.
+    pub(super) counts: Vec<Arc<C>>,
     threads: Vec<JoinHandle<io::Result<()>>>,
+    what: &'static str,
 }
 
-impl EchoServer {
-    fn start(bind: SocketAddr, threads: usize) -> Result<EchoServer> {
+impl<C: Default + Send + Sync + 'static> ServerThreads<C> {
+    /// `n` threads, named `{name}-w{t}`: each binds its socket to `bind` (the others join the
+    /// port the first one got), has it set up by `prepare`, then runs `serve` on it until the
+    /// stop flag is set. `what` names the server in errors.
+    pub(super) fn start<F>(
+        bind: SocketAddr,
+        n: usize,
+        (name, what): (&str, &'static str),
+        prepare: impl Fn(&Socket) -> Result<()>,
+        serve: F,
+    ) -> Result<Self>
+    where
+        F: Fn(&Socket, &AtomicBool, &C) -> io::Result<()> + Clone + Send + 'static,
+    {
         let stop = Arc::new(AtomicBool::new(false));
-        let mut counts = Vec::new();
-        let mut addr = bind;
-        let mut handles = Vec::new();
-        for t in 0..threads {
+        let (mut addr, mut counts, mut threads) = (bind, Vec::new(), Vec::new());
+        for t in 0..n {
             let mut sc = SocketConfig::new(addr);
             sc.reuse_port = true;
             sc.recv_buffer = Some(SERVER_SOCKET_BUFFER);
             sc.send_buffer = Some(SERVER_SOCKET_BUFFER);
             let (sock, info) = ricochet_platform::bind(&sc)
-                .with_context(|| format!("binding the floor server to {addr}"))?
+                .with_context(|| format!("binding the {what} to {addr}"))?
                 .into_parts();
+            prepare(&sock)?;
+            addr = info.local_addr;
+            let c = Arc::new(C::default());
+            counts.push(c.clone());
+            let (stop, serve) = (stop.clone(), serve.clone());
+            let h = std::thread::Builder::new()
+                .name(format!("{name}-w{t}"))
+                .spawn(move || serve(&sock, &stop, &c))
+                .with_context(|| format!("starting a {what} thread"))?;
+            threads.push(h);
+        }
+        Ok(ServerThreads {
+            addr,
+            stop,
+            counts,
+            threads,
+            what,
+        })
+    }
+
+    /// Stop and join every thread (their counts stay readable).
+    pub(super) fn shutdown(&mut self) -> Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        for h in self.threads.drain(..) {
+            match h.join() {
+                Ok(r) => r.with_context(|| format!("a {} thread", self.what))?,
+                Err(_) => bail!("a {} thread panicked", self.what),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The floor's echo server: per thread, `recvmmsg` batches handled and datagrams echoed.
+type EchoServer = ServerThreads<[AtomicU64; 2]>;
+
+/// Start the echo server's `n` threads on `bind`.
+fn start_echo(bind: SocketAddr, n: usize) -> Result<EchoServer> {
+    ServerThreads::start(
+        bind,
+        n,
+        ("floor", "floor server"),
+        |sock| {
             // Blocking, with a timeout to look at the stop flag: the thread sleeps in
             // `recvmmsg` while nothing comes, as the runtime's workers sleep in their backend
             // (the platform makes its sockets non-blocking).
             sock.set_nonblocking(false).context("blocking mode")?;
             sock.set_read_timeout(Some(STOP_POLL))
-                .context("SO_RCVTIMEO")?;
-            // The others join the port the first one got.
-            addr = info.local_addr;
-            let c = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-            counts.push(c.clone());
-            let stop = stop.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("floor-w{t}"))
-                .spawn(move || serve_socket(&sock, &stop, &c))
-                .context("starting a floor server thread")?;
-            handles.push(h);
-        }
-        Ok(EchoServer {
-            addr,
-            stop,
-            counts,
-            threads: handles,
-        })
-    }
-
-    /// Stop and join every thread (their counts stay readable).
-    fn shutdown(&mut self) -> Result<()> {
-        self.stop.store(true, Ordering::Relaxed);
-        for h in self.threads.drain(..) {
-            match h.join() {
-                Ok(r) => r.context("a floor server thread")?,
-                Err(_) => bail!("a floor server thread panicked"),
-            }
-        }
-        Ok(())
-    }
+                .context("SO_RCVTIMEO")
+        },
+        serve_socket,
+    )
 }
 
 /// Datagram buffers with the `mmsghdr`s that point into them, for `recvmmsg` and for sending
@@ -313,7 +342,7 @@ pub(super) fn serve_process(
     let bind: SocketAddr = spec.bind.parse().context("server bind address")?;
     let mut server = announce(
         &mut output,
-        EchoServer::start(bind, workers(spec.io_threads)),
+        start_echo(bind, workers(spec.io_threads)),
         |s| s.addr,
     )?;
     let mut since = (CpuTimes::now(), Instant::now());

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use ricochet::ClientEvent;
 use serde::{Deserialize, Serialize};
 
-use super::game_meter::{Phase, PlayerMeter};
+use super::game_meter::{server_faults, Phase, PlayerMeter};
 use super::server::{
     monotonic_ns, ServerKind, ServerProcess, ServerSpec, ServerStats, INPUT_CHANNEL,
     SNAPSHOT_CHANNEL,
@@ -346,21 +346,13 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
             DRAIN.as_secs()
         ));
     }
-    if drained.game.input_order_errors > 0 {
-        errors.push(format!(
-            "{} inputs out of order",
-            drained.game.input_order_errors
-        ));
-    }
-    if server_stats.game.snapshot_send_errors > 0 {
-        errors.push(format!(
-            "{} snapshots refused by the server's sessions",
-            server_stats.game.snapshot_send_errors
-        ));
-    }
-    let mut run = GameRun::failed(cfg, ServerStats::default(), String::new());
-    run.set_players_seen(&seen);
-    run.set_server_figures(period, &server_stats);
+    server_faults(
+        &drained,
+        &server_stats,
+        "the server's sessions",
+        &mut errors,
+    );
+    let mut run = GameRun::measured(cfg, period, &seen, &server_stats);
     run.connected = connected;
     run.connect_s = finite(took.as_secs_f64());
     run.snapshots_stale += stale_protocol;

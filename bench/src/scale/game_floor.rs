@@ -27,21 +27,18 @@ use std::io::{self, Write};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ricochet_platform::SocketConfig;
 use socket2::Socket;
 
 use ricochet_platform::Poller;
 
 use super::floor::{
-    client_socket, recv, send, workers, MmsgBatch, MAX_DATAGRAM, SERVER_SOCKET_BUFFER, STOP_POLL,
+    client_socket, recv, send, workers, MmsgBatch, ServerThreads, MAX_DATAGRAM, STOP_POLL,
 };
 use super::game::{GameConfig, GameRun};
-use super::game_meter::{Phase, PlayerMeter};
+use super::game_meter::{server_faults, Phase, PlayerMeter};
 use super::server::{
     announce, answer_commands, monotonic_ns, send as tell, FromServer, GameServerCounts,
     ServerKind, ServerProcess, ServerSpec, ServerStats, WorkerStats, INPUT_HEADER, SNAPSHOT_HEADER,
@@ -74,54 +71,19 @@ struct ThreadCounts {
     datagrams_out: AtomicU64,
 }
 
-/// The floor's game server: `threads` threads with a `SO_REUSEPORT` socket each.
-struct GameServer {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    counts: Vec<Arc<ThreadCounts>>,
-    threads: Vec<JoinHandle<io::Result<()>>>,
-}
+/// The floor's game server: per thread, its tick and traffic counters.
+type GameServer = ServerThreads<ThreadCounts>;
 
-impl GameServer {
-    fn start(bind: SocketAddr, threads: usize, tick: Duration, snapshot: usize) -> Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (mut addr, mut counts, mut handles) = (bind, Vec::new(), Vec::new());
-        for t in 0..threads {
-            let mut sc = SocketConfig::new(addr);
-            sc.reuse_port = true;
-            sc.recv_buffer = Some(SERVER_SOCKET_BUFFER);
-            sc.send_buffer = Some(SERVER_SOCKET_BUFFER);
-            let (sock, info) = ricochet_platform::bind(&sc)
-                .with_context(|| format!("binding the floor game server to {addr}"))?
-                .into_parts();
-            addr = info.local_addr;
-            let c = Arc::new(ThreadCounts::default());
-            counts.push(c.clone());
-            let stop = stop.clone();
-            let h = std::thread::Builder::new()
-                .name(format!("floor-game-w{t}"))
-                .spawn(move || Ticker::new(tick, snapshot).run(&sock, &stop, &c))
-                .context("starting a floor game server thread")?;
-            handles.push(h);
-        }
-        Ok(GameServer {
-            addr,
-            stop,
-            counts,
-            threads: handles,
-        })
-    }
-
-    fn shutdown(&mut self) -> Result<()> {
-        self.stop.store(true, Ordering::Relaxed);
-        for h in self.threads.drain(..) {
-            match h.join() {
-                Ok(r) => r.context("a floor game server thread")?,
-                Err(_) => bail!("a floor game server thread panicked"),
-            }
-        }
-        Ok(())
-    }
+/// Start the game server's `n` threads on `bind`, ticking every `tick` with snapshots of
+/// `snapshot` bytes.
+fn start_game(bind: SocketAddr, n: usize, tick: Duration, snapshot: usize) -> Result<GameServer> {
+    ServerThreads::start(
+        bind,
+        n,
+        ("floor-game", "floor game server"),
+        |_| Ok(()),
+        move |sock, stop, counts| Ticker::new(tick, snapshot).run(sock, stop, counts),
+    )
 }
 
 /// One server thread's state: its players and the tick grid.
@@ -306,7 +268,7 @@ pub(super) fn serve_process(
     let tick = Duration::from_micros(tick_us.max(1));
     let mut server = announce(
         &mut output,
-        GameServer::start(bind, workers(spec.io_threads), tick, snapshot_bytes),
+        start_game(bind, workers(spec.io_threads), tick, snapshot_bytes),
         |s| s.addr,
     )?;
     // Counters at the last reset (the threads' counters run from the start).
@@ -519,22 +481,8 @@ fn play(
             "{inputs_lost} inputs lost (the floor does not resend; loopback lost them)"
         ));
     }
-    if drained.game.input_order_errors > 0 {
-        errors.push(format!(
-            "{} inputs out of order",
-            drained.game.input_order_errors
-        ));
-    }
-    if server_stats.game.snapshot_send_errors > 0 {
-        errors.push(format!(
-            "{} snapshots refused by a full server socket",
-            server_stats.game.snapshot_send_errors
-        ));
-    }
-    let mut run = GameRun::failed(cfg, ServerStats::default(), String::new());
-    run.set_players_seen(&seen);
-    run.set_server_figures(period, &server_stats);
-    run.errors.clear();
+    server_faults(&drained, &server_stats, "a full server socket", errors);
+    let mut run = GameRun::measured(cfg, period, &seen, &server_stats);
     run.connected = n;
     run.connect_s = finite(took.as_secs_f64());
     run.inputs_lost = inputs_lost;

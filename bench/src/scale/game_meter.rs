@@ -208,10 +208,48 @@ impl PlayerMeter {
     }
 }
 
+/// What the server's counters say went wrong, into `errors`: inputs out of order (`drained`,
+/// counted from the start) and snapshots refused in the measured phase (`measured`), by
+/// `refused_by`.
+pub(super) fn server_faults(
+    drained: &ServerStats,
+    measured: &ServerStats,
+    refused_by: &str,
+    errors: &mut Vec<String>,
+) {
+    if drained.game.input_order_errors > 0 {
+        errors.push(format!(
+            "{} inputs out of order",
+            drained.game.input_order_errors
+        ));
+    }
+    if measured.game.snapshot_send_errors > 0 {
+        errors.push(format!(
+            "{} snapshots refused by {refused_by}",
+            measured.game.snapshot_send_errors
+        ));
+    }
+}
+
 impl GameRun {
+    /// A measured run of `cfg`: what the players saw and the server's figures for ticks every
+    /// `period`; the caller fills in the rest.
+    pub(super) fn measured(
+        cfg: &GameConfig,
+        period: Duration,
+        seen: &PlayersSeen,
+        stats: &ServerStats,
+    ) -> GameRun {
+        let mut run = GameRun::failed(cfg, ServerStats::default(), String::new());
+        run.errors.clear();
+        run.set_players_seen(seen);
+        run.set_server_figures(period, stats);
+        run
+    }
+
     /// Fills the server's figures of the measured phase from its counters (`stats`, reset at
     /// the phase's start) for ticks every `period`, per worker the server reported.
-    pub(super) fn set_server_figures(&mut self, period: Duration, stats: &ServerStats) {
+    fn set_server_figures(&mut self, period: Duration, stats: &ServerStats) {
         let workers = stats.workers.len().max(1) as f64;
         let w = &stats.workers;
         let tick_periods = stats.wall_s / period.as_secs_f64();
@@ -228,7 +266,7 @@ impl GameRun {
     }
 
     /// Fills what the players saw.
-    pub(super) fn set_players_seen(&mut self, seen: &PlayersSeen) {
+    fn set_players_seen(&mut self, seen: &PlayersSeen) {
         self.snapshot_latency_us = seen.latency;
         self.snapshots_received = seen.received;
         self.snapshots_lost = seen.lost;
