@@ -17,7 +17,7 @@ use bytes::Bytes;
 use ricochet::ClientEvent;
 use serde::{Deserialize, Serialize};
 
-use super::game_meter::{server_faults, Phase, PlayerMeter};
+use super::game_meter::{server_faults, PlayerMeter};
 use super::server::{
     monotonic_ns, ServerKind, ServerProcess, ServerSpec, ServerStats, INPUT_CHANNEL,
     SNAPSHOT_CHANNEL,
@@ -183,14 +183,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         None | Some("ricochet") => {}
         #[cfg(target_os = "linux")]
         Some("kernel") => return super::game_floor::run(cfg),
-        Some(other) => anyhow::bail!(
-            "stack {other:?} is not measured here (ricochet{})",
-            if cfg!(target_os = "linux") {
-                " or kernel"
-            } else {
-                "; the kernel floor is Linux only"
-            }
-        ),
+        Some(other) => return Err(super::unmeasured_stack(other)),
     }
     let period = Duration::from_secs_f64(1.0 / cfg.tick_hz.max(1.0));
     let relayed = cfg.relay_profile.is_some();
@@ -260,12 +253,8 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     let mut meter = PlayerMeter::new(cfg, period, n);
     let mut errors = Vec::new();
     let server_stats = loop {
-        match meter.phase(Instant::now()) {
-            Phase::Over => break server.stats()?,
-            Phase::Starts => {
-                server.reset()?;
-            }
-            Phase::WarmUp | Phase::Measuring => {}
+        if let Some(stats) = meter.advance(&mut server)? {
+            break stats;
         }
         meter.send_due(Instant::now(), |i, body| {
             if let Some(c) = set.get_mut(i) {

@@ -38,7 +38,7 @@ use super::floor::{
     client_socket, recv, send, workers, MmsgBatch, ServerThreads, MAX_DATAGRAM, STOP_POLL,
 };
 use super::game::{GameConfig, GameRun};
-use super::game_meter::{server_faults, Phase, PlayerMeter};
+use super::game_meter::{server_faults, PlayerMeter};
 use super::server::{
     announce, answer_commands, monotonic_ns, send as tell, FromServer, GameServerCounts,
     ServerKind, ServerProcess, ServerSpec, ServerStats, WorkerStats, INPUT_HEADER, SNAPSHOT_HEADER,
@@ -423,13 +423,8 @@ fn play(
     let mut got: Vec<(usize, usize)> = Vec::new();
     let mut snapshots: Vec<u8> = Vec::new();
     let server_stats = loop {
-        match meter.phase(Instant::now()) {
-            Phase::Over => break server.stats()?,
-            // Every player has sent inputs by now: the server knows them all.
-            Phase::Starts => {
-                server.reset()?;
-            }
-            Phase::WarmUp | Phase::Measuring => {}
+        if let Some(stats) = meter.advance(server)? {
+            break stats;
         }
         meter.send_due(Instant::now(), |i, body| {
             send(socks[i].as_raw_fd(), body).with_context(|| format!("player {i} input"))

@@ -8,7 +8,7 @@ use anyhow::Result;
 use hdrhistogram::Histogram;
 
 use super::game::{GameConfig, GameRun};
-use super::server::{ServerStats, INPUT_HEADER, SNAPSHOT_HEADER};
+use super::server::{ServerProcess, ServerStats, INPUT_HEADER, SNAPSHOT_HEADER};
 
 // A snapshot starts with its tick number and its send time, 8 bytes each.
 const _: () = assert!(SNAPSHOT_HEADER >= 16);
@@ -27,19 +27,6 @@ struct Player {
     first_measured: Option<u64>,
     last_measured: u64,
     measured: u64,
-}
-
-/// Where a run is in time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Phase {
-    /// Before the measured phase.
-    WarmUp,
-    /// The measured phase starts now: reset the server's counters.
-    Starts,
-    /// Measuring.
-    Measuring,
-    /// The measured phase is over.
-    Over,
 }
 
 /// The players' bookkeeping over a run.
@@ -96,21 +83,21 @@ impl PlayerMeter {
         }
     }
 
-    /// The phase at `now`; `Starts` once, when the measured phase begins (the CPU clock of
-    /// the players starts then).
-    pub(super) fn phase(&mut self, now: Instant) -> Phase {
+    /// Moves the run on in time: when the measured phase begins, resets `server`'s counters
+    /// and starts the players' CPU clock (by then every player has sent inputs, so a floor
+    /// server knows them all); once it is over, returns the server's figures for it.
+    pub(super) fn advance(&mut self, server: &mut ServerProcess) -> Result<Option<ServerStats>> {
+        let now = Instant::now();
         if now >= self.end {
-            Phase::Over
-        } else if self.measuring {
-            Phase::Measuring
-        } else if now >= self.measure_at {
+            return server.stats().map(Some);
+        }
+        if !self.measuring && now >= self.measure_at {
             self.measuring = true;
+            server.reset()?;
             self.cpu0 = CpuTimes::now();
             self.t0 = Instant::now();
-            Phase::Starts
-        } else {
-            Phase::WarmUp
         }
+        Ok(None)
     }
 
     /// Sends every input due by `now` with `send(player, body)`, in grid order; a body starts

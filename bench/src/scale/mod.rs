@@ -27,6 +27,18 @@ pub fn protocol_profile(name: &str) -> Result<Profile> {
     })
 }
 
+/// The error for a `--stack` this build does not measure.
+fn unmeasured_stack(other: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "stack {other:?} is not measured here (ricochet{})",
+        if cfg!(target_os = "linux") {
+            " or kernel"
+        } else {
+            "; the kernel floor is Linux only"
+        }
+    )
+}
+
 /// The configuration of one member of a many-client set: `profile`, datagram `backend`, bound
 /// to `ip`. Many members with small messages: a small batch and no GRO buffers (64 KiB each
 /// otherwise), a 256 KiB socket buffer.

@@ -343,14 +343,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         None | Some("ricochet") => {}
         #[cfg(target_os = "linux")]
         Some("kernel") => return super::floor::run(cfg),
-        Some(other) => anyhow::bail!(
-            "stack {other:?} is not measured here (ricochet{})",
-            if cfg!(target_os = "linux") {
-                " or kernel"
-            } else {
-                "; the kernel floor is Linux only"
-            }
-        ),
+        Some(other) => return Err(super::unmeasured_stack(other)),
     }
     let key = token_key(&cfg.security)?;
     let mut server = ServerProcess::start(&server_spec(cfg, ServerKind::Echo, key))?;
