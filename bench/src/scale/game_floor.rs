@@ -420,8 +420,8 @@ fn play(
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut meter = PlayerMeter::new(cfg, period, n);
     let mut ready: Vec<u64> = Vec::new();
-    let mut got: Vec<(usize, usize)> = Vec::new();
-    let mut snapshots: Vec<u8> = Vec::new();
+    // Per snapshot of a pass: the player, and the snapshot's header (as much as came).
+    let mut got: Vec<(usize, usize, [u8; SNAPSHOT_HEADER])> = Vec::new();
     let server_stats = loop {
         if let Some(stats) = meter.advance(server)? {
             break stats;
@@ -433,21 +433,21 @@ fn play(
         poller
             .wait(Some(meter.wait()), &mut ready)
             .context("waiting for the players' sockets")?;
-        // One receive per ready socket; the snapshots are kept until the pass is over.
+        // One receive per ready socket; the headers are kept until the pass is over.
         got.clear();
-        snapshots.clear();
         for &token in &ready {
             let i = token as usize;
             if let Some(len) = recv(socks[i].as_raw_fd(), &mut buf)? {
-                got.push((i, snapshots.len()));
-                snapshots.extend_from_slice(&buf[..len.min(SNAPSHOT_HEADER)]);
+                let len = len.min(SNAPSHOT_HEADER);
+                let mut header = [0u8; SNAPSHOT_HEADER];
+                header[..len].copy_from_slice(&buf[..len]);
+                got.push((i, len, header));
             }
         }
         // Stamped after the pass, as a Ricochet run stamps after its set's turn.
         let recv_ns = monotonic_ns();
-        for (k, &(i, at)) in got.iter().enumerate() {
-            let end = got.get(k + 1).map_or(snapshots.len(), |&(_, e)| e);
-            if let Err(e) = meter.snapshot(i, &snapshots[at..end], recv_ns) {
+        for (i, len, header) in &got {
+            if let Err(e) = meter.snapshot(*i, &header[..*len], recv_ns) {
                 errors.push(e);
             }
         }

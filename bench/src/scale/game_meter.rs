@@ -9,12 +9,12 @@ use hdrhistogram::Histogram;
 
 use super::game::{GameConfig, GameRun};
 use super::server::{ServerProcess, ServerStats, INPUT_HEADER, SNAPSHOT_HEADER};
-
-// A snapshot starts with its tick number and its send time, 8 bytes each.
-const _: () = assert!(SNAPSHOT_HEADER >= 16);
 use crate::host::CpuTimes;
 use crate::schema::{finite, Latency};
 use crate::udp::tracker::new_rtt_histogram;
+
+// A snapshot starts with its tick number and its send time, 8 bytes each.
+const _: () = assert!(SNAPSHOT_HEADER >= 16);
 
 /// Longest a turn waits for the next input's due time.
 const MAX_WAIT: Duration = Duration::from_millis(5);
