@@ -2000,6 +2000,12 @@ impl Connection {
         } else {
             PacketState::Untracked
         };
+        if self.sent.len() == self.sent.capacity() {
+            // Grow by a quarter (at least 4), not double: at 64 bytes a packet, the list of
+            // a session whose flight just passed a power of two would otherwise hold nearly
+            // twice the room it uses (and the idle trim gives it back only later).
+            self.sent.reserve_exact((self.sent.len() / 4).max(4));
+        }
         self.sent.push_back(SentPacket {
             pn,
             time: now,
