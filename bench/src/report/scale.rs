@@ -314,7 +314,7 @@ fn game(cx: &mut Ctx) -> Result<()> {
         labels.push(format!(
             "{} players, {path_name}{}",
             thousands(*n as u64),
-            if stack == "kernel floor" {
+            if rs.iter().any(|r| r.config.is_floor()) {
                 ", floor"
             } else {
                 ""

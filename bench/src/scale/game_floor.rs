@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use socket2::Socket;
+use socket2::{SockAddr, Socket};
 
 use ricochet_platform::Poller;
 
@@ -68,7 +68,6 @@ struct ThreadCounts {
     snapshot_send_errors: AtomicU64,
     inputs: AtomicU64,
     input_order_errors: AtomicU64,
-    datagrams_out: AtomicU64,
 }
 
 /// The floor's game server: per thread, its tick and traffic counters.
@@ -92,7 +91,7 @@ struct Ticker {
     snapshot: Vec<u8>,
     /// Player index by address, and per player its address and next expected input.
     index: HashMap<SocketAddrV4, usize>,
-    names: Vec<libc::sockaddr_in>,
+    names: Vec<SockAddr>,
     next_input: Vec<u64>,
     inputs: MmsgBatch,
     tick_no: u64,
@@ -167,7 +166,7 @@ impl Ticker {
                     continue;
                 };
                 let p = *self.index.entry(from).or_insert_with(|| {
-                    self.names.push(sockaddr_in(from));
+                    self.names.push(SockAddr::from(from));
                     self.next_input.push(0);
                     self.names.len() - 1
                 });
@@ -197,10 +196,11 @@ impl Ticker {
         let iov_ptr = std::ptr::addr_of_mut!(iov);
         // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
         let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
-        for chunk in self.names.chunks_mut(SEND_BATCH) {
-            for (h, name) in hdrs.iter_mut().zip(chunk.iter_mut()) {
-                h.msg_hdr.msg_name = (name as *mut libc::sockaddr_in).cast();
-                h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as u32;
+        for chunk in self.names.chunks(SEND_BATCH) {
+            for (h, name) in hdrs.iter_mut().zip(chunk) {
+                // The kernel only reads a send's address.
+                h.msg_hdr.msg_name = name.as_ptr().cast_mut().cast();
+                h.msg_hdr.msg_namelen = name.len();
                 h.msg_hdr.msg_iov = iov_ptr;
                 h.msg_hdr.msg_iovlen = 1;
             }
@@ -232,21 +232,9 @@ impl Ticker {
                 }
                 done += sent as usize;
                 c.snapshots_sent.fetch_add(sent as u64, Ordering::Relaxed);
-                c.datagrams_out.fetch_add(sent as u64, Ordering::Relaxed);
             }
         }
         Ok(())
-    }
-}
-
-fn sockaddr_in(a: SocketAddrV4) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: a.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*a.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
     }
 }
 
@@ -313,7 +301,7 @@ pub(super) fn serve_process(
                     WorkerStats {
                         loop_turns: r(&c.ticks),
                         datagrams_in: r(&c.inputs),
-                        datagrams_out: r(&c.datagrams_out),
+                        datagrams_out: r(&c.snapshots_sent),
                         ticks: r(&c.ticks),
                         ticks_late: r(&c.ticks_late),
                         ticks_skipped: r(&c.ticks_skipped),

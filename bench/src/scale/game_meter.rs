@@ -227,39 +227,30 @@ impl GameRun {
         seen: &PlayersSeen,
         stats: &ServerStats,
     ) -> GameRun {
-        let mut run = GameRun::failed(cfg, ServerStats::default(), String::new());
+        let mut run = GameRun::failed(cfg, stats.clone(), String::new());
         run.errors.clear();
-        run.set_players_seen(seen);
-        run.set_server_figures(period, stats);
-        run
-    }
-
-    /// Fills the server's figures of the measured phase from its counters (`stats`, reset at
-    /// the phase's start) for ticks every `period`, per worker the server reported.
-    fn set_server_figures(&mut self, period: Duration, stats: &ServerStats) {
+        // What the players saw.
+        run.snapshot_latency_us = seen.latency;
+        run.snapshots_received = seen.received;
+        run.snapshots_lost = seen.lost;
+        run.snapshots_stale = seen.stale;
+        run.inputs_sent = seen.inputs_measured;
+        run.inputs_sent_total = seen.inputs_total;
+        run.client_cpu_percent = seen.client_cpu_percent;
+        // The server's figures of the measured phase (its counters were reset at its start),
+        // per worker the server reported.
         let workers = stats.workers.len().max(1) as f64;
         let w = &stats.workers;
         let tick_periods = stats.wall_s / period.as_secs_f64();
-        self.ticks_per_s = finite(stats.game.ticks as f64 / workers / stats.wall_s.max(1e-9));
-        self.ticks_late = w.iter().map(|w| w.ticks_late).sum();
-        self.ticks_skipped = w.iter().map(|w| w.ticks_skipped).sum();
-        self.tick_lateness_max_us =
+        run.ticks_per_s = finite(stats.game.ticks as f64 / workers / stats.wall_s.max(1e-9));
+        run.ticks_late = w.iter().map(|w| w.ticks_late).sum();
+        run.ticks_skipped = w.iter().map(|w| w.ticks_skipped).sum();
+        run.tick_lateness_max_us =
             finite(w.iter().map(|w| w.tick_lateness_max_ns).max().unwrap_or(0) as f64 / 1000.0);
-        self.snapshots_sent = stats.game.snapshots_sent;
-        self.snapshot_send_errors = stats.game.snapshot_send_errors;
-        self.server_cpu_percent = finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0);
-        self.server_cpu_us_per_tick = finite(stats.cpu_s * 1e6 / tick_periods.max(1e-9));
-        self.server = stats.clone();
-    }
-
-    /// Fills what the players saw.
-    fn set_players_seen(&mut self, seen: &PlayersSeen) {
-        self.snapshot_latency_us = seen.latency;
-        self.snapshots_received = seen.received;
-        self.snapshots_lost = seen.lost;
-        self.snapshots_stale = seen.stale;
-        self.inputs_sent = seen.inputs_measured;
-        self.inputs_sent_total = seen.inputs_total;
-        self.client_cpu_percent = seen.client_cpu_percent;
+        run.snapshots_sent = stats.game.snapshots_sent;
+        run.snapshot_send_errors = stats.game.snapshot_send_errors;
+        run.server_cpu_percent = finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0);
+        run.server_cpu_us_per_tick = finite(stats.cpu_s * 1e6 / tick_periods.max(1e-9));
+        run
     }
 }

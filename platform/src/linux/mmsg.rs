@@ -262,19 +262,18 @@ impl MmsgBackend {
             let rc = if built == 1 && h0.msg_controllen == 0 && h0.msg_iovlen == 1 {
                 // One plain datagram (a light client's usual turn): `sendto` skips copying a
                 // message header and an iovec array in from user space.
-                let h = h0;
                 // SAFETY: the header has exactly one iovec (checked above); it and the name
                 // point at live memory (`batch`'s buffer and `tx_names[0]`) of the lengths
                 // given, untouched during the call.
                 let n = unsafe {
-                    let iov = &*h.msg_iov;
+                    let iov = &*h0.msg_iov;
                     libc::sendto(
                         self.fd,
                         iov.iov_base,
                         iov.iov_len,
                         0,
-                        h.msg_name.cast(),
-                        h.msg_namelen,
+                        h0.msg_name.cast(),
+                        h0.msg_namelen,
                     )
                 };
                 if n < 0 {
