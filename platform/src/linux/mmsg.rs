@@ -4,7 +4,9 @@
 //! `batch_size × max_datagram` bytes; one `sendmmsg` sends up to `batch_size` messages (at
 //! least 8), so a larger send batch takes several. GSO
 //! entries go out as one message with a `UDP_SEGMENT` control message when the kernel supports
-//! it, else segment by segment. All per-datagram arrays are allocated once, at construction.
+//! it, else segment by segment. The receive arrays are allocated once, at construction; the
+//! send arrays on the first send of more than one datagram (one datagram goes out with
+//! `sendto`, which needs none: a light client, or a member of a client set, never makes them).
 //!
 //! The epoll set and the wake-up eventfd are made on first need (the first blocking poll or
 //! [`Backend::waker`] call): a backend only ever polled without waiting, as the members of a
@@ -85,6 +87,58 @@ fn uninit_region(len: usize) -> Vec<MaybeUninit<u8>> {
     v
 }
 
+/// What the kernel needs beside one datagram's bytes: its address, the iovec pointing at the
+/// bytes, and a control-message buffer. One array of these per direction, so a backend holds
+/// one allocation for them rather than three.
+#[derive(Clone, Copy)]
+struct Slot {
+    name: libc::sockaddr_storage,
+    iov: libc::iovec,
+    ctrl: CmsgBuf,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            name: sys::zeroed_storage(),
+            iov: libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            },
+            ctrl: CmsgBuf::new(),
+        }
+    }
+}
+
+/// `n` message headers, each pointing at its slot's address, iovec and (for receiving)
+/// control buffer. The slots' heap storage never moves, so the pointers stay valid when the
+/// backend does.
+fn headers(slots: &mut [Slot], with_ctrl: bool) -> Vec<libc::mmsghdr> {
+    slots
+        .iter_mut()
+        .map(|slot| {
+            // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = (&mut slot.name as *mut libc::sockaddr_storage).cast();
+            h.msg_hdr.msg_iov = &mut slot.iov;
+            h.msg_hdr.msg_iovlen = 1;
+            if with_ctrl {
+                h.msg_hdr.msg_control = slot.ctrl.0.as_mut_ptr().cast();
+            }
+            h
+        })
+        .collect()
+}
+
+/// Gives a receive header its full buffer sizes again (the kernel shrinks them to what it
+/// wrote).
+fn reset_rx_header(h: &mut libc::mmsghdr) {
+    h.msg_len = 0;
+    h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    h.msg_hdr.msg_controllen = std::mem::size_of::<CmsgBuf>() as _;
+    h.msg_hdr.msg_flags = 0;
+}
+
 /// epoll + `recvmmsg`/`sendmmsg` on one socket.
 pub struct MmsgBackend {
     sock: BoundSocket,
@@ -105,14 +159,16 @@ pub struct MmsgBackend {
     /// zeroing the region would cost every new socket (a client fleet opens thousands) a
     /// pass over it.
     region: Vec<MaybeUninit<u8>>,
-    rx_names: Vec<libc::sockaddr_storage>,
-    rx_iov: Vec<libc::iovec>,
-    rx_ctrl: Vec<CmsgBuf>,
+    rx_slots: Vec<Slot>,
     rx_hdrs: Vec<libc::mmsghdr>,
+    /// Receive headers the last `recvmmsg` may have changed (the ones it filled, and the one
+    /// it found nothing for): only those need their sizes back before the next.
+    rx_used: usize,
     metas: Vec<RecvMeta>,
-    tx_names: Vec<libc::sockaddr_storage>,
-    tx_iov: Vec<libc::iovec>,
-    tx_ctrl: Vec<CmsgBuf>,
+    /// Messages one `sendmmsg` carries at most; the send arrays are made with that many
+    /// entries on first need.
+    tx_cap: usize,
+    tx_slots: Vec<Slot>,
     tx_hdrs: Vec<libc::mmsghdr>,
     /// Per message built: (pending-entry index, segments it carries, ends its entry).
     tx_map: Vec<(usize, usize, bool)>,
@@ -176,7 +232,6 @@ impl MmsgBackend {
         };
 
         let n = cfg.batch_size;
-        let tx_n = n.max(MIN_SEND_BATCH);
         let mut b = MmsgBackend {
             fd,
             sock,
@@ -189,54 +244,28 @@ impl MmsgBackend {
             last_full: false,
             no_pwait2: false,
             region: uninit_region(n * cfg.max_datagram),
-            rx_names: vec![sys::zeroed_storage(); n],
-            rx_iov: vec![
-                libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0
-                };
-                n
-            ],
-            rx_ctrl: vec![CmsgBuf::new(); n],
-            // SAFETY: all-zero is a valid mmsghdr (null pointers, zero lengths).
-            rx_hdrs: vec![unsafe { std::mem::zeroed() }; n],
+            rx_slots: vec![Slot::new(); n],
+            rx_hdrs: Vec::new(),
+            rx_used: n,
             metas: Vec::with_capacity(n),
-            tx_names: vec![sys::zeroed_storage(); tx_n],
-            tx_iov: vec![
-                libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0
-                };
-                tx_n
-            ],
-            tx_ctrl: vec![CmsgBuf::new(); tx_n],
-            // SAFETY: as above.
-            tx_hdrs: vec![unsafe { std::mem::zeroed() }; tx_n],
-            tx_map: Vec::with_capacity(tx_n),
+            tx_cap: n.max(MIN_SEND_BATCH),
+            tx_slots: Vec::new(),
+            tx_hdrs: Vec::new(),
+            tx_map: Vec::new(),
             drops: None,
             stats: BackendStats::default(),
         };
         if b.sock.drop_counting() {
             b.drops = Some(0);
         }
-        // Point every receive header at its slot once; the heap buffers never move.
+        // Point every receive slot at its part of the region once; the heap buffers never move.
         let base = b.region.as_mut_ptr();
-        for i in 0..n {
+        for (i, slot) in b.rx_slots.iter_mut().enumerate() {
             // SAFETY: i * max_datagram < region.len(), so the pointer stays inside the region.
-            b.rx_iov[i].iov_base = unsafe { base.add(i * cfg.max_datagram) }.cast();
-            b.rx_iov[i].iov_len = cfg.max_datagram;
-            let h = &mut b.rx_hdrs[i].msg_hdr;
-            h.msg_name = (&mut b.rx_names[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_iov = &mut b.rx_iov[i];
-            h.msg_iovlen = 1;
-            h.msg_control = b.rx_ctrl[i].0.as_mut_ptr().cast();
+            slot.iov.iov_base = unsafe { base.add(i * cfg.max_datagram) }.cast();
+            slot.iov.iov_len = cfg.max_datagram;
         }
-        for i in 0..tx_n {
-            let h = &mut b.tx_hdrs[i].msg_hdr;
-            h.msg_name = (&mut b.tx_names[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_iov = &mut b.tx_iov[i];
-            h.msg_iovlen = 1;
-        }
+        b.rx_hdrs = headers(&mut b.rx_slots, true);
         Ok(b)
     }
 
@@ -254,38 +283,24 @@ impl MmsgBackend {
     fn send(&mut self, batch: &mut SendBatch) -> usize {
         let mut sent_entries = 0;
         while !batch.is_empty() {
-            let built = self.build_send(batch);
-            if built == 0 {
-                break;
-            }
-            let h0 = &self.tx_hdrs[0].msg_hdr;
-            let rc = if built == 1 && h0.msg_controllen == 0 && h0.msg_iovlen == 1 {
-                // One plain datagram (a light client's usual turn): `sendto` skips copying a
-                // message header and an iovec array in from user space.
-                // SAFETY: the header has exactly one iovec (checked above); it and the name
-                // point at live memory (`batch`'s buffer and `tx_names[0]`) of the lengths
-                // given, untouched during the call.
-                let n = unsafe {
-                    let iov = &*h0.msg_iov;
-                    libc::sendto(
-                        self.fd,
-                        iov.iov_base,
-                        iov.iov_len,
-                        0,
-                        h0.msg_name.cast(),
-                        h0.msg_namelen,
-                    )
-                };
-                if n < 0 {
-                    -1
-                } else {
-                    1
+            let rc = match batch.pending() {
+                // One plain datagram (a light client's usual turn): `sendto` needs neither a
+                // message header nor an iovec array, in user space or copied into the kernel.
+                [only] if only.datagrams() == 1 => {
+                    self.tx_map.clear();
+                    self.tx_map.push((0, 1, true));
+                    send_to(self.fd, &only.dst, batch.payload(only))
                 }
-            } else {
-                // SAFETY: the first `built` headers point at live names, iovecs (into
-                // `batch`'s buffer, which is not touched until the call returns) and control
-                // buffers.
-                unsafe { libc::sendmmsg(self.fd, self.tx_hdrs.as_mut_ptr(), built as u32, 0) }
+                _ => {
+                    let built = self.build_send(batch);
+                    if built == 0 {
+                        break;
+                    }
+                    // SAFETY: the first `built` headers point at live names, iovecs (into
+                    // `batch`'s buffer, which is not touched until the call returns) and
+                    // control buffers.
+                    unsafe { libc::sendmmsg(self.fd, self.tx_hdrs.as_mut_ptr(), built as u32, 0) }
+                }
             };
             self.stats.syscalls += 1;
             if rc < 0 {
@@ -330,6 +345,12 @@ impl MmsgBackend {
 
     /// Fill the send headers from the front of `batch`; returns how many messages.
     fn build_send(&mut self, batch: &SendBatch) -> usize {
+        if self.tx_hdrs.is_empty() {
+            // The first send of several datagrams: make the arrays (see the module docs).
+            self.tx_slots = vec![Slot::new(); self.tx_cap];
+            self.tx_hdrs = headers(&mut self.tx_slots, false);
+            self.tx_map = Vec::with_capacity(self.tx_cap);
+        }
         self.tx_map.clear();
         let cap = self.tx_hdrs.len();
         let mut m = 0;
@@ -364,16 +385,16 @@ impl MmsgBackend {
     }
 
     fn fill_tx(&mut self, m: usize, dst: &std::net::SocketAddr, payload: &[u8], gso: Option<u16>) {
-        let namelen = sys::encode_addr(dst, &mut self.tx_names[m]);
-        self.tx_iov[m].iov_base = payload.as_ptr() as *mut libc::c_void;
-        self.tx_iov[m].iov_len = payload.len();
+        let slot = &mut self.tx_slots[m];
+        let namelen = sys::encode_addr(dst, &mut slot.name);
+        slot.iov.iov_base = payload.as_ptr() as *mut libc::c_void;
+        slot.iov.iov_len = payload.len();
         let h = &mut self.tx_hdrs[m].msg_hdr;
         h.msg_namelen = namelen;
         match gso {
             Some(seg) => {
-                let len = linux::write_gso_cmsg(&mut self.tx_ctrl[m], seg);
-                let h = &mut self.tx_hdrs[m].msg_hdr;
-                h.msg_control = self.tx_ctrl[m].0.as_mut_ptr().cast();
+                let len = linux::write_gso_cmsg(&mut slot.ctrl, seg);
+                h.msg_control = slot.ctrl.0.as_mut_ptr().cast();
                 h.msg_controllen = len as _;
             }
             None => {
@@ -403,14 +424,11 @@ impl MmsgBackend {
     fn recv(&mut self) -> Result<usize> {
         self.metas.clear();
         let n = self.rx_hdrs.len();
-        for i in 0..n {
-            let h = &mut self.rx_hdrs[i];
-            h.msg_len = 0;
-            h.msg_hdr.msg_namelen =
-                std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_hdr.msg_controllen = std::mem::size_of::<CmsgBuf>() as _;
-            h.msg_hdr.msg_flags = 0;
+        for h in &mut self.rx_hdrs[..self.rx_used] {
+            reset_rx_header(h);
         }
+        // Until this call says otherwise (an error may have left any header changed).
+        self.rx_used = n;
         let rc = loop {
             // SAFETY: every header points at live buffers of the advertised sizes, owned by self.
             let rc = unsafe {
@@ -424,6 +442,8 @@ impl MmsgBackend {
             };
             self.stats.syscalls += 1;
             if rc >= 0 {
+                // The filled headers, and the one the kernel looked at and found nothing for.
+                self.rx_used = (rc as usize + 1).min(n);
                 break rc as usize;
             }
             let err = io::Error::last_os_error();
@@ -438,13 +458,14 @@ impl MmsgBackend {
         };
         for i in 0..rc {
             let h = &self.rx_hdrs[i];
-            let Some(src) = sys::decode_addr(&self.rx_names[i], h.msg_hdr.msg_namelen) else {
+            let slot = &self.rx_slots[i];
+            let Some(src) = sys::decode_addr(&slot.name, h.msg_hdr.msg_namelen) else {
                 continue;
             };
             // The field's type differs between libc flavours (usize on glibc, u32 on musl).
             #[allow(clippy::unnecessary_cast)]
             let ctrl_len = (h.msg_hdr.msg_controllen as usize).min(std::mem::size_of::<CmsgBuf>());
-            let cm = linux::parse_cmsgs(&self.rx_ctrl[i].0[..ctrl_len]);
+            let cm = linux::parse_cmsgs(&slot.ctrl.0[..ctrl_len]);
             if let Some(d) = cm.drops {
                 self.drops = Some(u64::from(d));
             }
@@ -541,6 +562,29 @@ impl MmsgBackend {
             }
         }
         Ok((readable, writable, woken))
+    }
+}
+
+/// One datagram to `dst` with `sendto`: 1 when sent, -1 with `errno` set otherwise (as
+/// `sendmmsg` counts).
+fn send_to(fd: RawFd, dst: &std::net::SocketAddr, payload: &[u8]) -> libc::c_int {
+    let mut name = sys::zeroed_storage();
+    let namelen = sys::encode_addr(dst, &mut name);
+    // SAFETY: `payload` and `name` are live for the call, with the lengths given.
+    let n = unsafe {
+        libc::sendto(
+            fd,
+            payload.as_ptr().cast(),
+            payload.len(),
+            0,
+            (&name as *const libc::sockaddr_storage).cast(),
+            namelen,
+        )
+    };
+    if n < 0 {
+        -1
+    } else {
+        1
     }
 }
 
@@ -697,5 +741,74 @@ mod tests {
         assert_eq!(got[0], b"hello");
         assert_eq!(got[1..].concat(), payload);
         woken_from_another_thread(&mut rx);
+    }
+
+    /// Receives of different sizes one after another, from two senders: each datagram comes
+    /// whole and with its own source (a receive restores only the headers the last one used),
+    /// and one-datagram sends (`sendto`, no send arrays) mix with batched ones.
+    #[test]
+    fn receives_of_every_size_keep_lengths_and_sources() {
+        // A client's receive settings (GRO on), with a small batch.
+        let cfg = BackendConfig {
+            batch_size: 4,
+            max_datagram: 65_536,
+            gro: true,
+            ..BackendConfig::default()
+        };
+        let mut rx = backend("127.0.0.1:0", &cfg);
+        let (mut a, mut b) = (backend("127.0.0.1:0", &cfg), backend("127.0.0.1:0", &cfg));
+        let dst = rx.socket_info().local_addr;
+        let mut empty = SendBatch::new(1);
+        // Bursts of 3, 1, 6 (more than the receive batch) and 1 datagrams, each one of a size
+        // no other has (no GRO run forms), from `a` and `b` in turn.
+        let mut size = 100;
+        for (round, burst) in [3usize, 1, 6, 1].into_iter().enumerate() {
+            let (tx, other) = if round % 2 == 0 {
+                (&mut a, &b)
+            } else {
+                (&mut b, &a)
+            };
+            let from = tx.socket_info().local_addr;
+            assert_ne!(from, other.socket_info().local_addr);
+            let mut batch = SendBatch::new(8);
+            let sizes: Vec<usize> = (0..burst).map(|k| size + 7 * k).collect();
+            size += 100;
+            for (k, &len) in sizes.iter().enumerate() {
+                batch.push(dst, &vec![k as u8; len]).unwrap();
+            }
+            assert_eq!(
+                tx.poll(&mut batch, Some(Duration::ZERO)).unwrap().sent,
+                burst
+            );
+            let mut got = Vec::new();
+            while got.len() < burst {
+                let out = rx.poll(&mut empty, Some(Duration::from_secs(5))).unwrap();
+                assert!(out.received > 0, "timed out");
+                for d in rx.received().iter() {
+                    assert_eq!(d.src, from);
+                    let segments: Vec<&[u8]> = d.segments().collect();
+                    assert_eq!(segments.len(), 1);
+                    got.push(segments[0].to_vec());
+                }
+            }
+            for (k, (datagram, &len)) in got.iter().zip(&sizes).enumerate() {
+                assert_eq!(datagram, &vec![k as u8; len]);
+            }
+        }
+        // A GSO run after all that: where the kernel coalesces it (GRO), the segment size
+        // comes in a control message, which needs the header's full control buffer back.
+        let payload = segmented_payload();
+        let mut batch = SendBatch::new(8);
+        batch.push_segments(dst, 1000, &payload).unwrap();
+        assert_eq!(a.poll(&mut batch, Some(Duration::ZERO)).unwrap().sent, 1);
+        let got = receive_segments(&mut rx, 3, a.socket_info().local_addr);
+        assert!(
+            got.iter().all(|s| s.len() <= 1000),
+            "a coalesced run came as one datagram"
+        );
+        assert_eq!(got.concat(), payload);
+        // Only the sender that sent several datagrams at once made send arrays.
+        assert!(!a.tx_hdrs.is_empty());
+        assert!(b.tx_hdrs.is_empty());
     }
 }
