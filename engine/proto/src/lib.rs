@@ -111,5 +111,6 @@ pub mod fec;
 mod proto;
 pub mod token;
 pub mod wire;
+mod xchacha;
 
 pub use proto::*;

@@ -8,14 +8,13 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use chacha20poly1305::aead::{AeadInPlace, KeyInit};
-use chacha20poly1305::{Tag, XChaCha20Poly1305, XNonce};
 
 use super::{CloseReason, ConnectionId, SessionKeys};
 use crate::token::{TokenKey, NONCE_LEN, TAG_LEN};
 use crate::wire::{
     self, COOKIE_LEN, HANDSHAKE_TAG_LEN, MAX_REFUSE_MESSAGE, SEALED_ACCEPT_BODY_LEN,
 };
+use crate::xchacha;
 
 /// How a server admits clients.
 #[derive(Debug, Clone)]
@@ -361,10 +360,6 @@ impl HandshakeKeys {
         )
     }
 
-    fn accept_cipher(&self) -> XChaCha20Poly1305 {
-        XChaCha20Poly1305::new((&self.accept).into())
-    }
-
     /// Seal the server cid and reset token for the client of `client_cid` (nonce: random,
     /// from the caller).
     pub(crate) fn seal_accept(
@@ -379,13 +374,7 @@ impl HandshakeKeys {
         out[8..24].copy_from_slice(reset_token);
         let ad = accept_ad(client_cid);
         let (body, tag_out) = out.split_at_mut(24);
-        // Sealing 24 bytes cannot exceed the cipher's length limit.
-        if let Ok(tag) =
-            self.accept_cipher()
-                .encrypt_in_place_detached(XNonce::from_slice(nonce), &ad, body)
-        {
-            tag_out.copy_from_slice(&tag);
-        }
+        tag_out.copy_from_slice(&xchacha::seal(&self.accept, nonce, &ad, body));
         out
     }
 
@@ -399,14 +388,11 @@ impl HandshakeKeys {
         let mut body = [0u8; 24];
         body.copy_from_slice(&sealed[..24]);
         let ad = accept_ad(client_cid);
-        self.accept_cipher()
-            .decrypt_in_place_detached(
-                XNonce::from_slice(nonce),
-                &ad,
-                &mut body,
-                Tag::from_slice(&sealed[24..]),
-            )
-            .ok()?;
+        let mut tag = [0u8; xchacha::TAG_LEN];
+        tag.copy_from_slice(&sealed[24..]);
+        if !xchacha::open(&self.accept, nonce, &ad, &mut body, &tag) {
+            return None;
+        }
         let mut cid = [0u8; 8];
         cid.copy_from_slice(&body[..8]);
         let mut reset = [0u8; HANDSHAKE_TAG_LEN];

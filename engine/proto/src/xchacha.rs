@@ -1,0 +1,173 @@
+//! XChaCha20-Poly1305 (draft-irtf-cfrg-xchacha), the AEAD of connect tokens and sealed
+//! accepts, from vetted crates: with the `aws-lc-rs` feature (which the `ricochet` runtime
+//! turns on), the draft's construction over two vetted primitives — the subkey from
+//! RustCrypto's `chacha20::hchacha`, then aws-lc-rs's assembly ChaCha20-Poly1305 (RFC 8439)
+//! under the nonce `0^32 || nonce[16..24]` — several times faster than the pure-Rust cipher on
+//! these short inputs; RustCrypto's `XChaCha20Poly1305` otherwise. Both compute the same
+//! algorithm, byte for byte (a test checks it against RustCrypto's).
+
+/// Key bytes.
+pub(crate) const KEY_LEN: usize = 32;
+/// Nonce bytes (192 bits: random nonces never collide in practice).
+pub(crate) const NONCE_LEN: usize = 24;
+/// Tag bytes.
+pub(crate) const TAG_LEN: usize = 16;
+
+/// Encrypts `body` in place under `key` and `nonce`, authenticating `aad` too; returns the tag.
+pub(crate) fn seal(
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    body: &mut [u8],
+) -> [u8; TAG_LEN] {
+    imp::seal(key, nonce, aad, body)
+}
+
+/// Decrypts `body` in place if `tag` authenticates it and `aad` under `key` and `nonce`;
+/// false (and `body` unspecified) otherwise.
+#[must_use]
+pub(crate) fn open(
+    key: &[u8; KEY_LEN],
+    nonce: &[u8; NONCE_LEN],
+    aad: &[u8],
+    body: &mut [u8],
+    tag: &[u8; TAG_LEN],
+) -> bool {
+    imp::open(key, nonce, aad, body, tag)
+}
+
+#[cfg(feature = "aws-lc-rs")]
+mod imp {
+    use super::{KEY_LEN, NONCE_LEN, TAG_LEN};
+    use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
+
+    /// The draft's §2.3: the HChaCha20 subkey of the nonce's first 16 bytes, and the
+    /// ChaCha20-Poly1305 nonce of four zero bytes and the nonce's last 8.
+    fn subkey(key: &[u8; KEY_LEN], nonce: &[u8; NONCE_LEN]) -> (LessSafeKey, Nonce) {
+        let (head, tail) = nonce.split_at(16);
+        let sub = chacha20::hchacha::<chacha20::cipher::consts::U10>(key.into(), head.into());
+        let key = match UnboundKey::new(&CHACHA20_POLY1305, &sub) {
+            Ok(k) => LessSafeKey::new(k),
+            // ChaCha20-Poly1305 takes 32 bytes and gets HChaCha20's 32.
+            Err(_) => unreachable!("ChaCha20-Poly1305 key length is 32"),
+        };
+        let mut n = [0u8; 12];
+        n[4..].copy_from_slice(tail);
+        (key, Nonce::assume_unique_for_key(n))
+    }
+
+    pub(super) fn seal(
+        key: &[u8; KEY_LEN],
+        nonce: &[u8; NONCE_LEN],
+        aad: &[u8],
+        body: &mut [u8],
+    ) -> [u8; TAG_LEN] {
+        let (key, nonce) = subkey(key, nonce);
+        let mut out = [0u8; TAG_LEN];
+        match key.seal_in_place_separate_tag(nonce, Aad::from(aad), body) {
+            Ok(tag) => out.copy_from_slice(tag.as_ref()),
+            // Only inputs beyond 256 GiB are refused; tokens and accepts are a few hundred bytes.
+            Err(_) => unreachable!("a token or accept is far below the AEAD's input limit"),
+        }
+        out
+    }
+
+    pub(super) fn open(
+        key: &[u8; KEY_LEN],
+        nonce: &[u8; NONCE_LEN],
+        aad: &[u8],
+        body: &mut [u8],
+        tag: &[u8; TAG_LEN],
+    ) -> bool {
+        let (key, nonce) = subkey(key, nonce);
+        key.open_in_place_separate_tag(nonce, Aad::from(aad), tag, body)
+            .is_ok()
+    }
+}
+
+#[cfg(not(feature = "aws-lc-rs"))]
+mod imp {
+    use super::{KEY_LEN, NONCE_LEN, TAG_LEN};
+    use chacha20poly1305::aead::{AeadInPlace, KeyInit};
+    use chacha20poly1305::{Tag, XChaCha20Poly1305, XNonce};
+
+    pub(super) fn seal(
+        key: &[u8; KEY_LEN],
+        nonce: &[u8; NONCE_LEN],
+        aad: &[u8],
+        body: &mut [u8],
+    ) -> [u8; TAG_LEN] {
+        match XChaCha20Poly1305::new(key.into()).encrypt_in_place_detached(
+            XNonce::from_slice(nonce),
+            aad,
+            body,
+        ) {
+            Ok(tag) => tag.into(),
+            // Only inputs beyond 256 GiB are refused; tokens and accepts are a few hundred bytes.
+            Err(_) => unreachable!("a token or accept is far below the AEAD's input limit"),
+        }
+    }
+
+    pub(super) fn open(
+        key: &[u8; KEY_LEN],
+        nonce: &[u8; NONCE_LEN],
+        aad: &[u8],
+        body: &mut [u8],
+        tag: &[u8; TAG_LEN],
+    ) -> bool {
+        XChaCha20Poly1305::new(key.into())
+            .decrypt_in_place_detached(XNonce::from_slice(nonce), aad, body, Tag::from_slice(tag))
+            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chacha20poly1305::aead::{AeadInPlace, KeyInit};
+    use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+
+    /// The cipher in use (the aws-lc-rs construction in workspace builds) seals byte for byte
+    /// like RustCrypto's `XChaCha20Poly1305`, opens what it sealed, and refuses any change:
+    /// tokens and accepts made either way interoperate.
+    #[test]
+    fn matches_the_rustcrypto_reference() {
+        let aad = b"bound in clear".as_slice();
+        for (case, len) in [0usize, 1, 15, 16, 17, 24, 64, 65, 1024]
+            .into_iter()
+            .enumerate()
+        {
+            let key: [u8; KEY_LEN] = std::array::from_fn(|i| (i * 7 + case) as u8);
+            let nonce: [u8; NONCE_LEN] = std::array::from_fn(|i| (i * 13 + 5 * case) as u8);
+            let plain: Vec<u8> = (0..len).map(|i| (i * 31) as u8).collect();
+            let mut ours = plain.clone();
+            let tag = seal(&key, &nonce, aad, &mut ours);
+            let mut reference = plain.clone();
+            let reference_tag = XChaCha20Poly1305::new(&key.into())
+                .encrypt_in_place_detached(XNonce::from_slice(&nonce), aad, &mut reference)
+                .expect("a small input seals");
+            assert_eq!(ours, reference, "ciphertext of {len} bytes");
+            assert_eq!(
+                tag.as_slice(),
+                reference_tag.as_slice(),
+                "tag of {len} bytes"
+            );
+            let mut opened = reference.clone();
+            assert!(open(&key, &nonce, aad, &mut opened, &tag));
+            assert_eq!(opened, plain);
+            // A flipped bit of the ciphertext, tag, nonce or associated data fails.
+            if len > 0 {
+                let mut bad = reference.clone();
+                bad[len / 2] ^= 1;
+                assert!(!open(&key, &nonce, aad, &mut bad, &tag));
+            }
+            let mut bad_tag = tag;
+            bad_tag[0] ^= 0x80;
+            assert!(!open(&key, &nonce, aad, &mut reference.clone(), &bad_tag));
+            let mut bad_nonce = nonce;
+            bad_nonce[23] ^= 1;
+            assert!(!open(&key, &bad_nonce, aad, &mut reference.clone(), &tag));
+            assert!(!open(&key, &nonce, b"other", &mut reference.clone(), &tag));
+        }
+    }
+}
