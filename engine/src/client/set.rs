@@ -201,6 +201,10 @@ impl ClientSet {
             config.backend.kind = platform::BackendKind::Mmsg;
         }
         let seed = config.seed;
+        // Room for them at once: growing by doubling would move every member made so far
+        // (a client is a large struct) several times over.
+        self.clients.reserve(n);
+        self.members.reserve(n);
         for k in 0..n {
             config.seed = seed.map(|s| s.wrapping_add(k as u64));
             let c = connect(k, config.clone()).map_err(fail(Some(first + k)))?;

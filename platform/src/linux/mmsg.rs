@@ -283,24 +283,21 @@ impl MmsgBackend {
     fn send(&mut self, batch: &mut SendBatch) -> usize {
         let mut sent_entries = 0;
         while !batch.is_empty() {
-            let rc = match batch.pending() {
-                // One plain datagram (a light client's usual turn): `sendto` needs neither a
-                // message header nor an iovec array, in user space or copied into the kernel.
-                [only] if only.datagrams() == 1 => {
-                    self.tx_map.clear();
-                    self.tx_map.push((0, 1, true));
-                    send_to(self.fd, &only.dst, batch.payload(only))
+            // One plain datagram (a light client's usual turn): `sendto` needs neither a
+            // message header nor an iovec array, in user space or copied into the kernel.
+            let single = matches!(batch.pending(), [only] if only.datagrams() == 1);
+            let rc = if single {
+                let only = &batch.pending()[0];
+                send_to(self.fd, &only.dst, batch.payload(only))
+            } else {
+                let built = self.build_send(batch);
+                if built == 0 {
+                    break;
                 }
-                _ => {
-                    let built = self.build_send(batch);
-                    if built == 0 {
-                        break;
-                    }
-                    // SAFETY: the first `built` headers point at live names, iovecs (into
-                    // `batch`'s buffer, which is not touched until the call returns) and
-                    // control buffers.
-                    unsafe { libc::sendmmsg(self.fd, self.tx_hdrs.as_mut_ptr(), built as u32, 0) }
-                }
+                // SAFETY: the first `built` headers point at live names, iovecs (into
+                // `batch`'s buffer, which is not touched until the call returns) and control
+                // buffers.
+                unsafe { libc::sendmmsg(self.fd, self.tx_hdrs.as_mut_ptr(), built as u32, 0) }
             };
             self.stats.syscalls += 1;
             if rc < 0 {
@@ -313,7 +310,7 @@ impl MmsgBackend {
                     self.stats.send_would_block += 1;
                     break;
                 }
-                let (_, _, ends) = self.tx_map[0];
+                let ends = single || self.tx_map[0].2;
                 let first = batch.pending()[0];
                 if self.gso && first.datagrams() > 1 && linux::is_gso_refusal(&err) {
                     // The device or route cannot take this GSO send (checksum offload off, a
@@ -331,9 +328,13 @@ impl MmsgBackend {
                 }
                 continue;
             }
-            let k = rc as usize;
             self.stats.batches_out += 1;
-            let (entries, segments) = self.account_sent(k);
+            let (entries, segments) = if single {
+                self.stats.datagrams_out += 1;
+                (1, 0)
+            } else {
+                self.account_sent(rc as usize)
+            };
             batch.consume(entries);
             if segments > 0 {
                 batch.consume_segments(segments);
