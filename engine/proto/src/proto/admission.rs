@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 
+use super::keys::KeyContext;
 use super::{CloseReason, ConnectionId, SessionKeys};
 use crate::token::{TokenKey, NONCE_LEN, TAG_LEN};
 use crate::wire::{
@@ -281,19 +282,13 @@ impl fmt::Debug for HandshakeKeys {
 
 impl HandshakeKeys {
     pub(crate) fn new(keys: &SessionKeys) -> Self {
+        static PROOF: KeyContext = KeyContext::new("ricochet 2026 handshake client proof");
+        static SERVER: KeyContext = KeyContext::new("ricochet 2026 handshake server tag");
+        static ACCEPT: KeyContext = KeyContext::new("ricochet 2026 handshake accept seal");
         HandshakeKeys {
-            proof: blake3::derive_key(
-                "ricochet 2026 handshake client proof",
-                &keys.client_to_server,
-            ),
-            server: blake3::derive_key(
-                "ricochet 2026 handshake server tag",
-                &keys.server_to_client,
-            ),
-            accept: blake3::derive_key(
-                "ricochet 2026 handshake accept seal",
-                &keys.server_to_client,
-            ),
+            proof: PROOF.derive(&keys.client_to_server),
+            server: SERVER.derive(&keys.server_to_client),
+            accept: ACCEPT.derive(&keys.server_to_client),
         }
     }
 

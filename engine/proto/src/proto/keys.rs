@@ -1,6 +1,7 @@
 //! The secrets that protect one session's packets.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use crate::wire::ConnectionId;
 
@@ -38,5 +39,54 @@ impl SessionKeys {
 impl fmt::Debug for SessionKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("SessionKeys { .. }")
+    }
+}
+
+/// A `blake3::derive_key` context hashed once per process: `derive_key` hashes its context
+/// string again for every key, a full compression of the few a short key takes, and sessions
+/// derive several keys each.
+pub(crate) struct KeyContext {
+    context: &'static str,
+    hasher: OnceLock<blake3::Hasher>,
+}
+
+impl KeyContext {
+    /// The context `context` (a hard-coded, globally unique string, as blake3 asks).
+    pub(crate) const fn new(context: &'static str) -> Self {
+        KeyContext {
+            context,
+            hasher: OnceLock::new(),
+        }
+    }
+
+    /// `blake3::derive_key(context, material)`.
+    pub(crate) fn derive(&self, material: &[u8]) -> [u8; 32] {
+        let mut h = self
+            .hasher
+            .get_or_init(|| blake3::Hasher::new_derive_key(self.context))
+            .clone();
+        h.update(material);
+        *h.finalize().as_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::KeyContext;
+
+    #[test]
+    fn a_key_context_derives_what_blake3_derive_key_does() {
+        static CONTEXT: KeyContext = KeyContext::new("ricochet test context");
+        for len in [0usize, 1, 32, 41, 64, 65, 1024, 1025] {
+            let material: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+            // Twice: the first call makes the cached hasher, the second clones it.
+            for _ in 0..2 {
+                assert_eq!(
+                    CONTEXT.derive(&material),
+                    blake3::derive_key("ricochet test context", &material),
+                    "{len} bytes of material"
+                );
+            }
+        }
     }
 }

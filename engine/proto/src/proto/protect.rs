@@ -72,6 +72,7 @@
 
 use self::aes128gcm::{Aes128Gcm, NONCE_LEN};
 
+use super::keys::KeyContext;
 use super::{DropCause, SessionKeys};
 use std::time::{Duration, Instant};
 
@@ -160,10 +161,9 @@ impl PacketKey {
             NumberSpace::Parity => 1,
         };
         material[33..].copy_from_slice(&generation.to_be_bytes());
-        let okm = blake3::derive_key(
-            "ricochet 2026 packet protection AES-128-GCM key+iv",
-            &material,
-        );
+        static CONTEXT: KeyContext =
+            KeyContext::new("ricochet 2026 packet protection AES-128-GCM key+iv");
+        let okm = CONTEXT.derive(&material);
         let mut iv = [0u8; NONCE_LEN];
         iv.copy_from_slice(&okm[16..16 + NONCE_LEN]);
         let mut key = [0u8; 16];
