@@ -7,7 +7,7 @@
 //! | backend | OS | receive | send |
 //! | --- | --- | --- | --- |
 //! | `uring` | Linux | multishot `recvmsg` into a provided-buffer ring | batched send SQEs, one `io_uring_enter` per turn |
-//! | `mmsg` | Linux | epoll + `recvmmsg` | `sendmmsg`, partial sends resumed |
+//! | `mmsg` | Linux | epoll + `recvmmsg` | `sendmmsg` (`sendto` for a single datagram), partial sends resumed |
 //! | `kqueue` | macOS | kqueue + `recvmsg` in a loop | `sendmsg` in a loop (Darwin's batched `recvmsg_x`/`sendmsg_x` are private API, not used) |
 //!
 //! [`open`] picks the backend (`auto` = the best that works; the `RICOCHET_BACKEND` environment

@@ -5,8 +5,8 @@
 //! least 8), so a larger send batch takes several. GSO
 //! entries go out as one message with a `UDP_SEGMENT` control message when the kernel supports
 //! it, else segment by segment. The receive arrays are allocated once, at construction; the
-//! send arrays on the first send of more than one datagram (one datagram goes out with
-//! `sendto`, which needs none: a light client, or a member of a client set, never makes them).
+//! send arrays when a turn first sends more than one datagram (a turn's single datagram goes
+//! out with `sendto`, which needs none, so a light client makes them late or never).
 //!
 //! The epoll set and the wake-up eventfd are made on first need (the first blocking poll or
 //! [`Backend::waker`] call): a backend only ever polled without waiting, as the members of a
@@ -26,9 +26,9 @@ use crate::linux::{self, EventFd};
 use crate::socket::{BoundSocket, SocketInfo};
 use crate::sys::{self, CmsgBuf};
 
-/// Fewest messages one `sendmmsg` may carry, whatever the configured batch size. A client's
-/// send batch holds 8 entries at least; more headers would be memory each new socket zeroes
-/// for nothing.
+/// Fewest messages one `sendmmsg` may carry, whatever the configured batch size (a client's
+/// send batch holds 8 entries at least); more headers would be memory a light sender
+/// initialises for nothing.
 const MIN_SEND_BATCH: usize = 8;
 const TOKEN_SOCKET: u64 = 0;
 const TOKEN_WAKER: u64 = 1;
@@ -161,8 +161,8 @@ pub struct MmsgBackend {
     region: Vec<MaybeUninit<u8>>,
     rx_slots: Vec<Slot>,
     rx_hdrs: Vec<libc::mmsghdr>,
-    /// Receive headers the last `recvmmsg` may have changed (the ones it filled, and the one
-    /// it found nothing for): only those need their sizes back before the next.
+    /// Receive headers the last `recvmmsg` may have changed: only those need their sizes back
+    /// before the next (see `recv`).
     rx_used: usize,
     metas: Vec<RecvMeta>,
     /// Messages one `sendmmsg` carries at most; the send arrays are made with that many
@@ -176,8 +176,9 @@ pub struct MmsgBackend {
     stats: BackendStats,
 }
 
-// SAFETY: the raw pointers inside the mmsghdr/iovec arrays point only into heap buffers owned
-// by this same struct (never shared), so moving the whole struct to another thread is sound.
+// SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into heap buffers owned by this
+// same struct (never shared), or, after a send, into the caller's send batch, which they are
+// rewritten from before the next use; so moving the whole struct to another thread is sound.
 unsafe impl Send for MmsgBackend {}
 
 impl std::fmt::Debug for MmsgBackend {
@@ -428,8 +429,9 @@ impl MmsgBackend {
         for h in &mut self.rx_hdrs[..self.rx_used] {
             reset_rx_header(h);
         }
-        // Until this call says otherwise (an error may have left any header changed).
-        self.rx_used = n;
+        // The kernel writes a header's sizes back only for a datagram it received, so a call
+        // that fails (returns -1) changes none.
+        self.rx_used = 0;
         let rc = loop {
             // SAFETY: every header points at live buffers of the advertised sizes, owned by self.
             let rc = unsafe {
@@ -443,7 +445,9 @@ impl MmsgBackend {
             };
             self.stats.syscalls += 1;
             if rc >= 0 {
-                // The filled headers, and the one the kernel looked at and found nothing for.
+                // The filled headers; and the one after them, which the kernel tried and left
+                // as it was, since restoring it costs nothing and this then holds whatever
+                // ends the call.
                 self.rx_used = (rc as usize + 1).min(n);
                 break rc as usize;
             }
@@ -454,7 +458,11 @@ impl MmsgBackend {
                 // ICMP errors queued on the socket (e.g. port unreachable) surface here on some
                 // kernels; they say nothing about the datagrams waiting, so read again.
                 io::ErrorKind::ConnectionRefused | io::ErrorKind::ConnectionReset => continue,
-                _ => return Err(Error::io("recvmmsg", err)),
+                _ => {
+                    // Whatever failed, the next receive restores every header.
+                    self.rx_used = n;
+                    return Err(Error::io("recvmmsg", err));
+                }
             }
         };
         for i in 0..rc {
@@ -744,6 +752,57 @@ mod tests {
         woken_from_another_thread(&mut rx);
     }
 
+    /// Every receive header the next `recvmmsg` will not restore first has its full sizes.
+    fn assert_restored_beyond_used(b: &MmsgBackend) {
+        for (i, h) in b.rx_hdrs.iter().enumerate().skip(b.rx_used) {
+            let full_name = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            assert_eq!(h.msg_hdr.msg_namelen, full_name, "header {i}'s name length");
+            #[allow(clippy::unnecessary_cast)]
+            let ctrl = h.msg_hdr.msg_controllen as usize;
+            assert_eq!(
+                ctrl,
+                std::mem::size_of::<CmsgBuf>(),
+                "header {i}'s control length"
+            );
+        }
+    }
+
+    /// A one-datagram send the kernel refuses (an IPv6 destination from an IPv4 socket) is
+    /// counted and dropped, and the next one goes out: `sendto`'s accounting matches
+    /// `sendmmsg`'s.
+    #[test]
+    fn a_refused_single_send_is_counted_and_the_next_goes_out() {
+        let cfg = BackendConfig::default();
+        let mut rx = backend("127.0.0.1:0", &cfg);
+        let mut tx = backend("127.0.0.1:0", &cfg);
+        let mut batch = SendBatch::new(8);
+        batch.push("[::1]:9".parse().unwrap(), b"nowhere").unwrap();
+        let out = tx.poll(&mut batch, Some(Duration::ZERO)).unwrap();
+        assert_eq!(out.sent, 0);
+        assert!(
+            batch.is_empty(),
+            "the refused datagram is dropped, not retried"
+        );
+        let stats = tx.stats();
+        assert_eq!(
+            (stats.send_errors, stats.datagrams_out, stats.batches_out),
+            (1, 0, 0)
+        );
+        batch.push(rx.socket_info().local_addr, b"hello").unwrap();
+        assert_eq!(tx.poll(&mut batch, Some(Duration::ZERO)).unwrap().sent, 1);
+        let stats = tx.stats();
+        assert_eq!(
+            (stats.send_errors, stats.datagrams_out, stats.batches_out),
+            (1, 1, 1)
+        );
+        assert!(
+            tx.tx_hdrs.is_empty(),
+            "single datagrams need no send arrays"
+        );
+        let got = receive_segments(&mut rx, 1, tx.socket_info().local_addr);
+        assert_eq!(got, vec![b"hello".to_vec()]);
+    }
+
     /// Receives of different sizes one after another, from two senders: each datagram comes
     /// whole and with its own source (a receive restores only the headers the last one used),
     /// and one-datagram sends (`sendto`, no send arrays) mix with batched ones.
@@ -785,6 +844,7 @@ mod tests {
             while got.len() < burst {
                 let out = rx.poll(&mut empty, Some(Duration::from_secs(5))).unwrap();
                 assert!(out.received > 0, "timed out");
+                assert_restored_beyond_used(&rx);
                 for d in rx.received().iter() {
                     assert_eq!(d.src, from);
                     let segments: Vec<&[u8]> = d.segments().collect();

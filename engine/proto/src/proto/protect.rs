@@ -707,6 +707,35 @@ mod aes128gcm {
 mod tests {
     use super::*;
 
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
+    }
+
+    /// A NIST CAVS vector (`gcmEncryptExtIV128.rsp`, 128-bit text and associated data), for
+    /// whichever AES-128-GCM the build uses.
+    #[test]
+    fn aes_gcm_seals_and_opens_a_nist_vector() {
+        let key: [u8; 16] = hex("c939cc13397c1d37de6ae0e1cb7c423c")
+            .try_into()
+            .expect("16 bytes");
+        let nonce: [u8; NONCE_LEN] = hex("b3d8cc017cbb89b39e0f67e2")
+            .try_into()
+            .expect("12 bytes");
+        let (plain, aad) = (
+            hex("c3b3c41f113a31b73d9a5cd432103069"),
+            hex("24825602bd12a984e0092d3e448eda5f"),
+        );
+        let mut body = plain.clone();
+        let tag = Aes128Gcm::new(&key).seal(&nonce, &aad, &mut body);
+        assert_eq!(body, hex("93fe7d9e9bfd10348a5606e5cafa7354"));
+        assert_eq!(tag.to_vec(), hex("0032a1dc85f1c9786925a2e71d8272dd"));
+        assert!(Aes128Gcm::new(&key).open(&nonce, &aad, &mut body, &tag));
+        assert_eq!(body, plain);
+    }
+
     /// The AES-128-GCM in use (aws-lc-rs in workspace builds) seals byte for byte like
     /// RustCrypto's, and opens what RustCrypto sealed: peers built either way interoperate.
     #[test]
