@@ -11,8 +11,14 @@
 //! Built with `--features aead-candidates` it also measures the crates the choice was made
 //! between: `aws-lc-rs` and `ring` (AES-128-GCM, AES-256-GCM, ChaCha20-Poly1305) and
 //! RustCrypto's `aes-gcm` (AES-128-GCM, AES-256-GCM) and `chacha20poly1305`.
+//!
+//! Then the connect token's sealed part: what a backend pays to seal one
+//! ([`PrivateToken::seal`]: encoding, nonce, XChaCha20-Poly1305) and a server to open one per
+//! hello ([`PrivateToken::unseal`]: the AEAD, then decoding); with the candidates, RustCrypto's
+//! `XChaCha20Poly1305` alone over the same bytes (the AEAD without the encoding around it).
 
 use bench::commands::Global;
+use ricochet_proto::token::{PrivateToken, TokenKey, PRIVATE_LEN};
 
 use crate::fec::median_ns;
 use anyhow::{bail, ensure, Context, Result};
@@ -290,6 +296,99 @@ struct Row {
     reject_ns: f64,
 }
 
+/// One way of sealing and opening a connect token's private part ([`PRIVATE_LEN`] bytes,
+/// 32 bytes of associated data).
+#[derive(Serialize, Debug, Clone)]
+struct TokenRow {
+    #[serde(rename = "crate")]
+    crate_name: &'static str,
+    /// What is timed.
+    operation: &'static str,
+    body_bytes: usize,
+    seal_ns: f64,
+    open_ns: f64,
+}
+
+/// The connect token's sealed part through `ricochet-proto`'s API (and, with the candidates,
+/// RustCrypto's cipher alone), each checked once: what was sealed opens to the same token,
+/// and a flipped bit is refused.
+fn token_rows(iters: usize) -> Result<Vec<TokenRow>> {
+    use ricochet_proto::SessionKeys;
+    let key = TokenKey::from_bytes([9; 32]);
+    let private = PrivateToken {
+        client_id: 7,
+        server_addresses: vec!["127.0.0.1:7777".parse()?],
+        keys: SessionKeys {
+            client_to_server: [1; 32],
+            server_to_client: [2; 32],
+        },
+        user_data: bytes::Bytes::from_static(b"player 7"),
+    };
+    let (protocol, expires) = (0x5e55, u64::MAX);
+    let mut rng = rand::rng();
+    let sealed = private.seal(&key, protocol, expires, &mut rng)?;
+    ensure!(
+        PrivateToken::unseal(&key, protocol, expires, &sealed)? == private,
+        "a sealed token did not open to itself"
+    );
+    let mut forged = sealed.clone();
+    forged.bytes[0] ^= 1;
+    ensure!(
+        PrivateToken::unseal(&key, protocol, expires, &forged).is_err(),
+        "a token with a flipped bit opened"
+    );
+    let seal_ns = median_ns(iters, || {
+        let _ = private.seal(&key, protocol, expires, &mut rng);
+    });
+    let open_ns = median_ns(iters, || {
+        let _ = PrivateToken::unseal(&key, protocol, expires, &sealed);
+    });
+    #[allow(unused_mut)]
+    let mut rows = vec![TokenRow {
+        crate_name: "ricochet-proto",
+        operation: "token seal / open (encode + AEAD)",
+        body_bytes: PRIVATE_LEN,
+        seal_ns,
+        open_ns,
+    }];
+    #[cfg(feature = "aead-candidates")]
+    {
+        use chacha20poly1305::aead::{AeadInPlace, KeyInit};
+        use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+        let (aad, nonce) = ([3u8; 32], XNonce::from([4u8; 24]));
+        let cipher = || XChaCha20Poly1305::new(&[9u8; 32].into());
+        let mut sealed_body = [5u8; PRIVATE_LEN];
+        let tag = cipher()
+            .encrypt_in_place_detached(&nonce, &aad, &mut sealed_body)
+            .map_err(|_| anyhow::anyhow!("RustCrypto XChaCha20-Poly1305 seal"))?;
+        let mut opened = sealed_body;
+        ensure!(
+            cipher()
+                .decrypt_in_place_detached(&nonce, &aad, &mut opened, &tag)
+                .is_ok()
+                && opened == [5u8; PRIVATE_LEN],
+            "RustCrypto XChaCha20-Poly1305 did not open what it sealed"
+        );
+        // Each pass works on a fresh copy of the body, as the token's seal and open do.
+        let seal_ns = median_ns(iters, || {
+            let mut b = [5u8; PRIVATE_LEN];
+            let _ = cipher().encrypt_in_place_detached(&nonce, &aad, &mut b);
+        });
+        let open_ns = median_ns(iters, || {
+            let mut b = sealed_body;
+            let _ = cipher().decrypt_in_place_detached(&nonce, &aad, &mut b, &tag);
+        });
+        rows.push(TokenRow {
+            crate_name: "chacha20poly1305",
+            operation: "XChaCha20-Poly1305 seal / open (AEAD alone)",
+            body_bytes: PRIVATE_LEN,
+            seal_ns,
+            open_ns,
+        });
+    }
+    Ok(rows)
+}
+
 #[derive(Serialize)]
 struct Report<'a> {
     kind: &'static str,
@@ -301,6 +400,8 @@ struct Report<'a> {
     iters: usize,
     aad_bytes: usize,
     results: &'a [Row],
+    /// The connect token's sealed part.
+    token: &'a [TokenRow],
 }
 
 fn measure(c: &dyn Candidate, size: usize, iters: usize) -> Result<Row> {
@@ -398,6 +499,18 @@ pub fn run(args: &CryptoArgs, out: &Global) -> Result<()> {
             rows.push(r);
         }
     }
+    println!();
+    println!(
+        "{:<18} {:<44} {:>7} {:>9} {:>9}",
+        "crate", "connect token", "body B", "seal ns", "open ns"
+    );
+    let token = token_rows(args.iters).context("connect token")?;
+    for r in &token {
+        println!(
+            "{:<18} {:<44} {:>7} {:>9.1} {:>9.1}",
+            r.crate_name, r.operation, r.body_bytes, r.seal_ns, r.open_ns
+        );
+    }
     {
         let now = UtcTime::now();
         let path = &out.path_for("crypto", &now);
@@ -411,6 +524,7 @@ pub fn run(args: &CryptoArgs, out: &Global) -> Result<()> {
             iters: args.iters,
             aad_bytes: AAD_LEN,
             results: &rows,
+            token: &token,
         };
         bench::output::write_json(&report, path)?;
         println!("wrote {}", path.display());
@@ -430,5 +544,19 @@ mod tests {
                 assert!(r.seal_ns > 0.0, "{} {}", r.crate_name, r.algorithm);
             }
         }
+    }
+
+    #[test]
+    fn token_rows_round_trip_and_time_every_way() {
+        let rows = token_rows(3).unwrap();
+        assert_eq!(
+            rows.len(),
+            if cfg!(feature = "aead-candidates") {
+                2
+            } else {
+                1
+            }
+        );
+        assert!(rows.iter().all(|r| r.seal_ns > 0.0 && r.open_ns > 0.0));
     }
 }
