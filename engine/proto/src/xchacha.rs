@@ -2,10 +2,11 @@
 //! accepts, from vetted crates: with the `aws-lc-rs` feature (which the `ricochet` runtime
 //! turns on), the draft's construction over two vetted primitives — the subkey from
 //! RustCrypto's `chacha20::hchacha`, then aws-lc-rs's assembly ChaCha20-Poly1305 (RFC 8439)
-//! under the nonce of four zero bytes and the nonce's last eight — several times faster than
-//! the pure-Rust cipher on these short inputs (it allocates aws-lc's context per call, which a
-//! handshake can afford); RustCrypto's `XChaCha20Poly1305` otherwise. Both compute the same
-//! algorithm, byte for byte: tests check the draft's vector and RustCrypto's output.
+//! under the nonce of four zero bytes and the nonce's last eight; RustCrypto's
+//! `XChaCha20Poly1305` otherwise. The assembly is the faster on these short inputs (PERFORMANCE.md
+//! has the figures), though it allocates aws-lc's context per call, which a handshake can
+//! afford. Both compute the same algorithm, byte for byte: tests check the draft's vector and
+//! RustCrypto's output.
 
 /// Key bytes.
 pub(crate) const KEY_LEN: usize = 32;
@@ -14,29 +15,11 @@ pub(crate) const NONCE_LEN: usize = 24;
 /// Tag bytes.
 pub(crate) const TAG_LEN: usize = 16;
 
-/// Encrypts `body` in place under `key` and `nonce`, authenticating `aad` too; returns the tag.
-#[must_use]
-pub(crate) fn seal(
-    key: &[u8; KEY_LEN],
-    nonce: &[u8; NONCE_LEN],
-    aad: &[u8],
-    body: &mut [u8],
-) -> [u8; TAG_LEN] {
-    imp::seal(key, nonce, aad, body)
-}
-
-/// Decrypts `body` in place if `tag` authenticates it and `aad` under `key` and `nonce`;
-/// false (and `body` unspecified) otherwise.
-#[must_use]
-pub(crate) fn open(
-    key: &[u8; KEY_LEN],
-    nonce: &[u8; NONCE_LEN],
-    aad: &[u8],
-    body: &mut [u8],
-    tag: &[u8; TAG_LEN],
-) -> bool {
-    imp::open(key, nonce, aad, body, tag)
-}
+/// `seal(key, nonce, aad, body)` encrypts `body` in place under `key` and `nonce`,
+/// authenticating `aad` too, and returns the tag; `open(key, nonce, aad, body, tag)` decrypts
+/// `body` in place if `tag` authenticates it and `aad`, and returns false otherwise (`body` is
+/// then unspecified).
+pub(crate) use imp::{open, seal};
 
 #[cfg(feature = "aws-lc-rs")]
 mod imp {
@@ -59,7 +42,8 @@ mod imp {
         (key, Nonce::assume_unique_for_key(n))
     }
 
-    pub(super) fn seal(
+    #[must_use]
+    pub(crate) fn seal(
         key: &[u8; KEY_LEN],
         nonce: &[u8; NONCE_LEN],
         aad: &[u8],
@@ -75,7 +59,8 @@ mod imp {
         out
     }
 
-    pub(super) fn open(
+    #[must_use]
+    pub(crate) fn open(
         key: &[u8; KEY_LEN],
         nonce: &[u8; NONCE_LEN],
         aad: &[u8],
@@ -94,7 +79,8 @@ mod imp {
     use chacha20poly1305::aead::{AeadInPlace, KeyInit};
     use chacha20poly1305::{Tag, XChaCha20Poly1305, XNonce};
 
-    pub(super) fn seal(
+    #[must_use]
+    pub(crate) fn seal(
         key: &[u8; KEY_LEN],
         nonce: &[u8; NONCE_LEN],
         aad: &[u8],
@@ -111,7 +97,8 @@ mod imp {
         }
     }
 
-    pub(super) fn open(
+    #[must_use]
+    pub(crate) fn open(
         key: &[u8; KEY_LEN],
         nonce: &[u8; NONCE_LEN],
         aad: &[u8],
@@ -125,12 +112,20 @@ mod imp {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use chacha20poly1305::aead::{AeadInPlace, KeyInit};
     use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 
-    fn hex(s: &str) -> Vec<u8> {
+    /// Ciphertext and tag equal to a reference implementation's (the lengths name the case).
+    pub(crate) fn assert_sealed_alike(ours: (&[u8], &[u8]), reference: (&[u8], &[u8])) {
+        let len = ours.0.len();
+        assert_eq!(ours.0, reference.0, "ciphertext of {len} bytes");
+        assert_eq!(ours.1, reference.1, "tag of {len} bytes");
+    }
+
+    /// The bytes a string of hex digits spells (test vectors).
+    pub(crate) fn hex(s: &str) -> Vec<u8> {
         (0..s.len())
             .step_by(2)
             .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
@@ -178,12 +173,7 @@ mod tests {
             let reference_tag = XChaCha20Poly1305::new(&key.into())
                 .encrypt_in_place_detached(XNonce::from_slice(&nonce), aad, &mut reference)
                 .expect("a small input seals");
-            assert_eq!(ours, reference, "ciphertext of {len} bytes");
-            assert_eq!(
-                tag.as_slice(),
-                reference_tag.as_slice(),
-                "tag of {len} bytes"
-            );
+            assert_sealed_alike((&ours, &tag), (&reference, &reference_tag));
             let mut opened = reference.clone();
             assert!(open(&key, &nonce, aad, &mut opened, &tag));
             assert_eq!(opened, plain);
