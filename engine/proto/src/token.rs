@@ -342,8 +342,7 @@ impl PrivateToken {
     ) -> Result<PrivateToken, TokenError> {
         let mut body = [0u8; PRIVATE_LEN];
         body.copy_from_slice(&sealed.bytes[..PRIVATE_LEN]);
-        let mut tag = [0u8; xchacha::TAG_LEN];
-        tag.copy_from_slice(&sealed.bytes[PRIVATE_LEN..]);
+        let tag = sealed.tag();
         let ad = associated_data(protocol_id, expires_unix);
         if !xchacha::open(&key.0, &sealed.nonce, &ad, &mut body, &tag) {
             return Err(TokenError::Invalid);
