@@ -41,7 +41,7 @@ use ricochet_platform::{
 use ricochet_proto::token::ConnectToken;
 use ricochet_proto::{
     ChannelKind, CloseReason, Config, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig,
-    Event, SendError,
+    Event, PrefetchStage, SendError,
 };
 
 use crate::profile::{with_channels, Profile};
@@ -512,6 +512,16 @@ impl Client {
             }
         }
         Ok(())
+    }
+
+    /// Hints the CPU to load this client's state ahead of its turn (see
+    /// [`Endpoint::prefetch`]): `None` is this struct itself, then its connection and what that
+    /// points to. Each reads what the one before hinted.
+    pub(crate) fn prefetch(&self, stage: Option<PrefetchStage>) {
+        match stage {
+            None => ricochet_proto::prefetch(self),
+            Some(s) => self.endpoint.prefetch(s),
+        }
     }
 
     /// Hand what the last poll received to the protocol, run due timers, and queue the

@@ -357,6 +357,7 @@ impl ClientSet {
         let touched = std::mem::take(&mut self.touched);
         let (mut urgent, mut retry) = (false, false);
         for (k, &i) in touched.iter().enumerate() {
+            self.prefetch_ahead(&touched, k);
             if let Err(e) = self.submit(i as usize, start, &mut urgent, &mut retry) {
                 // The failed member and those not reached yet stay queued for the next turn.
                 for &j in &touched[k..] {
@@ -393,8 +394,9 @@ impl ClientSet {
         }
         let now = Instant::now();
         let ready = std::mem::take(&mut self.ready);
-        for &token in &ready {
+        for (k, &token) in ready.iter().enumerate() {
             let i = token as usize;
+            self.prefetch_ahead(&ready, k);
             let Some(c) = self.clients.get_mut(i) else {
                 continue;
             };
@@ -459,6 +461,19 @@ impl ClientSet {
         }
         self.sync(i);
         Ok(())
+    }
+
+    /// Before member `order[k]`'s turn: hints the memory of the members after it, one stage
+    /// further the nearer they are, so that each stage's loads land during a member's work
+    /// and system calls and the next stage reads them from cache (see [`Client::prefetch`]).
+    fn prefetch_ahead<T: Copy + TryInto<usize>>(&self, order: &[T], k: usize) {
+        use ricochet_proto::PrefetchStage::{Connection, Parts};
+        for (ahead, stage) in [(0, Some(Parts)), (1, Some(Connection)), (2, None)] {
+            let member = order.get(k + ahead).and_then(|&j| j.try_into().ok());
+            if let Some(c) = member.and_then(|j| self.clients.get(j)) {
+                c.prefetch(stage);
+            }
+        }
     }
 
     /// Runs the protocol timers due at `now`.

@@ -58,8 +58,8 @@ use ricochet_platform::{self as platform, BackendKind, SocketInfo, Waker};
 use ricochet_proto::token::{TokenKey, TAG_LEN};
 use ricochet_proto::{
     Admission, ChannelKind, CloseReason, Config, ConnectionHandle, ConnectionStats, DropCause,
-    Endpoint, EndpointConfig, EndpointStats, Event, LedgerRefusal, Peer, Recorded, Refusal,
-    SendError, ServerConfig as ListenConfig, TokenAdmission, TokenLedger, UsedTokens,
+    Endpoint, EndpointConfig, EndpointStats, Event, LedgerRefusal, Peer, PrefetchStage, Recorded,
+    Refusal, SendError, ServerConfig as ListenConfig, TokenAdmission, TokenLedger, UsedTokens,
 };
 
 use super::config::{CorePinning, IdleStrategy, IoModel, UdpServerConfig};
@@ -721,6 +721,13 @@ impl<H: Handler> Service for RudpService<H> {
             .handle_datagram(now, from, data);
         if let Err(DropCause::UnknownConnection) = result {
             tracing::trace!(%from, "datagram for an unknown connection dropped");
+        }
+    }
+
+    fn prefetch(&mut self, data: &[u8], stage: PrefetchStage) {
+        // Only an endpoint of its own: taking the shared one's lock costs more than a hint saves.
+        if let EndpointSlot::Owned(core) = &self.endpoint {
+            core.endpoint.prefetch_for(data, stage);
         }
     }
 

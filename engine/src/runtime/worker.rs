@@ -18,6 +18,8 @@ use ricochet_platform::{
     SocketInfo, Waker,
 };
 
+use ricochet_proto::PrefetchStage;
+
 use super::config::{IdleStrategy, IoModel, UdpServerConfig};
 use super::counters::{CounterCell, WorkerCounters};
 use super::error::RuntimeError;
@@ -117,6 +119,9 @@ impl UdpContext<'_> {
 pub(crate) trait Service: Send + 'static {
     /// One received datagram (or GRO segment).
     fn on_datagram(&mut self, ctx: &mut UdpContext<'_>, from: SocketAddr, data: &[u8]);
+
+    /// A hint that `data` will be handled soon (see `Endpoint::prefetch_for`).
+    fn prefetch(&mut self, _data: &[u8], _stage: PrefetchStage) {}
 
     /// The configured tick came.
     fn on_tick(&mut self, ctx: &mut UdpContext<'_>);
@@ -379,6 +384,12 @@ impl<S: Service> Worker<S> {
                     backend: None,
                     send_errors: &mut self.counters.send_errors,
                 };
+                // Hints for the next two, so their connections' state is in cache by their turn.
+                for (ahead, stage) in [(1, PrefetchStage::Parts), (2, PrefetchStage::Connection)] {
+                    if let Some(next) = self.backend.received().get(i - 1 + ahead) {
+                        self.service.prefetch(next.data, stage);
+                    }
+                }
                 for segment in d.segments() {
                     self.service.on_datagram(&mut ctx, d.src, segment);
                     self.counters.datagrams_in += 1;

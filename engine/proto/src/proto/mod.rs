@@ -11,6 +11,7 @@ mod connection;
 mod endpoint;
 mod fec;
 mod keys;
+mod prefetch;
 mod protect;
 mod recv;
 mod routing;
@@ -28,6 +29,7 @@ pub use endpoint::{
 };
 pub use fec::{FecStats, FEC_ARQ_OVERHEAD};
 pub use keys::SessionKeys;
+pub use prefetch::{prefetch, PrefetchStage};
 pub use protect::{NumberSpace, PacketKey, ReplayWindow, Unauthenticated, REPLAY_WINDOW};
 pub use routing::{NoRouting, Router};
 pub use stats::{ConnectionStats, DropCause, DropCounters, RttSummary, RTT_BUCKETS};

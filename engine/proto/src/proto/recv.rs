@@ -150,6 +150,11 @@ impl Receiver {
         }
     }
 
+    /// Hints the CPU to load the channel table (see `prefetch`).
+    pub(crate) fn prefetch(&self) {
+        super::prefetch::front(&self.channels, 256);
+    }
+
     /// Structural checks that do not depend on state: known channel, sane fragment count.
     pub(crate) fn validate(&self, channel: u8, count: u64, len: usize) -> Result<(), DropCause> {
         if usize::from(channel) >= self.channels.len()
