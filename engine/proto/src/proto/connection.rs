@@ -547,6 +547,7 @@ impl Connection {
         front(&self.channels, 256);
         front(self.recv_ranges.as_slices().0, 64);
         self.receiver.prefetch();
+        self.fec.prefetch();
         if let Some(p) = self.protection.as_deref() {
             prefetch(p);
         }

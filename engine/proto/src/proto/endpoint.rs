@@ -1190,6 +1190,10 @@ impl Endpoint {
             }
         }
         while let Some(idx) = self.dirty.pop_front() {
+            if self.burst.0 != idx {
+                // A new connection's turn: the next ones' state is loaded meanwhile.
+                self.hint_ahead(self.dirty.front(), self.dirty.get(1));
+            }
             let t = self.with_conn(idx, |c| c.poll_transmit(now, buf)).flatten();
             if let Some(slot) = self.slots.get_mut(idx as usize) {
                 slot.dirty = false;
@@ -1239,6 +1243,17 @@ impl Endpoint {
         }
     }
 
+    /// In a pass over many connections: hints the parts of the `next` one and the state of
+    /// the one `after` it (see [`PrefetchStage`]), so their loads overlap this one's work.
+    fn hint_ahead(&self, next: Option<&u32>, after: Option<&u32>) {
+        if let Some(slot) = next.and_then(|&i| self.slots.get(i as usize)) {
+            slot.prefetch(PrefetchStage::Parts);
+        }
+        if let Some(slot) = after.and_then(|&i| self.slots.get(i as usize)) {
+            slot.prefetch(PrefetchStage::Connection);
+        }
+    }
+
     /// [`Self::prefetch`] for the one connection `datagram` names: a server issues it for the
     /// datagrams of a receive batch, [`PrefetchStage::Connection`] two ahead of the one it
     /// handles and [`PrefetchStage::Parts`] one ahead.
@@ -1270,6 +1285,7 @@ impl Endpoint {
         // them may be due (an embedder need not drain `poll_transmit` before calling this).
         for i in 0..self.dirty.len() {
             let idx = self.dirty[i];
+            self.hint_ahead(self.dirty.get(i + 1), self.dirty.get(i + 2));
             self.refresh_timer(idx);
         }
         // Take the due entries first: a connection run here is marked stale and queued for
@@ -1278,7 +1294,8 @@ impl Endpoint {
         while let Some(entry) = self.timers.pop_due(now) {
             due.push(entry);
         }
-        for &(_, idx) in &due {
+        for (i, &(_, idx)) in due.iter().enumerate() {
+            self.hint_ahead(due.get(i + 1).map(|e| &e.1), due.get(i + 2).map(|e| &e.1));
             self.with_conn(idx, |c| c.handle_timeout(now));
             self.touch(idx);
         }

@@ -260,6 +260,13 @@ impl FecLink {
         }
     }
 
+    /// Hints the CPU to load the head of this link's FEC state (see `prefetch`).
+    pub(crate) fn prefetch(&self) {
+        if let Some(state) = self.state.as_deref() {
+            super::prefetch::front(std::slice::from_ref(state), 256);
+        }
+    }
+
     /// Whether parity is counted in the congestion controller's bytes in flight.
     pub(crate) fn parity_in_flight(&self) -> bool {
         self.state
@@ -736,6 +743,9 @@ impl FecLink {
     }
 
     pub(crate) fn on_acked(&mut self, _sent: Instant, _cc: &mut Congestion) {}
+
+    /// Nothing to hint without the `fec` feature.
+    pub(crate) fn prefetch(&self) {}
 
     pub(crate) fn parity_in_flight(&self) -> bool {
         false
