@@ -514,14 +514,16 @@ impl Client {
         Ok(())
     }
 
-    /// Hints the CPU to load this client's state ahead of its turn (see
-    /// [`Endpoint::prefetch`]): `None` is this struct itself, then its connection and what that
-    /// points to. Each reads what the one before hinted.
-    pub(crate) fn prefetch(&self, stage: Option<PrefetchStage>) {
-        match stage {
-            None => ricochet_proto::prefetch(self),
-            Some(s) => self.endpoint.prefetch(s),
-        }
+    /// Hints the CPU to load this struct ahead of the client's turn; see
+    /// [`Self::prefetch_connection`] for the next stages, which read it.
+    pub(crate) fn prefetch_self(&self) {
+        ricochet_proto::prefetch(self);
+    }
+
+    /// Hints the CPU to load this client's connection, or what it points to
+    /// ([`Endpoint::prefetch`]).
+    pub(crate) fn prefetch_connection(&self, stage: PrefetchStage) {
+        self.endpoint.prefetch(stage);
     }
 
     /// Hand what the last poll received to the protocol, run due timers, and queue the

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use ricochet_platform as platform;
 
 use ricochet_proto::token::ConnectToken;
-use ricochet_proto::TimerQueue;
+use ricochet_proto::{PrefetchStage, TimerQueue};
 
 use super::{Client, ClientConfig, ClientError, ClientEvent, ConnectLimit};
 
@@ -463,16 +463,23 @@ impl ClientSet {
         Ok(())
     }
 
-    /// Before member `order[k]`'s turn: hints the memory of the members after it, one stage
-    /// further the nearer they are, so that each stage's loads land during a member's work
-    /// and system calls and the next stage reads them from cache (see [`Client::prefetch`]).
+    /// Before member `order[k]`'s turn: hints what its turn reads behind its connection, its
+    /// successor's connection, and the struct of the member after that. Each stage reads
+    /// what the one before hinted a member earlier, whose loads landed meanwhile (during a
+    /// member's work and system calls); see [`PrefetchStage`].
     fn prefetch_ahead<T: Copy + TryInto<usize>>(&self, order: &[T], k: usize) {
-        use ricochet_proto::PrefetchStage::{Connection, Parts};
-        for (ahead, stage) in [(0, Some(Parts)), (1, Some(Connection)), (2, None)] {
-            let member = order.get(k + ahead).and_then(|&j| j.try_into().ok());
-            if let Some(c) = member.and_then(|j| self.clients.get(j)) {
-                c.prefetch(stage);
-            }
+        let member = |ahead: usize| {
+            let j = order.get(k + ahead).and_then(|&j| j.try_into().ok())?;
+            self.clients.get(j)
+        };
+        if let Some(c) = member(0) {
+            c.prefetch_connection(PrefetchStage::Parts);
+        }
+        if let Some(c) = member(1) {
+            c.prefetch_connection(PrefetchStage::Connection);
+        }
+        if let Some(c) = member(2) {
+            c.prefetch_self();
         }
     }
 

@@ -724,10 +724,13 @@ impl<H: Handler> Service for RudpService<H> {
         }
     }
 
-    fn prefetch(&mut self, data: &[u8], stage: PrefetchStage) {
-        // Only an endpoint of its own: taking the shared one's lock costs more than a hint saves.
+    fn prefetch(&self, data: &[u8], stage: PrefetchStage) {
+        // Only an endpoint of its own (taking the shared one's lock costs more than a hint
+        // saves), and only for a datagram this worker keeps.
         if let EndpointSlot::Owned(core) = &self.endpoint {
-            core.endpoint.prefetch_for(data, stage);
+            if self.owner_of(data).is_none() {
+                core.endpoint.prefetch_for(data, stage);
+            }
         }
     }
 

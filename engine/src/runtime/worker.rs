@@ -120,8 +120,10 @@ pub(crate) trait Service: Send + 'static {
     /// One received datagram (or GRO segment).
     fn on_datagram(&mut self, ctx: &mut UdpContext<'_>, from: SocketAddr, data: &[u8]);
 
-    /// A hint that `data` will be handled soon (see `Endpoint::prefetch_for`).
-    fn prefetch(&mut self, _data: &[u8], _stage: PrefetchStage) {}
+    /// A hint that `data` will be handled soon: the dispatch loop issues
+    /// [`PrefetchStage::Connection`] two datagrams ahead and [`PrefetchStage::Parts`] one
+    /// ahead (see `Endpoint::prefetch_for`). The default does nothing.
+    fn prefetch(&self, _data: &[u8], _stage: PrefetchStage) {}
 
     /// The configured tick came.
     fn on_tick(&mut self, ctx: &mut UdpContext<'_>);

@@ -1258,10 +1258,17 @@ impl Endpoint {
     /// datagrams of a receive batch, [`PrefetchStage::Connection`] two ahead of the one it
     /// handles and [`PrefetchStage::Parts`] one ahead.
     pub fn prefetch_for(&self, datagram: &[u8], stage: PrefetchStage) {
-        if let Some(cid) = wire::peek_cid(datagram) {
-            if let Some(slot) = self.slots.get((cid.0 & 0xffff_ffff) as usize) {
-                slot.prefetch(stage);
-            }
+        let Some(cid) = wire::peek_cid(datagram) else {
+            return;
+        };
+        let Some(slot) = self.slots.get((cid.0 & 0xffff_ffff) as usize) else {
+            return;
+        };
+        // Follow the pointers only for the connection the id names (the datagram is not
+        // authenticated yet: a stale or forged id would only evict useful lines).
+        let named = slot.conn.as_ref().is_some_and(|c| c.local_cid() == cid);
+        if stage == PrefetchStage::Connection || named {
+            slot.prefetch(stage);
         }
     }
 
