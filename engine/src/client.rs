@@ -41,7 +41,7 @@ use ricochet_platform::{
 use ricochet_proto::token::ConnectToken;
 use ricochet_proto::{
     ChannelKind, CloseReason, Config, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig,
-    Event, PrefetchStage, SendError,
+    Event, SendError,
 };
 
 use crate::profile::{with_channels, Profile};
@@ -512,18 +512,6 @@ impl Client {
             }
         }
         Ok(())
-    }
-
-    /// Hints the CPU to load this struct ahead of the client's turn; see
-    /// [`Self::prefetch_connection`] for the next stages, which read it.
-    pub(crate) fn prefetch_self(&self) {
-        ricochet_proto::prefetch(self);
-    }
-
-    /// Hints the CPU to load this client's connection, or what it points to
-    /// ([`Endpoint::prefetch`]).
-    pub(crate) fn prefetch_connection(&self, stage: PrefetchStage) {
-        self.endpoint.prefetch(stage);
     }
 
     /// Hand what the last poll received to the protocol, run due timers, and queue the

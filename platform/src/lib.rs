@@ -8,7 +8,7 @@
 //! | --- | --- | --- | --- |
 //! | `uring` | Linux | multishot `recvmsg` into a provided-buffer ring | batched send SQEs, one `io_uring_enter` per turn |
 //! | `mmsg` | Linux | epoll + `recvmmsg` | `sendmmsg` (`sendto` for a single datagram), partial sends resumed |
-//! | `kqueue` | macOS | kqueue + `recvmsg` in a loop | `sendmsg` in a loop (Darwin's batched `recvmsg_x`/`sendmsg_x` are private API, not used) |
+//! | `kqueue` | macOS | kqueue + `recvmsg` in a loop | `sendto` in a loop (Darwin's batched `recvmsg_x`/`sendmsg_x` are private API, not used) |
 //!
 //! [`open`] picks the backend (`auto` = the best that works; the `RICOCHET_BACKEND` environment
 //! variable forces one) and falls back from `uring` to `mmsg` with one clear log line saying why.

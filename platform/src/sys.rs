@@ -117,6 +117,26 @@ pub(crate) fn set_int(
     }
 }
 
+/// One datagram to `dst` with `sendto`, its address encoded on the stack: the bytes sent, or
+/// the error.
+pub(crate) fn send_to(fd: RawFd, dst: &SocketAddr, payload: &[u8]) -> io::Result<usize> {
+    let mut name = zeroed_storage();
+    let namelen = encode_addr(dst, &mut name);
+    // SAFETY: `payload` and `name` are live for the call, with the lengths given; an invalid
+    // fd only yields EBADF.
+    let n = unsafe {
+        libc::sendto(
+            fd,
+            payload.as_ptr().cast(),
+            payload.len(),
+            0,
+            (&name as *const libc::sockaddr_storage).cast(),
+            namelen,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
 /// True for the errno values that mean "try again later".
 pub(crate) fn would_block(err: &io::Error) -> bool {
     matches!(err.raw_os_error(), Some(e) if e == libc::EAGAIN || e == libc::EWOULDBLOCK)

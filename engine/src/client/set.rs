@@ -466,20 +466,20 @@ impl ClientSet {
     /// Before member `order[k]`'s turn: hints what its turn reads behind its connection, its
     /// successor's connection, and the struct of the member after that. Each stage reads
     /// what the one before hinted a member earlier, whose loads landed meanwhile (during a
-    /// member's work and system calls); see [`PrefetchStage`].
+    /// member's work and system calls); see [`PrefetchStage`] and `Endpoint::prefetch`.
     fn prefetch_ahead<T: Copy + TryInto<usize>>(&self, order: &[T], k: usize) {
         let member = |ahead: usize| {
             let j = order.get(k + ahead).and_then(|&j| j.try_into().ok())?;
             self.clients.get(j)
         };
         if let Some(c) = member(0) {
-            c.prefetch_connection(PrefetchStage::Parts);
+            c.endpoint.prefetch(PrefetchStage::Parts);
         }
         if let Some(c) = member(1) {
-            c.prefetch_connection(PrefetchStage::Connection);
+            c.endpoint.prefetch(PrefetchStage::Connection);
         }
         if let Some(c) = member(2) {
-            c.prefetch_self();
+            ricochet_proto::prefetch(c);
         }
     }
 

@@ -373,7 +373,8 @@ impl<S: Service> Worker<S> {
         while i < self.backend.received().len() {
             i += 1;
             {
-                let Some(d) = self.backend.received().get(i - 1) else {
+                let received = self.backend.received();
+                let Some(d) = received.get(i - 1) else {
                     continue;
                 };
                 if d.truncated {
@@ -388,7 +389,7 @@ impl<S: Service> Worker<S> {
                 };
                 // Hints for the next two, so their connections' state is in cache by their turn.
                 for (ahead, stage) in [(1, PrefetchStage::Parts), (2, PrefetchStage::Connection)] {
-                    if let Some(next) = self.backend.received().get(i - 1 + ahead) {
+                    if let Some(next) = received.get(i - 1 + ahead) {
                         self.service.prefetch(next.data, stage);
                     }
                 }

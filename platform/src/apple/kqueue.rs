@@ -1,4 +1,4 @@
-//! The `kqueue` backend: kqueue readiness, then `recvmsg` / `sendmsg` in a loop.
+//! The `kqueue` backend: kqueue readiness, then `recvmsg` / `sendto` in a loop.
 //!
 //! Deliberately thin. Darwin's batched `recvmsg_x`/`sendmsg_x` are private API and are not
 //! used (no runtime probe yet); macOS has no UDP GSO/GRO, so GSO entries are sent segment by
@@ -55,7 +55,7 @@ impl Wake for Kq {
     }
 }
 
-/// kqueue + `recvmsg`/`sendmsg` on one socket.
+/// kqueue + `recvmsg`/`sendto` on one socket.
 pub struct KqueueBackend {
     sock: BoundSocket,
     fd: RawFd,
@@ -124,29 +124,15 @@ impl KqueueBackend {
         })
     }
 
-    /// One `sendmsg`; Ok(false) when the socket is full.
+    /// One `sendto`; Ok(false) when the socket is full.
     fn send_one(&mut self, dst: &std::net::SocketAddr, payload: &[u8]) -> Result<bool> {
-        let mut name = sys::zeroed_storage();
-        let namelen = sys::encode_addr(dst, &mut name);
-        let mut iov = libc::iovec {
-            iov_base: payload.as_ptr() as *mut libc::c_void,
-            iov_len: payload.len(),
-        };
-        // SAFETY: all-zero is a valid msghdr.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
-        msg.msg_namelen = namelen;
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
         loop {
-            // SAFETY: `msg` points at `name` and `iov`, which live across the call.
-            let rc = unsafe { libc::sendmsg(self.fd, &msg, 0) };
+            let sent = sys::send_to(self.fd, dst, payload);
             self.stats.syscalls += 1;
-            if rc >= 0 {
+            let Err(err) = sent else {
                 self.stats.datagrams_out += 1;
                 return Ok(true);
-            }
-            let err = io::Error::last_os_error();
+            };
             if err.kind() == io::ErrorKind::Interrupted {
                 continue;
             }

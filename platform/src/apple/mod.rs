@@ -1,4 +1,4 @@
-//! macOS backend: kqueue readiness with a `recvmsg`/`sendmsg` loop.
+//! macOS backend: kqueue readiness with a `recvmsg`/`sendto` loop.
 
 pub mod kqueue;
 

@@ -289,7 +289,11 @@ impl MmsgBackend {
             let single = matches!(batch.pending(), [only] if only.datagrams() == 1);
             let rc = if single {
                 let only = &batch.pending()[0];
-                send_to(self.fd, &only.dst, batch.payload(only))
+                // As `sendmmsg` counts: 1 sent, or -1 with `errno` left for the handling below.
+                match sys::send_to(self.fd, &only.dst, batch.payload(only)) {
+                    Ok(_) => 1,
+                    Err(_) => -1,
+                }
             } else {
                 let built = self.build_send(batch);
                 if built == 0 {
@@ -571,29 +575,6 @@ impl MmsgBackend {
             }
         }
         Ok((readable, writable, woken))
-    }
-}
-
-/// One datagram to `dst` with `sendto`: 1 when sent, -1 with `errno` set otherwise (as
-/// `sendmmsg` counts).
-fn send_to(fd: RawFd, dst: &std::net::SocketAddr, payload: &[u8]) -> libc::c_int {
-    let mut name = sys::zeroed_storage();
-    let namelen = sys::encode_addr(dst, &mut name);
-    // SAFETY: `payload` and `name` are live for the call, with the lengths given.
-    let n = unsafe {
-        libc::sendto(
-            fd,
-            payload.as_ptr().cast(),
-            payload.len(),
-            0,
-            (&name as *const libc::sockaddr_storage).cast(),
-            namelen,
-        )
-    };
-    if n < 0 {
-        -1
-    } else {
-        1
     }
 }
 
