@@ -83,7 +83,9 @@ impl Handler for World {
     }
 
     fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
-        self.tick += 1;
+        // The tick's index on the server's fixed grid, not a count of calls: a tick the worker
+        // was too busy to run in time is skipped, and a simulation would step over it.
+        self.tick = ctx.tick_index().map_or(self.tick + 1, |k| k as u32);
         // Snapshot: tick, then every player's chat count.
         let mut snapshot = self.tick.to_le_bytes().to_vec();
         snapshot.extend(self.players.values().flat_map(|n| n.to_le_bytes()));

@@ -40,8 +40,8 @@ use ricochet_platform::{
 
 use ricochet_proto::token::ConnectToken;
 use ricochet_proto::{
-    ChannelKind, CloseReason, Config, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig,
-    Event, SendError,
+    ChannelKind, CloseReason, Config, ConfigError, ConnectionHandle, ConnectionStats, Endpoint,
+    EndpointConfig, Event, SendError,
 };
 
 use crate::profile::{with_channels, Profile};
@@ -218,6 +218,9 @@ pub enum ClientError {
     /// Socket setup or I/O failed.
     #[error(transparent)]
     Platform(#[from] platform::Error),
+    /// A session setting is out of range ([`ClientConfig::session`]); it names the field.
+    #[error("{0} (ClientConfig::session)")]
+    Config(#[from] ConfigError),
 }
 
 /// What happened on the connection.
@@ -364,6 +367,7 @@ impl Client {
         config: ClientConfig,
         open: impl FnOnce(&mut Endpoint, Instant) -> ConnectionHandle,
     ) -> Result<Client, ClientError> {
+        config.endpoint.connection.validate()?;
         let backend = open_backend(server, &config)?;
         let now = Instant::now();
         let seed = config.seed.unwrap_or_else(|| {

@@ -853,3 +853,121 @@ fn client_set_connects_many_at_once() {
     assert!(err.index.is_some(), "{err}");
     srv.shutdown().unwrap();
 }
+
+/// A flood of datagrams whose (unauthenticated) connection id names a stalled worker is
+/// dropped past the forward queue's bound, not queued without limit.
+#[test]
+fn forwarding_to_a_stalled_worker_is_bounded() {
+    use std::net::UdpSocket;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Worker 1 sleeps through its first tick until the flood is over.
+    struct Stall {
+        worker: usize,
+        release: Arc<AtomicBool>,
+    }
+    impl Handler for Stall {
+        fn on_message(&mut self, _: &mut ServerContext<'_>, _: SessionId, _: u8, _: Bytes) {}
+        fn on_tick(&mut self, _ctx: &mut ServerContext<'_>) {
+            let start = Instant::now();
+            while self.worker == 1
+                && !self.release.load(Ordering::Relaxed)
+                && start.elapsed() < Duration::from_secs(20)
+            {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    let release = Arc::new(AtomicBool::new(false));
+    let mut cfg = secure_cfg().workers(2).tick(Duration::from_millis(10));
+    cfg.udp.io_model = IoModel::PerCore;
+    // By the kernel's hash, so that some of the flood lands on worker 0 and needs forwarding.
+    cfg.udp.steer_by_source_port = false;
+    let r = release.clone();
+    let srv = Server::start(cfg, move |worker| Stall {
+        worker,
+        release: r.clone(),
+    })
+    .unwrap();
+    // Let worker 1 enter its stalled tick.
+    std::thread::sleep(Duration::from_millis(100));
+    // A connection packet whose cid is tagged for worker 1 (flag and index bytes).
+    let mut datagram = vec![0u8; 1_200];
+    datagram[0] = 0x10;
+    datagram[2 + 2] = 0x01;
+    datagram[2 + 3] = 0x01;
+    let socks: Vec<UdpSocket> = (0..16)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    // Rounds of 16 ports × 100 until worker 0 (the ports the kernel's hash gives it) has
+    // queued past the 4 MiB bound: about 3,300 datagrams of this size.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while srv.forward_drops() == 0 && Instant::now() < deadline {
+        for _ in 0..100 {
+            for s in &socks {
+                let _ = s.send_to(&datagram, srv.local_addr());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (forwarded, dropped) = (srv.forwarded(), srv.forward_drops());
+    release.store(true, Ordering::Relaxed);
+    assert!(dropped > 0, "nothing dropped; {forwarded} forwarded");
+    // Never more queued than the bound: 4 MiB over at least 1,200 bytes each.
+    assert!(forwarded <= (4 << 20) / 1_200, "{forwarded} forwarded");
+    srv.shutdown().unwrap();
+}
+
+/// A session setting that would overflow a deadline ("never" spelled `Duration::MAX`) is refused
+/// at start, naming the field, instead of panicking a worker when the first client arrives.
+#[test]
+fn out_of_range_session_settings_are_refused_at_start() {
+    let cfg = secure_cfg().session(|c| c.idle_timeout = Duration::MAX);
+    let err = Server::start(cfg, |_| Echo).unwrap_err().to_string();
+    assert!(err.contains("idle_timeout"), "{err}");
+
+    let srv = Server::start(secure_cfg(), |_| Echo).unwrap();
+    let bad = ClientConfig::new().session(|c| c.close_linger = Duration::MAX);
+    match Client::connect(&token(srv.local_addr()), bad) {
+        Err(e @ ricochet::ClientError::Config(_)) => {
+            assert!(e.to_string().contains("close_linger"), "{e}")
+        }
+        other => panic!("expected a config error, got {other:?}"),
+    }
+    srv.shutdown().unwrap();
+}
+
+/// `ServerContext::tick_index` numbers the ticks on the fixed grid from 1, rising, and is only
+/// set in `on_tick`.
+#[test]
+fn tick_index_numbers_the_grid() {
+    struct Ticks(Arc<Mutex<Vec<Option<u64>>>>);
+    impl Handler for Ticks {
+        fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, ch: u8, data: Bytes) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(ctx.tick_index().map(|_| u64::MAX));
+            ctx.send(s, ch, data).expect("echo queued");
+        }
+        fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
+            self.0.lock().unwrap().push(ctx.tick_index());
+        }
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let cfg = secure_cfg().workers(1).tick(Duration::from_millis(5));
+    let s2 = seen.clone();
+    let srv = Server::start(cfg, move |_| Ticks(s2.clone())).unwrap();
+    let mut c = client(srv.local_addr());
+    echo_all(&mut c, 0, &[message(1, 100)]);
+    std::thread::sleep(Duration::from_millis(60));
+    srv.shutdown().unwrap();
+    let seen = seen.lock().unwrap().clone();
+    // The message's callback saw no index.
+    assert!(seen.contains(&None), "{seen:?}");
+    let ticks: Vec<u64> = seen.into_iter().flatten().collect();
+    assert!(ticks.len() >= 5, "{ticks:?}");
+    assert_eq!(ticks[0], 1, "{ticks:?}");
+    assert!(ticks.windows(2).all(|w| w[1] > w[0]), "{ticks:?}");
+}

@@ -19,6 +19,14 @@ pub enum IoModel {
     PerCore,
     /// One socket served by N unpinned threads (each with a backend on a duplicate of the same
     /// descriptor): the classic "one io context, N threads" baseline.
+    ///
+    /// For an RUDP server the threads share one endpoint, but each still has its own handler:
+    /// a session's callbacks reach whichever thread handled its datagram, every thread runs
+    /// `on_tick` (each reporting worker 0), and each thread's `ServerContext::sessions` lists
+    /// every session, so a broadcast from `on_tick` goes out once per thread. Game state then
+    /// belongs behind a lock the handlers share, with one of them chosen (by the factory's
+    /// thread index) to broadcast. `PerCore` has none of this: a session lives on one worker,
+    /// with one handler.
     Shared,
 }
 
@@ -58,6 +66,12 @@ pub enum CorePinning {
     /// than cores. With a worker on every core, a pinned worker shares its core with
     /// whatever else runs (game logic, a load generator) and the scheduler may move neither,
     /// so both wait for each other; unpinned, it spreads them over the cores.
+    ///
+    /// Workers pin to the first cores of the process's CPU mask (worker `i` to its `i`-th
+    /// core). Several server processes on one host (a process per match) would therefore
+    /// all pin to the same cores: give each process its own CPUs (`taskset`, a cpuset), or
+    /// choose [`CorePinning::Never`]. The same holds in a container whose CPU quota is
+    /// smaller than the cores it can see.
     #[default]
     Auto,
     /// Always pin worker `i` to core `i` (modulo the core count).
@@ -289,7 +303,8 @@ impl UdpServerConfig {
         }
         if self.io_threads > 1024 {
             return Err(RuntimeError::Config(format!(
-                "io_threads = {} is more than 1,024",
+                "io_threads = {} is more than 1,024 (UdpServerConfig::io_threads; \
+                 ServerConfig::workers for an RUDP server)",
                 self.io_threads
             )));
         }

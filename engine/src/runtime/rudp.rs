@@ -45,7 +45,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
@@ -216,6 +216,8 @@ impl ServerConfig {
 
     /// Whether workers are pinned to cores ([`CorePinning::Auto`] by default: only when the
     /// machine has more cores than workers, so the application's own threads keep a core).
+    /// Running several server processes on one host? Each pins from the first core of its
+    /// CPU mask, so give each its own CPUs or choose [`CorePinning::Never`].
     pub fn pinning(mut self, pinning: CorePinning) -> Self {
         self.udp.pinning = pinning;
         self
@@ -266,8 +268,10 @@ impl ServerConfig {
         self
     }
 
-    /// Handshake packets accepted per source IP per second, per worker (default 4,096; two per
-    /// connect plus retries): what a crowd behind one address connecting at once needs.
+    /// Cookie echoes (the handshake packet that proves the sender's address; one per connect
+    /// plus retries) accepted per source IP per second, per worker (default 4,096): what a crowd
+    /// behind one address connecting at once needs. Hellos are not counted, so a spoofer of a
+    /// player's address cannot use up the player's budget.
     pub fn max_handshakes_per_address(mut self, packets: u32) -> Self {
         self.listen().max_handshakes_per_address = packets;
         self
@@ -323,7 +327,10 @@ pub trait Handler: Send + 'static {
         let _ = (ctx, session, reason, by_peer);
     }
 
-    /// Called every [`UdpServerConfig::tick`].
+    /// Called on each worker every [`UdpServerConfig::tick`], on a fixed grid: a late tick
+    /// does not delay the next, and a tick whose time passed while the worker was busy is
+    /// skipped rather than run late. [`ServerContext::tick_index`] tells which tick this is
+    /// (its indices jump over skipped ones).
     fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
         let _ = ctx;
     }
@@ -387,6 +394,20 @@ enum Command {
 struct Mailbox {
     tx: Sender<Command>,
     waker: Waker,
+    /// Bytes of forwarded datagrams in the queue, which [`FORWARD_QUEUE_BYTES`] bounds.
+    forward_bytes: Arc<AtomicUsize>,
+}
+
+/// Most bytes of forwarded datagrams one worker's queue holds. What is forwarded is chosen
+/// by bytes of a datagram nobody has authenticated yet, so a flood that names a busy worker
+/// must not grow its queue without bound: past this, such datagrams are dropped and counted
+/// ([`Server::forward_drops`]), as a full socket buffer would drop them.
+const FORWARD_QUEUE_BYTES: usize = 4 << 20;
+
+/// What one queued forwarded datagram counts against [`FORWARD_QUEUE_BYTES`]: its bytes and
+/// the queue entry's own.
+fn forward_cost(len: usize) -> usize {
+    len + std::mem::size_of::<Command>()
 }
 
 /// Where the workers' mailboxes are published once every worker is up.
@@ -399,6 +420,8 @@ pub struct ServerContext<'a> {
     endpoint: &'a mut Endpoint,
     directory: &'a Directory,
     sessions: &'a HashSet<ConnectionHandle>,
+    /// The index of the tick being run ([`Handler::on_tick`] only).
+    tick: Option<u64>,
 }
 
 impl ServerContext<'_> {
@@ -502,6 +525,16 @@ impl ServerContext<'_> {
     pub fn now(&self) -> Instant {
         self.now
     }
+
+    /// In [`Handler::on_tick`], the index of the tick being run: tick `k` was due at the
+    /// worker's start plus `k` × [`ServerConfig::tick`], the first is 1. A tick that came too
+    /// late to run before the next was due is skipped, not run late back to back (counted in
+    /// [`WorkerCounters::ticks_skipped`](super::WorkerCounters::ticks_skipped)), so the
+    /// indices then jump: a fixed-step simulation advances by the difference from the last
+    /// index it saw. `None` outside `on_tick`.
+    pub fn tick_index(&self) -> Option<u64> {
+        self.tick
+    }
 }
 
 /// An endpoint and the connected sessions it holds (for broadcasts and the stop sequence).
@@ -570,6 +603,10 @@ struct RudpService<H> {
     stopping: bool,
     /// Datagrams this server's workers handed to another worker (all workers share it).
     forwarded: Arc<AtomicU64>,
+    /// Datagrams for another worker dropped because its queue was full (shared too).
+    forward_drops: Arc<AtomicU64>,
+    /// Bytes of forwarded datagrams in this worker's own queue (its mailbox's count).
+    inbox_bytes: Arc<AtomicUsize>,
     /// This worker's RTT histogram (fed from the endpoint's samples every turn).
     rtt: WorkerRtt,
 }
@@ -604,6 +641,8 @@ impl<H: Handler> RudpService<H> {
                 }
                 Command::Close { handle, reason } => ep.close(now, handle, reason),
                 Command::Datagram { from, bytes } => {
+                    self.inbox_bytes
+                        .fetch_sub(forward_cost(bytes.len()), Ordering::Relaxed);
                     let _ = ep.handle_datagram(now, from, &bytes);
                 }
             }
@@ -636,6 +675,7 @@ impl<H: Handler> RudpService<H> {
                 endpoint: ep,
                 directory: &self.directory,
                 sessions: &core.sessions,
+                tick: None,
             };
             match event {
                 Event::Incoming(peer) => {
@@ -706,10 +746,20 @@ impl<H: Handler> Service for RudpService<H> {
         if let Some(owner) = self.owner_of(data) {
             // Not ours: steering could not route it (no BPF program on this system).
             if let Some(mailbox) = self.directory.get().and_then(|d| d.get(owner as usize)) {
+                let cost = forward_cost(data.len());
+                let queued = mailbox.forward_bytes.fetch_add(cost, Ordering::Relaxed);
+                if queued + cost > FORWARD_QUEUE_BYTES {
+                    mailbox.forward_bytes.fetch_sub(cost, Ordering::Relaxed);
+                    self.forward_drops.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
                 let bytes = data.to_vec();
                 if mailbox.tx.send(Command::Datagram { from, bytes }).is_ok() {
                     let _ = mailbox.waker.wake();
                     self.forwarded.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    // The owner has stopped: nothing will take the bytes back out.
+                    mailbox.forward_bytes.fetch_sub(cost, Ordering::Relaxed);
                 }
             }
             return;
@@ -748,6 +798,7 @@ impl<H: Handler> Service for RudpService<H> {
             endpoint: &mut core.endpoint,
             directory: &self.directory,
             sessions: &core.sessions,
+            tick: ctx.tick_index(),
         };
         self.handler.on_tick(&mut sctx);
     }
@@ -783,6 +834,7 @@ pub struct Server {
     workers: WorkerSet,
     placement: Option<Placement>,
     forwarded: Arc<AtomicU64>,
+    forward_drops: Arc<AtomicU64>,
     rtt: Vec<WorkerRtt>,
     limits: SessionLimits,
 }
@@ -850,6 +902,10 @@ impl Server {
                 )));
             }
         }
+        endpoint_cfg
+            .connection
+            .validate()
+            .map_err(|e| RuntimeError::Config(format!("{e} (ServerConfig::session)")))?;
         if endpoint_cfg.rtt_sample_buffer == 0 {
             // Drained every turn into the worker's histogram.
             endpoint_cfg.rtt_sample_buffer = RTT_SAMPLE_BUFFER;
@@ -866,8 +922,14 @@ impl Server {
         };
         let n = config.udp.resolved_threads();
         if config.udp.io_model == IoModel::PerCore && n > 256 {
+            let why = if config.udp.io_threads == 0 {
+                " (one per CPU when workers are not set)"
+            } else {
+                ""
+            };
             return Err(RuntimeError::Config(format!(
-                "an RUDP server runs at most 256 per-core workers, not {n}"
+                "an RUDP server runs at most 256 per-core workers, not {n}{why}: set \
+                 ServerConfig::workers"
             )));
         }
         let now = Instant::now();
@@ -892,6 +954,8 @@ impl Server {
             .map(|cap| SharedLedger(Arc::new(Mutex::new(UsedTokens::new(cap)))));
         let steering = if per_core { steer_rules() } else { Vec::new() };
         let forwarded = Arc::new(AtomicU64::new(0));
+        let forward_drops = Arc::new(AtomicU64::new(0));
+        let mut inbox_bytes = Vec::with_capacity(n);
         let directory: Directory = Arc::new(std::sync::OnceLock::new());
         let mut senders = Vec::with_capacity(n);
         let mut rtts = Vec::with_capacity(n);
@@ -900,6 +964,8 @@ impl Server {
             rtts.push(rtt.clone());
             let (tx, rx) = mpsc::channel();
             senders.push(tx);
+            let queued = Arc::new(AtomicUsize::new(0));
+            inbox_bytes.push(queued.clone());
             // With a port-0 bind, the public address gets the port the sockets were given.
             let mut endpoint_cfg = endpoint_cfg.clone();
             if let Some(Admission::Tokens(t)) =
@@ -954,13 +1020,20 @@ impl Server {
                 directory: directory.clone(),
                 stopping: false,
                 forwarded: forwarded.clone(),
+                forward_drops: forward_drops.clone(),
+                inbox_bytes: queued,
                 rtt,
             }
         })?;
         let mailboxes = senders
             .into_iter()
             .zip(workers.wakers())
-            .map(|(tx, waker)| Mailbox { tx, waker })
+            .zip(inbox_bytes)
+            .map(|((tx, waker), forward_bytes)| Mailbox {
+                tx,
+                waker,
+                forward_bytes,
+            })
             .collect();
         // Only fails if already set, which cannot happen: this is the one place that sets it.
         let _ = directory.set(mailboxes);
@@ -975,6 +1048,7 @@ impl Server {
             workers,
             placement,
             forwarded,
+            forward_drops,
             rtt: rtts,
             limits,
         })
@@ -992,6 +1066,13 @@ impl Server {
     /// counts what the kernel's hash sent astray.
     pub fn forwarded(&self) -> u64 {
         self.forwarded.load(Ordering::Relaxed)
+    }
+
+    /// Datagrams a worker received for another worker's session and dropped instead of
+    /// forwarding, because that worker's queue already held 4 MiB of them (it is stalled, or
+    /// a flood names it). 0 in normal running.
+    pub fn forward_drops(&self) -> u64 {
+        self.forward_drops.load(Ordering::Relaxed)
     }
 
     /// Sessions the server holds now, over all its workers (what

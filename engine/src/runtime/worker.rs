@@ -40,6 +40,8 @@ pub struct UdpContext<'a> {
     /// Present outside datagram dispatch: a full batch is then submitted on the spot.
     pub(crate) backend: Option<&'a mut dyn Backend>,
     pub(crate) send_errors: &'a mut u64,
+    /// The index of the tick being run (`Service::on_tick` only).
+    pub(crate) tick: Option<u64>,
 }
 
 impl UdpContext<'_> {
@@ -107,6 +109,15 @@ impl UdpContext<'_> {
     /// The worker this handler runs on.
     pub fn worker(&self) -> usize {
         self.worker
+    }
+
+    /// In [`DatagramHandler::on_tick`](super::DatagramHandler::on_tick), the index of the
+    /// tick being run: tick `k` was due at the worker's start plus `k` ticks, the first is 1.
+    /// A tick that came too late to run before the next was due is skipped (and counted in
+    /// [`WorkerCounters::ticks_skipped`]), so the indices then jump: a fixed-step simulation
+    /// advances by the difference from the last index it saw. `None` outside `on_tick`.
+    pub fn tick_index(&self) -> Option<u64> {
+        self.tick
     }
 
     /// The time the current loop turn started (one clock read per turn).
@@ -324,6 +335,7 @@ impl<S: Service> Worker<S> {
                     send: &mut self.send,
                     backend: Some(self.backend.as_mut()),
                     send_errors: &mut self.counters.send_errors,
+                    tick: None,
                 };
                 self.service.on_turn_end(&mut ctx);
                 stopping && self.service.on_stop(&mut ctx)
@@ -386,6 +398,7 @@ impl<S: Service> Worker<S> {
                     send: &mut self.send,
                     backend: None,
                     send_errors: &mut self.counters.send_errors,
+                    tick: None,
                 };
                 // Hints for the next two, so their connections' state is in cache by their turn.
                 for (ahead, stage) in [(1, PrefetchStage::Parts), (2, PrefetchStage::Connection)] {
@@ -417,6 +430,7 @@ impl<S: Service> Worker<S> {
             send: &mut self.send,
             backend: Some(self.backend.as_mut()),
             send_errors: &mut self.counters.send_errors,
+            tick: self.tick.as_ref().map(|g| g.next),
         };
         self.service.on_tick(&mut ctx);
         if let Some(grid) = self.tick.as_mut() {

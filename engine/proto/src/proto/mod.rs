@@ -18,6 +18,7 @@ mod routing;
 mod rtt;
 mod stats;
 mod timers;
+mod validate;
 
 pub use crate::wire::{CloseReason, ConnectionId};
 pub use admission::{
@@ -34,6 +35,7 @@ pub use protect::{NumberSpace, PacketKey, ReplayWindow, Unauthenticated, REPLAY_
 pub use routing::{NoRouting, Router};
 pub use stats::{ConnectionStats, DropCause, DropCounters, RttSummary, RTT_BUCKETS};
 pub use timers::TimerQueue;
+pub use validate::{ConfigError, MAX_CONFIG_DURATION};
 
 /// Delivery guarantees of a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,137 @@
+//! Range checks of a session [`Config`]: a value that would overflow a deadline or contradict
+//! another is refused when an endpoint is set up, with the field's name, rather than panicking
+//! when the first session reaches it.
+
+use std::time::Duration;
+
+use super::Config;
+
+/// The longest any [`Config`] duration may be. Deadlines are `now + duration`, so an
+/// effectively infinite value (`Duration::MAX`, a common way to say "never") would overflow
+/// the clock; a year is already "never" for a session.
+pub const MAX_CONFIG_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A [`Config`] value out of range: which field, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("session config `{field}`: {problem}")]
+#[non_exhaustive]
+pub struct ConfigError {
+    /// The field, as spelled in [`Config`] (`fec.group_wait` for a nested one).
+    pub field: &'static str,
+    /// What is wrong and what to do instead.
+    pub problem: String,
+}
+
+impl ConfigError {
+    fn new(field: &'static str, problem: impl Into<String>) -> ConfigError {
+        ConfigError {
+            field,
+            problem: problem.into(),
+        }
+    }
+}
+
+impl Config {
+    /// Checks the ranges an endpoint relies on: every duration at most
+    /// [`MAX_CONFIG_DURATION`], the timeouts a session needs longer than zero, `min_rto` not
+    /// above `max_rto`, at least one channel and at most 256 (channel ids are a byte).
+    /// Servers and clients of the `ricochet` runtime call it when they start.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let durations: [(&'static str, Option<Duration>); 16] = [
+            ("initial_rtt", Some(self.initial_rtt)),
+            ("min_rto", Some(self.min_rto)),
+            ("max_rto", Some(self.max_rto)),
+            ("max_ack_delay", Some(self.max_ack_delay)),
+            ("min_probe_timeout", Some(self.min_probe_timeout)),
+            ("unreliable_ack_delay", self.unreliable_ack_delay),
+            ("unreliable_timeout", Some(self.unreliable_timeout)),
+            ("idle_timeout", Some(self.idle_timeout)),
+            ("keepalive_interval", self.keepalive_interval),
+            ("handshake_retry", Some(self.handshake_retry)),
+            ("handshake_timeout", Some(self.handshake_timeout)),
+            ("idle_trim", self.idle_trim),
+            ("close_linger", Some(self.close_linger)),
+            ("loss_report_interval", Some(self.loss_report_interval)),
+            ("fec.group_wait", Some(self.fec.group_wait)),
+            ("fec.max_group_age", Some(self.fec.max_group_age)),
+        ];
+        for (field, value) in durations {
+            if value.is_some_and(|d| d > MAX_CONFIG_DURATION) {
+                return Err(ConfigError::new(
+                    field,
+                    format!(
+                        "{value:?} is longer than the {} days allowed; a year already means \
+                         never for a session",
+                        MAX_CONFIG_DURATION.as_secs() / 86_400
+                    ),
+                ));
+            }
+        }
+        for (field, value) in [
+            ("idle_timeout", self.idle_timeout),
+            ("handshake_timeout", self.handshake_timeout),
+            ("handshake_retry", self.handshake_retry),
+            ("max_rto", self.max_rto),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::new(field, "must be longer than zero"));
+            }
+        }
+        if self.keepalive_interval == Some(Duration::ZERO) {
+            return Err(ConfigError::new(
+                "keepalive_interval",
+                "must be longer than zero (None turns keepalives off)",
+            ));
+        }
+        if self.min_rto > self.max_rto {
+            return Err(ConfigError::new(
+                "min_rto",
+                format!("{:?} is above max_rto ({:?})", self.min_rto, self.max_rto),
+            ));
+        }
+        if self.channels.is_empty() || self.channels.len() > 256 {
+            return Err(ConfigError::new(
+                "channels",
+                format!(
+                    "{} channels: a session needs 1 to 256 (channel ids are one byte)",
+                    self.channels.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_profiles_pass() {
+        for c in [Config::default(), Config::competitive(), Config::bulk()] {
+            assert_eq!(c.validate(), Ok(()));
+        }
+    }
+
+    #[test]
+    fn a_never_duration_names_its_field() {
+        let c = Config::default().with(|c| c.idle_timeout = Duration::MAX);
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.field, "idle_timeout");
+        assert!(e.to_string().contains("idle_timeout"), "{e}");
+        let c = Config::default().with(|c| c.fec.group_wait = Duration::MAX);
+        assert_eq!(c.validate().unwrap_err().field, "fec.group_wait");
+    }
+
+    #[test]
+    fn contradictions_and_zeros_are_refused() {
+        let c = Config::default().with(|c| c.min_rto = c.max_rto + Duration::from_millis(1));
+        assert_eq!(c.validate().unwrap_err().field, "min_rto");
+        let c = Config::default().with(|c| c.handshake_timeout = Duration::ZERO);
+        assert_eq!(c.validate().unwrap_err().field, "handshake_timeout");
+        let c = Config::default().with(|c| c.keepalive_interval = Some(Duration::ZERO));
+        assert_eq!(c.validate().unwrap_err().field, "keepalive_interval");
+        let c = Config::default().with(|c| c.channels.clear());
+        assert_eq!(c.validate().unwrap_err().field, "channels");
+    }
+}
