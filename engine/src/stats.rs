@@ -32,6 +32,9 @@ pub struct SessionStats {
     pub messages_delivered: u64,
     /// Unreliable messages dropped incomplete or stale.
     pub unreliable_dropped: u64,
+    /// Unreliable messages dropped unsent, oldest first, because their channel's queue passed
+    /// `Config::unreliable_queue_limit` (a slow path, or a peer that stopped acknowledging).
+    pub unreliable_unsent: u64,
     /// Datagrams dropped (malformed, duplicate, unauthenticated, ...).
     pub datagrams_dropped: u64,
     /// Datagrams forward error correction rebuilt before ARQ had to.
@@ -56,6 +59,7 @@ impl From<&ConnectionStats> for SessionStats {
             retransmitted: s.segments_retransmitted,
             messages_delivered: s.messages_delivered,
             unreliable_dropped: s.unreliable_dropped,
+            unreliable_unsent: s.unreliable_unsent,
             datagrams_dropped: s.drops.total(),
             fec_recovered: s.fec.data_recovered,
             congestion_window: s.cwnd,

@@ -124,6 +124,10 @@ struct SendChannel {
     kind: ChannelKind,
     next_id: u64,
     queue: VecDeque<OutFrag>,
+    /// Bytes of `queue`'s fragments, saturating: a `u32` fits beside `kind` at no cost per
+    /// channel, and only unreliable channels read it, whose queues are held to
+    /// [`Config::unreliable_queue_limit`].
+    queued: u32,
 }
 
 /// What a token handshake gives a connection.
@@ -230,6 +234,11 @@ pub struct Connection {
     ack_deadline: Option<Instant>,
     ack_immediate: bool,
     last_recv: Instant,
+    /// Since when this side has waited for an ACK of anything it sent, with none newly
+    /// acknowledged (`None`: nothing in flight since the last ACK progress). Losses leave it
+    /// alone, so a peer that keeps sending but never acknowledges is closed after
+    /// `idle_timeout` all the same.
+    ack_wait_since: Option<Instant>,
     receiver: Receiver,
     lr_received: u64,
     lr_base: Option<u64>,
@@ -271,6 +280,7 @@ impl Connection {
                 kind,
                 next_id: 0,
                 queue: VecDeque::new(),
+                queued: 0,
             })
             .collect();
         Self {
@@ -321,6 +331,7 @@ impl Connection {
             ack_deadline: None,
             ack_immediate: false,
             last_recv: now,
+            ack_wait_since: None,
             receiver: Receiver::new(&cfg, Budget::unlimited()),
             lr_received: 0,
             lr_base: None,
@@ -580,6 +591,7 @@ impl Connection {
             rto_count: c.rto_count,
             messages_delivered: c.messages_delivered,
             unreliable_dropped: self.receiver.unreliable_dropped,
+            unreliable_unsent: c.unreliable_unsent,
             drops: c.drops.get(),
             cwnd: self.cc.window,
             bytes_in_flight: self.cc.in_flight,
@@ -702,6 +714,9 @@ impl Connection {
         let id = ch.next_id;
         ch.next_id += 1;
         self.queued_bytes += data.len();
+        ch.queued = ch
+            .queued
+            .saturating_add(u32::try_from(data.len()).unwrap_or(u32::MAX));
         if count == 1 {
             // The whole message is the fragment: no slice (a slice of a fresh `Bytes` makes it
             // shared, a heap allocation per message).
@@ -711,19 +726,51 @@ impl Connection {
                 count: 1,
                 data,
             });
-            return Ok(());
+        } else {
+            for i in 0..count {
+                let start = i * frag;
+                let end = (start + frag).min(data.len());
+                ch.queue.push_back(OutFrag {
+                    message_id: id,
+                    index: i as u32,
+                    count: count as u32,
+                    data: data.slice(start..end),
+                });
+            }
         }
-        for i in 0..count {
-            let start = i * frag;
-            let end = (start + frag).min(data.len());
-            ch.queue.push_back(OutFrag {
-                message_id: id,
-                index: i as u32,
-                count: count as u32,
-                data: data.slice(start..end),
-            });
+        if !ch.kind.is_reliable() && ch.queued as usize > self.cfg.unreliable_queue_limit {
+            self.shed_unreliable(usize::from(channel), id);
         }
         Ok(())
+    }
+
+    /// Drops whole messages from the front of unreliable channel `ci` until its queue is back
+    /// under [`Config::unreliable_queue_limit`], never message `keep` (the one just queued).
+    /// They are the stalest: an unreliable message that waits behind a closed congestion
+    /// window is worth less the longer it waits, and without a bound a peer that stops
+    /// acknowledging would make this queue grow to the session's whole send-queue limit.
+    fn shed_unreliable(&mut self, ci: usize, keep: u64) {
+        let ch = &mut self.channels[ci];
+        while ch.queued as usize > self.cfg.unreliable_queue_limit {
+            let Some(id) = ch.queue.front().map(|f| f.message_id) else {
+                break;
+            };
+            if id == keep {
+                break;
+            }
+            while let Some(f) = ch.queue.front() {
+                if f.message_id != id {
+                    break;
+                }
+                let len = f.data.len();
+                ch.queue.pop_front();
+                ch.queued = ch
+                    .queued
+                    .saturating_sub(u32::try_from(len).unwrap_or(u32::MAX));
+                self.queued_bytes -= len;
+            }
+            self.counters.unreliable_unsent += 1;
+        }
     }
 
     /// Close gracefully: queued reliable data is delivered first (up to [`Config::close_linger`]),
@@ -773,6 +820,7 @@ impl Connection {
         // Free send-side memory at once; a closed connection never sends data again.
         for c in &mut self.channels {
             c.queue.clear();
+            c.queued = 0;
         }
         self.segments.clear();
         self.retx.clear();
@@ -1466,6 +1514,7 @@ impl Connection {
         }
         if newly {
             self.pto_count = 0;
+            self.ack_wait_since = (self.in_flight_packets > 0).then_some(now);
         }
         self.detect_lost(now);
         self.pop_sent(now);
@@ -1620,6 +1669,7 @@ impl Connection {
             }
             return t;
         }
+        add(self.ack_wait_since.map(|t| t + self.cfg.idle_timeout));
         add(self.loss_time);
         add(self.pto_deadline());
         if self.ack_pending && self.ack_eliciting_unacked > 0 {
@@ -1750,6 +1800,18 @@ impl Connection {
                 self.close_sends_left = 0;
                 self.finish(r, false);
             }
+            return;
+        }
+        if self
+            .ack_wait_since
+            .is_some_and(|t| now >= t + self.cfg.idle_timeout)
+        {
+            // Packets arrive, but nothing this side sent has been acknowledged for the idle
+            // timeout: the peer's acknowledgements are lost, or withheld so that this side's
+            // queues grow. Either way the session is as dead as an idle one.
+            self.finish(CloseReason::IdleTimeout, false);
+            self.close_reason = Some((CloseReason::IdleTimeout, false));
+            self.close_sends_left = 1;
             return;
         }
         self.maybe_start_draining(now);
@@ -2009,6 +2071,7 @@ impl Connection {
             self.cc.on_sent(len);
             self.last_ack_eliciting_sent = Some(now);
             self.in_flight_packets += 1;
+            self.ack_wait_since.get_or_insert(now);
             if !segs.is_empty() {
                 self.reliable_in_flight += 1;
             }
@@ -2093,6 +2156,10 @@ impl Connection {
                     continue;
                 };
                 self.queued_bytes -= f.data.len();
+                let ch = &mut self.channels[ci];
+                ch.queued = ch
+                    .queued
+                    .saturating_sub(u32::try_from(f.data.len()).unwrap_or(u32::MAX));
                 progress = true;
                 wrote = true;
                 *ack_eliciting = true;

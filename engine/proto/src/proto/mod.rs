@@ -141,9 +141,19 @@ pub struct Config {
     pub reassembly_limit: usize,
     /// Bytes of not-yet-sent messages `send` accepts before returning [`SendError::QueueFull`].
     pub send_queue_limit: usize,
+    /// Bytes of not-yet-sent messages an unreliable channel holds (256 KiB by default). Past
+    /// it, `send` drops that channel's oldest queued messages (counted in
+    /// [`ConnectionStats::unreliable_unsent`]) instead of letting them wait: behind a closed
+    /// congestion window a snapshot only grows staler, and a peer that stops acknowledging
+    /// would otherwise make the queue grow to `send_queue_limit`. Reliable channels are
+    /// bounded by `send_queue_limit` alone.
+    pub unreliable_queue_limit: usize,
     /// An incomplete unreliable message is dropped after this long.
     pub unreliable_timeout: Duration,
-    /// Close when nothing arrives for this long.
+    /// Close when nothing arrives for this long, or when packets arrive but nothing this side
+    /// sent has been acknowledged for this long (a peer that withholds its ACKs would
+    /// otherwise keep its session, and this side's queues, alive). Either way the close
+    /// reason is [`CloseReason::IdleTimeout`].
     pub idle_timeout: Duration,
     /// Send a ping when nothing was sent for this long (keeps the peer's idle timer quiet).
     pub keepalive_interval: Option<Duration>,
@@ -196,6 +206,7 @@ impl Default for Config {
             max_message_size: 1 << 20,
             reassembly_limit: 4 << 20,
             send_queue_limit: 16 << 20,
+            unreliable_queue_limit: 256 << 10,
             unreliable_timeout: Duration::from_millis(500),
             idle_timeout: Duration::from_secs(10),
             keepalive_interval: Some(Duration::from_secs(1)),

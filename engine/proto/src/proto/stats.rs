@@ -219,6 +219,10 @@ pub struct ConnectionStats {
     pub messages_delivered: u64,
     /// Unreliable messages dropped incomplete or stale.
     pub unreliable_dropped: u64,
+    /// Unreliable messages this side dropped before sending them, oldest first, because their
+    /// channel's queue passed [`crate::Config::unreliable_queue_limit`] (the congestion window
+    /// held them back: a slow path, or a peer that stopped acknowledging).
+    pub unreliable_unsent: u64,
     /// Drops by cause.
     pub drops: DropCounters,
     /// Current congestion window, bytes.
@@ -274,6 +278,7 @@ pub(crate) struct Counters {
     pub(crate) tail_loss_probes: u64,
     pub(crate) rto_count: u64,
     pub(crate) messages_delivered: u64,
+    pub(crate) unreliable_unsent: u64,
     pub(crate) drops: ConnectionDrops,
     pub(crate) peer_loss_report: (u64, u64),
 }
