@@ -971,3 +971,30 @@ fn tick_index_numbers_the_grid() {
     assert_eq!(ticks[0], 1, "{ticks:?}");
     assert!(ticks.windows(2).all(|w| w[1] > w[0]), "{ticks:?}");
 }
+
+/// A shutdown waits for a session's close to linger on its unacknowledged reliable data (up to
+/// `close_linger`), so a client that is slow to acknowledge still learns that the server left
+/// instead of timing out.
+#[test]
+fn shutdown_waits_for_a_slow_client_to_be_told() {
+    let srv = Server::start(secure_cfg().workers(1), |_| Echo).unwrap();
+    let mut c = client(srv.local_addr());
+    // The echo is reliable; the client reads nothing for 1 s, so it is not acknowledged when
+    // the shutdown starts.
+    c.send(0, Bytes::from_static(b"late")).unwrap();
+    c.update().unwrap();
+    let stopper = std::thread::spawn(move || srv.shutdown());
+    std::thread::sleep(Duration::from_secs(1));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut told = None;
+    while told.is_none() && Instant::now() < deadline {
+        c.wait(Duration::from_millis(5)).unwrap();
+        while let Some(e) = c.poll_event() {
+            if let ClientEvent::Disconnected { reason, .. } = e {
+                told = Some(reason);
+            }
+        }
+    }
+    assert_eq!(told, Some(CloseReason::Shutdown));
+    stopper.join().unwrap().unwrap();
+}

@@ -607,6 +607,9 @@ struct RudpService<H> {
     forward_drops: Arc<AtomicU64>,
     /// Bytes of forwarded datagrams in this worker's own queue (its mailbox's count).
     inbox_bytes: Arc<AtomicUsize>,
+    /// How long a shutdown may wait for the sessions' closes: a close first lingers for its
+    /// reliable data to be acknowledged (`Config::close_linger`).
+    stop_limit: Duration,
     /// This worker's RTT histogram (fed from the endpoint's samples every turn).
     rtt: WorkerRtt,
 }
@@ -826,6 +829,10 @@ impl<H: Handler> Service for RudpService<H> {
         // Done once every session's close went out and its state was released.
         self.endpoint.lock().endpoint.connection_count() == 0
     }
+
+    fn stop_limit(&self) -> Option<Duration> {
+        Some(self.stop_limit)
+    }
 }
 
 /// A running RUDP server. Dropping it stops the workers; [`Server::shutdown`] closes every
@@ -955,6 +962,8 @@ impl Server {
         let steering = if per_core { steer_rules() } else { Vec::new() };
         let forwarded = Arc::new(AtomicU64::new(0));
         let forward_drops = Arc::new(AtomicU64::new(0));
+        // A close lingers for its reliable data, then goes out; half a second more for that.
+        let stop_limit = endpoint_cfg.connection.close_linger + Duration::from_millis(500);
         let mut inbox_bytes = Vec::with_capacity(n);
         let directory: Directory = Arc::new(std::sync::OnceLock::new());
         let mut senders = Vec::with_capacity(n);
@@ -1022,6 +1031,7 @@ impl Server {
                 forwarded: forwarded.clone(),
                 forward_drops: forward_drops.clone(),
                 inbox_bytes: queued,
+                stop_limit,
                 rtt,
             }
         })?;
@@ -1129,8 +1139,11 @@ impl Server {
         self.workers.counters()
     }
 
-    /// Close every session with [`CloseReason::Shutdown`], wait (bounded) for the closes to go
-    /// out, then join the workers and return their counters.
+    /// Close every session with [`CloseReason::Shutdown`], wait for the closes to go out, then
+    /// join the workers and return their counters. A close first lets the session's queued
+    /// reliable data be acknowledged, for up to `close_linger` (2 s by default), so the wait is
+    /// bounded by `close_linger` plus half a second: clients that stopped answering cost that
+    /// much, not more.
     pub fn shutdown(mut self) -> Result<Vec<WorkerCounters>, RuntimeError> {
         self.workers.stop_and_join()
     }

@@ -148,6 +148,12 @@ pub(crate) trait Service: Send + 'static {
     /// The server is stopping. Called every turn from then on; return `true` once the service
     /// needs the socket no more (e.g. every session's close has been sent).
     fn on_stop(&mut self, ctx: &mut UdpContext<'_>) -> bool;
+
+    /// How long the stop may take before the worker gives up on what `on_stop` still waits
+    /// for; `None`: the worker's own limit.
+    fn stop_limit(&self) -> Option<Duration> {
+        None
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -343,7 +349,11 @@ impl<S: Service> Worker<S> {
             let worked = now.elapsed();
             self.counters.max_turn_ns = self.counters.max_turn_ns.max(worked.as_nanos() as u64);
             if stopping {
-                let limit = *stop_deadline.get_or_insert(now + self.settings.stop_limit);
+                let stop_limit = self
+                    .service
+                    .stop_limit()
+                    .unwrap_or(self.settings.stop_limit);
+                let limit = *stop_deadline.get_or_insert(now + stop_limit);
                 // Leave once the socket queue is drained, every received datagram was handled
                 // and the service is done, or when the stop takes too long.
                 if (outcome.received == 0 && service_done) || now >= limit {
