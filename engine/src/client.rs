@@ -563,6 +563,7 @@ impl Client {
     /// Write every datagram the endpoint has to send straight into the send batch (flushing
     /// it when full).
     fn transmit(&mut self, now: Instant) {
+        self.follow_address_family();
         loop {
             if self.send_batch.is_full() && self.backend.flush(&mut self.send_batch).is_err() {
                 // No room and the socket refuses: leave the rest queued in the protocol.
@@ -586,6 +587,30 @@ impl Client {
                 // Still full (a flush that sent nothing): as above.
                 Err(_) => return,
             }
+        }
+    }
+
+    /// When the handshake moved on to a server address of the other family (a token that
+    /// lists an IPv6 and an IPv4 address), move to a socket of that family: the first one was
+    /// bound for the first address, and an IPv6 socket cannot reach an IPv4 address here
+    /// (sockets are IPv6-only). Not when the application chose the local address.
+    fn follow_address_family(&mut self) {
+        let Some(remote) = self
+            .endpoint
+            .connection(self.handle)
+            .map(|c| c.remote_addr())
+        else {
+            return;
+        };
+        if remote.is_ipv4() == self.server.is_ipv4() || self.config.bind.is_some() {
+            return;
+        }
+        let previous = self.server;
+        self.server = remote;
+        if let Err(e) = self.rebind() {
+            // The sends to this address fail, and the handshake's timeout moves on to the
+            // next address or ends the attempt with `HandshakeTimeout`.
+            tracing::warn!(%previous, next = %remote, error = %e, "no socket for the next server address");
         }
     }
 

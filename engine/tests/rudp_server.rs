@@ -998,3 +998,39 @@ fn shutdown_waits_for_a_slow_client_to_be_told() {
     assert_eq!(told, Some(CloseReason::Shutdown));
     stopper.join().unwrap().unwrap();
 }
+
+/// A token whose first address is IPv6 and unreachable, and whose second is the server's IPv4
+/// one: the client moves to an IPv4 socket when the handshake moves on, and connects.
+#[test]
+fn client_falls_back_across_address_families() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        eprintln!("no IPv6 loopback here: skipped");
+        return;
+    }
+    let srv = Server::start(secure_cfg(), |_| Echo).unwrap();
+    // An IPv6 port nobody listens on (bound, then released).
+    let dead = std::net::UdpSocket::bind("[::1]:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let params = TokenParams {
+        protocol_id: PROTOCOL_ID,
+        client_id: 77,
+        server_addresses: &[dead, srv.local_addr()],
+        expires_unix: now + 60,
+        user_data: b"",
+    };
+    let token = ConnectToken::generate(&key(), &params, &mut rand::rng()).unwrap();
+    let cfg = ClientConfig::new()
+        .seed(77)
+        .session(|c| c.handshake_timeout = Duration::from_millis(300))
+        .connect_timeout(Duration::from_secs(10));
+    let mut c = Client::connect_blocking(&token, cfg).expect("connects to the IPv4 address");
+    assert_eq!(c.server_addr(), srv.local_addr());
+    echo_all(&mut c, 0, &[message(1, 100)]);
+    srv.shutdown().unwrap();
+}

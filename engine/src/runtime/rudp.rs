@@ -132,6 +132,11 @@ pub struct ServerConfig {
 impl ServerConfig {
     /// Defaults for a server on `bind`: per-core, one worker per core, [`Profile::Default`].
     /// Say how clients are admitted before starting it: [`Self::tokens`] or [`Self::insecure`].
+    ///
+    /// An IPv6 `bind` (`[::]:7777`) serves IPv6 only (its sockets are IPv6-only, so IPv4
+    /// players do not arrive as mapped addresses). To serve both families, start a server per
+    /// family on the same port and list both addresses in the tokens: a client tries them in
+    /// the token's order and changes its socket's family as it goes.
     pub fn new(bind: SocketAddr) -> Self {
         ServerConfig {
             udp: UdpServerConfig::new(bind),
