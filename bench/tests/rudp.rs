@@ -224,6 +224,7 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
                 assert_eq!(seen, sorted, "{kind:?} delivered out of order")
             }
             ChannelKind::Unreliable => {}
+            other => panic!("no expectation for channel kind {other:?}"),
         }
     }
     client.close();

@@ -112,7 +112,8 @@ impl EchoServer for RicochetServer {
                     socket_buffers(s, drops)
                 })
                 .collect(),
-            IoModel::Shared => infos
+            // Shared (and any model with one socket for all threads).
+            _ => infos
                 .iter()
                 .take(1)
                 .map(|s| {

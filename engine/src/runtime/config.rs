@@ -11,6 +11,7 @@ use super::error::RuntimeError;
 
 /// How sockets and threads are arranged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum IoModel {
     /// One worker per core, each with its own `SO_REUSEPORT` socket, backend, timers and
     /// state: nothing shared on the hot path (pinned to its core as [`CorePinning`] says).
@@ -61,6 +62,7 @@ impl FromStr for IoModel {
 
 /// Whether per-core workers are pinned to cores (shared-model threads never are).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum CorePinning {
     /// Pin while cores are left over for the application's other threads: fewer workers
     /// than cores. With a worker on every core, a pinned worker shares its core with
@@ -194,6 +196,7 @@ impl FromStr for IdleStrategy {
 
 /// Configuration of a raw-UDP server ([`UdpServer`](super::UdpServer)).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct UdpServerConfig {
     /// Address to bind; port 0 picks a free port (shared by all per-core sockets).
     pub bind: SocketAddr,

@@ -38,6 +38,7 @@ impl Admission {
 
 /// Settings of token admission.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct TokenAdmission {
     /// The key the backend seals tokens with.
     pub key: TokenKey,

@@ -39,6 +39,7 @@ pub use validate::{ConfigError, MAX_CONFIG_DURATION};
 
 /// Delivery guarantees of a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ChannelKind {
     /// Every message exactly once, in send order.
     ReliableOrdered,
