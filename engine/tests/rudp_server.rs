@@ -1034,3 +1034,40 @@ fn client_falls_back_across_address_families() {
     echo_all(&mut c, 0, &[message(1, 100)]);
     srv.shutdown().unwrap();
 }
+
+/// A member that moves to a new socket closes its old descriptor, and a client added next may
+/// get the same number (whether it does depends on the descriptors opened meanwhile): both
+/// members keep being served.
+#[test]
+fn client_set_keeps_a_new_member_whose_descriptor_a_rebind_freed() {
+    let srv = server(IoModel::PerCore, 1, BackendKind::Auto);
+    let addr = srv.local_addr();
+    let cfg = ClientConfig::new().seed(rand_seed(addr));
+    let mut set = ClientSet::connect(&[token(addr)], &cfg, Duration::from_secs(10)).unwrap();
+    set.get_mut(0).unwrap().rebind().unwrap();
+    // Its old descriptor is free now: the next socket opened takes its number.
+    let c = Client::connect(&token(addr), cfg.clone().seed(rand_seed(addr) + 1)).unwrap();
+    let b = set.push(c);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !set.get(b).unwrap().is_connected() {
+        assert!(Instant::now() < deadline, "the new member never connected");
+        set.step(Duration::from_millis(10)).unwrap();
+    }
+    for i in [0, b] {
+        set.get_mut(i)
+            .unwrap()
+            .send(0, Bytes::from(message(i, 64)))
+            .unwrap();
+    }
+    let mut echoed = [false; 2];
+    while !echoed.iter().all(|e| *e) {
+        assert!(Instant::now() < deadline, "echoed {echoed:?}");
+        set.step(Duration::from_millis(10)).unwrap();
+        while let Some((i, e)) = set.poll_event() {
+            if matches!(e, ClientEvent::Message { .. }) {
+                echoed[i.min(1)] = true;
+            }
+        }
+    }
+    srv.shutdown().unwrap();
+}

@@ -341,6 +341,10 @@ impl ClientSet {
     ///
     /// System calls per turn: one send per member with output, one wait for the whole set,
     /// and one receive per member that became ready.
+    ///
+    /// A member's socket error does not stop the turn: the other members are served and the
+    /// timers run, then the first such error is returned (its `index` names the member, which
+    /// stays in the set and is tried again next turn).
     pub fn step(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
         self.turn(timeout, false)
     }
@@ -359,12 +363,12 @@ impl ClientSet {
         for (k, &i) in touched.iter().enumerate() {
             self.prefetch_ahead(&touched, k);
             if let Err(e) = self.submit(i as usize, start, &mut urgent, &mut retry) {
-                // The failed member and those not reached yet stay queued for the next turn.
-                for &j in &touched[k..] {
-                    self.members[j as usize].touched = false;
-                    self.touch(j as usize);
-                }
-                return Err(e);
+                // Reported once the turn is done; the failed member stays queued for the next
+                // turn, and the others go on (one member's broken socket must not stop the
+                // set's other sessions and timers).
+                self.members[i as usize].touched = false;
+                self.touch(i as usize);
+                self.deferred.get_or_insert(e);
             }
         }
         self.touched_scratch(touched);
@@ -400,9 +404,11 @@ impl ClientSet {
             let Some(c) = self.clients.get_mut(i) else {
                 continue;
             };
-            c.backend
-                .poll(&mut c.send_batch, Some(Duration::ZERO))
-                .map_err(|e| fail(Some(i))(e.into()))?;
+            if let Err(e) = c.backend.poll(&mut c.send_batch, Some(Duration::ZERO)) {
+                // As in the submit pass: reported after the turn, the others go on.
+                self.deferred.get_or_insert(fail(Some(i))(e.into()));
+                continue;
+            }
             c.absorb(now);
             self.touch(i);
             self.sync(i);
@@ -575,9 +581,16 @@ impl ClientSet {
             let Some(p) = self.poller.as_mut() else {
                 return;
             };
-            if let Some((fd, _)) = old {
-                // A replaced backend closed its descriptor, which left the set by itself.
-                let _ = p.remove(fd);
+            match old {
+                // The same backend now waits on another descriptor (its wake-up set): take
+                // the old one, still open, out of the set.
+                Some((fd, generation)) if generation == want.1 => {
+                    let _ = p.remove(fd);
+                }
+                // A replaced backend closed its descriptor, which left the set by itself. Its
+                // number may already be another member's new socket: removing it by number
+                // would take that member's registration.
+                _ => {}
             }
             if let Err(e) = p.add(want.0, i as u64) {
                 m.registered = None;

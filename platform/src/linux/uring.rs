@@ -451,16 +451,28 @@ impl UringBackend {
                 _ => None,
             };
             let needed = split.map_or(1, |s| entry.len.div_ceil(s));
-            if m + needed > cap {
+            let take = if m + needed <= cap {
+                needed
+            } else if m == 0 {
+                // A split run longer than a whole submission (a small ring): send its first
+                // `cap` segments now, the rest next time, rather than never.
+                cap
+            } else {
                 break;
-            }
-            self.fates.push(EntryFate::Untouched);
+            };
+            // An entry sent in part is `Retry` from the start, so its sent segments are skipped
+            // (`seg_done`) and it is removed only once none is left.
+            self.fates.push(if take < needed {
+                EntryFate::Retry
+            } else {
+                EntryFate::Untouched
+            });
             self.seg_done.push(0);
             let payload = batch.payload(entry);
             match split {
                 Some(seg) => {
                     any_split = true;
-                    for s in 0..needed {
+                    for s in 0..take {
                         let part = &payload[s * seg..((s + 1) * seg).min(entry.len)];
                         self.prepare_send(m, idx, &entry.dst, part, None, 1, true);
                         m += 1;
@@ -1091,6 +1103,42 @@ mod tests {
             assert!(got[1..4].concat() == payload && got[4..].concat() == payload);
             woken_from_another_thread(&mut rx);
         }
+    }
+
+    /// A split run of more segments than one submission holds (a small ring without GSO) goes
+    /// out over several polls instead of stalling the batch.
+    #[test]
+    fn a_split_run_longer_than_a_submission_is_sent_in_parts() {
+        if !uring_works() {
+            return;
+        }
+        let cfg = BackendConfig {
+            ring_entries: 16,
+            ..BackendConfig::default()
+        };
+        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        let mut rx = UringBackend::new(s, &cfg, "t".into())
+            .map_err(|e| e.0)
+            .unwrap();
+        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        let mut tx = UringBackend::new(s, &cfg, "t".into())
+            .map_err(|e| e.0)
+            .unwrap();
+        tx.gso = false;
+        let dst = rx.socket_info().local_addr;
+        let payload: Vec<u8> = (0..40u32).flat_map(|i| [i as u8; 100]).collect();
+        let mut batch = SendBatch::new(4);
+        batch.push_segments(dst, 100, &payload).unwrap();
+        batch.push(dst, b"after").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !batch.is_empty() {
+            assert!(Instant::now() < deadline, "stalled: {:?}", tx.stats());
+            tx.poll(&mut batch, Some(Duration::ZERO)).unwrap();
+        }
+        assert_eq!(tx.stats().datagrams_out, 41);
+        let got = receive_segments(&mut rx, 41, tx.socket_info().local_addr);
+        assert_eq!(got[..40].concat(), payload);
+        assert_eq!(got[40], b"after");
     }
 
     /// A receiving backend on loopback, its address, and a plain socket to send to it from.
