@@ -175,6 +175,8 @@ impl SendBatch {
     fn check_room(&mut self) -> Result<(), Error> {
         if self.head > 0 && self.head == self.entries.len() {
             self.clear();
+        } else {
+            self.compact();
         }
         if self.entries.len() - self.head >= self.max_entries {
             return Err(Error::BatchFull {
@@ -182,6 +184,27 @@ impl SendBatch {
             });
         }
         Ok(())
+    }
+
+    /// Moves the pending bytes to the front of the storage once the sent bytes before them are
+    /// at least half of what is used. The storage is otherwise reused only when the batch
+    /// empties, and a batch that a busy socket keeps from emptying would grow with every byte
+    /// queued. Each byte moves at most once per doubling, so appending stays amortised O(1).
+    fn compact(&mut self) {
+        let Some(base) = self.entries.get(self.head).map(|e| e.offset) else {
+            return;
+        };
+        if base == 0 || base < self.used / 2 {
+            return;
+        }
+        self.buf.copy_within(base..self.used, 0);
+        self.used -= base;
+        self.entries.drain(..self.head);
+        self.head = 0;
+        // Pending entries lie in order from `base` (a skipped prefix only moves an offset up).
+        for e in &mut self.entries {
+            e.offset -= base;
+        }
     }
 
     /// Queue one datagram to `dst`.
@@ -626,6 +649,43 @@ mod tests {
             .unwrap();
         assert_eq!(n, 3);
         assert_eq!(b.payload(&b.pending()[0]), b"xyz");
+    }
+
+    #[test]
+    fn storage_stays_bounded_while_the_batch_never_empties() {
+        let dst: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut b = SendBatch::new(64);
+        b.push(dst, &[0; 1000]).unwrap();
+        for i in 0..10_000u32 {
+            // A socket that always takes one entry of two: never empty.
+            b.push(dst, &i.to_le_bytes().repeat(250)).unwrap();
+            let first = b.pending()[0];
+            assert_eq!(b.payload(&first).len(), 1000);
+            b.consume(1);
+        }
+        let last = b.pending()[0];
+        assert_eq!(b.payload(&last), 9_999u32.to_le_bytes().repeat(250));
+        assert!(
+            b.buf.len() <= 4_000,
+            "storage grew to {} bytes",
+            b.buf.len()
+        );
+    }
+
+    #[test]
+    fn compaction_keeps_skipped_segments_and_runs() {
+        let dst: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut b = SendBatch::new(8);
+        b.push(dst, &[1; 3000]).unwrap();
+        let run: Vec<u8> = (0..5u8).flat_map(|i| [i; 100]).collect();
+        b.push_segments(dst, 100, &run).unwrap();
+        b.consume(1);
+        assert!(!b.skip_segments(0, 2));
+        // The next push moves the rest of the run to the front of the storage.
+        b.push(dst, &[9; 10]).unwrap();
+        let p: Vec<Vec<u8>> = b.pending().iter().map(|e| b.payload(e).to_vec()).collect();
+        assert_eq!(p, vec![run[200..].to_vec(), vec![9; 10]]);
+        assert_eq!(b.pending()[0].datagrams(), 3);
     }
 
     #[test]
