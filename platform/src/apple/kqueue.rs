@@ -7,6 +7,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,6 +68,9 @@ pub struct KqueueBackend {
     region: Vec<u8>,
     metas: Vec<RecvMeta>,
     stats: BackendStats,
+    /// Someone asked for [`Backend::ready_fd`] (a readiness set waits on the kqueue), so a
+    /// poll that did not wait must scan the queue's events to keep the descriptor honest.
+    watched: AtomicBool,
 }
 
 impl std::fmt::Debug for KqueueBackend {
@@ -121,6 +125,7 @@ impl KqueueBackend {
             region: vec![0u8; cfg.batch_size * cfg.max_datagram],
             metas: Vec::with_capacity(cfg.batch_size),
             stats: BackendStats::default(),
+            watched: AtomicBool::new(false),
         })
     }
 
@@ -315,6 +320,7 @@ impl Backend for KqueueBackend {
             Some(t) if !t.is_zero() => Instant::now().checked_add(t),
             _ => None,
         };
+        let mut waited = false;
         loop {
             out.received = self.recv()?;
             if out.received > 0 || out.woken || timeout == Some(Duration::ZERO) {
@@ -332,6 +338,7 @@ impl Backend for KqueueBackend {
             };
             self.set_want_write(!send.is_empty())?;
             let (readable, writable, woken) = self.wait(remaining)?;
+            waited = true;
             out.woken |= woken;
             if writable && !send.is_empty() {
                 out.sent += self.send(send)?;
@@ -339,6 +346,13 @@ impl Backend for KqueueBackend {
             if woken && !readable {
                 break;
             }
+        }
+        if !waited && self.watched.load(Ordering::Relaxed) {
+            // The socket's read event and a wake-up stay queued, and the kqueue descriptor
+            // readable, until a `kevent` call scans them, even once the socket is drained: a
+            // set waiting on `ready_fd` would return at once, turn after turn. Scan now.
+            let (_, _, woken) = self.wait(Some(Duration::ZERO))?;
+            out.woken |= woken;
         }
         Ok(out)
     }
@@ -363,6 +377,7 @@ impl Backend for KqueueBackend {
     fn ready_fd(&self) -> RawFd {
         // A kqueue descriptor is readable while it has pending events (the socket's
         // level-triggered read filter, or the wake-up).
+        self.watched.store(true, Ordering::Relaxed);
         self.kq.0.as_raw_fd()
     }
 

@@ -661,6 +661,11 @@ impl Backend for MmsgBackend {
                 break;
             }
         }
+        // A wake-up that came while nobody waited (a zero-timeout poll reads the socket only)
+        // would leave the eventfd, and with it `ready_fd`, readable for good: take it here.
+        if !out.woken {
+            out.woken = self.wakeup.get().is_some_and(|w| w.waker.take_pending());
+        }
         Ok(out)
     }
 
@@ -708,6 +713,34 @@ mod tests {
     fn backend(addr: &str, cfg: &BackendConfig) -> MmsgBackend {
         let s = bind(&SocketConfig::new(addr.parse().unwrap())).unwrap();
         MmsgBackend::new(s, cfg, "test".into()).unwrap()
+    }
+
+    /// A wake-up taken by a zero-timeout poll (which only reads the socket) is reported and
+    /// leaves `ready_fd` quiet; before, the eventfd stayed readable and a set waiting on
+    /// `ready_fd` returned at once, turn after turn.
+    #[test]
+    fn a_zero_timeout_poll_takes_a_wake_up() {
+        let cfg = BackendConfig::default();
+        let mut b = backend("127.0.0.1:0", &cfg);
+        let waker = b.waker();
+        let readable = |fd: RawFd| {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, as passed.
+            unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        };
+        assert!(!readable(b.ready_fd()));
+        waker.wake().unwrap();
+        assert!(readable(b.ready_fd()));
+        let mut empty = SendBatch::new(1);
+        let out = b.poll(&mut empty, Some(Duration::ZERO)).unwrap();
+        assert!(out.woken);
+        assert!(!readable(b.ready_fd()), "the wake-up is still pending");
+        let out = b.poll(&mut empty, Some(Duration::ZERO)).unwrap();
+        assert!(!out.woken);
     }
 
     #[test]

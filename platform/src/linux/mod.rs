@@ -9,6 +9,7 @@ pub mod uring;
 use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::backend::Wake;
@@ -20,7 +21,12 @@ pub use uring::UringBackend;
 
 /// An eventfd that a [`Waker`](crate::Waker) writes to and a backend's poll watches.
 #[derive(Debug)]
-pub(crate) struct EventFd(OwnedFd);
+pub(crate) struct EventFd {
+    fd: OwnedFd,
+    /// Set by a wake after it writes: a poll that does not wait on the descriptor (a
+    /// zero-timeout poll) learns of a wake-up here without a system call.
+    pending: AtomicBool,
+}
 
 impl EventFd {
     /// A non-blocking, close-on-exec eventfd.
@@ -31,20 +37,36 @@ impl EventFd {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-        Ok(Arc::new(EventFd(unsafe { OwnedFd::from_raw_fd(fd) })))
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Arc::new(EventFd {
+            fd,
+            pending: AtomicBool::new(false),
+        }))
     }
 
     /// The descriptor.
     pub(crate) fn fd(&self) -> RawFd {
-        self.0.as_raw_fd()
+        self.fd.as_raw_fd()
     }
 
     /// Reset the counter; true if a wake-up was pending.
     pub(crate) fn drain(&self) -> bool {
+        // Cleared first: a wake that lands after this read leaves its flag (and count) set.
+        self.pending.store(false, Ordering::Relaxed);
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into `v`, which is 8 bytes long.
         let n = unsafe { libc::read(self.fd(), (&mut v as *mut u64).cast(), 8) };
         n == 8
+    }
+
+    /// True, once, when a wake came since the last drain; drains the counter then, so the
+    /// descriptor (and any epoll set holding it) stops being readable.
+    pub(crate) fn take_pending(&self) -> bool {
+        if !self.pending.load(Ordering::Acquire) {
+            return false;
+        }
+        self.drain();
+        true
     }
 }
 
@@ -53,6 +75,9 @@ impl Wake for EventFd {
         let one: u64 = 1;
         // SAFETY: writes the 8 bytes of `one`.
         let n = unsafe { libc::write(self.fd(), (&one as *const u64).cast(), 8) };
+        // Flagged after the write, so that a count a drain could miss is always flagged again
+        // (a drain clears the flag before it reads).
+        self.pending.store(true, Ordering::Release);
         if n == 8 {
             return Ok(());
         }
@@ -187,6 +212,17 @@ mod tests {
         assert_eq!(parse_cmsgs(&[0xff; 7]), RecvCmsgs::default());
         assert_eq!(parse_cmsgs(&[0xff; 64]), RecvCmsgs::default());
         assert_eq!(parse_cmsgs(&[]), RecvCmsgs::default());
+    }
+
+    #[test]
+    fn a_pending_wake_is_taken_once() {
+        let e = EventFd::new().unwrap();
+        assert!(!e.take_pending());
+        e.wake().unwrap();
+        assert!(e.take_pending());
+        assert!(!e.take_pending());
+        // Taking it drained the counter too: the descriptor is no longer readable.
+        assert!(!e.drain());
     }
 
     #[test]
