@@ -377,7 +377,7 @@ impl Client {
         let mut endpoint = Endpoint::new(config.endpoint.clone(), now, seed);
         let handle = open(&mut endpoint, now);
         let mut send_batch = SendBatch::new(config.backend.batch_size.max(8));
-        send_batch.set_coalescing(config.gso && platform::probe().gso.available);
+        send_batch.set_coalescing(config.gso && platform::select::gso_supported());
         Ok(Client {
             backend,
             endpoint,

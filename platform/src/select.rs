@@ -91,10 +91,23 @@ pub(crate) fn probe_cached() -> &'static Capabilities {
     CAPS.get_or_init(probe_now)
 }
 
+/// Whether UDP GSO (one send of several same-size datagrams) can be used here: Linux ≥ 4.18.
+/// Unlike [`probe`], it sets up no io_uring, so a process that forces the epoll backend (a
+/// way around an io_uring problem) never touches io_uring for it.
+pub fn gso_supported() -> bool {
+    offloads_cached().0.available
+}
+
+/// The cached GSO and GRO probe (a socket and two socket options, nothing more).
+pub(crate) fn offloads_cached() -> &'static (Capability, Capability) {
+    static OFFLOADS: OnceLock<(Capability, Capability)> = OnceLock::new();
+    OFFLOADS.get_or_init(probe_offloads)
+}
+
 #[cfg(target_os = "linux")]
 fn probe_now() -> Capabilities {
     let (io_uring, multishot_recvmsg, buffer_rings) = crate::linux::uring::probe();
-    let (gso, gro) = probe_offloads();
+    let (gso, gro) = offloads_cached().clone();
     Capabilities {
         io_uring,
         multishot_recvmsg,
@@ -114,6 +127,12 @@ fn probe_now() -> Capabilities {
         gso: na(),
         gro: na(),
     }
+}
+
+/// GSO and GRO: the socket options exist and are accepted on a UDP socket.
+#[cfg(not(target_os = "linux"))]
+fn probe_offloads() -> (Capability, Capability) {
+    (Capability::no("Linux only"), Capability::no("Linux only"))
 }
 
 /// GSO and GRO: the socket options exist and are accepted on a UDP socket.

@@ -184,7 +184,7 @@ impl WorkerSettings {
             tick: cfg.tick,
             send_batch: cfg.send_batch,
             stop_limit: Duration::from_millis(500),
-            coalesce: cfg.gso && platform::probe().gso.available,
+            coalesce: cfg.gso && platform::select::gso_supported(),
             slice: cfg.worker_slice,
         }
     }

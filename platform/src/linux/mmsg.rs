@@ -217,9 +217,10 @@ impl MmsgBackend {
     pub fn new(sock: BoundSocket, cfg: &BackendConfig, reason: String) -> Result<Self> {
         validate(cfg)?;
         let fd = sock.as_raw_fd();
-        let caps = crate::select::probe_cached();
-        let gso = caps.gso.available;
-        let gro = if cfg.gro && caps.gro.available {
+        // The offloads only: forcing this backend must not set up io_uring to probe it.
+        let (gso_cap, gro_cap) = crate::select::offloads_cached();
+        let gso = gso_cap.available;
+        let gro = if cfg.gro && gro_cap.available {
             if cfg.max_datagram < GRO_MIN_BUFFER {
                 return Err(Error::InvalidConfig(format!(
                     "GRO needs max_datagram >= {GRO_MIN_BUFFER} (coalesced runs reach 64 KiB), got {}",
