@@ -29,6 +29,10 @@ const TOKEN_WAKE: u64 = 1 << 61;
 const TOKEN_CANCEL: u64 = 1 << 60;
 /// Send completions carry this bit plus the message slot.
 const TOKEN_SEND: u64 = 1 << 59;
+/// A send's `user_data`: `TOKEN_SEND`, the round's generation in these bits, and the slot in
+/// the low 24 (a submission holds at most 32,768 sends).
+const SEND_GEN_SHIFT: u32 = 24;
+const SEND_SLOT_MASK: u64 = (1 << SEND_GEN_SHIFT) - 1;
 const BUF_GROUP: u16 = 0;
 /// Control bytes reserved per received datagram (drop counter + GRO segment size).
 const RECV_CONTROL: usize = 64;
@@ -181,6 +185,9 @@ pub struct UringBackend {
     fates: Vec<EntryFate>,
     /// Segments sent per pending entry (split GSO entries only).
     seg_done: Vec<usize>,
+    /// The send round's generation, in every send's `user_data`: a completion of a round a
+    /// failed poll abandoned is recognised as such and ignored.
+    send_gen: u32,
     /// Receive and wake completions not handled yet: reaped by [`Backend::flush`] (so the
     /// datagrams the caller is reading stay as they are) or beyond `batch_size` in one poll.
     /// Handled first by the next poll.
@@ -381,6 +388,7 @@ impl UringBackend {
             tx_results: Vec::with_capacity(tx_n),
             fates: Vec::with_capacity(tx_n),
             seg_done: Vec::with_capacity(tx_n),
+            send_gen: 0,
             stash: Vec::with_capacity(usize::from(cfg.recv_buffers) + 16),
             stash_spare: Vec::with_capacity(usize::from(cfg.recv_buffers) + 16),
             batch_size: cfg.batch_size,
@@ -399,12 +407,137 @@ impl UringBackend {
         self.gro
     }
 
+    /// [`Backend::poll`]; on an error, the caller unhooks the sends (`abandon_sends`).
+    fn poll_inner(
+        &mut self,
+        send: &mut SendBatch,
+        timeout: Option<Duration>,
+    ) -> Result<PollOutcome> {
+        let mut out = PollOutcome::default();
+        let deadline = match timeout {
+            Some(t) if !t.is_zero() => Instant::now().checked_add(t),
+            _ => None,
+        };
+        self.prepare()?;
+        // Once the socket buffer is full, stop sending for this poll and just wait.
+        let mut may_send = true;
+        // A poll that must not wait may still re-arm an ended receive once (below).
+        let mut rearmed = false;
+        loop {
+            let sends = if may_send && !send.is_empty() {
+                self.queue_sends(send)?
+            } else {
+                0
+            };
+            // The submission could not carry every pending entry: send again before waiting.
+            let more_to_send = sends > 0 && self.fates.len() < send.len();
+            let remaining = match (timeout, deadline) {
+                (Some(t), _) if t.is_zero() => Some(Duration::ZERO),
+                (Some(_), Some(d)) => Some(d.saturating_duration_since(Instant::now())),
+                _ => None,
+            };
+            let have_cqes = !self.stash.is_empty() || !self.ring.completion().is_empty();
+            if !more_to_send && !have_cqes && remaining != Some(Duration::ZERO) {
+                // Wait for every send to complete plus one more event: a datagram, a wake-up.
+                self.enter(sends + 1, remaining)?;
+            } else {
+                self.enter(sends, None)?;
+            }
+            out.woken |= self.reap(false);
+            // Sends normally complete during the submission; if one did not, wait for it so
+            // the batch's bytes are no longer in use when this poll returns.
+            while self.tx_results.iter().any(Option::is_none) {
+                self.enter(1, Some(Duration::from_millis(100)))?;
+                out.woken |= self.reap(false);
+            }
+            if sends > 0 {
+                let (removed, would_block) = self.settle_sends(send);
+                out.sent += removed;
+                may_send &= !would_block;
+                self.tx_slots.clear();
+                self.tx_results.clear();
+            }
+            if !self.metas.is_empty() || out.woken {
+                break;
+            }
+            if more_to_send && may_send {
+                continue;
+            }
+            let expired = match (timeout, deadline) {
+                (None, _) => false,
+                (Some(t), _) if t.is_zero() => true,
+                (Some(_), Some(d)) => Instant::now() >= d,
+                (Some(_), None) => false,
+            };
+            if expired {
+                // The multishot receive ended in this poll (its provided buffers ran out,
+                // typically, when a batch filled them) and brought nothing: re-arm it and look
+                // once more, or a poll that does not wait would report an empty socket while
+                // datagrams are queued in it, until the next poll.
+                if timeout == Some(Duration::ZERO) && !self.recv_armed && !rearmed {
+                    rearmed = true;
+                    self.prepare()?;
+                    continue;
+                }
+                break;
+            }
+            // The multishot receive or the wake poll may have ended (e.g. the ring ran dry):
+            // re-arm and wait again for what is left of the timeout.
+            self.prepare()?;
+        }
+        out.received = self.metas.len();
+        if out.received > 0 {
+            self.stats.batches_in += 1;
+        }
+        Ok(out)
+    }
+
+    /// [`Backend::flush`]; on an error, the caller unhooks the sends (`abandon_sends`).
+    fn flush_inner(&mut self, send: &mut SendBatch) -> Result<usize> {
+        let mut removed = 0;
+        while !send.is_empty() {
+            // Wake-ups are stashed with the receive completions, so the next poll reports them.
+            let (n, would_block, _) = self.send_round(send, true)?;
+            removed += n;
+            if would_block || n == 0 {
+                break;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// After a poll or flush failed with sends prepared: make every prepared send read nothing
+    /// of the caller's batch (no iovec, no address: the kernel fails it without touching the
+    /// batch, should an SQE still in the submission queue be submitted later) and move to a new
+    /// generation, so that late completions of this round are ignored. The batch keeps all its
+    /// entries, to be sent again (a datagram that went out before the failure may go twice).
+    fn abandon_sends(&mut self) {
+        if self.tx_slots.is_empty() {
+            return;
+        }
+        for m in 0..self.tx_slots.len() {
+            let msg = &mut self.tx_msgs[m];
+            msg.msg_name = std::ptr::null_mut();
+            msg.msg_namelen = 0;
+            msg.msg_iov = std::ptr::null_mut();
+            msg.msg_iovlen = 0;
+            msg.msg_control = std::ptr::null_mut();
+            msg.msg_controllen = 0;
+        }
+        self.send_gen = self.send_gen.wrapping_add(1);
+        self.tx_slots.clear();
+        self.tx_results.clear();
+        self.fates.clear();
+        self.seg_done.clear();
+    }
+
     /// Push an SQE, submitting first if the queue is full.
     fn push_sqe(&mut self, sqe: &squeue::Entry) -> Result<()> {
         loop {
             // SAFETY: every SQE built here points at memory owned by self (msghdrs, iovecs,
             // buffers) or at the caller's send batch, which stays untouched until its
-            // completions are reaped in this same poll.
+            // completions are reaped in this same poll; a poll that fails before then first
+            // unhooks its sends from the batch (`abandon_sends`).
             let pushed = unsafe { self.ring.submission().push(sqe) };
             if pushed.is_ok() {
                 return Ok(());
@@ -438,6 +571,7 @@ impl UringBackend {
 
     /// Prepare send SQEs for as much of `batch` as fits; returns how many messages.
     fn queue_sends(&mut self, batch: &SendBatch) -> Result<usize> {
+        self.send_gen = self.send_gen.wrapping_add(1);
         self.tx_slots.clear();
         self.tx_results.clear();
         self.fates.clear();
@@ -493,7 +627,7 @@ impl UringBackend {
             let mut sqe = opcode::SendMsg::new(types::Fd(self.fd), &self.tx_msgs[i])
                 .flags(libc::MSG_DONTWAIT as u32)
                 .build()
-                .user_data(TOKEN_SEND | i as u64);
+                .user_data(TOKEN_SEND | u64::from(self.send_gen) << SEND_GEN_SHIFT | i as u64);
             if any_split && i + 1 < m {
                 sqe = sqe.flags(squeue::Flags::IO_LINK);
             }
@@ -602,9 +736,12 @@ impl UringBackend {
             }
             return res >= 0;
         } else if token & TOKEN_SEND != 0 {
-            let slot = (token & !TOKEN_SEND) as usize;
-            if let Some(r) = self.tx_results.get_mut(slot) {
-                *r = Some(res);
+            let generation = (token & !TOKEN_SEND) >> SEND_GEN_SHIFT;
+            let slot = (token & SEND_SLOT_MASK) as usize;
+            if generation == u64::from(self.send_gen) {
+                if let Some(r) = self.tx_results.get_mut(slot) {
+                    *r = Some(res);
+                }
             }
         }
         // TOKEN_CANCEL completions need no handling.
@@ -810,96 +947,19 @@ impl Backend for UringBackend {
     }
 
     fn poll(&mut self, send: &mut SendBatch, timeout: Option<Duration>) -> Result<PollOutcome> {
-        let mut out = PollOutcome::default();
-        let deadline = match timeout {
-            Some(t) if !t.is_zero() => Instant::now().checked_add(t),
-            _ => None,
-        };
-        self.prepare()?;
-        // Once the socket buffer is full, stop sending for this poll and just wait.
-        let mut may_send = true;
-        // A poll that must not wait may still re-arm an ended receive once (below).
-        let mut rearmed = false;
-        loop {
-            let sends = if may_send && !send.is_empty() {
-                self.queue_sends(send)?
-            } else {
-                0
-            };
-            // The submission could not carry every pending entry: send again before waiting.
-            let more_to_send = sends > 0 && self.fates.len() < send.len();
-            let remaining = match (timeout, deadline) {
-                (Some(t), _) if t.is_zero() => Some(Duration::ZERO),
-                (Some(_), Some(d)) => Some(d.saturating_duration_since(Instant::now())),
-                _ => None,
-            };
-            let have_cqes = !self.stash.is_empty() || !self.ring.completion().is_empty();
-            if !more_to_send && !have_cqes && remaining != Some(Duration::ZERO) {
-                // Wait for every send to complete plus one more event: a datagram, a wake-up.
-                self.enter(sends + 1, remaining)?;
-            } else {
-                self.enter(sends, None)?;
-            }
-            out.woken |= self.reap(false);
-            // Sends normally complete during the submission; if one did not, wait for it so
-            // the batch's bytes are no longer in use when this poll returns.
-            while self.tx_results.iter().any(Option::is_none) {
-                self.enter(1, Some(Duration::from_millis(100)))?;
-                out.woken |= self.reap(false);
-            }
-            if sends > 0 {
-                let (removed, would_block) = self.settle_sends(send);
-                out.sent += removed;
-                may_send &= !would_block;
-                self.tx_slots.clear();
-                self.tx_results.clear();
-            }
-            if !self.metas.is_empty() || out.woken {
-                break;
-            }
-            if more_to_send && may_send {
-                continue;
-            }
-            let expired = match (timeout, deadline) {
-                (None, _) => false,
-                (Some(t), _) if t.is_zero() => true,
-                (Some(_), Some(d)) => Instant::now() >= d,
-                (Some(_), None) => false,
-            };
-            if expired {
-                // The multishot receive ended in this poll (its provided buffers ran out,
-                // typically, when a batch filled them) and brought nothing: re-arm it and look
-                // once more, or a poll that does not wait would report an empty socket while
-                // datagrams are queued in it, until the next poll.
-                if timeout == Some(Duration::ZERO) && !self.recv_armed && !rearmed {
-                    rearmed = true;
-                    self.prepare()?;
-                    continue;
-                }
-                break;
-            }
-            // The multishot receive or the wake poll may have ended (e.g. the ring ran dry):
-            // re-arm and wait again for what is left of the timeout.
-            self.prepare()?;
+        let r = self.poll_inner(send, timeout);
+        if r.is_err() {
+            self.abandon_sends();
         }
-        out.received = self.metas.len();
-        if out.received > 0 {
-            self.stats.batches_in += 1;
-        }
-        Ok(out)
+        r
     }
 
     fn flush(&mut self, send: &mut SendBatch) -> Result<usize> {
-        let mut removed = 0;
-        while !send.is_empty() {
-            // Wake-ups are stashed with the receive completions, so the next poll reports them.
-            let (n, would_block, _) = self.send_round(send, true)?;
-            removed += n;
-            if would_block || n == 0 {
-                break;
-            }
+        let r = self.flush_inner(send);
+        if r.is_err() {
+            self.abandon_sends();
         }
-        Ok(removed)
+        r
     }
 
     fn received(&self) -> RecvBatch<'_> {
