@@ -24,14 +24,19 @@ fn secure_cfg() -> ServerConfig {
 
 /// A token for the server at `addr`, valid for a minute.
 fn token(addr: SocketAddr) -> ConnectToken {
+    token_for(&[addr], rand_seed(addr))
+}
+
+/// A token for `client_id` listing `server_addresses`, valid for a minute.
+fn token_for(server_addresses: &[SocketAddr], client_id: u64) -> ConnectToken {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
     let params = TokenParams {
         protocol_id: PROTOCOL_ID,
-        client_id: rand_seed(addr),
-        server_addresses: &[addr],
+        client_id,
+        server_addresses,
         expires_unix: now + 60,
         user_data: b"",
     };
@@ -1013,18 +1018,7 @@ fn client_falls_back_across_address_families() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let params = TokenParams {
-        protocol_id: PROTOCOL_ID,
-        client_id: 77,
-        server_addresses: &[dead, srv.local_addr()],
-        expires_unix: now + 60,
-        user_data: b"",
-    };
-    let token = ConnectToken::generate(&key(), &params, &mut rand::rng()).unwrap();
+    let token = token_for(&[dead, srv.local_addr()], 77);
     let cfg = ClientConfig::new()
         .seed(77)
         .session(|c| c.handshake_timeout = Duration::from_millis(300))

@@ -1137,14 +1137,7 @@ mod tests {
                 single_thread,
                 ..BackendConfig::default()
             };
-            let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-            let mut rx = UringBackend::new(s, &cfg, "t".into())
-                .map_err(|e| e.0)
-                .unwrap();
-            let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-            let mut tx = UringBackend::new(s, &cfg, "t".into())
-                .map_err(|e| e.0)
-                .unwrap();
+            let (mut rx, mut tx) = (backend(&cfg), backend(&cfg));
             let dst = rx.socket_info().local_addr;
             let mut batch = SendBatch::new(8);
             batch.push(dst, b"hello").unwrap();
@@ -1176,14 +1169,7 @@ mod tests {
             ring_entries: 16,
             ..BackendConfig::default()
         };
-        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-        let mut rx = UringBackend::new(s, &cfg, "t".into())
-            .map_err(|e| e.0)
-            .unwrap();
-        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-        let mut tx = UringBackend::new(s, &cfg, "t".into())
-            .map_err(|e| e.0)
-            .unwrap();
+        let (mut rx, mut tx) = (backend(&cfg), backend(&cfg));
         tx.gso = false;
         let dst = rx.socket_info().local_addr;
         let payload: Vec<u8> = (0..40u32).flat_map(|i| [i as u8; 100]).collect();
@@ -1201,12 +1187,17 @@ mod tests {
         assert_eq!(got[40], b"after");
     }
 
+    /// A backend on a loopback socket of its own.
+    fn backend(cfg: &BackendConfig) -> UringBackend {
+        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
+        UringBackend::new(s, cfg, "t".into())
+            .map_err(|e| e.0)
+            .unwrap()
+    }
+
     /// A receiving backend on loopback, its address, and a plain socket to send to it from.
     fn receiver(cfg: &BackendConfig) -> (UringBackend, std::net::SocketAddr, std::net::UdpSocket) {
-        let s = bind(&SocketConfig::new("127.0.0.1:0".parse().unwrap())).unwrap();
-        let rx = UringBackend::new(s, cfg, "t".into())
-            .map_err(|e| e.0)
-            .unwrap();
+        let rx = backend(cfg);
         let dst = rx.socket_info().local_addr;
         (rx, dst, std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
     }
