@@ -790,6 +790,13 @@ impl Connection {
         }
     }
 
+    /// Ends the session for the idle timeout, telling the peer once.
+    fn time_out_idle(&mut self) {
+        self.finish(CloseReason::IdleTimeout, false);
+        self.close_reason = Some((CloseReason::IdleTimeout, false));
+        self.close_sends_left = 1;
+    }
+
     fn maybe_start_draining(&mut self, now: Instant) {
         if self.state != ConnectionState::Closing {
             return;
@@ -1787,9 +1794,7 @@ impl Connection {
             _ => {}
         }
         if now >= self.last_recv + self.cfg.idle_timeout {
-            self.finish(CloseReason::IdleTimeout, false);
-            self.close_reason = Some((CloseReason::IdleTimeout, false));
-            self.close_sends_left = 1;
+            self.time_out_idle();
             return;
         }
         if self.state == ConnectionState::Draining {
@@ -1809,9 +1814,7 @@ impl Connection {
             // Packets arrive, but nothing this side sent has been acknowledged for the idle
             // timeout: the peer's acknowledgements are lost, or withheld so that this side's
             // queues grow. Either way the session is as dead as an idle one.
-            self.finish(CloseReason::IdleTimeout, false);
-            self.close_reason = Some((CloseReason::IdleTimeout, false));
-            self.close_sends_left = 1;
+            self.time_out_idle();
             return;
         }
         self.maybe_start_draining(now);
