@@ -595,6 +595,10 @@ impl Client {
     /// bound for the first address, and an IPv6 socket cannot reach an IPv4 address here
     /// (sockets are IPv6-only). Not when the application chose the local address.
     fn follow_address_family(&mut self) {
+        // Only the handshake moves to another address.
+        if self.ever_connected {
+            return;
+        }
         let Some(remote) = self
             .endpoint
             .connection(self.handle)

@@ -349,11 +349,12 @@ impl<S: Service> Worker<S> {
             let worked = now.elapsed();
             self.counters.max_turn_ns = self.counters.max_turn_ns.max(worked.as_nanos() as u64);
             if stopping {
-                let stop_limit = self
-                    .service
-                    .stop_limit()
-                    .unwrap_or(self.settings.stop_limit);
-                let limit = *stop_deadline.get_or_insert(now + stop_limit);
+                let limit = *stop_deadline.get_or_insert_with(|| {
+                    now + self
+                        .service
+                        .stop_limit()
+                        .unwrap_or(self.settings.stop_limit)
+                });
                 // Leave once the socket queue is drained, every received datagram was handled
                 // and the service is done, or when the stop takes too long.
                 if (outcome.received == 0 && service_done) || now >= limit {

@@ -288,13 +288,9 @@ impl MmsgBackend {
             // One plain datagram (a light client's usual turn): `sendto` needs neither a
             // message header nor an iovec array, in user space or copied into the kernel.
             let single = matches!(batch.pending(), [only] if only.datagrams() == 1);
-            let rc = if single {
+            let sent = if single {
                 let only = &batch.pending()[0];
-                // As `sendmmsg` counts: 1 sent, or -1 with `errno` left for the handling below.
-                match sys::send_to(self.fd, &only.dst, batch.payload(only)) {
-                    Ok(_) => 1,
-                    Err(_) => -1,
-                }
+                sys::send_to(self.fd, &only.dst, batch.payload(only)).map(|_| 1)
             } else {
                 let built = self.build_send(batch);
                 if built == 0 {
@@ -303,43 +299,47 @@ impl MmsgBackend {
                 // SAFETY: the first `built` headers point at live names, iovecs (into
                 // `batch`'s buffer, which is not touched until the call returns) and control
                 // buffers.
-                unsafe { libc::sendmmsg(self.fd, self.tx_hdrs.as_mut_ptr(), built as u32, 0) }
+                let rc =
+                    unsafe { libc::sendmmsg(self.fd, self.tx_hdrs.as_mut_ptr(), built as u32, 0) };
+                usize::try_from(rc).map_err(|_| io::Error::last_os_error())
             };
             self.stats.syscalls += 1;
-            if rc < 0 {
-                let err = io::Error::last_os_error();
-                if err.kind() == io::ErrorKind::Interrupted {
+            let rc = match sent {
+                Ok(n) => n,
+                Err(err) => {
+                    if err.kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    // ENOBUFS: a device queue is full; like a full socket buffer, try again later.
+                    if sys::would_block(&err) || err.raw_os_error() == Some(libc::ENOBUFS) {
+                        self.stats.send_would_block += 1;
+                        break;
+                    }
+                    let ends = single || self.tx_map[0].2;
+                    let first = batch.pending()[0];
+                    if self.gso && first.datagrams() > 1 && linux::is_gso_refusal(&err) {
+                        // The device or route cannot take this GSO send (checksum offload off, a
+                        // segment over the MTU): split from now on, resending these datagrams.
+                        tracing::warn!(error = %err, "UDP GSO send failed; sending segments one by one from now on");
+                        self.gso = false;
+                        continue;
+                    }
+                    self.stats.send_errors += 1;
+                    linux::log_send_error("mmsg", self.stats.send_errors, &err, &first.dst);
+                    if ends {
+                        batch.consume(1);
+                    } else {
+                        batch.consume_segments(1);
+                    }
                     continue;
                 }
-                // ENOBUFS: a device queue is full; like a full socket buffer, try again later.
-                if sys::would_block(&err) || err.raw_os_error() == Some(libc::ENOBUFS) {
-                    self.stats.send_would_block += 1;
-                    break;
-                }
-                let ends = single || self.tx_map[0].2;
-                let first = batch.pending()[0];
-                if self.gso && first.datagrams() > 1 && linux::is_gso_refusal(&err) {
-                    // The device or route cannot take this GSO send (checksum offload off, a
-                    // segment over the MTU): split from now on, resending these datagrams.
-                    tracing::warn!(error = %err, "UDP GSO send failed; sending segments one by one from now on");
-                    self.gso = false;
-                    continue;
-                }
-                self.stats.send_errors += 1;
-                linux::log_send_error("mmsg", self.stats.send_errors, &err, &first.dst);
-                if ends {
-                    batch.consume(1);
-                } else {
-                    batch.consume_segments(1);
-                }
-                continue;
-            }
+            };
             self.stats.batches_out += 1;
             let (entries, segments) = if single {
                 self.stats.datagrams_out += 1;
                 (1, 0)
             } else {
-                self.account_sent(rc as usize)
+                self.account_sent(rc)
             };
             batch.consume(entries);
             if segments > 0 {

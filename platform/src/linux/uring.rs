@@ -515,8 +515,7 @@ impl UringBackend {
         if self.tx_slots.is_empty() {
             return;
         }
-        for m in 0..self.tx_slots.len() {
-            let msg = &mut self.tx_msgs[m];
+        for msg in &mut self.tx_msgs[..self.tx_slots.len()] {
             msg.msg_name = std::ptr::null_mut();
             msg.msg_namelen = 0;
             msg.msg_iov = std::ptr::null_mut();
