@@ -256,6 +256,80 @@ pub(crate) mod test_support {
         got
     }
 
+    /// Runs `f` on a thread of its own in a new network namespace whose loopback sends at
+    /// 20 Mbit/s through a token bucket (`tc ... tbf`), so that a small socket send buffer
+    /// fills and drains as on a real link (plain loopback frees a datagram's buffer as soon
+    /// as it is sent, so a send never finds it full). Needs root and `ip`/`tc`; where they
+    /// are missing it says why and returns `None`.
+    pub(crate) fn on_slow_loopback<T: Send>(f: impl FnOnce() -> T + Send) -> Option<T> {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: unshare(2) with CLONE_NEWNET moves only the calling thread (this
+                // scoped one, which ends after `f`) to a new network namespace.
+                if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                    let e = std::io::Error::last_os_error();
+                    eprintln!("skipping: no network namespace of our own: {e}");
+                    return None;
+                }
+                let tbf = "tc qdisc add dev lo root tbf rate 20mbit burst 4kb limit 1mb";
+                for cmd in ["ip link set lo up", tbf] {
+                    let mut words = cmd.split(' ');
+                    let program = words.next().unwrap_or_default();
+                    // A child spawned by this thread starts in its namespace.
+                    match std::process::Command::new(program).args(words).status() {
+                        Ok(status) if status.success() => {}
+                        other => {
+                            eprintln!("skipping: `{cmd}`: {other:?}");
+                            return None;
+                        }
+                    }
+                }
+                Some(f())
+            })
+            .join()
+            .unwrap()
+        })
+    }
+
+    /// A poll that waits keeps sending while a full send buffer drains: the datagrams the
+    /// socket refused go out during that wait, not at the caller's next timer. `open` makes
+    /// the backend under test on the socket it is given.
+    pub(crate) fn sends_resume_when_the_buffer_drains(
+        open: impl Fn(crate::socket::BoundSocket) -> Box<dyn Backend> + Send,
+    ) {
+        const N: usize = 48;
+        let done = on_slow_loopback(move || {
+            let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut cfg = crate::socket::SocketConfig::new("127.0.0.1:0".parse().unwrap());
+            // Room for a few datagrams at a time (the kernel doubles it).
+            cfg.send_buffer = Some(8192);
+            let mut tx = open(crate::socket::bind(&cfg).unwrap());
+            let dst = rx.local_addr().unwrap();
+            let mut batch = SendBatch::new(N);
+            for i in 0..N {
+                batch.push(dst, &[i as u8; 1000]).unwrap();
+            }
+            // 48 kB take about 20 ms at 20 Mbit/s; nothing comes back, so the poll waits
+            // out its whole second.
+            let out = tx.poll(&mut batch, Some(Duration::from_secs(1))).unwrap();
+            assert!(
+                tx.stats().send_would_block > 0,
+                "the buffer never filled: {:?}",
+                tx.stats()
+            );
+            assert_eq!((out.sent, batch.len()), (N, 0), "{:?}", tx.stats());
+            rx.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+            let mut buf = [0u8; 1500];
+            for i in 0..N {
+                let n = rx.recv(&mut buf).unwrap();
+                assert_eq!(&buf[..n], &[i as u8; 1000][..]);
+            }
+        });
+        if done.is_none() {
+            eprintln!("skipped: the send buffer could not be made to fill");
+        }
+    }
+
     /// A wake from another thread ends a long wait of `rx`.
     pub(crate) fn woken_from_another_thread(rx: &mut dyn Backend) {
         let w = rx.waker();

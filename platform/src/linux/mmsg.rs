@@ -707,13 +707,21 @@ impl Backend for MmsgBackend {
 mod tests {
     use super::*;
     use crate::backend::test_support::{
-        receive_segments, segmented_payload, woken_from_another_thread,
+        self, receive_segments, segmented_payload, woken_from_another_thread,
     };
     use crate::socket::{bind, SocketConfig};
 
     fn backend(addr: &str, cfg: &BackendConfig) -> MmsgBackend {
         let s = bind(&SocketConfig::new(addr.parse().unwrap())).unwrap();
         MmsgBackend::new(s, cfg, "test".into()).unwrap()
+    }
+
+    #[test]
+    fn sends_resume_when_the_buffer_drains() {
+        let cfg = BackendConfig::default();
+        test_support::sends_resume_when_the_buffer_drains(move |s| {
+            Box::new(MmsgBackend::new(s, &cfg, "test".into()).unwrap())
+        });
     }
 
     /// A wake-up taken by a zero-timeout poll (which only reads the socket) is reported and

@@ -7,7 +7,9 @@
 //! multishot receive (`ENOBUFS`); the next poll returns the buffers and re-arms it.
 //!
 //! Sends carry `MSG_DONTWAIT`, so a full socket buffer completes them with `EAGAIN` during the
-//! submission instead of parking them in the kernel; those entries stay in the batch.
+//! submission instead of parking them in the kernel; those entries stay in the batch, and a
+//! one-shot `POLLOUT` poll on the socket ends the wait when the buffer drains, so they go out
+//! then rather than at the caller's next timer.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -29,6 +31,8 @@ const TOKEN_WAKE: u64 = 1 << 61;
 const TOKEN_CANCEL: u64 = 1 << 60;
 /// Send completions carry this bit plus the message slot.
 const TOKEN_SEND: u64 = 1 << 59;
+/// The one-shot `POLLOUT` poll armed when the socket buffer was full.
+const TOKEN_WRITABLE: u64 = 1 << 58;
 /// A send's `user_data`: `TOKEN_SEND`, the round's generation in these bits, and the slot in
 /// the low 24 (a submission holds at most 32,768 sends).
 const SEND_GEN_SHIFT: u32 = 24;
@@ -39,6 +43,10 @@ const RECV_CONTROL: usize = 64;
 /// `struct io_uring_recvmsg_out`: four `u32`s (namelen, controllen, payloadlen, flags).
 const RECVMSG_OUT: usize = 16;
 const NAME_LEN: usize = std::mem::size_of::<libc::sockaddr_storage>();
+/// What the kernel charges a socket's send buffer per datagram beyond its payload (the
+/// socket buffer's bookkeeping), as an estimate: enough to tell a submission that may fill
+/// the buffer from one that cannot.
+const SEND_CHARGE_OVERHEAD: usize = 1024;
 
 /// Anonymous, page-aligned memory (the buffer ring must be page-aligned; the pool just needs
 /// a fixed address).
@@ -172,6 +180,15 @@ pub struct UringBackend {
     recv_armed: bool,
     wake_armed: bool,
     ever_armed: bool,
+    /// A `POLLOUT` poll on the socket is pending (armed when a send found the buffer full).
+    writable_armed: bool,
+    /// That poll completed since a poll last looked: the buffer has room again.
+    writable: bool,
+    /// The last send round found the buffer full.
+    send_pressure: bool,
+    /// Half the socket's send buffer: a submission estimated to charge more than this may
+    /// fill it.
+    send_room: usize,
     /// Buffers held by the datagrams of the last poll; returned at the start of the next.
     held: Vec<u16>,
     metas: Vec<RecvMeta>,
@@ -182,6 +199,8 @@ pub struct UringBackend {
     tx_slots: Vec<SendSlot>,
     /// Per slot: bytes sent (>= 0) or negative errno; `None` until its completion arrives.
     tx_results: Vec<Option<i32>>,
+    /// The send buffer the queued sends are estimated to take (`SEND_CHARGE_OVERHEAD`).
+    tx_charge: usize,
     fates: Vec<EntryFate>,
     /// Segments sent per pending entry (split GSO entries only).
     seg_done: Vec<usize>,
@@ -361,6 +380,7 @@ impl UringBackend {
             bufs,
             recv_msg,
             fd: sock.as_raw_fd(),
+            send_room: sock.info().send_buffer_granted / 2,
             sock,
             waker,
             reason,
@@ -370,6 +390,9 @@ impl UringBackend {
             deferred,
             recv_armed: false,
             wake_armed: false,
+            writable_armed: false,
+            writable: false,
+            send_pressure: false,
             ever_armed: false,
             held: Vec::with_capacity(usize::from(cfg.recv_buffers)),
             metas: Vec::with_capacity(usize::from(cfg.recv_buffers)),
@@ -386,6 +409,7 @@ impl UringBackend {
             tx_msgs: vec![unsafe { std::mem::zeroed() }; tx_n],
             tx_slots: Vec::with_capacity(tx_n),
             tx_results: Vec::with_capacity(tx_n),
+            tx_charge: 0,
             fates: Vec::with_capacity(tx_n),
             seg_done: Vec::with_capacity(tx_n),
             send_gen: 0,
@@ -437,7 +461,11 @@ impl UringBackend {
                 _ => None,
             };
             let have_cqes = !self.stash.is_empty() || !self.ring.completion().is_empty();
-            if !more_to_send && !have_cqes && remaining != Some(Duration::ZERO) {
+            // Sends that may fill the socket buffer are submitted before the wait, not in the
+            // same enter: one the full buffer refuses must end the wait (through the `POLLOUT`
+            // poll armed then), and a wait begun with the submission would not end for it.
+            let may_fill = sends > 0 && (self.send_pressure || self.tx_charge > self.send_room);
+            if !more_to_send && !may_fill && !have_cqes && remaining != Some(Duration::ZERO) {
                 // Wait for every send to complete plus one more event: a datagram, a wake-up.
                 self.enter(sends + 1, remaining)?;
             } else {
@@ -454,12 +482,19 @@ impl UringBackend {
                 let (removed, would_block) = self.settle_sends(send);
                 out.sent += removed;
                 may_send &= !would_block;
+                self.send_pressure = would_block;
                 self.tx_slots.clear();
                 self.tx_results.clear();
+                if would_block {
+                    // Wake this wait when the buffer drains (the entries stay in the batch).
+                    self.arm_writable()?;
+                }
             }
             if !self.metas.is_empty() || out.woken {
                 break;
             }
+            let drained = std::mem::take(&mut self.writable) && !send.is_empty();
+            may_send |= drained;
             if more_to_send && may_send {
                 continue;
             }
@@ -469,6 +504,9 @@ impl UringBackend {
                 (Some(_), Some(d)) => Instant::now() >= d,
                 (Some(_), None) => false,
             };
+            if drained && !expired {
+                continue;
+            }
             if expired {
                 // The multishot receive ended in this poll (its provided buffers ran out,
                 // typically, when a batch filled them) and brought nothing: re-arm it and look
@@ -573,6 +611,7 @@ impl UringBackend {
         self.send_gen = self.send_gen.wrapping_add(1);
         self.tx_slots.clear();
         self.tx_results.clear();
+        self.tx_charge = 0;
         self.fates.clear();
         self.seg_done.clear();
         let cap = self.tx_msgs.len();
@@ -668,6 +707,7 @@ impl UringBackend {
                 msg.msg_controllen = 0;
             }
         }
+        self.tx_charge += payload.len() + SEND_CHARGE_OVERHEAD * datagrams;
         self.tx_slots.push(SendSlot {
             entry,
             datagrams,
@@ -734,6 +774,9 @@ impl UringBackend {
                 self.wake_armed = false;
             }
             return res >= 0;
+        } else if token == TOKEN_WRITABLE {
+            self.writable_armed = false;
+            self.writable = true;
         } else if token & TOKEN_SEND != 0 {
             let generation = (token & !TOKEN_SEND) >> SEND_GEN_SHIFT;
             let slot = (token & SEND_SLOT_MASK) as usize;
@@ -891,6 +934,18 @@ impl UringBackend {
             batch.remove_pending(|i| fates.get(i) == Some(&EntryFate::Done)),
             would_block,
         )
+    }
+
+    /// Arm the one-shot `POLLOUT` poll on the socket, unless it is pending already.
+    fn arm_writable(&mut self) -> Result<()> {
+        if !self.writable_armed {
+            let sqe = opcode::PollAdd::new(types::Fd(self.fd), libc::POLLOUT as u32)
+                .build()
+                .user_data(TOKEN_WRITABLE);
+            self.push_sqe(&sqe)?;
+            self.writable_armed = true;
+        }
+        Ok(())
     }
 
     /// Return last poll's buffers, and (re-)arm the receive and the wake poll if needed.
@@ -1111,7 +1166,7 @@ pub(crate) fn probe() -> (Capability, Capability, Capability) {
 mod tests {
     use super::*;
     use crate::backend::test_support::{
-        receive_segments, segmented_payload, woken_from_another_thread,
+        self, receive_segments, segmented_payload, woken_from_another_thread,
     };
     use crate::socket::{bind, SocketConfig};
 
@@ -1184,6 +1239,28 @@ mod tests {
         let got = receive_segments(&mut rx, 41, tx.socket_info().local_addr);
         assert_eq!(got[..40].concat(), payload);
         assert_eq!(got[40], b"after");
+    }
+
+    /// Without its `POLLOUT` poll, the datagrams a full buffer refused waited for the end of
+    /// the wait (the caller's next timer), however soon the buffer drained.
+    #[test]
+    fn sends_resume_when_the_buffer_drains() {
+        if !uring_works() {
+            return;
+        }
+        for single_thread in [false, true] {
+            let cfg = BackendConfig {
+                single_thread,
+                ..BackendConfig::default()
+            };
+            test_support::sends_resume_when_the_buffer_drains(move |s| {
+                Box::new(
+                    UringBackend::new(s, &cfg, "t".into())
+                        .map_err(|e| e.0)
+                        .unwrap(),
+                )
+            });
+        }
     }
 
     /// A backend on a loopback socket of its own.
