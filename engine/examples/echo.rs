@@ -2,10 +2,13 @@
 //!
 //! ```sh
 //! cargo run --release --example echo                            # both, in one process, 3 s
-//! cargo run --release --example echo -- --serve 127.0.0.1:7777  # only the server
-//! cargo run --release --example echo -- --connect 127.0.0.1:7777 --seconds 10
+//! cargo run --release --example echo -- --serve 127.0.0.1:7777 --seconds 60  # server, 60 s
+//! cargo run --release --example echo -- --connect 127.0.0.1:7777 --seconds 10  # other terminal
 //! cargo run --release --example echo -- --insecure              # no tokens (LAN, tests)
 //! ```
+//!
+//! `--serve` serves for `--seconds` (3 by default), then shuts down: give it long enough for
+//! the client in the other terminal.
 //!
 //! Both sides use a development key that everyone who reads this file knows: the client mints
 //! its own token, as the game's backend would. A real server takes its key from a secret

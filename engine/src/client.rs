@@ -111,12 +111,22 @@ impl ClientConfig {
         Self::default()
     }
 
-    /// Tune the session for `profile` (use the server's). Keeps the channels.
+    /// Tune the session for `profile` (use the server's). Replaces every session setting
+    /// except the channels, so call it before `.session(..)`, whose changes it would
+    /// otherwise undo.
     pub fn profile(self, profile: Profile) -> Self {
         self.session(|c| *c = with_channels(profile.config(), c))
     }
 
     /// The session's channels, by id: the same kinds in the same order as the server's.
+    ///
+    /// Nothing checks this at connect time. If a message arrives on a channel id the
+    /// receiving side does not have, that side drops the whole packet as a protocol
+    /// violation and does not acknowledge it. The message is retransmitted, and the session
+    /// closes with [`CloseReason::IdleTimeout`] if none of the sender's packets is
+    /// acknowledged for the idle timeout. Channels of different kinds under the same id are
+    /// not detected at all. See [`crate::ServerConfig::channels`] for keeping the layouts
+    /// in step through the token's protocol id.
     pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
         let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
         self.session(|c| c.channels = kinds)
@@ -128,7 +138,9 @@ impl ClientConfig {
         self
     }
 
-    /// The datagram I/O backend (automatic by default).
+    /// The datagram I/O backend (automatic by default). A non-empty `RICOCHET_BACKEND`
+    /// environment variable overrides it, and a value that names no backend makes connecting
+    /// fail with [`ClientError::Platform`].
     pub fn backend(mut self, backend: BackendKind) -> Self {
         self.backend.kind = backend;
         self
@@ -703,7 +715,17 @@ impl Client {
     }
 
     /// Close the connection gracefully; the server learns `CloseReason::Application`.
-    /// Keep calling [`Client::update`] briefly so the close goes out.
+    ///
+    /// The close first waits, up to [`Config::close_linger`] (2 s by default), for the
+    /// server to acknowledge the reliable data still queued. Then it sends the close a few
+    /// times, an RTO apart, until the server answers or three RTOs pass. Keep calling
+    /// [`Client::update`] until [`ClientEvent::Disconnected`] `{ reason: Application, by_peer:
+    /// false }` arrives (then [`Client::is_connected`] turns false). That takes at most about
+    /// `close_linger` plus three RTOs.
+    ///
+    /// `Client` has no `Drop` that closes. A client dropped without `close` (or before the
+    /// close has gone out) sends the server nothing, and the server holds the session until
+    /// its idle timeout ([`Config::idle_timeout`]).
     pub fn close(&mut self) {
         self.endpoint
             .close(Instant::now(), self.handle, CloseReason::Application);

@@ -430,3 +430,37 @@ fn echo_with_gso_and_gro_on_and_off() {
         }
     }
 }
+
+/// A handler that panics ends its worker: the server says so (`is_running`), and `shutdown`
+/// returns the panic's message.
+#[test]
+fn a_panicking_handler_is_reported() {
+    struct Fragile;
+    impl DatagramHandler for Fragile {
+        fn on_datagram(&mut self, ctx: &mut UdpContext<'_>, from: SocketAddr, data: &[u8]) {
+            assert!(data != b"boom", "handler gave up on boom");
+            ctx.send(from, data).expect("echo reply queued");
+        }
+    }
+    let backend = local_backends()[0];
+    let server = UdpServer::start(config(IoModel::PerCore, 1, backend), |_| Fragile).unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    sock.send_to(b"fine", server.local_addr()).unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(sock.recv(&mut buf).unwrap(), 4);
+    assert!(server.is_running());
+    sock.send_to(b"boom", server.local_addr()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.is_running() {
+        assert!(Instant::now() < deadline, "the worker did not end");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    match server.shutdown() {
+        Err(ricochet::runtime::RuntimeError::WorkerPanicked { worker, message }) => {
+            assert_eq!(worker, 0);
+            assert!(message.contains("handler gave up on boom"), "{message}");
+        }
+        other => panic!("expected the worker's panic, got {other:?}"),
+    }
+}

@@ -18,12 +18,17 @@
 //! acknowledged and 9/8 of an RTT has passed (time threshold, tolerates reordering). While FEC
 //! groups carry parity both thresholds wait a group longer (its packets and its wait), since
 //! the peer rebuilds a lost packet once the group's parity arrives. A packet declared lost is
-//! kept for two loss delays: a late ACK then counts as a spurious loss
-//! ([`ConnectionStats::packets_spurious_lost`]) and still settles its fragments. When ACKs
-//! stop, a tail-loss probe fires two smoothed RTTs plus the peer's ACK delay after the last
-//! ack-eliciting packet (RFC 8985; at least [`Config::min_probe_timeout`], 20 ms, so that a
-//! short path's scheduling hiccups draw no spurious probe; never later than the RTO, and
-//! independent of its floor): it
+//! kept until two loss delays after it was sent, or at least three RTOs while the RTT estimate
+//! is in doubt (no sample yet, or timeouts firing with nothing acknowledged since): a late ACK
+//! then counts as a spurious loss ([`ConnectionStats::packets_spurious_lost`]) and still
+//! settles its fragments. When ACKs stop, a tail-loss probe fires after the last
+//! ack-eliciting packet. It waits the longer of two smoothed RTTs (RFC 8985) and the smoothed
+//! RTT plus four deviations (so a path whose RTT swings draws no spurious probe), plus
+//! [`Config::max_ack_delay`]. It waits at least [`Config::min_probe_timeout`] (20 ms), so that
+//! a short path's scheduling hiccups draw no probe either. It never waits longer than the RTO,
+//! and is not raised to the RTO's floor. With only unreliable packets in flight, no reliable
+//! data queued and [`Config::unreliable_ack_delay`] set, the probe waits that delay longer,
+//! because their ACK may be held that long. The probe
 //! sends a copy of the oldest unacknowledged fragment, so a lost last packet, or a lost repair
 //! blocking an ordered channel, is repaired without waiting for the RTO. If that also goes
 //! unanswered the RTO declares everything in flight lost and backs off (doubling, capped). The

@@ -136,7 +136,8 @@ impl ServerConfig {
     /// An IPv6 `bind` (`[::]:7777`) serves IPv6 only (its sockets are IPv6-only, so IPv4
     /// players do not arrive as mapped addresses). To serve both families, start a server per
     /// family on the same port and list both addresses in the tokens: a client tries them in
-    /// the token's order and changes its socket's family as it goes.
+    /// the token's order and changes its socket's family as it goes. Each of the two servers
+    /// keeps its own table of used tokens, so one token can open a session at each.
     pub fn new(bind: SocketAddr) -> Self {
         ServerConfig {
             udp: UdpServerConfig::new(bind),
@@ -176,13 +177,26 @@ impl ServerConfig {
         self
     }
 
-    /// Tune every session for `profile` (clients should use the same one). Keeps the channels.
+    /// Tune every session for `profile` (clients should use the same one). Replaces every
+    /// session setting except the channels, so call it before `.session(..)`, whose changes
+    /// it would otherwise undo.
     pub fn profile(self, profile: Profile) -> Self {
         self.session(|c| *c = with_channels(profile.config(), c))
     }
 
     /// The channels every session has, by id (clients must list the same kinds in the same
     /// order). Default: reliable-ordered, reliable-unordered, unreliable, unreliable-sequenced.
+    ///
+    /// Nothing checks this at connect time. A side that receives a message on a channel id it
+    /// does not have drops the whole packet as a protocol violation, counted in its
+    /// [`EndpointStats`] drops, and does not acknowledge it. Other messages in that packet are
+    /// dropped with it, and the sender keeps retransmitting the reliable ones. If none of the
+    /// sender's packets is acknowledged for the idle timeout, the session closes with
+    /// [`CloseReason::IdleTimeout`]. Channels of different kinds under the same id are not
+    /// detected at all. With token admission, put the channel layout's version into the
+    /// `protocol_id` ([`Self::tokens`]): the backend then issues each client build a token
+    /// for its own layout, and a server refuses a token for another layout at connect, as
+    /// [`CloseReason::TokenInvalid`].
     pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
         let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
         self.session(|c| c.channels = kinds)
@@ -194,7 +208,9 @@ impl ServerConfig {
         self
     }
 
-    /// Worker threads; 0 (the default) means one per available core.
+    /// Worker threads; 0 (the default) means one per available core. Players are split
+    /// across the workers, and each worker's [`Handler`] sees only its own players, so a game
+    /// that keeps one world per process sets 1 (see [`Handler`]).
     pub fn workers(mut self, workers: usize) -> Self {
         self.udp.io_threads = workers;
         self
@@ -207,7 +223,9 @@ impl ServerConfig {
     }
 
     /// The datagram I/O backend (automatic by default: io_uring where it can be set up, else
-    /// epoll with `recvmmsg`/`sendmmsg`, kqueue on macOS).
+    /// epoll with `recvmmsg`/`sendmmsg`, kqueue on macOS). A non-empty `RICOCHET_BACKEND`
+    /// environment variable overrides it, and a value that names no backend makes
+    /// [`Server::start`] fail.
     pub fn backend(mut self, backend: BackendKind) -> Self {
         self.udp.backend.kind = backend;
         self
@@ -298,6 +316,20 @@ impl ServerConfig {
 }
 
 /// Game-server code: one instance per worker, called on that worker's thread.
+///
+/// With several workers (the default is one per core), players are split across them: each
+/// new session goes to the worker holding the fewest. An instance sees only its worker's
+/// players. [`ServerContext::sessions`] lists that worker's sessions, so a broadcast over it
+/// reaches only them, and [`Handler::on_tick`] runs once per worker. A game with one world per
+/// process sets `.workers(1)` ([`ServerConfig::workers`]). Otherwise, state the workers
+/// share goes in an `Arc` (with a lock) that the factory given to [`Server::start`] clones
+/// into each instance.
+///
+/// A handler that panics ends its worker, and nothing restarts it. The other workers carry on.
+/// The dead worker's sessions get no more answers, so their clients close with
+/// [`CloseReason::IdleTimeout`], and they stay counted against [`ServerConfig::max_sessions`].
+/// [`Server::is_running`] turns false, [`Server::serve_until_signal`] notices and shuts the
+/// server down, and [`Server::shutdown`] returns the panic ([`RuntimeError::WorkerPanicked`]).
 pub trait Handler: Send + 'static {
     /// A client passed every check of the handshake (its token, its address); the session
     /// does not exist yet. Return `Err` to refuse it: the client receives the refusal's code
@@ -342,7 +374,10 @@ pub trait Handler: Send + 'static {
 }
 
 /// The used-token table the endpoints of a per-core server share: a token is accepted once
-/// whichever worker its handshake reaches. Taken once per handshake, never per datagram.
+/// whichever worker its handshake reaches. Locked for every token hello and cookie echo that
+/// passes the token's proof, expiry and address checks, retransmitted or replayed hellos
+/// included. An echo that gets past the session limits locks it a second time to record the
+/// token. Session packets never take it.
 #[derive(Debug, Clone)]
 struct SharedLedger(Arc<Mutex<UsedTokens>>);
 
@@ -431,7 +466,10 @@ pub struct ServerContext<'a> {
 
 impl ServerContext<'_> {
     /// Queue a message to `session` on `channel`. A session on another worker is reached
-    /// through that worker's queue (the result then only says the request was queued).
+    /// through that worker's queue, and the result then only says the request was queued. If
+    /// the session has gone or its send queue is full when that worker takes the request, the
+    /// message is dropped and no error is reported. [`SendError::UnknownConnection`] comes back
+    /// only if that worker has stopped or does not exist.
     pub fn send(
         &mut self,
         session: SessionId,
@@ -508,7 +546,9 @@ impl ServerContext<'_> {
             .map(|c| c.queued_bytes())
     }
 
-    /// The connected sessions this worker owns (for broadcasts).
+    /// The connected sessions this worker owns (for broadcasts). Other workers' sessions are
+    /// not listed: with several workers, a broadcast over this reaches only this worker's
+    /// players.
     pub fn sessions(&self) -> impl Iterator<Item = SessionId> + '_ {
         let worker = self.worker;
         self.sessions
@@ -840,8 +880,15 @@ impl<H: Handler> Service for RudpService<H> {
     }
 }
 
-/// A running RUDP server. Dropping it stops the workers; [`Server::shutdown`] closes every
-/// session with [`CloseReason::Shutdown`] (clients learn why), then joins the workers.
+/// A running RUDP server. [`Server::shutdown`] closes every session with
+/// [`CloseReason::Shutdown`] (clients learn why), waits for the closes to go out, then joins
+/// the workers. Dropping the server does the same and blocks just as long, but throws away
+/// the workers' counters and any worker's error.
+///
+/// A worker whose handler panics (or whose socket fails) ends on its own while the others
+/// carry on, and nothing restarts it. Its clients stop hearing from the server and time out.
+/// [`Server::serve_until_signal`] notices and shuts the server down, and [`Server::shutdown`]
+/// returns the worker's error (see [`Handler`]).
 pub struct Server {
     workers: WorkerSet,
     placement: Option<Placement>,
@@ -1132,6 +1179,15 @@ impl Server {
     /// Each socket's buffer sizes, requested and granted.
     pub fn socket_info(&self) -> &[SocketInfo] {
         &self.workers.socket_info
+    }
+
+    /// True while every worker runs. False once one has ended on its own: its handler
+    /// panicked or its socket failed. Its sessions are gone with it (their clients see the
+    /// server go silent) and the other workers carry on; [`Self::shutdown`] then returns
+    /// why. A process that supervises its server polls this, as
+    /// [`Self::serve_until_signal`] does, and restarts or exits.
+    pub fn is_running(&self) -> bool {
+        !self.workers.any_ended()
     }
 
     /// Number of workers.

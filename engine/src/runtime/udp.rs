@@ -127,6 +127,14 @@ impl UdpServer {
         &self.workers.socket_info
     }
 
+    /// True while every worker runs. False once one has ended on its own: its handler
+    /// panicked or its socket failed. The datagrams its socket receives are no longer
+    /// handled, while the other workers carry on; [`Self::shutdown`] then returns why. A
+    /// process that supervises its server polls this and restarts or exits.
+    pub fn is_running(&self) -> bool {
+        !self.workers.any_ended()
+    }
+
     /// Number of workers.
     pub fn workers(&self) -> usize {
         self.workers.len()

@@ -652,17 +652,16 @@ impl WorkerSet {
             .collect()
     }
 
-    /// Stop every worker (each finishes what it received and what its service must still
-    /// send), join them and return their final counters.
     /// True once a worker thread has ended on its own (an I/O error or a panic in its
     /// handler): [`WorkerSet::stop_and_join`] reports why.
-    #[cfg(unix)]
     pub(crate) fn any_ended(&self) -> bool {
         self.workers
             .iter()
             .any(|w| w.thread.as_ref().is_some_and(|t| t.is_finished()))
     }
 
+    /// Stop every worker (each finishes what it received and what its service must still
+    /// send), join them and return their final counters.
     pub(crate) fn stop_and_join(&mut self) -> Result<Vec<WorkerCounters>, RuntimeError> {
         self.stop.store(true, Ordering::Release);
         for w in &self.workers {

@@ -283,13 +283,16 @@ impl fmt::Debug for ConnectionId {
 pub enum CloseReason {
     /// The application closed the connection normally.
     Application,
-    /// No packet arrived within the idle timeout.
+    /// No packet arrived within the idle timeout, or packets arrived but nothing this side
+    /// sent was acknowledged for that long (`Config::idle_timeout`).
     IdleTimeout,
     /// The peer speaks another protocol version.
     VersionMismatch,
     /// The server has no room for another session (or for another used token).
     ServerFull,
-    /// Too many sessions or handshakes from this source address.
+    /// Too many sessions from this source address (`ServerConfig::max_sessions_per_address`).
+    /// Cookie echoes over the per-address handshake rate get no refusal: they are dropped
+    /// silently (`DropCause::RateLimited`) and the client retries.
     TooManyFromAddress,
     /// The handshake did not complete in time.
     HandshakeTimeout,
@@ -324,9 +327,10 @@ impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Application => f.write_str("closed by the application"),
-            Self::IdleTimeout => {
-                f.write_str("nothing arrived within the idle timeout (Config::idle_timeout)")
-            }
+            Self::IdleTimeout => f.write_str(
+                "nothing arrived, or nothing sent was acknowledged, within the idle timeout \
+                 (Config::idle_timeout)",
+            ),
             Self::VersionMismatch => f.write_str("the peer speaks another protocol version"),
             // The settings behind a refusal are named, so the error says what the server's
             // operator can raise.
