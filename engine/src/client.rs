@@ -288,8 +288,13 @@ pub struct Client {
     /// The handshake completed at some point (a close after it is not a failed connect).
     ever_connected: bool,
     closed: Option<(CloseReason, bool)>,
-    /// Bumped whenever `backend` is replaced (a [`ClientSet`] re-registers its descriptor).
+    /// Unique in the process to this client and its current backend: a new one whenever
+    /// `backend` is replaced (a [`ClientSet`] then re-registers its descriptor), and a new
+    /// client never has an earlier one's.
     backend_generation: u64,
+    /// Unique in the process to this client (a [`ClientSet`] member replaced in place is
+    /// told apart by it).
+    instance: u64,
     /// The server application's message with its refusal, once refused.
     refusal_message: Bytes,
 }
@@ -401,7 +406,8 @@ impl Client {
             connected: false,
             ever_connected: false,
             closed: None,
-            backend_generation: 0,
+            backend_generation: next_unique(),
+            instance: next_unique(),
             refusal_message: Bytes::new(),
         })
     }
@@ -710,7 +716,7 @@ impl Client {
     pub fn rebind(&mut self) -> Result<(), ClientError> {
         self.backend.flush(&mut self.send_batch)?;
         self.backend = open_backend(self.server, &self.config)?;
-        self.backend_generation += 1;
+        self.backend_generation = next_unique();
         Ok(())
     }
 
@@ -730,4 +736,10 @@ impl Client {
         self.endpoint
             .close(Instant::now(), self.handle, CloseReason::Application);
     }
+}
+
+/// A number no earlier call in this process returned (client instances, backend generations).
+fn next_unique() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }

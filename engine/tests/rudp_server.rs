@@ -1029,6 +1029,56 @@ fn client_falls_back_across_address_families() {
     srv.shutdown().unwrap();
 }
 
+/// A member that failed to connect, replaced in place (`*set.get_mut(i) = client`) by one
+/// that connects: the set forgets the failure (before, `wait_connected` kept reporting the
+/// replaced client's refusal), and a client added next, which may take the replaced client's
+/// descriptor number, is served too.
+#[test]
+fn client_set_forgets_a_failed_member_replaced_in_place() {
+    let srv = server(IoModel::PerCore, 1, BackendKind::Auto);
+    let addr = srv.local_addr();
+    let cfg = ClientConfig::new().seed(rand_seed(addr));
+    let mut wrong_key = token(addr).clone();
+    let params = TokenParams {
+        protocol_id: PROTOCOL_ID,
+        client_id: 9,
+        server_addresses: &[addr],
+        expires_unix: wrong_key.expires_unix,
+        user_data: b"",
+    };
+    wrong_key =
+        ConnectToken::generate(&TokenKey::from_bytes([9; 32]), &params, &mut rand::rng()).unwrap();
+    let mut set = ClientSet::new();
+    set.start_connecting(&[wrong_key], &cfg).unwrap();
+    let refused = set.wait_connected(Duration::from_secs(10)).unwrap_err();
+    assert_eq!(refused.index, Some(0), "{refused}");
+    let fresh = Client::connect(&token(addr), cfg.clone().seed(rand_seed(addr) + 1)).unwrap();
+    *set.get_mut(0).unwrap() = fresh;
+    let c = Client::connect(&token(addr), cfg.clone().seed(rand_seed(addr) + 2)).unwrap();
+    let b = set.push(c);
+    set.wait_connected(Duration::from_secs(10))
+        .expect("the replacement and the new member connect");
+    assert_eq!(set.connected(), 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for i in [0, b] {
+        set.get_mut(i)
+            .unwrap()
+            .send(0, Bytes::from(message(i, 64)))
+            .unwrap();
+    }
+    let mut echoed = [false; 2];
+    while !echoed.iter().all(|e| *e) {
+        assert!(Instant::now() < deadline, "echoed {echoed:?}");
+        set.step(Duration::from_millis(10)).unwrap();
+        while let Some((i, e)) = set.poll_event() {
+            if matches!(e, ClientEvent::Message { .. }) {
+                echoed[i.min(1)] = true;
+            }
+        }
+    }
+    srv.shutdown().unwrap();
+}
+
 /// A member that moves to a new socket closes its old descriptor, and a client added next may
 /// get the same number (whether it does depends on the descriptors opened meanwhile): both
 /// members keep being served.

@@ -45,6 +45,9 @@ struct Member {
     connected: bool,
     /// Closed as of the last look.
     closed: bool,
+    /// The client these flags describe (`Client::instance`): a member replaced in place
+    /// through [`ClientSet::get_mut`] starts over.
+    instance: u64,
 }
 
 /// Several [`Client`]s driven from one thread, as a load tester or a bot farm runs hundreds or
@@ -219,6 +222,13 @@ impl ClientSet {
     /// queued.
     pub fn wait_connected(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
         let deadline = Instant::now() + timeout;
+        // A failed member replaced since the last turn is not that failure any more.
+        for k in 0..self.touched.len() {
+            let i = self.touched[k] as usize;
+            if self.members[i].instance != self.clients[i].instance {
+                self.forget_replaced(i);
+            }
+        }
         loop {
             if let Some(i) = self.first_failed {
                 let c = &self.clients[i];
@@ -538,10 +548,34 @@ impl ClientSet {
         }
     }
 
+    /// Another client took member `i`'s place (through [`ClientSet::get_mut`]): what was seen
+    /// of the old one goes.
+    fn forget_replaced(&mut self, i: usize) {
+        let m = &mut self.members[i];
+        if m.connected {
+            self.connected -= 1;
+        }
+        m.instance = self.clients[i].instance;
+        m.connected = false;
+        m.closed = false;
+        if self.first_failed == Some(i) {
+            // The failure to report is now the next member's, if any (a walk over the set,
+            // only when the failed member itself is replaced).
+            self.first_failed = self
+                .members
+                .iter()
+                .zip(&self.clients)
+                .position(|(m, c)| m.closed && !c.ever_connected);
+        }
+    }
+
     /// After anything touched member `i`: queue its events, enter its next timer, count its
     /// connection state, and (re-)register its socket if its backend changed.
     fn sync(&mut self, i: usize) {
         self.sync_events(i);
+        if self.members[i].instance != self.clients[i].instance {
+            self.forget_replaced(i);
+        }
         let c = &self.clients[i];
         let m = &mut self.members[i];
         if !m.touched {
