@@ -125,7 +125,11 @@ pub struct EndpointConfig {
     pub connection: Arc<Config>,
     /// `Some` to accept incoming handshakes.
     pub server: Option<ServerConfig>,
-    /// Bytes all connections together may hold in reassembly.
+    /// Bytes all connections together may hold in reassembly, beyond the first 16 KiB each
+    /// connection holds of its own: a few sessions that fill this budget (peers that send
+    /// fragments and never the message they wait for) still leave every other session room
+    /// for its ordinary messages. Each connection is also bounded by
+    /// [`Config::reassembly_limit`].
     pub reassembly_budget: usize,
     /// Stateless replies (challenges, refusals) queued at most; more are dropped.
     pub max_stateless_queue: usize,
@@ -1387,7 +1391,11 @@ impl Endpoint {
         if conn.is_drained() {
             // What it still holds goes back to the shared budgets.
             let (reassembly, fec) = conn.held_bytes();
-            self.shared.reassembly.used = self.shared.reassembly.used.saturating_sub(reassembly);
+            self.shared.reassembly.used = self
+                .shared
+                .reassembly
+                .used
+                .saturating_sub(super::recv::shared_part(reassembly));
             self.shared.fec.release(fec);
             slot.conn = None;
             slot.dirty = false;

@@ -86,6 +86,16 @@ impl Budget {
     }
 }
 
+/// Reassembly bytes each connection holds without drawing on the endpoint's shared budget:
+/// sessions that fill that budget (a few misbehaving peers can) still leave every other one
+/// room for ordinary messages and a few lost packets' worth of out-of-order data.
+pub(crate) const OWN_REASSEMBLY: usize = 16 << 10;
+
+/// The part of a connection's `held` reassembly bytes charged to the shared budget.
+pub(crate) fn shared_part(held: usize) -> usize {
+    held.saturating_sub(OWN_REASSEMBLY)
+}
+
 /// The budgets all of an endpoint's connections share: reassembly bytes and FEC retention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SharedBudgets {
@@ -227,25 +237,33 @@ impl Receiver {
     /// Whether `need` fits the connection and endpoint budgets.
     pub(crate) fn fits(&self, need: &Need, extra_bytes: usize) -> bool {
         let n = need.bytes + extra_bytes;
-        self.bytes + n <= self.limit && self.budget.used.saturating_add(n) <= self.budget.limit
+        self.bytes + n <= self.limit
+            && self.budget.used.saturating_add(self.shared_growth(n)) <= self.budget.limit
+    }
+
+    /// What holding `n` more bytes adds to the shared budget (beyond `OWN_REASSEMBLY`).
+    fn shared_growth(&self, n: usize) -> usize {
+        shared_part(self.bytes + n) - shared_part(self.bytes)
     }
 
     fn charge(&mut self, n: usize) -> bool {
         if self.bytes + n > self.limit {
             return false;
         }
-        if self.budget.used.saturating_add(n) > self.budget.limit {
+        let shared = self.shared_growth(n);
+        if self.budget.used.saturating_add(shared) > self.budget.limit {
             return false;
         }
-        self.budget.used += n;
+        self.budget.used += shared;
         self.bytes += n;
         self.peak = self.peak.max(self.bytes);
         true
     }
 
     fn release(&mut self, n: usize) {
+        let shared = shared_part(self.bytes) - shared_part(self.bytes - n);
         self.bytes -= n;
-        self.budget.used = self.budget.used.saturating_sub(n);
+        self.budget.used = self.budget.used.saturating_sub(shared);
     }
 
     /// Accept one fragment (count 1 = whole message). Complete messages become events.
@@ -584,6 +602,45 @@ mod tests {
             }]
         );
         assert_eq!(r.bytes, 0);
+    }
+
+    /// Sessions that fill the endpoint's shared budget leave every other one its own
+    /// `OWN_REASSEMBLY` bytes (before, one session's held fragments could take it all).
+    #[test]
+    fn a_full_shared_budget_leaves_each_session_its_own_bytes() {
+        let cfg = Config::default();
+        let t = ricochet_testkit::SimClock::new().now();
+        let (mut ev, mut n) = (VecDeque::new(), 0);
+        let shared_limit = 64 << 10;
+        let mut hog = Receiver::new(&cfg, Budget::new(shared_limit));
+        // Reliable messages 1.. held behind the missing message 0, 1 KiB each.
+        let mut id = 1;
+        while hog
+            .on_fragment(t, 0, id, 0, 1, &[0u8; 1024], &mut ev, &mut n)
+            .is_ok()
+        {
+            id += 1;
+        }
+        assert!(hog.budget.used > shared_limit - 2048, "{}", hog.budget.used);
+        assert_eq!(hog.bytes, OWN_REASSEMBLY + hog.budget.used);
+        // Another session, handed the shared budget as the endpoint does.
+        let mut other = Receiver::new(&cfg, Budget::unlimited());
+        std::mem::swap(&mut other.budget, &mut hog.budget);
+        for id in 1..=8 {
+            other
+                .on_fragment(t, 0, id, 0, 1, &[0u8; 1024], &mut ev, &mut n)
+                .expect("room of its own");
+        }
+        assert_eq!(
+            other.on_fragment(t, 0, 40, 0, 1, &[0u8; OWN_REASSEMBLY], &mut ev, &mut n),
+            Err(DropCause::FlowControl),
+            "beyond its own bytes, the shared budget decides"
+        );
+        // Delivering releases what was held; the refused message keeps only its entry.
+        other
+            .on_fragment(t, 0, 0, 0, 1, b"m", &mut ev, &mut n)
+            .unwrap();
+        assert_eq!(other.bytes, SLOT_COST);
     }
 
     #[test]
