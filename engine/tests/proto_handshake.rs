@@ -252,3 +252,37 @@ fn transmit_burst_takes_runs_from_one_connection_then_moves_on() {
         assert_eq!(runs, expected, "burst {burst}: {order:?}");
     }
 }
+
+/// A server that stopped accepting (shutting down) refuses a client that completes its
+/// handshake with `Shutdown`, and opens no session for it; sessions already open stay.
+#[test]
+fn a_server_that_stopped_accepting_refuses_with_shutdown() {
+    let mut net = Net::delayed(Duration::from_millis(5), 3);
+    let s = net.add(addr(1), Endpoint::new(server_cfg(), net.now, 31));
+    let a = net.add(addr(2), Endpoint::new(client_cfg(), net.now, 32));
+    let b = net.add(addr(3), Endpoint::new(client_cfg(), net.now, 33));
+    let now = net.now;
+    net.ep(a).connect(now, addr(1));
+    let mut log = Vec::new();
+    let limit = net.now + Duration::from_secs(1);
+    net.run_until(limit, &mut |ep, _, _, e| log.push((ep, e)));
+    assert!(log.contains(&(a, Event::Connected)), "{log:?}");
+    net.ep(s).stop_accepting();
+    let now = net.now;
+    net.ep(b).connect(now, addr(1));
+    log.clear();
+    let limit = net.now + Duration::from_secs(1);
+    net.run_until(limit, &mut |ep, _, _, e| log.push((ep, e)));
+    assert_eq!(
+        log,
+        [(
+            b,
+            Event::Closed {
+                reason: CloseReason::Shutdown,
+                by_peer: true,
+                message: Bytes::new(),
+            }
+        )]
+    );
+    assert_eq!(net.ep(s).connection_count(), 1, "the first session stays");
+}

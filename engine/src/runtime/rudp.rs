@@ -865,6 +865,9 @@ impl<H: Handler> Service for RudpService<H> {
             let now = ctx.now();
             let mut guard = self.endpoint.lock();
             let core = &mut *guard;
+            // A client that completes its handshake from now on is refused (`Shutdown`): a
+            // session opened now would be left out of the closes below.
+            core.endpoint.stop_accepting();
             for &handle in &core.sessions {
                 core.endpoint.close(now, handle, CloseReason::Shutdown);
             }

@@ -28,8 +28,12 @@ use super::{
 use crate::token::{ConnectToken, PrivateToken, SealedToken, TokenKey, NONCE_LEN, TAG_LEN};
 use crate::wire::{self, Packet, TokenSection, COOKIE_LEN, HANDSHAKE_TAG_LEN};
 
-/// Identifies a connection of an endpoint (its local connection id: slab index in the low 32
-/// bits, random generation bits above, so a stale handle never reaches a newer connection).
+/// Identifies a connection of an endpoint: its local connection id. The low 20 bits are its
+/// slot; the 12 above count that slot's reuses, and random bits (with the router's and, on a
+/// server with tokens, check bits) fill the high 32. A handle kept after its connection ended
+/// names nothing: a newer connection in the same slot differs in its reuse count, and reaches
+/// the same id again only after 4,096 more reuses of that slot (freed slots are reused oldest
+/// first) and only if its random bits repeat too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnectionHandle(pub u64);
 
@@ -253,6 +257,18 @@ enum Verdict {
 
 const RATE_SLOTS: usize = 4096;
 
+/// Bits of a connection id that hold its slot index.
+const SLOT_BITS: u32 = 20;
+/// Most connections an endpoint holds at once (slots).
+const MAX_SLOTS: usize = 1 << SLOT_BITS;
+/// Bits above the slot index that count the slot's reuses.
+const REUSE_BITS: u32 = 12;
+
+/// The slot a connection id or handle names.
+fn slot_of(cid: u64) -> usize {
+    (cid & (MAX_SLOTS as u64 - 1)) as usize
+}
+
 #[derive(Debug)]
 struct Slot {
     conn: Option<Connection>,
@@ -264,6 +280,8 @@ struct Slot {
     accepted_for: Option<(SocketAddr, ConnectionId)>,
     /// Client side: the server's connection id, once known (stateless resets name it).
     remote: Option<ConnectionId>,
+    /// How many times the slot was reused, modulo 2^`REUSE_BITS` (in its connection's id).
+    reuses: u16,
 }
 
 impl Slot {
@@ -289,10 +307,13 @@ pub struct Endpoint {
     born: Instant,
     rng: ChaCha8Rng,
     slots: Vec<Slot>,
-    free: Vec<u32>,
+    /// Freed slots, reused oldest first: a slot's reuse count then wraps as late as it can.
+    free: VecDeque<u32>,
     by_client: HashMap<(SocketAddr, ConnectionId), ConnectionHandle>,
     per_ip: HashMap<IpAddr, usize>,
     sessions: usize,
+    /// Set by [`Self::stop_accepting`]: new clients are refused with `Shutdown`.
+    stopped_accepting: bool,
     /// Handshake counters per hashed source address (allocated by the first hello: a client
     /// endpoint never needs them).
     rate: Box<[(u64, u32)]>,
@@ -368,10 +389,11 @@ impl Endpoint {
             born: now,
             rng,
             slots: Vec::new(),
-            free: Vec::new(),
+            free: VecDeque::new(),
             by_client: HashMap::new(),
             per_ip: HashMap::new(),
             sessions: 0,
+            stopped_accepting: false,
             rate: Box::default(),
             rate_salt,
             cookie_secret,
@@ -469,7 +491,7 @@ impl Endpoint {
 
     /// A connection, for its state and statistics.
     pub fn connection(&self, h: ConnectionHandle) -> Option<&Connection> {
-        let idx = (h.0 & 0xffff_ffff) as usize;
+        let idx = slot_of(h.0);
         self.slots
             .get(idx)?
             .conn
@@ -478,28 +500,57 @@ impl Endpoint {
     }
 
     fn index_of(&self, h: ConnectionHandle) -> Option<u32> {
-        self.connection(h).map(|_| (h.0 & 0xffff_ffff) as u32)
+        self.connection(h).map(|_| slot_of(h.0) as u32)
     }
 
-    fn alloc(&mut self) -> (u32, ConnectionId) {
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
+    /// Whether [`Self::alloc`] has a slot to give.
+    fn slot_available(&self) -> bool {
+        !self.free.is_empty() || self.slots.len() < MAX_SLOTS
+    }
+
+    /// A slot for a new connection and that connection's id; `None` when every slot is taken.
+    fn alloc(&mut self) -> Option<(u32, ConnectionId)> {
+        let idx = match self.free.pop_front() {
+            Some(i) => {
+                let slot = &mut self.slots[i as usize];
+                slot.reuses = slot.reuses.wrapping_add(1) & ((1 << REUSE_BITS) - 1);
+                i
+            }
+            None if self.slots.len() < MAX_SLOTS => {
                 self.slots.push(Slot {
                     conn: None,
                     dirty: false,
                     timer_stale: false,
                     accepted_for: None,
                     remote: None,
+                    reuses: 0,
                 });
                 (self.slots.len() - 1) as u32
             }
+            None => return None,
         };
+        let reuses = u64::from(self.slots[idx as usize].reuses) << SLOT_BITS;
         let generation = self.router.connection_id_bits(self.rng.random::<u32>() | 1);
-        (
+        Some((
             idx,
-            ConnectionId((u64::from(generation) << 32) | u64::from(idx)),
-        )
+            ConnectionId((u64::from(generation) << 32) | reuses | u64::from(idx)),
+        ))
+    }
+
+    /// A client connection that found no free slot: it ends at once, before it began.
+    fn no_slot(&mut self) -> ConnectionHandle {
+        // No connection has id 0 (the random bits above are odd), so the handle names none.
+        let h = ConnectionHandle(0);
+        let message = Bytes::from_static(b"this endpoint holds as many connections as it can");
+        self.events.push_back((
+            h,
+            Event::Closed {
+                reason: CloseReason::ServerFull,
+                by_peer: false,
+                message,
+            },
+        ));
+        h
     }
 
     /// Start a client connection to `server` in insecure mode (no token; the server must be in
@@ -507,7 +558,9 @@ impl Endpoint {
     /// [`Event::Closed`] reports its outcome. Messages may be queued with [`Self::send`] right
     /// away.
     pub fn connect(&mut self, now: Instant, server: SocketAddr) -> ConnectionHandle {
-        let (idx, cid) = self.alloc();
+        let Some((idx, cid)) = self.alloc() else {
+            return self.no_slot();
+        };
         let nonce = self.rng.random();
         let keys = self
             .cfg
@@ -521,7 +574,9 @@ impl Endpoint {
     /// then the next ones in turn when a server times out or has no room. Otherwise as
     /// [`Self::connect`]; the session's packets are protected with the token's keys.
     pub fn connect_with_token(&mut self, now: Instant, token: &ConnectToken) -> ConnectionHandle {
-        let (idx, cid) = self.alloc();
+        let Some((idx, cid)) = self.alloc() else {
+            return self.no_slot();
+        };
         let nonce = self.rng.random();
         let conn =
             Connection::client_with_token(self.cfg.connection.clone(), cid, token, nonce, now);
@@ -587,6 +642,14 @@ impl Endpoint {
         r
     }
 
+    /// From now on, refuse every client that completes a handshake with
+    /// [`CloseReason::Shutdown`], for a server that is shutting down: such a client learns why
+    /// at once, instead of getting a session that the shutdown would never close. Sessions
+    /// already open are not touched (close them with [`Self::close`]).
+    pub fn stop_accepting(&mut self) {
+        self.stopped_accepting = true;
+    }
+
     /// Close a connection gracefully with `reason`.
     pub fn close(&mut self, now: Instant, h: ConnectionHandle, reason: CloseReason) {
         if let Some(idx) = self.index_of(h) {
@@ -637,7 +700,7 @@ impl Endpoint {
         let Some(cid) = wire::peek_cid(datagram) else {
             return Err(DropCause::Malformed);
         };
-        let idx = (cid.0 & 0xffff_ffff) as u32;
+        let idx = slot_of(cid.0) as u32;
         let ok = self
             .slots
             .get(idx as usize)
@@ -827,6 +890,16 @@ impl Endpoint {
                         Err(v) => return self.verdict(from, client_cid, nonce, v),
                     };
                 let hk = admitted.as_ref().map(|a| &a.hk);
+                // Every slot of this endpoint taken is far beyond any default limit.
+                let refused = if self.stopped_accepting {
+                    Some(CloseReason::Shutdown)
+                } else {
+                    (!self.slot_available()).then_some(CloseReason::ServerFull)
+                };
+                if let Some(reason) = refused {
+                    self.refuse_with(from, client_cid, nonce, reason, &[], hk);
+                    return Ok(());
+                }
                 let ip = from.ip();
                 let routed = self
                     .cfg
@@ -979,7 +1052,11 @@ impl Endpoint {
         admitted: Option<Admitted>,
         accept_hook: bool,
     ) {
-        let (idx, cid) = self.alloc();
+        let Some((idx, cid)) = self.alloc() else {
+            // The admission checks found a slot free; nothing else takes one in between.
+            debug_assert!(false, "no slot for an admitted session");
+            return;
+        };
         // With a reset key, the id carries check bits: resets answer only ids this server issued.
         let cid = match self.tokens.as_ref().and_then(|t| t.reset.as_ref()) {
             Some(r) => r.seal_cid(cid),
@@ -1265,7 +1342,7 @@ impl Endpoint {
         let Some(cid) = wire::peek_cid(datagram) else {
             return;
         };
-        let Some(slot) = self.slots.get((cid.0 & 0xffff_ffff) as usize) else {
+        let Some(slot) = self.slots.get(slot_of(cid.0)) else {
             return;
         };
         // Follow the pointers only for the connection the id names (the datagram is not
@@ -1417,7 +1494,7 @@ impl Endpoint {
                 self.router.release_session(key.0.ip());
             }
             self.stats.connections -= 1;
-            self.free.push(idx);
+            self.free.push_back(idx);
             return;
         }
         if refresh {
@@ -1463,4 +1540,50 @@ fn claimant(from: SocketAddr, client_cid: ConnectionId) -> u64 {
     from.hash(&mut h);
     client_cid.0.hash(&mut h);
     h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A router that leaves no random bit in the ids (a multi-worker server leaves 7, once
+    /// its tag and the check bits are in).
+    #[derive(Debug)]
+    struct Fixed;
+    impl Router for Fixed {
+        fn connection_id_bits(&mut self, _random: u32) -> u32 {
+            0x0001_0100
+        }
+    }
+
+    /// A slot reused again and again gives each of its connections a new id, so a handle of
+    /// an earlier one never names a later one, however few random bits the router leaves
+    /// (before, with ids told apart by random bits alone, a multi-worker server gave a
+    /// reused slot its previous id once in 128 reuses).
+    #[test]
+    fn a_reused_slot_never_repeats_an_id_within_its_reuse_count() {
+        let mut ep = Endpoint::new(EndpointConfig::default(), Instant::now(), 1);
+        ep.set_router(Box::new(Fixed));
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..1 << REUSE_BITS {
+            let (idx, cid) = ep.alloc().expect("a slot");
+            assert_eq!(idx, 0, "the one freed slot is reused");
+            assert_eq!(slot_of(cid.0), 0);
+            assert!(seen.insert(cid), "id {cid:?} repeated");
+            ep.free.push_back(idx);
+        }
+    }
+
+    /// Freed slots are reused oldest first, spreading reuses over all of them.
+    #[test]
+    fn freed_slots_are_reused_oldest_first() {
+        let mut ep = Endpoint::new(EndpointConfig::default(), Instant::now(), 1);
+        let a = ep.alloc().expect("a slot").0;
+        let b = ep.alloc().expect("a slot").0;
+        ep.free.push_back(a);
+        ep.free.push_back(b);
+        assert_eq!(ep.alloc().map(|x| x.0), Some(a));
+        ep.free.push_back(a);
+        assert_eq!(ep.alloc().map(|x| x.0), Some(b));
+    }
 }
