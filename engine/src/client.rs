@@ -71,7 +71,7 @@ pub struct ClientConfig {
     pub bind: Option<SocketAddr>,
     /// Requested socket buffers (bytes).
     pub socket_buffer: Option<usize>,
-    /// Seed for connection ids and nonces; `None` draws one from the OS.
+    /// Seed for connection ids and nonces; `None` (the default) draws 32 bytes from the OS.
     pub seed: Option<u64>,
     /// How long [`Client::connect_blocking`] waits at most, over every server address the
     /// token lists; `None` (the default) waits for the handshake's own limit
@@ -387,11 +387,7 @@ impl Client {
         config.endpoint.connection.validate()?;
         let backend = open_backend(server, &config)?;
         let now = Instant::now();
-        let seed = config.seed.unwrap_or_else(|| {
-            use rand::RngCore;
-            rand::rng().next_u64()
-        });
-        let mut endpoint = Endpoint::new(config.endpoint.clone(), now, seed);
+        let mut endpoint = crate::runtime::new_endpoint(config.endpoint.clone(), now, config.seed);
         let handle = open(&mut endpoint, now);
         let mut send_batch = SendBatch::new(config.backend.batch_size.max(8));
         send_batch.set_coalescing(config.gso && platform::select::gso_supported());

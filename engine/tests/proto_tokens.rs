@@ -414,6 +414,18 @@ fn handshake_by_hand(
     now: Instant,
     from: SocketAddr,
 ) -> (ConnectionHandle, [Vec<u8>; 4]) {
+    handshake_with(server, addr(1), client, token, now, from)
+}
+
+/// [`handshake_by_hand`] with the server at `server_at`.
+fn handshake_with(
+    server: &mut Endpoint,
+    server_at: SocketAddr,
+    client: &mut Endpoint,
+    token: &ConnectToken,
+    now: Instant,
+    from: SocketAddr,
+) -> (ConnectionHandle, [Vec<u8>; 4]) {
     let mut buf = vec![0u8; 2048];
     let h = client.connect_with_token(now, token);
     let t = client.poll_transmit(now, &mut buf).expect("hello");
@@ -424,7 +436,7 @@ fn handshake_by_hand(
     let t = server.poll_transmit(now, &mut buf).expect("challenge");
     let challenge = buf[..t.size].to_vec();
     client
-        .handle_datagram(now, addr(1), &challenge)
+        .handle_datagram(now, server_at, &challenge)
         .expect("challenge taken");
     let t = client.poll_transmit(now, &mut buf).expect("echo");
     let echo = buf[..t.size].to_vec();
@@ -815,4 +827,169 @@ fn a_late_copy_of_the_clients_own_hello_does_not_refuse_it() {
         }
         other => panic!("the thief was not refused: {other:?}"),
     }
+}
+
+/// One token, several sessions: at each of the two servers it lists, and at the first one
+/// again after a restart (its used-token table is gone), all from a client endpoint with the
+/// same seed (the same connection id and hello nonce each time). Each session has keys of its
+/// own: the servers' first data packets, the same message under the same packet number, are
+/// sealed differently (under one key and nonce they would be the same bytes: AES-GCM nonce
+/// reuse), so are the clients', and what one session's server sealed does not open in another
+/// session.
+#[test]
+fn two_sessions_from_one_token_never_share_packet_keys() {
+    let token = mint(&key(), 1, &[addr(1), addr(5)], UNIX + 60);
+    let net = new_net();
+    let now = net.now;
+    let mut buf = vec![0u8; 2048];
+    let mut sessions = Vec::new();
+    for (at, seed) in [(addr(1), 1), (addr(5), 5), (addr(1), 77)] {
+        let adm = TokenAdmission::new(key(), PROTOCOL_ID, vec![at]);
+        let mut server = token_server(&net, ServerConfig::tokens(adm), seed);
+        let mut c = client(&net, 2);
+        let (h, [.., accept]) = handshake_with(&mut server, at, &mut c, &token, now, addr(2));
+        c.handle_datagram(now, at, &accept).expect("accept taken");
+        assert!(matches!(c.poll_event(), Some((hh, Event::Connected)) if hh == h));
+        let Some((sh, Event::Connected)) = server.poll_event() else {
+            panic!("the server has the session");
+        };
+        server
+            .send(sh, 0, Bytes::from_static(b"same words"))
+            .unwrap();
+        let t = server.poll_transmit(now, &mut buf).expect("server data");
+        let from_server = buf[..t.size].to_vec();
+        c.send(h, 0, Bytes::from_static(b"same words")).unwrap();
+        let t = c.poll_transmit(now, &mut buf).expect("client data");
+        let from_client = buf[..t.size].to_vec();
+        sessions.push((c, h, from_server, from_client));
+    }
+    let body = |p: &[u8]| p[wire::clear_header(p).unwrap().len..].to_vec();
+    for i in 0..sessions.len() {
+        for j in 0..sessions.len() {
+            if i == j {
+                continue;
+            }
+            let (theirs, ours) = (&sessions[i].2, &sessions[j].2);
+            assert_eq!(
+                wire::clear_header(theirs).unwrap().number,
+                wire::clear_header(ours).unwrap().number
+            );
+            assert_ne!(theirs, ours, "server packets of sessions {i} and {j}");
+            assert_ne!(
+                body(&sessions[i].3),
+                body(&sessions[j].3),
+                "client packets of sessions {i} and {j}"
+            );
+            // Session i's server packet, delivered to session j's client.
+            let packet = theirs.clone();
+            let h = sessions[j].1;
+            let c = &mut sessions[j].0;
+            assert_eq!(
+                c.handle_datagram(now, addr(1), &packet),
+                Err(DropCause::Unauthenticated),
+                "session {i}'s packet in session {j}"
+            );
+            assert!(c.poll_event().is_none(), "nothing delivered");
+            assert_eq!(c.connection(h).unwrap().stats().packets_received, 0);
+        }
+    }
+    // Each opens where it belongs.
+    for (i, (c, h, from_server, _)) in sessions.iter_mut().enumerate() {
+        let packet = from_server.clone();
+        assert_eq!(c.handle_datagram(now, addr(1), &packet), Ok(()), "{i}");
+        match c.poll_event() {
+            Some((hh, Event::Message { data, .. })) if hh == *h => {
+                assert_eq!(&data[..], b"same words")
+            }
+            other => panic!("session {i}: {other:?}"),
+        }
+    }
+}
+
+/// A client whose accept from the token's first server was lost falls back to the second
+/// (`try_next_server`), keeping its connection (and its connection id). The first server still
+/// has the session and sends on it; none of it reaches the client's session with the second
+/// server: it does not open under that session's keys.
+#[test]
+fn after_falling_back_to_the_next_server_nothing_from_the_first_is_accepted() {
+    let mut net = new_net();
+    let a = net.add(
+        addr(1),
+        token_server(&net, ServerConfig::tokens(admission()), 1),
+    );
+    let adm_b = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
+    let b = net.add(addr(5), token_server(&net, ServerConfig::tokens(adm_b), 5));
+    let c = net.add(addr(2), client(&net, 2));
+    let token = mint(&key(), 1, &[addr(1), addr(5)], UNIX + 60);
+    // Every accept server A sends is lost.
+    net.drop_if = Some(Box::new(|from, _, bytes| {
+        from == addr(1) && bytes.first() == Some(&(wire::PacketType::SealedAccept as u8))
+    }));
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &token);
+    let (mut at_a, mut at_b) = (None, None);
+    let r = outcome(
+        &mut net,
+        c,
+        h,
+        Duration::from_secs(8),
+        &mut |ep, n, sh, e| {
+            if ep == a && e == Event::Connected {
+                // A has the session (the client proved its address and token) and talks.
+                at_a = Some(sh);
+                n.ep(a).send(sh, 0, Bytes::from_static(b"from A")).unwrap();
+            }
+            if ep == b && e == Event::Connected {
+                at_b = Some(sh);
+            }
+        },
+    );
+    assert_eq!(r, Some(Ok(())));
+    assert_eq!(net.ep(c).connection(h).unwrap().remote_addr(), addr(5));
+    let at_a = at_a.expect("server A admitted the client");
+    assert!(net.ep(a).connection(at_a).is_some(), "A's session lives on");
+    net.drop_if = None;
+    let at_b = at_b.expect("server B has the session");
+    // A packet A seals now, handed straight to the client: it does not open.
+    let mut buf = vec![0u8; 2048];
+    let now = net.now;
+    net.ep(a)
+        .send(at_a, 0, Bytes::from_static(b"A again"))
+        .unwrap();
+    let mut from_a = Vec::new();
+    while let Some(t) = net.ep(a).poll_transmit(now, &mut buf) {
+        assert_eq!(t.destination, addr(2));
+        from_a.push(buf[..t.size].to_vec());
+    }
+    assert!(!from_a.is_empty(), "A sent on its session");
+    let received = net.ep(c).connection(h).unwrap().stats().packets_received;
+    for p in &from_a {
+        assert_eq!(
+            net.ep(c).handle_datagram(now, addr(1), p),
+            Err(DropCause::Unauthenticated)
+        );
+    }
+    assert_eq!(
+        net.ep(c).connection(h).unwrap().stats().packets_received,
+        received
+    );
+    // Both servers go on sending; the client hears B, all of it, and nothing of A.
+    let unauthenticated = net.ep(c).stats().drops.get(DropCause::Unauthenticated);
+    for k in 0..5u8 {
+        net.ep(a).send(at_a, 0, Bytes::from(vec![b'A', k])).unwrap();
+        net.ep(b).send(at_b, 0, Bytes::from(vec![b'B', k])).unwrap();
+    }
+    let mut got = Vec::new();
+    let limit = net.now + Duration::from_secs(1);
+    net.run_until(limit, &mut |ep, _, eh, e| {
+        if let (true, Event::Message { data, .. }) = (ep == c && eh == h, e) {
+            got.push(data);
+        }
+    });
+    let expect: Vec<Bytes> = (0..5u8).map(|k| Bytes::from(vec![b'B', k])).collect();
+    assert_eq!(got, expect);
+    assert!(
+        net.ep(c).stats().drops.get(DropCause::Unauthenticated) > unauthenticated,
+        "A's packets fail authentication"
+    );
 }

@@ -98,8 +98,9 @@
 //! [`TokenLedger`]), the application may refuse the client ([`Event::Incoming`],
 //! [`Endpoint::refuse`]), and the sealed accept gives the client the session's stateless reset
 //! token, so a restarted server ends the client's session at its next packet
-//! ([`CloseReason::Reset`]). Layouts: [`wire`]; the threat model: `docs/security.md` in the
-//! repository.
+//! ([`CloseReason::Reset`]), and the server random that, with both connection ids, binds the
+//! session's packet keys to this session alone (a token can make several). Layouts: [`wire`];
+//! the threat model: `docs/security.md` in the repository.
 //!
 //! # Features
 //!

@@ -27,3 +27,29 @@ pub use rtt::RttPercentiles;
 pub use rudp::{Handler, Server, ServerConfig, ServerContext, SessionId};
 pub use timer::{TimerId, TimerWheel};
 pub use udp::{DatagramHandler, UdpContext, UdpServer};
+
+/// A protocol endpoint seeded with `seed` when one is configured (reproducible tests), else
+/// with 32 bytes from the operating system's random source: the connection ids, nonces, cookie
+/// keys and the server random each session's packet keys are bound to are then unpredictable,
+/// and unique across servers and restarts ([`ricochet_proto::Endpoint::from_seed`]).
+pub(crate) fn new_endpoint(
+    cfg: ricochet_proto::EndpointConfig,
+    now: std::time::Instant,
+    seed: Option<u64>,
+) -> ricochet_proto::Endpoint {
+    match seed {
+        Some(s) => ricochet_proto::Endpoint::new(cfg, now, s),
+        None => ricochet_proto::Endpoint::from_seed(cfg, now, os_seed()),
+    }
+}
+
+/// 32 bytes from the operating system's random source.
+fn os_seed() -> [u8; 32] {
+    use rand::TryRngCore;
+    let mut seed = [0u8; 32];
+    if rand::rngs::OsRng.try_fill_bytes(&mut seed).is_err() {
+        // The thread RNG is seeded from the same source (and panics if it cannot be read).
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut seed);
+    }
+    seed
+}

@@ -125,7 +125,11 @@ pub struct ServerConfig {
     /// ([`ServerConfig::used_token_capacity`]); `None` keeps the admission's own
     /// ([`TokenAdmission::used_token_capacity`], 65,536 by default).
     pub used_token_capacity: Option<usize>,
-    /// Seed for connection ids and cookie keys; `None` draws one from the OS per worker.
+    /// Seed for connection ids, cookie keys and the server random of every session's packet
+    /// keys; `None` (the default, and the only setting for production) draws 32 bytes from the
+    /// OS per worker. A fixed seed makes a run reproducible, and with it the server randoms:
+    /// a server restarted with the same seed (or two servers given the same one) would bind
+    /// sessions from one connect token to the same values again. Tests only.
     pub seed: Option<u64>,
 }
 
@@ -300,8 +304,8 @@ impl ServerConfig {
         self
     }
 
-    /// Seed connection ids and cookie keys from `seed` (reproducible tests); by default each
-    /// worker draws from the OS.
+    /// Seed connection ids, cookie keys and session randoms from `seed` (reproducible tests
+    /// only: see the `seed` field); by default each worker draws 32 bytes from the OS.
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = Some(seed);
         self
@@ -912,11 +916,6 @@ impl fmt::Debug for Server {
     }
 }
 
-fn os_seed() -> u64 {
-    use rand::RngCore;
-    rand::rng().next_u64()
-}
-
 impl Server {
     /// Bind, start the workers (each with its endpoint and `make_handler(i)`), return once
     /// every worker is up.
@@ -1041,8 +1040,7 @@ impl Server {
             }
             let endpoint = if is_shared {
                 let core = shared.get_or_insert_with(|| {
-                    let seed = config.seed.unwrap_or_else(os_seed);
-                    let mut endpoint = Endpoint::new(endpoint_cfg.clone(), now, seed);
+                    let mut endpoint = super::new_endpoint(endpoint_cfg.clone(), now, config.seed);
                     endpoint.set_router(Box::new(CountingRouter::new(limits.clone())));
                     endpoint.set_unix_time(now, unix);
                     Arc::new(Mutex::new(Core {
@@ -1052,11 +1050,8 @@ impl Server {
                 });
                 EndpointSlot::Shared(core.clone())
             } else {
-                let seed = config
-                    .seed
-                    .map(|s| s.wrapping_add(i as u64))
-                    .unwrap_or_else(os_seed);
-                let mut endpoint = Endpoint::new(endpoint_cfg, now, seed);
+                let seed = config.seed.map(|s| s.wrapping_add(i as u64));
+                let mut endpoint = super::new_endpoint(endpoint_cfg, now, seed);
                 // Validated below 256 workers in `start`.
                 endpoint.set_router(Box::new(WorkerRouter::new(
                     i as u8,

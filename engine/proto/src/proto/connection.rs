@@ -133,7 +133,9 @@ struct SendChannel {
 /// What a token handshake gives a connection.
 #[derive(Debug)]
 struct Secure {
-    /// The session's packet keys.
+    /// The connect token's session keys. The packet keys derive from them and from what makes
+    /// the session unique ([`SessionKeys::for_session`]): the server's when it opens the
+    /// session, the client's when it opens the sealed accept.
     keys: SessionKeys,
     /// The handshake's keys (derived from `keys`).
     hk: HandshakeKeys,
@@ -158,7 +160,8 @@ pub(crate) struct ServerAdmit {
     pub(crate) peer: Peer,
     /// With a token: its keys and the handshake keys.
     pub(crate) secure: Option<(SessionKeys, HandshakeKeys)>,
-    /// Without a token: the test path's session keys, if any
+    /// The session's packet keys: with a token, its keys bound to this session
+    /// ([`SessionKeys::for_session`]); without, the test path's, if any
     /// ([`crate::EndpointConfig::test_session_secret`]).
     pub(crate) keys: Option<SessionKeys>,
     /// Wait for the application's accept or refusal.
@@ -258,19 +261,23 @@ pub struct Connection {
     /// Data moved since the last [`Connection::trim`]: buffers may hold capacity to give back.
     trim_pending: bool,
     fec: FecLink,
-    /// Packet keys and replay windows; `None` in the insecure mode.
+    /// Packet keys and replay windows; `None` in the insecure mode, and for a client with a
+    /// token until its sealed accept opened (the keys are bound to what it carries).
     protection: Option<Box<Protection>>,
     /// Where a received packet is opened (it arrives borrowed, and opens in place).
     open_buf: Vec<u8>,
 }
 
 impl Connection {
+    /// `sealed`: the session's packets carry a tag (with `keys`, or with the keys a token
+    /// client learns from its accept).
     fn new(
         cfg: Arc<Config>,
         side: Side,
         local_cid: ConnectionId,
         remote: SocketAddr,
         now: Instant,
+        sealed: bool,
         keys: Option<SessionKeys>,
     ) -> Self {
         let channels = cfg
@@ -347,7 +354,7 @@ impl Connection {
             last_data: now,
             // The handshake grows the event and packet queues too.
             trim_pending: true,
-            fec: FecLink::new(&cfg, if keys.is_some() { wire::TAG_LEN } else { 0 }),
+            fec: FecLink::new(&cfg, if sealed { wire::TAG_LEN } else { 0 }),
             protection: keys.map(|k| Box::new(Protection::new(&k, side == Side::Client))),
             open_buf: Vec::new(),
             cfg,
@@ -356,9 +363,12 @@ impl Connection {
 
     /// A client connection that starts the handshake with `server` on the first `poll_transmit`.
     ///
-    /// `keys` protect every packet after the handshake (the connect token's session keys);
-    /// `None` is the insecure mode: packets are neither encrypted nor authenticated, and both
-    /// peers must agree on it.
+    /// `keys` protect every packet after the handshake, as they are: both peers must hold the
+    /// same, and they must be this session's alone (two sessions under the same keys would
+    /// seal under the same key and nonce; a connection made with a connect token,
+    /// [`Self::client_with_token`], binds the token's keys to its session itself). `None` is
+    /// the insecure mode: packets are neither encrypted nor authenticated, and both peers must
+    /// agree on it.
     pub fn client(
         cfg: Arc<Config>,
         local_cid: ConnectionId,
@@ -367,7 +377,8 @@ impl Connection {
         now: Instant,
         keys: Option<SessionKeys>,
     ) -> Self {
-        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, keys);
+        let sealed = keys.is_some();
+        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, sealed, keys);
         c.nonce = nonce;
         c
     }
@@ -389,7 +400,9 @@ impl Connection {
             .first()
             .copied()
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let mut c = Self::client(cfg, local_cid, first, nonce, now, Some(token.keys.clone()));
+        // No packet keys yet: they are bound to the session the server's sealed accept names.
+        let mut c = Self::new(cfg, Side::Client, local_cid, first, now, true, None);
+        c.nonce = nonce;
         c.secure = Some(Box::new(Secure {
             keys: token.keys.clone(),
             hk: HandshakeKeys::new(&token.keys),
@@ -413,7 +426,8 @@ impl Connection {
         now: Instant,
         keys: Option<SessionKeys>,
     ) -> Self {
-        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, keys);
+        let sealed = keys.is_some();
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, sealed, keys);
         c.remote_cid = client_cid;
         c.state = ConnectionState::Established;
         c.accept_pending = true;
@@ -432,11 +446,16 @@ impl Connection {
         now: Instant,
         admit: ServerAdmit,
     ) -> Self {
-        let keys = match &admit.secure {
-            Some((keys, _)) => Some(keys.clone()),
-            None => admit.keys.clone(),
-        };
-        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, keys);
+        let sealed = admit.keys.is_some();
+        let mut c = Self::new(
+            cfg,
+            Side::Server,
+            local_cid,
+            client,
+            now,
+            sealed,
+            admit.keys,
+        );
         c.remote_cid = client_cid;
         c.nonce = admit.nonce;
         c.accept_packet = Some(Box::new((admit.accept, admit.accept_len)));
@@ -494,7 +513,9 @@ impl Connection {
         self.secure.as_ref()?.reset_token.as_ref()
     }
 
-    /// The session's packet keys, from the connect token (`None` in insecure mode).
+    /// The connect token's session keys (`None` without a token). The session's packet keys
+    /// are derived from them and bound to the session: its connection ids and the server's
+    /// random value.
     pub fn session_keys(&self) -> Option<&SessionKeys> {
         self.secure.as_ref().map(|s| &s.keys)
     }
@@ -545,7 +566,7 @@ impl Connection {
     /// True when this session's packets are protected (it has session keys); false in the
     /// insecure mode.
     pub fn is_secure(&self) -> bool {
-        self.protection.is_some()
+        self.protection.is_some() || self.secure.is_some()
     }
 
     /// Hints the CPU to load what handling this connection's next datagram reads first
@@ -977,6 +998,11 @@ impl Connection {
                     return Err(DropCause::Unauthenticated);
                 };
                 s.reset_token = Some(reset);
+                // This session's packet keys: the token's, bound to both ids and the server
+                // random (the accept's nonce, authenticated by its tag), as the server bound
+                // them when it opened the session.
+                let keys = s.keys.for_session(client_cid, server_cid, nonce);
+                self.protection = Some(Box::new(Protection::new(&keys, true)));
                 self.established(now, from, server_cid);
                 Ok(())
             }
@@ -1068,6 +1094,9 @@ impl Connection {
         *next += 1;
         self.remote = addr;
         self.cookie = None;
+        // Nothing of the attempt before carries over into the next: no packet keys or replay
+        // state (there are none before an accept; the next server's accept brings its own).
+        self.protection = None;
         self.hs_next = now;
         self.hs_interval = self.cfg.handshake_retry;
         self.hs_deadline = now + self.cfg.handshake_timeout;
@@ -1094,6 +1123,11 @@ impl Connection {
             return Err(DropCause::UnknownConnection);
         }
         let Some(p) = self.protection.as_deref_mut() else {
+            if self.secure.is_some() {
+                // A token client before its accept: no keys to open it with (the server
+                // retransmits what it carried).
+                return Err(DropCause::UnexpectedHandshake);
+            }
             return self.receive_open(now, from, h.ty, datagram);
         };
         let mut buf = std::mem::take(&mut self.open_buf);

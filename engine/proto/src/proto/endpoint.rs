@@ -357,9 +357,24 @@ const COOKIE_MS_BITS: u32 = 48;
 
 impl Endpoint {
     /// A new endpoint. `now` is the base of its cookie clock; `seed` drives connection ids,
-    /// nonces and cookie keys (use OS randomness in production, a constant in tests).
+    /// nonces, cookie keys and the server random every session's packet keys are bound to.
+    /// 64 bits are for tests and simulations (a constant makes a run reproducible); a
+    /// production endpoint is made with [`Self::from_seed`] and 32 bytes of OS randomness.
     pub fn new(cfg: EndpointConfig, now: Instant, seed: u64) -> Self {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        Self::with_rng(cfg, now, ChaCha8Rng::seed_from_u64(seed))
+    }
+
+    /// A new endpoint seeded with `seed`: 32 bytes from the operating system's random source
+    /// in production (the embedder reads them: this crate reads no OS source; the `ricochet`
+    /// runtime does). The connection ids, nonces, cookie keys and, above all, the server
+    /// random of each session (see [`SessionKeys`]) are then unpredictable, and unique to
+    /// this endpoint among every server that shares its token key and across its restarts,
+    /// which a 64-bit seed ([`Self::new`]) cannot promise. Otherwise as [`Self::new`].
+    pub fn from_seed(cfg: EndpointConfig, now: Instant, seed: [u8; 32]) -> Self {
+        Self::with_rng(cfg, now, ChaCha8Rng::from_seed(seed))
+    }
+
+    fn with_rng(cfg: EndpointConfig, now: Instant, mut rng: ChaCha8Rng) -> Self {
         let cookie_secret = rng.random();
         let rate_salt = rng.random();
         let shared = SharedBudgets {
@@ -1070,6 +1085,8 @@ impl Endpoint {
                     .as_ref()
                     .and_then(|t| t.reset.as_ref())
                     .map_or([0; HANDSHAKE_TAG_LEN], |r| r.token(cid));
+                // The server random of this session: it seals the accept, and the session's
+                // packet keys are bound to it and to both connection ids.
                 let seal_nonce: [u8; NONCE_LEN] = self.rng.random();
                 let sealed = a.hk.seal_accept(&seal_nonce, client_cid, cid, &reset);
                 let p = Packet::SealedAccept {
@@ -1083,7 +1100,8 @@ impl Endpoint {
                     client_id: Some(a.private.client_id),
                     user_data: a.private.user_data,
                 };
-                (n, peer, Some((a.private.keys, a.hk)))
+                let keys = a.private.keys.for_session(client_cid, cid, &seal_nonce);
+                (n, peer, Some((a.private.keys, a.hk, keys)))
             }
             None => {
                 let p = Packet::ServerAccept {
@@ -1110,11 +1128,14 @@ impl Endpoint {
                 accept,
                 accept_len,
                 peer,
-                secure,
-                keys: self
-                    .cfg
-                    .test_session_secret
-                    .map(|s| SessionKeys::derive_for_test(&s, client_cid, nonce)),
+                keys: match &secure {
+                    Some((_, _, packet)) => Some(packet.clone()),
+                    None => self
+                        .cfg
+                        .test_session_secret
+                        .map(|s| SessionKeys::derive_for_test(&s, client_cid, nonce)),
+                },
+                secure: secure.map(|(keys, hk, _)| (keys, hk)),
                 hook: accept_hook,
             },
         );

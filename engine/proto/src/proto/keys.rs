@@ -7,7 +7,10 @@ use crate::wire::ConnectionId;
 
 /// One key per direction for a session's packet protection, handed out by the game's backend in
 /// the connect token: the client learns them from the token's public part, the server from its
-/// sealed part. Never printed: `Debug` shows only that keys are present.
+/// sealed part. A token's keys are not used as they are: each session binds them to itself
+/// (both connection ids and the server random of its sealed accept) before any packet is
+/// sealed, since one token can make several sessions. Never printed: `Debug` shows only that
+/// keys are present.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SessionKeys {
     /// Seals what the client sends (and opens it at the server).
@@ -35,6 +38,42 @@ impl SessionKeys {
         }
     }
 }
+
+impl SessionKeys {
+    /// The packet secrets of one session made with these keys: each direction's key bound, with
+    /// BLAKE3's key derivation, to what makes the session unique, which both sides know once
+    /// the handshake is done: the client's and the server's connection ids and
+    /// `server_random`, the 24 random bytes the server chose for this session (the nonce of
+    /// its sealed accept, which authenticates them). A connect token's keys can make several
+    /// sessions (at each server it lists, again after a server restart, again after a client
+    /// fell back to the next server); the packet keys and IVs of each are their own, so no two
+    /// of them ever seal under the same key and nonce, and what one seals opens in no other.
+    pub(crate) fn for_session(
+        &self,
+        client_cid: ConnectionId,
+        server_cid: ConnectionId,
+        server_random: &[u8; SERVER_RANDOM_LEN],
+    ) -> Self {
+        static CONTEXT: KeyContext = KeyContext::new("ricochet 2026 session packet secret");
+        let bind = |direction: u8, key: &[u8; 32]| {
+            let mut material = [0u8; 1 + 32 + 8 + 8 + SERVER_RANDOM_LEN];
+            material[0] = direction;
+            material[1..33].copy_from_slice(key);
+            material[33..41].copy_from_slice(&client_cid.0.to_be_bytes());
+            material[41..49].copy_from_slice(&server_cid.0.to_be_bytes());
+            material[49..].copy_from_slice(server_random);
+            CONTEXT.derive(&material)
+        };
+        SessionKeys {
+            client_to_server: bind(0, &self.client_to_server),
+            server_to_client: bind(1, &self.server_to_client),
+        }
+    }
+}
+
+/// Bytes of the server's random value for one session (see [`SessionKeys::for_session`]): the
+/// nonce of its sealed accept.
+pub(crate) const SERVER_RANDOM_LEN: usize = crate::token::NONCE_LEN;
 
 impl fmt::Debug for SessionKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -72,7 +111,43 @@ impl KeyContext {
 
 #[cfg(test)]
 mod tests {
-    use super::KeyContext;
+    use super::{KeyContext, SessionKeys};
+    use crate::wire::ConnectionId;
+
+    #[test]
+    fn every_input_of_a_session_changes_both_directions_keys() {
+        let keys = SessionKeys {
+            client_to_server: [1; 32],
+            server_to_client: [2; 32],
+        };
+        let (c, s, r) = (
+            ConnectionId(5),
+            ConnectionId(6),
+            [7u8; super::SERVER_RANDOM_LEN],
+        );
+        let base = keys.for_session(c, s, &r);
+        assert_eq!(base, keys.for_session(c, s, &r), "deterministic");
+        assert_ne!(base.client_to_server, keys.client_to_server);
+        assert_ne!(base.server_to_client, keys.server_to_client);
+        let mut other_random = r;
+        other_random[23] ^= 1;
+        let other_direction_keys = SessionKeys {
+            client_to_server: [2; 32],
+            server_to_client: [1; 32],
+        };
+        for (name, other) in [
+            ("client cid", keys.for_session(ConnectionId(4), s, &r)),
+            ("server cid", keys.for_session(c, ConnectionId(4), &r)),
+            ("server random", keys.for_session(c, s, &other_random)),
+        ] {
+            assert_ne!(other.client_to_server, base.client_to_server, "{name}");
+            assert_ne!(other.server_to_client, base.server_to_client, "{name}");
+        }
+        // Swapped session keys do not give swapped packet secrets: the direction is bound too.
+        let swapped = other_direction_keys.for_session(c, s, &r);
+        assert_ne!(swapped.client_to_server, base.server_to_client);
+        assert_ne!(swapped.server_to_client, base.client_to_server);
+    }
 
     #[test]
     fn a_key_context_derives_what_blake3_derive_key_does() {

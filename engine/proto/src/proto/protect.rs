@@ -7,16 +7,21 @@
 //! AES-128-GCM (`aws-lc-rs` with the crate's `aws-lc-rs` feature, RustCrypto's `aes-gcm`
 //! otherwise; the same algorithm and bytes): the clear header is the associated data, everything after it is
 //! encrypted, and a 16-byte tag follows (layouts in [`crate::wire`]). Each direction has its
-//! own key and IV, derived from that direction's session key ([`SessionKeys`]) with BLAKE3's
-//! key derivation, so the keys a connect token carries are never used directly and could serve
-//! other purposes under other labels. The 96-bit nonce is the packet's number, big-endian in
-//! the low 8 bytes, XORed with the IV (as QUIC does, RFC 9001 §5.3): the number is in clear in
-//! the header, so no nonce bytes are sent.
+//! own key and IV, derived with BLAKE3's key derivation from that direction's packet secret
+//! (the [`SessionKeys`] a [`Protection`] is made with), so the keys a connect token carries are
+//! never used directly and could serve other purposes under other labels. With a token, the
+//! packet secrets are the token's keys bound to the session, its connection ids and the
+//! server random of its sealed accept ([`SessionKeys::for_session`]): a token makes several
+//! sessions (one per listed server, again after a restart or a client's fallback), each
+//! numbering its packets from 0, and each has keys and IVs of its own. The 96-bit nonce is the
+//! packet's number, big-endian in the low 8 bytes, XORed with the IV (as QUIC does, RFC 9001
+//! §5.3): the number is in clear in the header, so no nonce bytes are sent.
 //!
 //! Numbers never repeat under one key: `Data` and `FecData` packets carry the ARQ packet
 //! number (each ARQ datagram leaves once, as one or the other, and packet numbers are never
 //! reused), `FecParity` packets their own counter with the top bit of the nonce number set
-//! ([`NumberSpace::Parity`]), so the two spaces cannot collide.
+//! ([`NumberSpace::Parity`]), so the two spaces cannot collide; and no two sessions share a
+//! key (above).
 //!
 //! # Why AES-128-GCM from aws-lc-rs
 //!
@@ -145,14 +150,14 @@ impl PacketKey {
     /// The AEAD, as `bench crypto` names it.
     pub const ALGORITHM: &'static str = "AES-128-GCM";
 
-    /// The key of one direction's data space, generation 0, from that direction's session
-    /// key (what `bench crypto` measures).
+    /// The key of one direction's data space, generation 0, from that direction's packet
+    /// secret (what `bench crypto` measures).
     pub fn new(secret: &[u8; 32]) -> Self {
         Self::derive(secret, NumberSpace::Data, 0)
     }
 
-    /// The key of one direction's `space` and key `generation`, from that direction's session
-    /// key.
+    /// The key of one direction's `space` and key `generation`, from that direction's packet
+    /// secret (a session's own: see the module docs).
     pub fn derive(secret: &[u8; 32], space: NumberSpace, generation: u64) -> Self {
         let mut material = [0u8; 32 + 1 + 8];
         material[..32].copy_from_slice(secret);

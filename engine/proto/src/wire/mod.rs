@@ -22,7 +22,7 @@
 //! | `0x03` | [`ClientCookieEcho`](Packet::ClientCookieEcho) | client cid, nonce, timestamp u64, cookie (16), mode u8, then the token section (mode 1) or zero padding (mode 0) | ≥ [`MIN_CLIENT_HELLO_LEN`]; [`TOKEN_ECHO_LEN`] with a token |
 //! | `0x04` | [`ServerAccept`](Packet::ServerAccept) | client cid, server cid (a handshake without a token) | 18 |
 //! | `0x05` | [`Refuse`](Packet::Refuse) | client cid, reason u8, flags u8 (bit 0: tagged), message length u8 (≤ [`MAX_REFUSE_MESSAGE`]), message, tag (16) when tagged | 13..=93 |
-//! | `0x06` | [`SealedAccept`](Packet::SealedAccept) | client cid, nonce (24), sealed { server cid, stateless reset token (16) } and its AEAD tag (16) | [`SEALED_ACCEPT_LEN`] |
+//! | `0x06` | [`SealedAccept`](Packet::SealedAccept) | client cid, nonce (24: the server random the session's packet keys are bound to), sealed { server cid, stateless reset token (16) } and its AEAD tag (16) | [`SEALED_ACCEPT_LEN`] |
 //! | `0x07` | [`StatelessReset`](Packet::StatelessReset) | the connection id the triggering packet was sent to, reset token (16) | [`RESET_LEN`] |
 //!
 //! The challenge's timestamp is the server's own token, opaque to the client, which echoes it
@@ -106,8 +106,10 @@ mod varint;
 pub use varint::{varint_len, MAX_VARINT};
 
 /// The protocol version this build speaks (3: packet protection, parity numbers; 4: connect
-/// tokens in the handshake).
-pub const VERSION: u8 = 4;
+/// tokens in the handshake; 5: a token session's packet keys bound to its connection ids and
+/// the server random its sealed accept carries, so a version-4 peer would complete the
+/// handshake and then fail every packet: it is refused as a version mismatch instead).
+pub const VERSION: u8 = 5;
 /// Largest handshake packet a client sends (a hello or cookie echo with a token; the padded
 /// insecure ones are smaller).
 pub const MAX_CLIENT_HANDSHAKE_LEN: usize = max_len(
@@ -490,7 +492,8 @@ pub enum Packet<'a> {
     SealedAccept {
         /// The client's connection id.
         client_cid: ConnectionId,
-        /// The seal's random nonce.
+        /// The seal's random nonce, fresh for each session: also the server random the
+        /// session's packet keys are bound to (the tag authenticates it).
         nonce: &'a [u8; NONCE_LEN],
         /// Ciphertext and tag.
         sealed: &'a [u8; SEALED_ACCEPT_BODY_LEN],
