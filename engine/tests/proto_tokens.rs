@@ -993,3 +993,51 @@ fn after_falling_back_to_the_next_server_nothing_from_the_first_is_accepted() {
         "A's packets fail authentication"
     );
 }
+
+/// A full first server answers each of the client's cookie echoes with a refusal. The first
+/// refusal moves the client to the token's next server; a second one arriving late (the echo
+/// was retransmitted before the first refusal came back) is ignored. Before, it moved the
+/// client past the next server too, and the connect failed `ServerFull` though that server had
+/// room.
+#[test]
+fn a_late_refusal_from_a_server_left_behind_is_ignored() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut net = new_net();
+    let full = ServerConfig::tokens(admission()).with(|s| s.max_sessions = 0);
+    net.add(addr(1), token_server(&net, full, 1));
+    let adm_b = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
+    let b = net.add(addr(5), token_server(&net, ServerConfig::tokens(adm_b), 5));
+    let c = net.add(addr(2), client(&net, 2));
+    let token = mint(&key(), 1, &[addr(1), addr(5)], UNIX + 60);
+    // Hold server A's refusals back until the client has sent two echoes.
+    let held: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
+    let keep = held.clone();
+    net.drop_if = Some(Box::new(move |from, _, bytes| {
+        let refusal = from == addr(1) && bytes.first() == Some(&(wire::PacketType::Refuse as u8));
+        if refusal {
+            keep.borrow_mut().push(bytes.to_vec());
+        }
+        refusal
+    }));
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &token);
+    let limit = net.now + Duration::from_secs(2);
+    while held.borrow().len() < 2 {
+        assert!(net.now < limit, "A refused {} echoes", held.borrow().len());
+        let step = net.now + Duration::from_millis(10);
+        net.run_until(step, &mut |_, _, _, _| {});
+    }
+    net.drop_if = None;
+    let refusals = held.borrow().clone();
+    let now = net.now;
+    net.ep(c).handle_datagram(now, addr(1), &refusals[0]).unwrap();
+    assert_eq!(net.ep(c).connection(h).unwrap().remote_addr(), addr(5));
+    assert_eq!(
+        net.ep(c).handle_datagram(now, addr(1), &refusals[1]),
+        Err(DropCause::UnexpectedHandshake)
+    );
+    let r = outcome(&mut net, c, h, Duration::from_secs(5), &mut |_, _, _, _| {});
+    assert_eq!(r, Some(Ok(())), "the client reaches server B");
+    assert_eq!(net.ep(b).connection_count(), 1);
+}

@@ -929,6 +929,15 @@ impl Connection {
             Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
             Err(_) => return Err(DropCause::Malformed),
         };
+        let server_reply = matches!(
+            packet,
+            Packet::ServerChallenge { .. } | Packet::SealedAccept { .. } | Packet::Refuse { .. }
+        );
+        if server_reply && self.left_server(from) {
+            // A late reply from a server this handshake moved on from (a refusal answering a
+            // retransmitted echo, say): acting on it would end the attempt with the next one.
+            return Err(DropCause::UnexpectedHandshake);
+        }
         match packet {
             // Connection packets went to `receive_protected` above.
             Packet::Data { .. } | Packet::FecData { .. } | Packet::FecParity { .. } => {
@@ -1101,6 +1110,18 @@ impl Connection {
         self.hs_interval = self.cfg.handshake_retry;
         self.hs_deadline = now + self.cfg.handshake_timeout;
         true
+    }
+
+    /// Client with a token: whether `from` is one of the token's server addresses this
+    /// handshake has moved on from (and not the one it talks to now).
+    fn left_server(&self, from: SocketAddr) -> bool {
+        let Some((token, next)) = self.secure.as_ref().and_then(|s| s.token.as_deref()) else {
+            return false;
+        };
+        // `next` is the address after the current one.
+        let left =
+            &token.server_addresses[..next.saturating_sub(1).min(token.server_addresses.len())];
+        from != self.remote && left.contains(&from)
     }
 
     /// Every connection packet (`Data`, `FecData`, `FecParity`) enters here. In a session with
