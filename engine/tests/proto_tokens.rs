@@ -1031,7 +1031,9 @@ fn a_late_refusal_from_a_server_left_behind_is_ignored() {
     net.drop_if = None;
     let refusals = held.borrow().clone();
     let now = net.now;
-    net.ep(c).handle_datagram(now, addr(1), &refusals[0]).unwrap();
+    net.ep(c)
+        .handle_datagram(now, addr(1), &refusals[0])
+        .unwrap();
     assert_eq!(net.ep(c).connection(h).unwrap().remote_addr(), addr(5));
     assert_eq!(
         net.ep(c).handle_datagram(now, addr(1), &refusals[1]),

@@ -1115,3 +1115,71 @@ fn client_set_keeps_a_new_member_whose_descriptor_a_rebind_freed() {
     }
     srv.shutdown().unwrap();
 }
+
+/// A handler's send to a session of another worker that has ended meanwhile returns `Ok` (the
+/// message was queued for that worker), and the other worker counts the drop.
+#[test]
+fn a_send_to_another_workers_ended_session_is_counted() {
+    #[derive(Default)]
+    struct Seen {
+        sessions: Vec<SessionId>,
+        gone: Vec<SessionId>,
+    }
+    struct Relay(Arc<Mutex<Seen>>);
+    impl Handler for Relay {
+        fn on_connect(&mut self, _: &mut ServerContext, s: SessionId, _: &ricochet::Peer) {
+            self.0.lock().unwrap().sessions.push(s);
+        }
+        fn on_message(&mut self, ctx: &mut ServerContext, from: SessionId, _: u8, data: Bytes) {
+            // "relay": pass it to every other session the server saw, ended or not.
+            let others: Vec<SessionId> = self.0.lock().unwrap().sessions.clone();
+            for s in others.into_iter().filter(|&s| s != from) {
+                // To another worker: `Ok` once queued for it, whatever becomes of it there.
+                let _ = ctx.send(s, 0, data.clone());
+            }
+        }
+        fn on_disconnect(&mut self, _: &mut ServerContext, s: SessionId, _: CloseReason, _: bool) {
+            self.0.lock().unwrap().gone.push(s);
+        }
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let mut cfg = secure_cfg();
+    cfg.udp.io_threads = 2;
+    cfg.seed = Some(7);
+    let handlers = seen.clone();
+    let srv = Server::start(cfg, move |_| Relay(handlers.clone())).unwrap();
+    let addr = srv.local_addr();
+    let mut a = client(addr);
+    let cfg_b = ClientConfig::new()
+        .seed(rand_seed(addr) + 1)
+        .connect_timeout(Duration::from_secs(10));
+    let token_b = token_for(&[addr], rand_seed(addr) + 1);
+    let mut b = Client::connect_blocking(&token_b, cfg_b).expect("connects");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (sa, sb) = loop {
+        assert!(Instant::now() < deadline, "the server saw both sessions");
+        a.step(Duration::from_millis(5)).unwrap();
+        b.step(Duration::from_millis(5)).unwrap();
+        if let [x, y] = seen.lock().unwrap().sessions[..] {
+            break (x, y);
+        }
+    };
+    assert_ne!(
+        sa.worker, sb.worker,
+        "placement spreads two sessions over two workers"
+    );
+    b.close();
+    while seen.lock().unwrap().gone.is_empty() {
+        assert!(Instant::now() < deadline, "the server saw the close");
+        b.step(Duration::from_millis(5)).unwrap();
+        a.step(Duration::from_millis(5)).unwrap();
+    }
+    assert_eq!(srv.remote_send_drops(), 0);
+    a.send(0, Bytes::from_static(b"relay")).unwrap();
+    while srv.remote_send_drops() == 0 {
+        assert!(Instant::now() < deadline, "the drop was not counted");
+        a.step(Duration::from_millis(5)).unwrap();
+    }
+    assert_eq!(srv.remote_send_drops(), 1);
+    srv.shutdown().unwrap();
+}

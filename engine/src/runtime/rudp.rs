@@ -654,6 +654,9 @@ struct RudpService<H> {
     forwarded: Arc<AtomicU64>,
     /// Datagrams for another worker dropped because its queue was full (shared too).
     forward_drops: Arc<AtomicU64>,
+    /// Messages other workers' handlers sent to this worker's sessions that it could not
+    /// queue (shared too).
+    remote_send_drops: Arc<AtomicU64>,
     /// Bytes of forwarded datagrams in this worker's own queue (its mailbox's count).
     inbox_bytes: Arc<AtomicUsize>,
     /// How long a shutdown may wait for the sessions' closes: a close first lingers for its
@@ -688,8 +691,10 @@ impl<H: Handler> RudpService<H> {
                     data,
                 } => {
                     // The sender was told the message was queued; a refusal here (session gone,
-                    // queue full) is what a local send would have returned.
-                    let _ = ep.send(handle, channel, data);
+                    // queue full) is what a local send would have returned: counted.
+                    if ep.send(handle, channel, data).is_err() {
+                        self.remote_send_drops.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 Command::Close { handle, reason } => ep.close(now, handle, reason),
                 Command::Datagram { from, bytes } => {
@@ -901,6 +906,7 @@ pub struct Server {
     placement: Option<Placement>,
     forwarded: Arc<AtomicU64>,
     forward_drops: Arc<AtomicU64>,
+    remote_send_drops: Arc<AtomicU64>,
     rtt: Vec<WorkerRtt>,
     limits: SessionLimits,
 }
@@ -1016,6 +1022,7 @@ impl Server {
         let steering = if per_core { steer_rules() } else { Vec::new() };
         let forwarded = Arc::new(AtomicU64::new(0));
         let forward_drops = Arc::new(AtomicU64::new(0));
+        let remote_send_drops = Arc::new(AtomicU64::new(0));
         // A close lingers for its reliable data, then goes out; half a second more for that.
         let stop_limit = endpoint_cfg.connection.close_linger + Duration::from_millis(500);
         let mut inbox_bytes = Vec::with_capacity(n);
@@ -1080,6 +1087,7 @@ impl Server {
                 stopping: false,
                 forwarded: forwarded.clone(),
                 forward_drops: forward_drops.clone(),
+                remote_send_drops: remote_send_drops.clone(),
                 inbox_bytes: queued,
                 stop_limit,
                 rtt,
@@ -1109,6 +1117,7 @@ impl Server {
             placement,
             forwarded,
             forward_drops,
+            remote_send_drops,
             rtt: rtts,
             limits,
         })
@@ -1133,6 +1142,14 @@ impl Server {
     /// a flood names it). 0 in normal running.
     pub fn forward_drops(&self) -> u64 {
         self.forward_drops.load(Ordering::Relaxed)
+    }
+
+    /// Messages a handler sent to a session of another worker ([`ServerContext::send`]
+    /// returned `Ok`: the message was queued for that worker) that the other worker then
+    /// could not queue on the session: it had ended meanwhile, or its send queue was full.
+    /// A local send would have returned that error; these are only counted.
+    pub fn remote_send_drops(&self) -> u64 {
+        self.remote_send_drops.load(Ordering::Relaxed)
     }
 
     /// Sessions the server holds now, over all its workers (what
