@@ -54,8 +54,17 @@ impl Congestion {
     }
 
     pub(crate) fn on_acked(&mut self, size: usize, sent: Instant) {
+        // In flight before this acknowledgement: whether the sender was using its window.
+        let before = self.in_flight;
         self.in_flight = self.in_flight.saturating_sub(size);
         if self.recovery_start.is_some_and(|r| sent <= r) {
+            return;
+        }
+        if before.saturating_mul(2) < self.window {
+            // Application-limited (RFC 9002, section 7.8): an acknowledgement of a flow that
+            // fills less than half the window says nothing about a larger one. Growing anyway
+            // let a game's steady trickle raise the window without bound, so that a later
+            // burst went out unchecked.
             return;
         }
         if self.window < self.ssthresh {
@@ -135,7 +144,10 @@ mod tests {
         let mut c = Congestion::new(&cfg);
         let t0 = ricochet_testkit::SimClock::new().now();
         let w0 = c.window;
-        c.on_sent(1200);
+        // A flow that uses its window grows it in slow start.
+        for _ in 0..w0 / 1200 {
+            c.on_sent(1200);
+        }
         c.on_acked(1200, t0);
         assert_eq!(c.window, w0 + 1200);
         // Random loss on a path without queueing does not shrink the window...
@@ -159,5 +171,26 @@ mod tests {
         c.window = 100 * 1200;
         c.on_loss(t2, t2, false);
         assert_eq!(c.window, 70 * 1200);
+    }
+
+    /// A flow that keeps less than half its window in flight (a game's ticks) does not grow
+    /// it, however much it sends over time; before, every acknowledgement grew it.
+    #[test]
+    fn an_application_limited_flow_keeps_its_window() {
+        let cfg = super::super::Config::default();
+        let mut c = Congestion::new(&cfg);
+        let t0 = ricochet_testkit::SimClock::new().now();
+        let w0 = c.window;
+        for _ in 0..10_000 {
+            c.on_sent(1200);
+            c.on_acked(1200, t0);
+        }
+        assert_eq!(c.window, w0);
+        // Half the window in flight is using it: the window grows again.
+        for _ in 0..w0 / 2400 {
+            c.on_sent(1200);
+        }
+        c.on_acked(1200, t0);
+        assert_eq!(c.window, w0 + 1200);
     }
 }
