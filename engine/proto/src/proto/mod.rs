@@ -149,7 +149,9 @@ pub struct Config {
     /// would otherwise make the queue grow to `send_queue_limit`. Reliable channels are
     /// bounded by `send_queue_limit` alone.
     pub unreliable_queue_limit: usize,
-    /// An incomplete unreliable message is dropped after this long.
+    /// An incomplete unreliable message is dropped after this long, or earlier when 64 newer
+    /// incomplete messages wait on its channel (an unreliable channel holds at most 64; the
+    /// one that arrived first gives way, counted in [`ConnectionStats::unreliable_dropped`]).
     pub unreliable_timeout: Duration,
     /// Close when nothing arrives for this long, or when packets arrive but nothing this side
     /// sent has been acknowledged for this long (a peer that withholds its ACKs would
