@@ -1727,14 +1727,18 @@ impl Connection {
         Some(base + self.probe_timeout())
     }
 
-    /// Whether the ACK count alone calls for an ACK now.
+    /// Whether the ACK count alone calls for an ACK now. Only ack-eliciting packets count,
+    /// and at least one must have come since the last ACK: an `ack_frequency` of 0 (which
+    /// `Config::validate` refuses) would otherwise answer every ACK-only packet with another,
+    /// and two peers would trade them forever.
     fn ack_count_reached(&self) -> bool {
+        let frequency = self.cfg.ack_frequency.max(1);
         match self.cfg.unreliable_ack_delay {
-            None => u32::from(self.ack_eliciting_unacked) >= self.cfg.ack_frequency,
+            None => u32::from(self.ack_eliciting_unacked) >= frequency,
             Some(_) => {
-                u32::from(self.reliable_unacked) >= self.cfg.ack_frequency
+                u32::from(self.reliable_unacked) >= frequency
                     || u32::from(self.ack_eliciting_unacked)
-                        >= super::UNRELIABLE_ACK_TOLERANCE.max(self.cfg.ack_frequency)
+                        >= super::UNRELIABLE_ACK_TOLERANCE.max(frequency)
             }
         }
     }
@@ -2315,4 +2319,46 @@ fn frame_for<'a>(
 fn write_segment(w: &mut Writer<'_>, s: &Segment) -> bool {
     let f = frame_for(s.channel, s.message_id, s.index, s.count, &s.data);
     wire::encode_frame(&f, w).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn established(cfg: Config, now: Instant) -> Connection {
+        let remote = SocketAddr::from(([127, 0, 0, 1], 4000));
+        let mut c = Connection::new(
+            Arc::new(cfg),
+            Side::Client,
+            ConnectionId(1),
+            remote,
+            now,
+            None,
+        );
+        c.state = ConnectionState::Established;
+        c.remote_cid = ConnectionId(2);
+        c
+    }
+
+    /// Even with `ack_frequency` 0 (refused by `Config::validate`, but a `Connection` must
+    /// not rely on it), an ACK-only packet is not answered with an ACK-only packet: two peers
+    /// would trade them forever. An ack-eliciting one is acknowledged at once.
+    #[test]
+    fn an_ack_only_packet_is_not_acknowledged_even_at_frequency_zero() {
+        let now = ricochet_testkit::SimClock::new().now();
+        for unreliable_ack_delay in [None, Some(Duration::from_millis(25))] {
+            let cfg = Config::default().with(|c| {
+                c.ack_frequency = 0;
+                c.unreliable_ack_delay = unreliable_ack_delay;
+            });
+            let mut c = established(cfg, now);
+            let mut buf = [0u8; 1500];
+            c.record_received(now, 0, false, false);
+            assert!(c.ack_pending);
+            assert_eq!(c.poll_transmit(now, &mut buf), None);
+            c.record_received(now, 1, true, true);
+            assert!(c.poll_transmit(now, &mut buf).is_some());
+            assert!(!c.ack_pending);
+        }
+    }
 }

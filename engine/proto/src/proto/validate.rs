@@ -34,7 +34,8 @@ impl ConfigError {
 impl Config {
     /// Checks the ranges an endpoint relies on: every duration at most
     /// [`MAX_CONFIG_DURATION`], the timeouts a session needs longer than zero, `min_rto` not
-    /// above `max_rto`, at least one channel and at most 256 (channel ids are a byte).
+    /// above `max_rto`, an `ack_frequency` of at least 1, at least one channel and at most 256
+    /// (channel ids are a byte).
     /// Servers and clients of the `ricochet` runtime call it when they start.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let durations: [(&'static str, Option<Duration>); 16] = [
@@ -81,6 +82,12 @@ impl Config {
             return Err(ConfigError::new(
                 "keepalive_interval",
                 "must be longer than zero (None turns keepalives off)",
+            ));
+        }
+        if self.ack_frequency == 0 {
+            return Err(ConfigError::new(
+                "ack_frequency",
+                "must be at least 1 (1 acknowledges every ack-eliciting packet at once)",
             ));
         }
         if self.min_rto > self.max_rto {
@@ -133,5 +140,15 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().field, "keepalive_interval");
         let c = Config::default().with(|c| c.channels.clear());
         assert_eq!(c.validate().unwrap_err().field, "channels");
+    }
+
+    #[test]
+    fn an_ack_frequency_of_zero_is_refused() {
+        let c = Config::default().with(|c| c.ack_frequency = 0);
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.field, "ack_frequency");
+        assert!(e.to_string().contains("at least 1"), "{e}");
+        let c = Config::default().with(|c| c.ack_frequency = 1);
+        assert_eq!(c.validate(), Ok(()));
     }
 }
