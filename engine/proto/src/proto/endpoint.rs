@@ -22,8 +22,8 @@ use super::recv::{Budget, SharedBudgets};
 use super::routing::{NoRouting, Router};
 use super::timers::TimerQueue;
 use super::{
-    CloseReason, Config, Connection, ConnectionId, DropCause, DropCounters, Event, PrefetchStage,
-    SendError, SessionKeys, Transmit,
+    CloseReason, Config, ConfigError, Connection, ConnectionId, DropCause, DropCounters, Event,
+    PrefetchStage, SendError, SessionKeys, Transmit,
 };
 use crate::token::{ConnectToken, PrivateToken, SealedToken, TokenKey, NONCE_LEN, TAG_LEN};
 use crate::wire::{self, Packet, TokenSection, COOKIE_LEN, HANDSHAKE_TAG_LEN};
@@ -333,7 +333,29 @@ const COOKIE_MS_BITS: u32 = 48;
 impl Endpoint {
     /// A new endpoint. `now` is the base of its cookie clock; `seed` drives connection ids,
     /// nonces and cookie keys (use OS randomness in production, a constant in tests).
+    ///
+    /// # Panics
+    ///
+    /// When `cfg.connection` fails [`Config::validate`] (a duration that would overflow a
+    /// deadline, a zero window, a datagram size nothing fits in...): such a session would
+    /// panic or spin later, when a connection reaches the bad value. [`Endpoint::try_new`]
+    /// returns the error instead.
     pub fn new(cfg: EndpointConfig, now: Instant, seed: u64) -> Self {
+        match Self::try_new(cfg, now, seed) {
+            Ok(endpoint) => endpoint,
+            Err(e) => panic!("Endpoint::new: {e}"),
+        }
+    }
+
+    /// [`Endpoint::new`], or the [`ConfigError`] naming the field of `cfg.connection` that
+    /// [`Config::validate`] refuses.
+    pub fn try_new(cfg: EndpointConfig, now: Instant, seed: u64) -> Result<Self, ConfigError> {
+        cfg.connection.validate()?;
+        Ok(Self::checked(cfg, now, seed))
+    }
+
+    /// The constructor proper, once the connection settings passed [`Config::validate`].
+    fn checked(cfg: EndpointConfig, now: Instant, seed: u64) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let cookie_secret = rng.random();
         let rate_salt = rng.random();

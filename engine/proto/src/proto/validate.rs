@@ -37,7 +37,9 @@ impl Config {
     /// above `max_rto`, a `send_window` and an `ack_frequency` of at least 1, a
     /// `max_datagram_size` of at least [`Config::min_datagram_size`], at least one channel and
     /// at most 256 (channel ids are a byte).
-    /// Servers and clients of the `ricochet` runtime call it when they start.
+    /// [`Endpoint::try_new`](crate::Endpoint::try_new) (and `Endpoint::new`, which panics
+    /// instead of returning the error) calls it, as do servers and clients of the `ricochet`
+    /// runtime when they start.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let durations: [(&'static str, Option<Duration>); 16] = [
             ("initial_rtt", Some(self.initial_rtt)),
@@ -161,6 +163,29 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().field, "keepalive_interval");
         let c = Config::default().with(|c| c.channels.clear());
         assert_eq!(c.validate().unwrap_err().field, "channels");
+    }
+
+    /// The sans-IO endpoint checks the config it is given: `try_new` returns the error, `new`
+    /// panics at once (before, a `Duration::MAX` idle timeout panicked only when a session
+    /// computed its first idle deadline).
+    #[test]
+    fn an_endpoint_refuses_an_invalid_config() {
+        use crate::proto::{Endpoint, EndpointConfig};
+        use std::sync::Arc;
+        let now = ricochet_testkit::SimClock::new().now();
+        let bad = EndpointConfig::default().with(|e| {
+            e.connection = Arc::new(Config::default().with(|c| c.idle_timeout = Duration::MAX))
+        });
+        let Err(e) = Endpoint::try_new(bad.clone(), now, 1) else {
+            panic!("try_new accepted idle_timeout = Duration::MAX");
+        };
+        assert_eq!(e.field, "idle_timeout");
+        let Err(panic) = std::panic::catch_unwind(|| Endpoint::new(bad, now, 1)) else {
+            panic!("Endpoint::new accepted idle_timeout = Duration::MAX");
+        };
+        let text = panic.downcast_ref::<String>().expect("a formatted message");
+        assert!(text.contains("idle_timeout"), "{text}");
+        assert!(Endpoint::try_new(EndpointConfig::default(), now, 1).is_ok());
     }
 
     #[test]
