@@ -1927,7 +1927,7 @@ impl Connection {
             .fec
             .poll_parity(now, self.remote_cid, buf, &mut self.cc)
         {
-            let size = self.protect(now, buf, size);
+            let size = self.protect(now, buf, size)?;
             return Some(Transmit {
                 destination: self.remote,
                 size,
@@ -2102,7 +2102,9 @@ impl Connection {
             segs,
         });
         self.rr = (self.rr + 1) % self.channels.len().max(1);
-        let size = self.seal_outgoing(now, buf, len);
+        // A packet that cannot be sealed is dropped (already counted sent: ARQ repairs it as
+        // a loss).
+        let size = self.seal_outgoing(now, buf, len)?;
         Some(Transmit {
             destination: self.remote,
             size,
@@ -2113,25 +2115,25 @@ impl Connection {
     /// with FEC it becomes a `FecData` packet in place (`buf` must hold
     /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group. Either way it is then sealed
     /// (FEC below packet protection: see the `fec` submodule).
-    fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> usize {
+    fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> Option<usize> {
         let len = self.fec.seal(now, self.remote_cid, buf, len);
         self.protect(now, buf, len)
     }
 
     /// Seals the connection packet `buf[..len]` in place with this side's packet key and
-    /// returns its length with the tag; without keys it is left as is. Every budget leaves
-    /// room for the tag.
-    fn protect(&mut self, now: Instant, buf: &mut [u8], len: usize) -> usize {
+    /// returns its length with the tag; without keys it is left as is. `None` when it cannot
+    /// be sealed: the packet must then not be sent (a secure session never sends plaintext).
+    /// Every budget leaves room for the tag, so that is a bug: the packet is lost, and ARQ
+    /// repairs it like any loss.
+    fn protect(&mut self, now: Instant, buf: &mut [u8], len: usize) -> Option<usize> {
         let Some(p) = self.protection.as_deref_mut() else {
-            return len;
+            return Some(len);
         };
         let sealed = wire::clear_header(&buf[..len])
             .ok()
             .and_then(|h| p.seal(now, NumberSpace::of(h.ty), h.number, buf, h.len, len));
         debug_assert!(sealed.is_some(), "no room for the tag: a budget is wrong");
-        // Unreachable by the budgets; sent unsealed, the peer drops it as unauthenticated and
-        // ARQ repairs it like a loss.
-        sealed.unwrap_or(len)
+        sealed
     }
 
     /// Writes queued fragments, channels in turn; true when it wrote any.
@@ -2280,11 +2282,13 @@ impl Connection {
     fn transmit_close(&mut self, buf: &mut [u8], reason: CloseReason) -> Option<Transmit> {
         let pn = self.next_pn;
         let hdr = wire::encode_data_header(self.remote_cid, pn, buf).ok()?;
-        let mut w = Writer::new(&mut buf[hdr..]);
+        // The ARQ budget, as for data packets: room for the FEC wrapping and the tag.
+        let max = self.fec.arq_budget(buf.len());
+        let mut w = Writer::new(buf.get_mut(hdr..max)?);
         wire::encode_frame(&Frame::Close(reason), &mut w).ok()?;
         let len = hdr + w.len();
         self.next_pn += 1;
-        let size = self.seal_outgoing(self.last_sent, buf, len);
+        let size = self.seal_outgoing(self.last_sent, buf, len)?;
         Some(Transmit {
             destination: self.remote,
             size,
