@@ -113,7 +113,8 @@ pub fn issue_token(
         protocol_id,
         client_id,
         server_addresses: servers,
-        expires_unix: (now + valid_for).as_secs(),
+        // `Duration::MAX` ("never") expires at the end of time rather than overflowing.
+        expires_unix: now.saturating_add(valid_for).as_secs(),
         user_data,
     };
     ConnectToken::generate(key, &params, &mut rand::rng())
@@ -137,6 +138,22 @@ mod tests {
         let p = PrivateToken::open(&key, 5, t.expires_unix, &t.sealed, now).unwrap();
         assert_eq!((p.client_id, &p.user_data[..]), (9, &b"x"[..]));
         assert!(PrivateToken::open(&key, 5, t.expires_unix, &t.sealed, t.expires_unix).is_err());
+    }
+
+    /// A validity of `Duration::MAX` ("never") does not overflow: the token expires at the
+    /// end of time.
+    #[test]
+    fn a_token_valid_for_ever_does_not_overflow() {
+        let key = TokenKey::from_bytes([5; 32]);
+        let server: SocketAddr = "127.0.0.1:7777".parse().unwrap();
+        let issuer = TokenIssuer::new(key.clone(), 1).valid_for(Duration::MAX);
+        let t = issuer.issue(2, &[server]).unwrap();
+        assert_eq!(t.expires_unix, u64::MAX);
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!(PrivateToken::open(&key, 1, t.expires_unix, &t.sealed, now).is_ok());
     }
 
     #[test]

@@ -431,7 +431,8 @@ impl Client {
 
     fn wait_connected(mut self) -> Result<Client, ClientError> {
         let timeout = self.config.connect_timeout;
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A limit past the clock's range (`Duration::MAX` for "no limit") sets no deadline.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             if self.connected {
                 // Returning is the news: don't report it twice.

@@ -286,3 +286,76 @@ fn a_server_that_stopped_accepting_refuses_with_shutdown() {
     );
     assert_eq!(net.ep(s).connection_count(), 1, "the first session stays");
 }
+
+/// A protected session's close packet is sealed or not sent at all, whatever buffer the
+/// embedder hands `poll_transmit`: with room for the packet but not for its tag, nothing goes
+/// out (before, the close frame left in clear); with room, it is sealed and the peer opens it.
+#[test]
+fn a_close_that_cannot_be_sealed_is_not_sent_in_clear() {
+    use ricochet_proto::wire::{DATA_HEADER_LEN, TAG_LEN};
+    // Header and a close frame (type, reason): the packet in clear.
+    let clear = DATA_HEADER_LEN + 2;
+    for config in [Config::default(), Config::competitive()] {
+        let fec = config.fec.policy != ricochet_proto::fec::FecPolicy::Off;
+        for buf_len in [clear, 1500] {
+            let (mut net, s, c, h) = secure_pair(config.clone());
+            // Nothing unacknowledged: the close goes straight to draining, its packet due now.
+            let now = net.now;
+            net.ep(c).close(now, h, CloseReason::Application);
+            let mut buf = vec![0u8; buf_len];
+            let t = net.ep(c).poll_transmit(now, &mut buf);
+            if buf_len == clear {
+                assert_eq!(t, None, "fec {fec}: no room for the tag, nothing sent");
+                continue;
+            }
+            let t = t.expect("a close packet");
+            assert!(t.size >= clear + TAG_LEN, "fec {fec}: {} B", t.size);
+            // The server opens it: the session ends, closed by its peer.
+            net.ep(s)
+                .handle_datagram(now, addr(2), &buf[..t.size])
+                .unwrap();
+            let mut closed = None;
+            while let Some((_, e)) = net.ep(s).poll_event() {
+                if let Event::Closed {
+                    reason, by_peer, ..
+                } = e
+                {
+                    closed = Some((reason, by_peer));
+                }
+            }
+            assert_eq!(closed, Some((CloseReason::Application, true)), "fec {fec}");
+        }
+    }
+}
+
+/// A server at `addr(1)` and a client at `addr(2)` whose sessions are protected (a shared test
+/// secret), connected and settled: (net, server, client, client's handle).
+fn secure_pair(config: Config) -> (Net, usize, usize, ricochet_proto::ConnectionHandle) {
+    let config = Arc::new(config);
+    let secret = Some([3; 32]);
+    let mut net = Net::new(Impair::default(), 5);
+    let server = server_cfg().with(|c| {
+        c.connection = config.clone();
+        c.test_session_secret = secret;
+    });
+    let s = net.add(addr(1), Endpoint::new(server, net.now, 1));
+    let client = EndpointConfig::default().with(|c| {
+        c.connection = config;
+        c.test_session_secret = secret;
+    });
+    let c = net.add(addr(2), Endpoint::new(client, net.now, 2));
+    let now = net.now;
+    let h = net.ep(c).connect(now, addr(1));
+    let mut connected = false;
+    let limit = net.now + Duration::from_secs(2);
+    while !connected
+        && net.step(limit, &mut |i, _, _, e| {
+            connected |= i == c && e == Event::Connected;
+        })
+    {}
+    assert!(connected);
+    let limit = net.now + Duration::from_millis(100);
+    net.run_until(limit, &mut |_, _, _, _| {});
+    assert!(net.ep(c).connection(h).unwrap().is_secure());
+    (net, s, c, h)
+}

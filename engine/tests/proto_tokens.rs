@@ -7,6 +7,7 @@
 mod proto_util;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -16,7 +17,7 @@ use rand_chacha::ChaCha20Rng;
 use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet_proto::wire::{self, ConnectionId, Packet};
 use ricochet_proto::{
-    CloseReason, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, Refusal,
+    CloseReason, Config, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, Refusal,
     ServerConfig, TokenAdmission,
 };
 
@@ -163,6 +164,43 @@ fn a_token_admits_its_player_with_its_keys_and_identity() {
     assert_eq!(got.as_deref(), Some(&b"hi"[..]));
     // Every server reply stayed smaller than the client datagram that caused it.
     assert!(net.ep(s).stats().max_stateless_reply < wire::TOKEN_HELLO_LEN);
+}
+
+/// At the smallest `max_datagram_size` `Config::validate` accepts, on both sides, a token
+/// client's handshake (its cookie echo is the largest handshake packet) completes and a
+/// message cut in many fragments arrives whole, with and without FEC.
+#[test]
+fn a_token_session_works_at_the_smallest_valid_datagram_size() {
+    for base in [Config::default(), Config::competitive()] {
+        let min = base.min_datagram_size();
+        let config = Arc::new(base.with(|c| c.max_datagram_size = min));
+        assert_eq!(config.validate(), Ok(()));
+        let mut net = new_net();
+        let server_cfg = EndpointConfig::default().with(|c| {
+            c.server = Some(ServerConfig::tokens(admission()));
+            c.connection = config.clone();
+        });
+        let mut server = Endpoint::new(server_cfg, net.now, 1);
+        server.set_unix_time(net.now, Duration::from_secs(UNIX));
+        let s = net.add(addr(1), server);
+        let client_cfg = EndpointConfig::default().with(|c| c.connection = config.clone());
+        let c = net.add(addr(2), Endpoint::new(client_cfg, net.now, 2));
+        let now = net.now;
+        let h = net.ep(c).connect_with_token(now, &good_token(7));
+        let r = outcome(&mut net, c, h, Duration::from_secs(2), &mut |_, _, _, _| {});
+        assert_eq!(r, Some(Ok(())), "at {min} bytes");
+        let message = Bytes::from((0..10_000u32).map(|i| i as u8).collect::<Vec<_>>());
+        net.ep(c).send(h, 0, message.clone()).unwrap();
+        let mut got = None;
+        let limit = net.now + Duration::from_secs(2);
+        net.run_until(limit, &mut |ep, _, _, e| {
+            if let (true, Event::Message { data, .. }) = (ep == s, e) {
+                got = Some(data);
+            }
+        });
+        assert_eq!(got, Some(message), "at {min} bytes");
+        assert!(net.max_datagram <= min);
+    }
 }
 
 #[test]

@@ -533,6 +533,30 @@ fn connecting_to_nothing_times_out_naming_the_limit_that_expired() {
     }
 }
 
+/// A caller's limit of `Duration::MAX` means "no limit of mine" (it would overflow the clock as
+/// a deadline): `Client::connect_blocking` and `ClientSet::connect` wait for the handshake's
+/// own timeout (short here, so the calls return promptly) instead of panicking.
+#[test]
+fn a_never_ending_caller_limit_leaves_the_handshake_timeout_in_charge() {
+    use ricochet::{ClientError, ConnectLimit};
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let server = silent.local_addr().unwrap();
+    let handshake = Duration::from_millis(100);
+    let mut config = ClientConfig::default().session(|c| c.handshake_timeout = handshake);
+    config.connect_timeout = Some(Duration::MAX);
+    let expected = |err: &ClientError| {
+        matches!(
+            err,
+            ClientError::TimedOut { limit, which: ConnectLimit::Handshake } if *limit == handshake
+        )
+    };
+    let err = Client::connect_blocking(&token(server), config.clone()).unwrap_err();
+    assert!(expected(&err), "{err}");
+    let err = ClientSet::connect(&[token(server)], &config, Duration::MAX).unwrap_err();
+    assert_eq!(err.index, Some(0), "{err}");
+    assert!(expected(&err.source), "{err}");
+}
+
 /// `Client::backend_kind` names the backend the client really runs on: the one asked for, and
 /// for `auto` one of the host's concrete backends.
 #[test]

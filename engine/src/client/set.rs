@@ -221,7 +221,8 @@ impl ClientSet {
     /// [`ClientError::TimedOut`] (the caller's limit) when `timeout` passes first. Events stay
     /// queued.
     pub fn wait_connected(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
-        let deadline = Instant::now() + timeout;
+        // A limit past the clock's range (`Duration::MAX` for "no limit") sets no deadline.
+        let deadline = Instant::now().checked_add(timeout);
         // A failed member replaced since the last turn is not that failure any more.
         for k in 0..self.touched.len() {
             let i = self.touched[k] as usize;
@@ -260,7 +261,7 @@ impl ClientSet {
                 return Ok(());
             }
             let now = Instant::now();
-            if now >= deadline {
+            if deadline.is_some_and(|d| now >= d) {
                 return Err(ClientSetError {
                     index: None,
                     source: ClientError::TimedOut {
@@ -270,7 +271,8 @@ impl ClientSet {
                 });
             }
             // Handshake replies call for no acknowledgement: `update` sends what they did.
-            self.turn((deadline - now).min(Duration::from_millis(50)), true)?;
+            let left = deadline.map_or(Duration::MAX, |d| d - now);
+            self.turn(left.min(Duration::from_millis(50)), true)?;
         }
     }
 

@@ -1782,14 +1782,18 @@ impl Connection {
         Some(base + self.probe_timeout())
     }
 
-    /// Whether the ACK count alone calls for an ACK now.
+    /// Whether the ACK count alone calls for an ACK now. Only ack-eliciting packets count,
+    /// and at least one must have come since the last ACK: an `ack_frequency` of 0 (which
+    /// `Config::validate` refuses) would otherwise answer every ACK-only packet with another,
+    /// and two peers would trade them forever.
     fn ack_count_reached(&self) -> bool {
+        let frequency = self.cfg.ack_frequency.max(1);
         match self.cfg.unreliable_ack_delay {
-            None => u32::from(self.ack_eliciting_unacked) >= self.cfg.ack_frequency,
+            None => u32::from(self.ack_eliciting_unacked) >= frequency,
             Some(_) => {
-                u32::from(self.reliable_unacked) >= self.cfg.ack_frequency
+                u32::from(self.reliable_unacked) >= frequency
                     || u32::from(self.ack_eliciting_unacked)
-                        >= super::UNRELIABLE_ACK_TOLERANCE.max(self.cfg.ack_frequency)
+                        >= super::UNRELIABLE_ACK_TOLERANCE.max(frequency)
             }
         }
     }
@@ -1978,7 +1982,7 @@ impl Connection {
             .fec
             .poll_parity(now, self.remote_cid, buf, &mut self.cc)
         {
-            let size = self.protect(now, buf, size);
+            let size = self.protect(now, buf, size)?;
             return Some(Transmit {
                 destination: self.remote,
                 size,
@@ -2153,7 +2157,9 @@ impl Connection {
             segs,
         });
         self.rr = (self.rr + 1) % self.channels.len().max(1);
-        let size = self.seal_outgoing(now, buf, len);
+        // A packet that cannot be sealed is dropped (already counted sent: ARQ repairs it as
+        // a loss).
+        let size = self.seal_outgoing(now, buf, len)?;
         Some(Transmit {
             destination: self.remote,
             size,
@@ -2164,25 +2170,25 @@ impl Connection {
     /// with FEC it becomes a `FecData` packet in place (`buf` must hold
     /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group. Either way it is then sealed
     /// (FEC below packet protection: see the `fec` submodule).
-    fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> usize {
+    fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> Option<usize> {
         let len = self.fec.seal(now, self.remote_cid, buf, len);
         self.protect(now, buf, len)
     }
 
     /// Seals the connection packet `buf[..len]` in place with this side's packet key and
-    /// returns its length with the tag; without keys it is left as is. Every budget leaves
-    /// room for the tag.
-    fn protect(&mut self, now: Instant, buf: &mut [u8], len: usize) -> usize {
+    /// returns its length with the tag; without keys it is left as is. `None` when it cannot
+    /// be sealed: the packet must then not be sent (a secure session never sends plaintext).
+    /// Every budget leaves room for the tag, so that is a bug: the packet is lost, and ARQ
+    /// repairs it like any loss.
+    fn protect(&mut self, now: Instant, buf: &mut [u8], len: usize) -> Option<usize> {
         let Some(p) = self.protection.as_deref_mut() else {
-            return len;
+            return Some(len);
         };
         let sealed = wire::clear_header(&buf[..len])
             .ok()
             .and_then(|h| p.seal(now, NumberSpace::of(h.ty), h.number, buf, h.len, len));
         debug_assert!(sealed.is_some(), "no room for the tag: a budget is wrong");
-        // Unreachable by the budgets; sent unsealed, the peer drops it as unauthenticated and
-        // ARQ repairs it like a loss.
-        sealed.unwrap_or(len)
+        sealed
     }
 
     /// Writes queued fragments, channels in turn; true when it wrote any.
@@ -2331,11 +2337,13 @@ impl Connection {
     fn transmit_close(&mut self, buf: &mut [u8], reason: CloseReason) -> Option<Transmit> {
         let pn = self.next_pn;
         let hdr = wire::encode_data_header(self.remote_cid, pn, buf).ok()?;
-        let mut w = Writer::new(&mut buf[hdr..]);
+        // The ARQ budget, as for data packets: room for the FEC wrapping and the tag.
+        let max = self.fec.arq_budget(buf.len());
+        let mut w = Writer::new(buf.get_mut(hdr..max)?);
         wire::encode_frame(&Frame::Close(reason), &mut w).ok()?;
         let len = hdr + w.len();
         self.next_pn += 1;
-        let size = self.seal_outgoing(self.last_sent, buf, len);
+        let size = self.seal_outgoing(self.last_sent, buf, len)?;
         Some(Transmit {
             destination: self.remote,
             size,
@@ -2370,4 +2378,47 @@ fn frame_for<'a>(
 fn write_segment(w: &mut Writer<'_>, s: &Segment) -> bool {
     let f = frame_for(s.channel, s.message_id, s.index, s.count, &s.data);
     wire::encode_frame(&f, w).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn established(cfg: Config, now: Instant) -> Connection {
+        let remote = SocketAddr::from(([127, 0, 0, 1], 4000));
+        let mut c = Connection::new(
+            Arc::new(cfg),
+            Side::Client,
+            ConnectionId(1),
+            remote,
+            now,
+            false,
+            None,
+        );
+        c.state = ConnectionState::Established;
+        c.remote_cid = ConnectionId(2);
+        c
+    }
+
+    /// Even with `ack_frequency` 0 (refused by `Config::validate`, but a `Connection` must
+    /// not rely on it), an ACK-only packet is not answered with an ACK-only packet: two peers
+    /// would trade them forever. An ack-eliciting one is acknowledged at once.
+    #[test]
+    fn an_ack_only_packet_is_not_acknowledged_even_at_frequency_zero() {
+        let now = ricochet_testkit::SimClock::new().now();
+        for unreliable_ack_delay in [None, Some(Duration::from_millis(25))] {
+            let cfg = Config::default().with(|c| {
+                c.ack_frequency = 0;
+                c.unreliable_ack_delay = unreliable_ack_delay;
+            });
+            let mut c = established(cfg, now);
+            let mut buf = [0u8; 1500];
+            c.record_received(now, 0, false, false);
+            assert!(c.ack_pending);
+            assert_eq!(c.poll_transmit(now, &mut buf), None);
+            c.record_received(now, 1, true, true);
+            assert!(c.poll_transmit(now, &mut buf).is_some());
+            assert!(!c.ack_pending);
+        }
+    }
 }

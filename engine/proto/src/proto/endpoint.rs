@@ -22,8 +22,8 @@ use super::recv::{Budget, SharedBudgets};
 use super::routing::{NoRouting, Router};
 use super::timers::TimerQueue;
 use super::{
-    CloseReason, Config, Connection, ConnectionId, DropCause, DropCounters, Event, PrefetchStage,
-    SendError, SessionKeys, Transmit,
+    CloseReason, Config, ConfigError, Connection, ConnectionId, DropCause, DropCounters, Event,
+    PrefetchStage, SendError, SessionKeys, Transmit,
 };
 use crate::token::{ConnectToken, PrivateToken, SealedToken, TokenKey, NONCE_LEN, TAG_LEN};
 use crate::wire::{self, Packet, TokenSection, COOKIE_LEN, HANDSHAKE_TAG_LEN};
@@ -360,8 +360,25 @@ impl Endpoint {
     /// nonces, cookie keys and the server random every session's packet keys are bound to.
     /// 64 bits are for tests and simulations (a constant makes a run reproducible); a
     /// production endpoint is made with [`Self::from_seed`] and 32 bytes of OS randomness.
+    ///
+    /// # Panics
+    ///
+    /// When `cfg.connection` fails [`Config::validate`] (a duration that would overflow a
+    /// deadline, a zero window, a datagram size nothing fits in...): such a session would
+    /// panic or spin later, when a connection reaches the bad value. [`Endpoint::try_new`]
+    /// returns the error instead.
     pub fn new(cfg: EndpointConfig, now: Instant, seed: u64) -> Self {
-        Self::with_rng(cfg, now, ChaCha8Rng::seed_from_u64(seed))
+        match Self::try_new(cfg, now, seed) {
+            Ok(endpoint) => endpoint,
+            Err(e) => panic!("Endpoint::new: {e}"),
+        }
+    }
+
+    /// [`Endpoint::new`], or the [`ConfigError`] naming the field of `cfg.connection` that
+    /// [`Config::validate`] refuses.
+    pub fn try_new(cfg: EndpointConfig, now: Instant, seed: u64) -> Result<Self, ConfigError> {
+        cfg.connection.validate()?;
+        Ok(Self::with_rng(cfg, now, ChaCha8Rng::seed_from_u64(seed)))
     }
 
     /// A new endpoint seeded with `seed`: 32 bytes from the operating system's random source
@@ -370,10 +387,18 @@ impl Endpoint {
     /// random of each session (see [`SessionKeys`]) are then unpredictable, and unique to
     /// this endpoint among every server that shares its token key and across its restarts,
     /// which a 64-bit seed ([`Self::new`]) cannot promise. Otherwise as [`Self::new`].
+    ///
+    /// # Panics
+    ///
+    /// As [`Self::new`], when `cfg.connection` fails [`Config::validate`] (call it first).
     pub fn from_seed(cfg: EndpointConfig, now: Instant, seed: [u8; 32]) -> Self {
+        if let Err(e) = cfg.connection.validate() {
+            panic!("Endpoint::from_seed: {e}");
+        }
         Self::with_rng(cfg, now, ChaCha8Rng::from_seed(seed))
     }
 
+    /// The constructor proper, once the connection settings passed [`Config::validate`].
     fn with_rng(cfg: EndpointConfig, now: Instant, mut rng: ChaCha8Rng) -> Self {
         let cookie_secret = rng.random();
         let rate_salt = rng.random();

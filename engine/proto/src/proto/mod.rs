@@ -149,7 +149,9 @@ pub struct Config {
     /// would otherwise make the queue grow to `send_queue_limit`. Reliable channels are
     /// bounded by `send_queue_limit` alone.
     pub unreliable_queue_limit: usize,
-    /// An incomplete unreliable message is dropped after this long.
+    /// An incomplete unreliable message is dropped after this long, or earlier when 64 newer
+    /// incomplete messages wait on its channel (an unreliable channel holds at most 64; the
+    /// one that arrived first gives way, counted in [`ConnectionStats::unreliable_dropped`]).
     pub unreliable_timeout: Duration,
     /// Close when nothing arrives for this long, or when packets arrive but nothing this side
     /// sent has been acknowledged for this long (a peer that withholds its ACKs would
@@ -275,13 +277,39 @@ impl Config {
     /// The tag's room is left in the insecure mode too, so both modes cut messages into the
     /// same fragments.
     pub fn arq_datagram_size(&self) -> usize {
-        let udp = self.max_datagram_size.saturating_sub(crate::wire::TAG_LEN);
+        self.max_datagram_size
+            .saturating_sub(crate::wire::TAG_LEN + self.fec_arq_overhead())
+    }
+
+    /// What FEC takes off the ARQ datagram budget: [`FEC_ARQ_OVERHEAD`] when this side sends
+    /// FEC, else 0.
+    fn fec_arq_overhead(&self) -> usize {
         // Without the `fec` feature this side never sends FEC, whatever its policy.
         if self.fec.policy == crate::fec::FecPolicy::Off || !cfg!(feature = "fec") {
-            udp
+            0
         } else {
-            udp.saturating_sub(FEC_ARQ_OVERHEAD)
+            FEC_ARQ_OVERHEAD
         }
+    }
+
+    /// The smallest [`Config::max_datagram_size`] [`Config::validate`] accepts: room for a
+    /// client's largest handshake packet ([`crate::wire::MAX_CLIENT_HANDSHAKE_LEN`], a cookie
+    /// echo carrying a connect token), and for a data packet of one payload byte besides
+    /// what [`Config::fragment_payload`] keeps aside (packet header, tag, FEC wrapping when
+    /// this side sends FEC, the largest fragment header and the ACK room). The handshake is
+    /// the larger of the two.
+    pub fn min_datagram_size(&self) -> usize {
+        crate::wire::MAX_CLIENT_HANDSHAKE_LEN.max(self.min_data_datagram_size())
+    }
+
+    /// The data-packet part of [`Config::min_datagram_size`].
+    pub(crate) fn min_data_datagram_size(&self) -> usize {
+        crate::wire::TAG_LEN
+            + self.fec_arq_overhead()
+            + crate::wire::DATA_HEADER_LEN
+            + FRAGMENT_HEADER_MAX
+            + ACK_RESERVE
+            + 1
     }
 
     /// Most fragments a message may have.

@@ -12,6 +12,12 @@ use super::{ChannelKind, DropCause, Event};
 const ID_SPAN: u64 = 1 << 14;
 /// Accounting cost of one fragment slot besides its bytes.
 const SLOT_COST: usize = std::mem::size_of::<Option<Bytes>>();
+/// Most incomplete messages an unreliable channel holds at once. A new one past it drops the
+/// channel's oldest (counted in `unreliable_dropped`): an unreliable message that waits behind
+/// 64 newer ones on its channel is stale anyway. Without a count the byte budget alone bounds
+/// them, and a cheap fragment (a two-slot message costs about 64 bytes) would let one peer
+/// park tens of thousands of them, each walked by expiry.
+pub(crate) const MAX_UNRELIABLE_PARTIALS: usize = 64;
 
 /// A message being reassembled (or complete and waiting for its turn).
 #[derive(Debug)]
@@ -21,7 +27,6 @@ struct Partial {
     frags: Vec<Option<Bytes>>,
     /// Bytes charged to the budgets for this message.
     cost: usize,
-    first_seen: Instant,
 }
 
 impl Partial {
@@ -53,11 +58,38 @@ enum State {
         /// Delivered ids at or above `floor`.
         done: BTreeSet<u64>,
     },
-    Unreliable,
+    Unreliable {
+        arrivals: Arrivals,
+    },
     Sequenced {
         /// Ids below are stale.
         next_min: u64,
+        arrivals: Arrivals,
     },
+}
+
+/// An unreliable channel's partial messages, `(first_seen, id)` in arrival order (`first_seen`
+/// never decreases along it), so expiry takes the stale ones off the front and the next
+/// expiry is the front's. Always the ids of the channel's `pending` map, so at most
+/// [`MAX_UNRELIABLE_PARTIALS`] long. A `Vec` (its front removals move at most 64 entries)
+/// that lives in the channel's `State`: it fits beside `next_min` in the room the
+/// `Unordered` variant already takes, so a session's channel table is no larger for it.
+type Arrivals = Vec<(Instant, u64)>;
+
+impl State {
+    fn arrivals(&self) -> Option<&Arrivals> {
+        match self {
+            State::Unreliable { arrivals } | State::Sequenced { arrivals, .. } => Some(arrivals),
+            State::Ordered { .. } | State::Unordered { .. } => None,
+        }
+    }
+
+    fn arrivals_mut(&mut self) -> Option<&mut Arrivals> {
+        match self {
+            State::Unreliable { arrivals } | State::Sequenced { arrivals, .. } => Some(arrivals),
+            State::Ordered { .. } | State::Unordered { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -141,8 +173,13 @@ impl Receiver {
                         floor: 0,
                         done: BTreeSet::new(),
                     },
-                    ChannelKind::Unreliable => State::Unreliable,
-                    ChannelKind::UnreliableSequenced => State::Sequenced { next_min: 0 },
+                    ChannelKind::Unreliable => State::Unreliable {
+                        arrivals: Vec::new(),
+                    },
+                    ChannelKind::UnreliableSequenced => State::Sequenced {
+                        next_min: 0,
+                        arrivals: Vec::new(),
+                    },
                 },
                 pending: BTreeMap::new(),
             })
@@ -165,11 +202,14 @@ impl Receiver {
         super::prefetch::front(&self.channels, 256);
     }
 
-    /// Structural checks that do not depend on state: known channel, sane fragment count.
+    /// Structural checks that do not depend on state: known channel, sane fragment count, no
+    /// empty fragment of a message cut in several (a sender cuts `ceil(len / payload)`
+    /// fragments, each at least one byte; only a whole message, count 1, may be empty).
     pub(crate) fn validate(&self, channel: u8, count: u64, len: usize) -> Result<(), DropCause> {
         if usize::from(channel) >= self.channels.len()
             || count > self.max_fragments
             || len > self.max_message
+            || (count > 1 && len == 0)
         {
             return Err(DropCause::ProtocolViolation);
         }
@@ -319,7 +359,7 @@ impl Receiver {
                     return Ok(());
                 }
             }
-            State::Sequenced { next_min } => {
+            State::Sequenced { next_min, .. } => {
                 if message_id < *next_min {
                     self.unreliable_dropped += 1;
                     return Ok(());
@@ -335,7 +375,7 @@ impl Receiver {
                     return Ok(());
                 }
             }
-            State::Unreliable => {
+            State::Unreliable { .. } => {
                 if count == 1 {
                     events.push_back(Event::Message {
                         channel,
@@ -351,6 +391,20 @@ impl Receiver {
         let idx = index as usize;
         let exists = self.channels[ci].pending.contains_key(&message_id);
         if !exists {
+            if !kind.is_reliable() && self.channels[ci].pending.len() >= MAX_UNRELIABLE_PARTIALS {
+                // Full: the oldest partial message gives way to the new one.
+                let oldest = self.channels[ci]
+                    .state
+                    .arrivals()
+                    .and_then(|a| a.first())
+                    .map(|&(_, id)| id);
+                if let Some(oldest) = oldest {
+                    if let Some(p) = self.remove_partial(ci, oldest) {
+                        self.forget(ci, &p);
+                        self.unreliable_dropped += 1;
+                    }
+                }
+            }
             let cost = SLOT_COST * count as usize;
             if !self.charge(cost) {
                 if !kind.is_reliable() {
@@ -360,6 +414,10 @@ impl Receiver {
             }
             if kind.is_reliable() {
                 self.segments += 1;
+            } else if let Some(arrivals) = self.channels[ci].state.arrivals_mut() {
+                // Kept in arrival order; a clock that steps back must not unsort it.
+                let first_seen = arrivals.last().map_or(now, |&(t, _)| t.max(now));
+                arrivals.push((first_seen, message_id));
             }
             self.channels[ci].pending.insert(
                 message_id,
@@ -368,7 +426,6 @@ impl Receiver {
                     received: 0,
                     frags: vec![None; count as usize],
                     cost,
-                    first_seen: now,
                 },
             );
         }
@@ -410,8 +467,8 @@ impl Receiver {
                 Self::mark_done(floor, done, message_id);
                 self.deliver_pending(ci, message_id, events, delivered);
             }
-            State::Unreliable => self.deliver_pending(ci, message_id, events, delivered),
-            State::Sequenced { next_min } => {
+            State::Unreliable { .. } => self.deliver_pending(ci, message_id, events, delivered),
+            State::Sequenced { next_min, .. } => {
                 *next_min = message_id + 1;
                 self.deliver_pending(ci, message_id, events, delivered);
                 self.drop_stale_sequenced(ci);
@@ -438,7 +495,7 @@ impl Receiver {
         events: &mut VecDeque<Event>,
         delivered: &mut u64,
     ) {
-        if let Some(mut p) = self.channels[ci].pending.remove(&id) {
+        if let Some(mut p) = self.remove_partial(ci, id) {
             let data = p.assemble();
             self.forget(ci, &p);
             events.push_back(Event::Message {
@@ -447,6 +504,19 @@ impl Receiver {
             });
             *delivered += 1;
         }
+    }
+
+    /// Takes message `id` out of channel `ci`'s pending map (and its arrival list).
+    fn remove_partial(&mut self, ci: usize, id: u64) -> Option<Partial> {
+        let ch = &mut self.channels[ci];
+        let p = ch.pending.remove(&id)?;
+        if let Some(arrivals) = ch.state.arrivals_mut() {
+            // At most `MAX_UNRELIABLE_PARTIALS` entries; usually the front.
+            if let Some(i) = arrivals.iter().position(|&(_, a)| a == id) {
+                arrivals.remove(i);
+            }
+        }
+        Some(p)
     }
 
     fn forget(&mut self, ci: usize, p: &Partial) {
@@ -476,47 +546,57 @@ impl Receiver {
     }
 
     fn drop_stale_sequenced(&mut self, ci: usize) {
-        let State::Sequenced { next_min } = self.channels[ci].state else {
+        let State::Sequenced { next_min, .. } = self.channels[ci].state else {
             return;
         };
         while let Some((&id, _)) = self.channels[ci].pending.first_key_value() {
             if id >= next_min {
                 break;
             }
-            if let Some(p) = self.channels[ci].pending.remove(&id) {
+            if let Some(p) = self.remove_partial(ci, id) {
                 self.forget(ci, &p);
                 self.unreliable_dropped += 1;
             }
         }
     }
 
-    /// Drop unreliable partial messages older than `timeout`.
+    /// Drop unreliable partial messages older than `timeout`. Costs one step per channel and
+    /// per message dropped: each channel's stale messages are the front of its arrival list.
     pub(crate) fn expire(&mut self, now: Instant, timeout: Duration) {
         for ci in 0..self.channels.len() {
-            if self.channels[ci].kind.is_reliable() {
+            let Some(arrivals) = self.channels[ci].state.arrivals_mut() else {
+                continue;
+            };
+            // A deadline past the clock's range never comes.
+            let stale = arrivals
+                .iter()
+                .take_while(|&&(first_seen, _)| {
+                    first_seen.checked_add(timeout).is_some_and(|t| t <= now)
+                })
+                .count();
+            if stale == 0 {
                 continue;
             }
-            loop {
-                let stale = self.channels[ci]
-                    .pending
-                    .iter()
-                    .find(|(_, p)| p.first_seen + timeout <= now)
-                    .map(|(&id, _)| id);
-                let Some(id) = stale else { break };
+            let mut arrivals = std::mem::take(arrivals);
+            for (_, id) in arrivals.drain(..stale) {
                 if let Some(p) = self.channels[ci].pending.remove(&id) {
                     self.forget(ci, &p);
                     self.unreliable_dropped += 1;
                 }
             }
+            if let Some(a) = self.channels[ci].state.arrivals_mut() {
+                *a = arrivals;
+            }
         }
     }
 
-    /// When the oldest unreliable partial message expires.
+    /// When the oldest unreliable partial message expires (each channel's is the front of its
+    /// arrival list).
     pub(crate) fn next_expiry(&self, timeout: Duration) -> Option<Instant> {
         self.channels
             .iter()
-            .filter(|c| !c.kind.is_reliable())
-            .flat_map(|c| c.pending.values().map(|p| p.first_seen + timeout))
+            .filter_map(|c| c.state.arrivals()?.first())
+            .filter_map(|&(first_seen, _)| first_seen.checked_add(timeout))
             .min()
     }
 }
@@ -641,6 +721,144 @@ mod tests {
             .on_fragment(t, 0, 0, 0, 1, b"m", &mut ev, &mut n)
             .unwrap();
         assert_eq!(other.bytes, SLOT_COST);
+    }
+
+    /// The held ids of channel `ci`, oldest arrival first; checks the arrival list matches the
+    /// pending map.
+    fn held(r: &Receiver, ci: usize) -> Vec<u64> {
+        let ch = &r.channels[ci];
+        let ids: Vec<u64> = ch
+            .state
+            .arrivals()
+            .map_or(Vec::new(), |a| a.iter().map(|&(_, id)| id).collect());
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, ch.pending.keys().copied().collect::<Vec<_>>());
+        ids
+    }
+
+    /// A peer sending first fragments with descending ids (each a fresh partial message) on
+    /// the unreliable channels holds at most `MAX_UNRELIABLE_PARTIALS` per channel, whatever
+    /// its byte budget: expiry and the next-expiry query stay proportional to what expires.
+    #[test]
+    fn unreliable_partials_are_capped_per_channel_and_expire_from_the_front() {
+        let mut r = rx(64 << 20);
+        let (mut ev, mut n) = (VecDeque::new(), 0);
+        let t = ricochet_testkit::SimClock::new().now();
+        let d = Duration::from_millis(500);
+        const SENT: u64 = 10_000;
+        for ci in [2u8, 3] {
+            for k in 0..SENT {
+                let at = t + Duration::from_micros(k);
+                r.on_fragment(at, ci, SENT - k, 0, 2, b"x", &mut ev, &mut n)
+                    .unwrap();
+                assert!(r.channels[usize::from(ci)].pending.len() <= MAX_UNRELIABLE_PARTIALS);
+            }
+            // The newest arrivals stayed (the lowest ids), the older ones were dropped.
+            let expect: Vec<u64> = (1..=MAX_UNRELIABLE_PARTIALS as u64).rev().collect();
+            assert_eq!(held(&r, usize::from(ci)), expect);
+        }
+        assert!(ev.is_empty());
+        let per = SLOT_COST * 2 + 1;
+        assert_eq!(r.bytes, 2 * MAX_UNRELIABLE_PARTIALS * per);
+        assert_eq!(
+            r.unreliable_dropped,
+            2 * (SENT - MAX_UNRELIABLE_PARTIALS as u64)
+        );
+        // The next expiry is the oldest held message's (both channels saw it at once).
+        let oldest = t + Duration::from_micros(SENT - MAX_UNRELIABLE_PARTIALS as u64);
+        assert_eq!(r.next_expiry(d), Some(oldest + d));
+        // Expiring then drops exactly that one per channel.
+        r.expire(oldest + d, d);
+        for ci in [2, 3] {
+            assert_eq!(held(&r, ci).len(), MAX_UNRELIABLE_PARTIALS - 1);
+            assert_eq!(held(&r, ci)[0], MAX_UNRELIABLE_PARTIALS as u64 - 1);
+        }
+        assert_eq!(
+            r.next_expiry(d),
+            Some(oldest + Duration::from_micros(1) + d)
+        );
+        r.expire(t + Duration::from_secs(10), d);
+        assert_eq!((held(&r, 2).len(), held(&r, 3).len()), (0, 0));
+        assert_eq!((r.bytes, r.next_expiry(d)), (0, None));
+        assert_eq!(r.unreliable_dropped, 2 * SENT);
+    }
+
+    /// When an unreliable channel is full, the message seen first gives way (not the lowest
+    /// id), and one that completes or goes stale leaves the arrival list too.
+    #[test]
+    fn a_full_unreliable_channel_drops_its_oldest_partial() {
+        let mut r = rx(1 << 20);
+        let (mut ev, mut n) = (VecDeque::new(), 0);
+        let t = ricochet_testkit::SimClock::new().now();
+        let d = Duration::from_millis(500);
+        // Arrival order 500, 1, 2, ...: the highest id is the oldest.
+        r.on_fragment(t, 2, 500, 0, 2, b"a", &mut ev, &mut n)
+            .unwrap();
+        for id in 1..MAX_UNRELIABLE_PARTIALS as u64 {
+            let at = t + Duration::from_millis(id);
+            r.on_fragment(at, 2, id, 0, 2, b"b", &mut ev, &mut n)
+                .unwrap();
+        }
+        assert_eq!(held(&r, 2).len(), MAX_UNRELIABLE_PARTIALS);
+        // Message 1 completes: delivered, and out of the list.
+        r.on_fragment(t, 2, 1, 1, 2, b"c", &mut ev, &mut n).unwrap();
+        assert_eq!(
+            ev.drain(..).collect::<Vec<_>>(),
+            vec![Event::Message {
+                channel: 2,
+                data: Bytes::from_static(b"bc")
+            }]
+        );
+        assert!(!held(&r, 2).contains(&1));
+        // Two newcomers: the first takes the free place, the second evicts 500.
+        let later = t + Duration::from_secs(1);
+        r.on_fragment(later, 2, 1000, 0, 2, b"d", &mut ev, &mut n)
+            .unwrap();
+        assert!(held(&r, 2).contains(&500));
+        assert_eq!(r.unreliable_dropped, 0);
+        r.on_fragment(later, 2, 1001, 0, 2, b"e", &mut ev, &mut n)
+            .unwrap();
+        let ids = held(&r, 2);
+        assert_eq!(ids.len(), MAX_UNRELIABLE_PARTIALS);
+        assert!(!ids.contains(&500) && ids.contains(&2) && ids.ends_with(&[1000, 1001]));
+        assert_eq!(r.unreliable_dropped, 1);
+        // A clock that steps back keeps the list sorted: the newcomer expires with the newest.
+        r.on_fragment(t, 2, 3000, 0, 2, b"f", &mut ev, &mut n)
+            .unwrap();
+        assert_eq!(held(&r, 2).last(), Some(&3000));
+        // Sequenced: a partial below the delivered id goes stale and leaves the list.
+        r.on_fragment(t, 3, 4, 0, 2, b"g", &mut ev, &mut n).unwrap();
+        r.on_fragment(t, 3, 9, 0, 1, b"h", &mut ev, &mut n).unwrap();
+        assert!(held(&r, 3).is_empty());
+        r.expire(later + d, d);
+        assert!(held(&r, 2).is_empty());
+        assert_eq!(r.bytes, 0);
+    }
+
+    /// A fragment of a message cut in several is never empty (the sender cuts
+    /// `ceil(len / payload)` fragments); an empty whole message is fine.
+    #[test]
+    fn an_empty_fragment_of_a_cut_message_is_a_violation() {
+        let mut r = rx(1 << 20);
+        let (mut ev, mut n) = (VecDeque::new(), 0);
+        let t = ricochet_testkit::SimClock::new().now();
+        for ci in 0..4 {
+            assert_eq!(
+                r.on_fragment(t, ci, 0, 0, 2, b"", &mut ev, &mut n),
+                Err(DropCause::ProtocolViolation)
+            );
+            assert_eq!(r.validate(ci, 2, 0), Err(DropCause::ProtocolViolation));
+        }
+        assert_eq!(r.bytes, 0);
+        r.on_fragment(t, 2, 0, 0, 1, b"", &mut ev, &mut n).unwrap();
+        assert_eq!(
+            ev.pop_front(),
+            Some(Event::Message {
+                channel: 2,
+                data: Bytes::new()
+            })
+        );
     }
 
     #[test]

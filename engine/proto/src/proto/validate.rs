@@ -34,8 +34,12 @@ impl ConfigError {
 impl Config {
     /// Checks the ranges an endpoint relies on: every duration at most
     /// [`MAX_CONFIG_DURATION`], the timeouts a session needs longer than zero, `min_rto` not
-    /// above `max_rto`, at least one channel and at most 256 (channel ids are a byte).
-    /// Servers and clients of the `ricochet` runtime call it when they start.
+    /// above `max_rto`, a `send_window` and an `ack_frequency` of at least 1, a
+    /// `max_datagram_size` of at least [`Config::min_datagram_size`], at least one channel and
+    /// at most 256 (channel ids are a byte).
+    /// [`Endpoint::try_new`](crate::Endpoint::try_new) (and `Endpoint::new`, which panics
+    /// instead of returning the error) calls it, as do servers and clients of the `ricochet`
+    /// runtime when they start.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let durations: [(&'static str, Option<Duration>); 16] = [
             ("initial_rtt", Some(self.initial_rtt)),
@@ -81,6 +85,32 @@ impl Config {
             return Err(ConfigError::new(
                 "keepalive_interval",
                 "must be longer than zero (None turns keepalives off)",
+            ));
+        }
+        if self.send_window == 0 {
+            return Err(ConfigError::new(
+                "send_window",
+                "must be at least 1 (with 0 no reliable fragment is ever sent)",
+            ));
+        }
+        let min_datagram = self.min_datagram_size();
+        if self.max_datagram_size < min_datagram {
+            return Err(ConfigError::new(
+                "max_datagram_size",
+                format!(
+                    "{} bytes is below the minimum of {min_datagram}: a client's largest \
+                     handshake packet takes {} bytes, and a data packet {} for its headers, \
+                     tag and ACK room plus one byte of payload",
+                    self.max_datagram_size,
+                    crate::wire::MAX_CLIENT_HANDSHAKE_LEN,
+                    self.min_data_datagram_size(),
+                ),
+            ));
+        }
+        if self.ack_frequency == 0 {
+            return Err(ConfigError::new(
+                "ack_frequency",
+                "must be at least 1 (1 acknowledges every ack-eliciting packet at once)",
             ));
         }
         if self.min_rto > self.max_rto {
@@ -133,5 +163,74 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().field, "keepalive_interval");
         let c = Config::default().with(|c| c.channels.clear());
         assert_eq!(c.validate().unwrap_err().field, "channels");
+    }
+
+    /// The sans-IO endpoint checks the config it is given: `try_new` returns the error, `new`
+    /// panics at once (before, a `Duration::MAX` idle timeout panicked only when a session
+    /// computed its first idle deadline).
+    #[test]
+    fn an_endpoint_refuses_an_invalid_config() {
+        use crate::proto::{Endpoint, EndpointConfig};
+        use std::sync::Arc;
+        let now = ricochet_testkit::SimClock::new().now();
+        let bad = EndpointConfig::default().with(|e| {
+            e.connection = Arc::new(Config::default().with(|c| c.idle_timeout = Duration::MAX))
+        });
+        let Err(e) = Endpoint::try_new(bad.clone(), now, 1) else {
+            panic!("try_new accepted idle_timeout = Duration::MAX");
+        };
+        assert_eq!(e.field, "idle_timeout");
+        let Err(panic) = std::panic::catch_unwind(|| Endpoint::new(bad, now, 1)) else {
+            panic!("Endpoint::new accepted idle_timeout = Duration::MAX");
+        };
+        let text = panic.downcast_ref::<String>().expect("a formatted message");
+        assert!(text.contains("idle_timeout"), "{text}");
+        assert!(Endpoint::try_new(EndpointConfig::default(), now, 1).is_ok());
+    }
+
+    #[test]
+    fn a_zero_send_window_is_refused() {
+        let c = Config::default().with(|c| c.send_window = 0);
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.field, "send_window");
+        assert!(e.to_string().contains("at least 1"), "{e}");
+    }
+
+    /// Below the minimum nothing fits (a client's handshake packet, or a data packet with a
+    /// byte of payload) while data stays queued: `poll_timeout` would point at the past.
+    #[test]
+    fn a_datagram_size_below_the_minimum_is_refused_naming_it() {
+        for base in [Config::default(), Config::competitive()] {
+            let min = base.min_datagram_size();
+            assert_eq!(min, crate::wire::MAX_CLIENT_HANDSHAKE_LEN);
+            assert!(base.min_data_datagram_size() < min);
+            for small in [0, 100, min - 1] {
+                let c = base.clone().with(|c| c.max_datagram_size = small);
+                let e = c.validate().unwrap_err();
+                assert_eq!(e.field, "max_datagram_size");
+                assert!(e.to_string().contains(&format!("minimum of {min}")), "{e}");
+            }
+            let c = base.with(|c| c.max_datagram_size = min);
+            assert_eq!(c.validate(), Ok(()));
+            // The data-packet part leaves at least one byte of fragment payload by itself.
+            assert!(c.fragment_payload() >= 1);
+            assert_eq!(
+                c.arq_datagram_size()
+                    - (crate::wire::DATA_HEADER_LEN
+                        + super::super::FRAGMENT_HEADER_MAX
+                        + super::super::ACK_RESERVE),
+                c.fragment_payload(),
+            );
+        }
+    }
+
+    #[test]
+    fn an_ack_frequency_of_zero_is_refused() {
+        let c = Config::default().with(|c| c.ack_frequency = 0);
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.field, "ack_frequency");
+        assert!(e.to_string().contains("at least 1"), "{e}");
+        let c = Config::default().with(|c| c.ack_frequency = 1);
+        assert_eq!(c.validate(), Ok(()));
     }
 }
