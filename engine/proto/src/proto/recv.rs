@@ -433,7 +433,9 @@ impl Receiver {
             Some(p) => (
                 p.frags.get(idx).is_some_and(Option::is_some),
                 p.count,
-                p.frags.iter().flatten().map(Bytes::len).sum::<usize>(),
+                // Its payload bytes so far: the cost less the slots' (summing the held
+                // fragments instead made assembling a message quadratic in its count).
+                p.cost - SLOT_COST * p.count as usize,
             ),
             None => return Err(DropCause::ProtocolViolation),
         };
@@ -857,6 +859,36 @@ mod tests {
             Some(Event::Message {
                 channel: 2,
                 data: Bytes::new()
+            })
+        );
+    }
+
+    /// A message whose fragments add up to more than `max_message_size` is refused at the
+    /// fragment that passes it (the bytes held are kept in the partial's cost, not summed).
+    #[test]
+    fn fragments_past_the_message_size_are_a_violation() {
+        let cfg = Config {
+            max_message_size: 2500,
+            ..Config::default()
+        };
+        let mut r = Receiver::new(&cfg, Budget::unlimited());
+        let (mut ev, mut n) = (VecDeque::new(), 0);
+        let t = ricochet_testkit::SimClock::new().now();
+        for index in 0..2 {
+            r.on_fragment(t, 0, 0, index, 3, &[1u8; 1000], &mut ev, &mut n)
+                .unwrap();
+        }
+        assert_eq!(
+            r.on_fragment(t, 0, 0, 2, 3, &[1u8; 1000], &mut ev, &mut n),
+            Err(DropCause::ProtocolViolation)
+        );
+        r.on_fragment(t, 0, 0, 2, 3, &[1u8; 500], &mut ev, &mut n)
+            .unwrap();
+        assert_eq!(
+            ev.pop_front(),
+            Some(Event::Message {
+                channel: 0,
+                data: Bytes::from([[1u8; 1000].as_slice(), &[1u8; 1000], &[1u8; 500]].concat())
             })
         );
     }
