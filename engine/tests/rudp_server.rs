@@ -1083,8 +1083,13 @@ fn client_set_forgets_a_failed_member_replaced_in_place() {
     set.wait_connected(Duration::from_secs(10))
         .expect("the replacement and the new member connect");
     assert_eq!(set.connected(), 2);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for i in [0, b] {
+    echo_members(&mut set, [0, b], Instant::now() + Duration::from_secs(10));
+    srv.shutdown().unwrap();
+}
+
+/// Members `ids` of `set` each send a message, and each gets its echo before `deadline`.
+fn echo_members(set: &mut ClientSet, ids: [usize; 2], deadline: Instant) {
+    for i in ids {
         set.get_mut(i)
             .unwrap()
             .send(0, Bytes::from(message(i, 64)))
@@ -1096,11 +1101,10 @@ fn client_set_forgets_a_failed_member_replaced_in_place() {
         set.step(Duration::from_millis(10)).unwrap();
         while let Some((i, e)) = set.poll_event() {
             if matches!(e, ClientEvent::Message { .. }) {
-                echoed[i.min(1)] = true;
+                echoed[usize::from(i == ids[1])] = true;
             }
         }
     }
-    srv.shutdown().unwrap();
 }
 
 /// A member that moves to a new socket closes its old descriptor, and a client added next may
@@ -1121,22 +1125,7 @@ fn client_set_keeps_a_new_member_whose_descriptor_a_rebind_freed() {
         assert!(Instant::now() < deadline, "the new member never connected");
         set.step(Duration::from_millis(10)).unwrap();
     }
-    for i in [0, b] {
-        set.get_mut(i)
-            .unwrap()
-            .send(0, Bytes::from(message(i, 64)))
-            .unwrap();
-    }
-    let mut echoed = [false; 2];
-    while !echoed.iter().all(|e| *e) {
-        assert!(Instant::now() < deadline, "echoed {echoed:?}");
-        set.step(Duration::from_millis(10)).unwrap();
-        while let Some((i, e)) = set.poll_event() {
-            if matches!(e, ClientEvent::Message { .. }) {
-                echoed[i.min(1)] = true;
-            }
-        }
-    }
+    echo_members(&mut set, [0, b], deadline);
     srv.shutdown().unwrap();
 }
 

@@ -1186,11 +1186,7 @@ mod tests {
             return;
         }
         // Sends (GSO, split and linked), receives and the waker, on both kinds of ring.
-        for single_thread in [false, true] {
-            let cfg = BackendConfig {
-                single_thread,
-                ..BackendConfig::default()
-            };
+        for cfg in both_rings() {
             let (mut rx, mut tx) = (backend(&cfg), backend(&cfg));
             let dst = rx.socket_info().local_addr;
             let mut batch = SendBatch::new(8);
@@ -1248,11 +1244,7 @@ mod tests {
         if !uring_works() {
             return;
         }
-        for single_thread in [false, true] {
-            let cfg = BackendConfig {
-                single_thread,
-                ..BackendConfig::default()
-            };
+        for cfg in both_rings() {
             test_support::sends_resume_when_the_buffer_drains(move |s| {
                 Box::new(
                     UringBackend::new(s, &cfg, "t".into())
@@ -1261,6 +1253,14 @@ mod tests {
                 )
             });
         }
+    }
+
+    /// The default configuration for each kind of ring: shared, and single-thread (deferred).
+    fn both_rings() -> [BackendConfig; 2] {
+        [false, true].map(|single_thread| BackendConfig {
+            single_thread,
+            ..BackendConfig::default()
+        })
     }
 
     /// A backend on a loopback socket of its own.
