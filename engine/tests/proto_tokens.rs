@@ -810,9 +810,11 @@ fn without_the_wall_clock_a_token_server_drops_token_handshakes() {
 }
 
 /// A copy of a client's hello that reaches the server after its cookie echo was admitted (a
-/// duplicate on the path, or a worker slower than the one the echo was steered to) is the
-/// client's own: it draws no `TokenReused` refusal that would end the handshake, and the accept
-/// still connects the client. Another client (another id) using the same token is refused.
+/// duplicate on the path, or a worker slower than the one the echo was steered to) is
+/// answered as any hello is, with a stateless challenge, never with a `TokenReused` refusal
+/// that would end the handshake: the server looks the token up in its used-token table only
+/// for an echo. The accept still connects the client, which ignores the late challenge.
+/// Another client (another id) using the same token is refused at its echo.
 #[test]
 fn a_late_copy_of_the_clients_own_hello_does_not_refuse_it() {
     let net = new_net();
@@ -835,30 +837,38 @@ fn a_late_copy_of_the_clients_own_hello_does_not_refuse_it() {
     let echo = next(&mut c, "echo");
     server.handle_datagram(now, addr(2), &echo).unwrap();
     let accept = next(&mut server, "accept");
-    // The late copy of the hello: dropped as a duplicate, no reply at all.
-    assert_eq!(
-        server.handle_datagram(now, addr(2), &hello),
-        Err(DropCause::Duplicate)
-    );
-    assert!(server.poll_transmit(now, &mut buf).is_none(), "no refusal");
+    // The late copy of the hello: a challenge, no refusal.
+    server.handle_datagram(now, addr(2), &hello).unwrap();
+    let late = next(&mut server, "challenge to the late hello");
+    assert_eq!(late[0], wire::PacketType::ServerChallenge as u8);
     c.handle_datagram(now, addr(1), &accept).unwrap();
     match c.poll_event() {
         Some((hh, Event::Connected)) if hh == h => {}
         other => panic!("the client did not connect: {other:?}"),
     }
-    // The same token from another client endpoint (another address) is a reuse: refused.
+    assert_eq!(
+        c.handle_datagram(now, addr(1), &late),
+        Err(DropCause::UnexpectedHandshake)
+    );
+    assert!(c.poll_event().is_none(), "the late challenge changes nothing");
+    // The same token from another client endpoint (another address) is a reuse: refused at
+    // its echo.
     let mut thief = client(&net, 3);
     let th = thief.connect_with_token(now, &token);
-    let stolen = thief
-        .poll_transmit(now, &mut buf)
-        .map(|t| buf[..t.size].to_vec())
-        .unwrap();
-    server.handle_datagram(now, addr(3), &stolen).unwrap();
-    let refusal = server
-        .poll_transmit(now, &mut buf)
-        .map(|t| buf[..t.size].to_vec())
-        .unwrap();
-    thief.handle_datagram(now, addr(1), &refusal).unwrap();
+    let mut to_server = |thief: &mut Endpoint, server: &mut Endpoint| {
+        let d = thief
+            .poll_transmit(now, &mut buf)
+            .map(|t| buf[..t.size].to_vec())
+            .unwrap();
+        server.handle_datagram(now, addr(3), &d).unwrap();
+        let reply = server
+            .poll_transmit(now, &mut buf)
+            .map(|t| buf[..t.size].to_vec())
+            .unwrap();
+        thief.handle_datagram(now, addr(1), &reply).unwrap();
+    };
+    to_server(&mut thief, &mut server); // hello, challenge
+    to_server(&mut thief, &mut server); // echo, refusal
     match thief.poll_event() {
         Some((hh, Event::Closed { reason, .. })) if hh == th => {
             assert_eq!(reason, CloseReason::TokenReused)

@@ -378,10 +378,8 @@ pub trait Handler: Send + 'static {
 }
 
 /// The used-token table the endpoints of a per-core server share: a token is accepted once
-/// whichever worker its handshake reaches. Locked for every token hello and cookie echo that
-/// passes the token's proof, expiry and address checks, retransmitted or replayed hellos
-/// included. An echo that gets past the session limits locks it a second time to record the
-/// token. Session packets never take it.
+/// whichever worker its handshake reaches. Locked once per cookie echo that passes every
+/// other check, to record the token; never for a hello or a session packet.
 #[derive(Debug, Clone)]
 struct SharedLedger(Arc<Mutex<UsedTokens>>);
 
@@ -393,10 +391,6 @@ impl SharedLedger {
 }
 
 impl TokenLedger for SharedLedger {
-    fn used_by(&mut self, tag: &[u8; TAG_LEN], now_unix: u64) -> Option<u64> {
-        self.table().used_by(tag, now_unix)
-    }
-
     fn record(
         &mut self,
         tag: &[u8; TAG_LEN],

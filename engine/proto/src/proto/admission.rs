@@ -149,11 +149,10 @@ pub enum Recorded {
 /// A use is recorded with its claimant, a fingerprint of the client's address and connection id
 /// that the endpoint computes: a copy of a client's own handshake (duplicated on the path, or
 /// handled by another worker after its echo was admitted) is then told apart from a second use.
+///
+/// An endpoint consults it once per cookie echo that passed every other check, just before
+/// the echo opens a session: never for a hello, which anyone who saw one can replay.
 pub trait TokenLedger: Send + fmt::Debug {
-    /// The claimant that recorded `tag`, if it was recorded and has not expired (a hint:
-    /// `record` decides).
-    fn used_by(&mut self, tag: &[u8; TAG_LEN], now_unix: u64) -> Option<u64>;
-
     /// Record `tag` (a token expiring at `expires_unix`) as used now by `claimant`, unless it
     /// already is (or there is no room, for a ledger that refuses rather than evicts).
     fn record(
@@ -213,13 +212,17 @@ impl UsedTokens {
     }
 }
 
-impl TokenLedger for UsedTokens {
+#[cfg(test)]
+impl UsedTokens {
+    /// The claimant that recorded `tag`, if it was recorded and has not expired.
     fn used_by(&mut self, tag: &[u8; TAG_LEN], now_unix: u64) -> Option<u64> {
         self.expiry
             .get(tag)
             .and_then(|&(t, claimant)| (t > now_unix).then_some(claimant))
     }
+}
 
+impl TokenLedger for UsedTokens {
     fn record(
         &mut self,
         tag: &[u8; TAG_LEN],

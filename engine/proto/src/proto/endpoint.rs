@@ -858,19 +858,11 @@ impl Endpoint {
                 token,
             } => {
                 let ty = wire::PacketType::ClientHello;
-                let admitted = match self.admit(
-                    now,
-                    from,
-                    ty,
-                    client_cid,
-                    nonce,
-                    0,
-                    &[0; COOKIE_LEN],
-                    token,
-                ) {
-                    Ok(a) => a,
-                    Err(v) => return self.verdict(from, client_cid, nonce, v),
-                };
+                let admitted =
+                    match self.admit(now, ty, client_cid, nonce, 0, &[0; COOKIE_LEN], token) {
+                        Ok(a) => a,
+                        Err(v) => return self.verdict(from, client_cid, nonce, v),
+                    };
                 let mut timestamp = now_ms & ((1 << COOKIE_MS_BITS) - 1);
                 timestamp |= u64::from(self.router.route_new_session()) << COOKIE_MS_BITS;
                 let key = self.epoch_key(now_ms / period);
@@ -925,7 +917,7 @@ impl Endpoint {
                 }
                 let ty = wire::PacketType::ClientCookieEcho;
                 let admitted =
-                    match self.admit(now, from, ty, client_cid, nonce, timestamp, &cookie, token) {
+                    match self.admit(now, ty, client_cid, nonce, timestamp, &cookie, token) {
                         Ok(a) => a,
                         Err(v) => return self.verdict(from, client_cid, nonce, v),
                     };
@@ -1005,7 +997,6 @@ impl Endpoint {
     fn admit(
         &mut self,
         now: Instant,
-        from: SocketAddr,
         ty: wire::PacketType,
         client_cid: ConnectionId,
         nonce: u64,
@@ -1048,15 +1039,10 @@ impl Endpoint {
         if !ts.public_addresses.iter().any(|&a| private.lists(a)) {
             return Err(Verdict::Refuse(CloseReason::TokenWrongServer, Some(hk)));
         }
-        match self.ledger.used_by(&tag, now_unix) {
-            // A late copy of this client's own handshake: not a second use, and a refusal
-            // would end the handshake that the accept is completing.
-            Some(by) if by == claimant(from, client_cid) => {
-                return Err(Verdict::Drop(DropCause::Duplicate))
-            }
-            Some(_) => return Err(Verdict::Refuse(CloseReason::TokenReused, Some(hk))),
-            None => {}
-        }
+        // Whether the token was used is asked of the used-token table (shared by the
+        // workers, behind a lock) only when an echo is about to open a session (`record`):
+        // a hello, which anyone who saw one can replay from any address, costs no lock, and
+        // a client whose token was used learns it from its echo, one round trip later.
         Ok(Some(Admitted {
             private,
             tag,
