@@ -141,6 +141,12 @@ pub enum TokenError {
 #[derive(Clone, PartialEq, Eq)]
 pub struct TokenKey([u8; 32]);
 
+impl Drop for TokenKey {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
 impl TokenKey {
     /// A key from its 32 bytes (as stored in the backend's and the servers' secrets).
     pub fn from_bytes(bytes: [u8; 32]) -> Self {

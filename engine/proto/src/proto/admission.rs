@@ -278,6 +278,14 @@ pub(crate) struct HandshakeKeys {
     accept: [u8; 32],
 }
 
+impl Drop for HandshakeKeys {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.proof);
+        zeroize::Zeroize::zeroize(&mut self.server);
+        zeroize::Zeroize::zeroize(&mut self.accept);
+    }
+}
+
 impl fmt::Debug for HandshakeKeys {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("HandshakeKeys { .. }")
@@ -414,6 +422,12 @@ fn accept_ad(client_cid: ConnectionId) -> [u8; 10] {
 /// compute other keys.
 #[derive(Clone)]
 pub(crate) struct ResetKey([u8; 32]);
+
+impl Drop for ResetKey {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
 
 impl fmt::Debug for ResetKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -351,6 +351,16 @@ pub struct Endpoint {
     by_remote: HashMap<ConnectionId, u32>,
 }
 
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        // The secret every cookie key derives from, and the cookie keys derived last.
+        zeroize::Zeroize::zeroize(&mut self.cookie_secret);
+        for (_, key) in self.epoch_keys.iter_mut().flatten() {
+            zeroize::Zeroize::zeroize(key);
+        }
+    }
+}
+
 /// Bits of the cookie "timestamp" (the opaque u64 a challenge carries and the client echoes)
 /// that hold the milliseconds; the 16 above them carry the router's route.
 const COOKIE_MS_BITS: u32 = 48;

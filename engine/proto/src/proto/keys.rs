@@ -19,6 +19,13 @@ pub struct SessionKeys {
     pub server_to_client: [u8; 32],
 }
 
+impl Drop for SessionKeys {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.client_to_server);
+        zeroize::Zeroize::zeroize(&mut self.server_to_client);
+    }
+}
+
 impl SessionKeys {
     /// Keys for the test path ([`crate::EndpointConfig::test_session_secret`]): derived from a
     /// secret both endpoints hold and the handshake's client connection id and nonce. Not for

@@ -379,6 +379,14 @@ struct DirectionKeys {
     parity: Option<Box<KeySlots>>,
 }
 
+impl Drop for DirectionKeys {
+    fn drop(&mut self) {
+        // The expanded keys in `data` and `parity` are the AEAD crate's to clear; the secret
+        // every generation derives from is this struct's own.
+        zeroize::Zeroize::zeroize(&mut self.secret);
+    }
+}
+
 impl std::fmt::Debug for DirectionKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("DirectionKeys { .. }")
