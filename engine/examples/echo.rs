@@ -76,8 +76,7 @@ fn run_client(
             sent_at.push_back(Instant::now());
             next_send += 1;
         }
-        client.wait(Duration::from_millis(10))?;
-        while let Some(event) = client.poll_event() {
+        for event in client.wait(Duration::from_millis(10))? {
             match event {
                 ClientEvent::Message { data, .. } => {
                     let n = u64::from_le_bytes(data[..].try_into()?);
@@ -98,9 +97,15 @@ fn run_client(
         rtt_total / next_echo.max(1) as u32
     );
     client.close();
-    for _ in 0..20 {
-        client.update()?; // let the close go out
-        std::thread::sleep(Duration::from_millis(5));
+    // Until the close went out and the server answered it (bounded: a close waits at most
+    // `close_linger` for the reliable data still queued).
+    let until = Instant::now() + Duration::from_secs(3);
+    'closing: while Instant::now() < until {
+        for event in client.wait(Duration::from_millis(10))? {
+            if matches!(event, ClientEvent::Disconnected { .. }) {
+                break 'closing;
+            }
+        }
     }
     Ok(())
 }

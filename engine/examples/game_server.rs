@@ -155,8 +155,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if frame % 60 == (i as u64 * 7) % 60 {
                 c.send(CHAT, format!("player {i}: frame {frame}").into_bytes())?;
             }
-            c.update()?;
-            while let Some(event) = c.poll_event() {
+            for event in c.update()? {
                 match event {
                     ClientEvent::Message {
                         channel: STATE,

@@ -259,7 +259,8 @@ pub enum ClientEvent {
 
 /// The events a client has queued, as [`Client::update`] returns them: each
 /// [`next`](Iterator::next) takes the oldest. Events not taken stay queued, for the next
-/// `update` or [`Client::poll_event`]; dropping the iterator discards nothing.
+/// `update` or [`Client::poll_event`]; dropping the iterator discards nothing. So a client
+/// whose events are never taken keeps every message it receives: take them each turn.
 #[derive(Debug)]
 pub struct Events<'a>(&'a mut VecDeque<ClientEvent>);
 

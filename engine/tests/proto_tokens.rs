@@ -850,7 +850,10 @@ fn a_late_copy_of_the_clients_own_hello_does_not_refuse_it() {
         c.handle_datagram(now, addr(1), &late),
         Err(DropCause::UnexpectedHandshake)
     );
-    assert!(c.poll_event().is_none(), "the late challenge changes nothing");
+    assert!(
+        c.poll_event().is_none(),
+        "the late challenge changes nothing"
+    );
     // The same token from another client endpoint (another address) is a reuse: refused at
     // its echo.
     let mut thief = client(&net, 3);

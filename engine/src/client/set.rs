@@ -330,7 +330,8 @@ impl ClientSet {
     }
 
     /// The next event of any member, with the member's index. Members with events take turns,
-    /// one event each.
+    /// one event each. Events stay queued until taken here, so a set whose events are never
+    /// taken keeps every message its members receive: take them after each turn.
     pub fn poll_event(&mut self) -> Option<(usize, ClientEvent)> {
         while let Some(i) = self.with_events.pop_front() {
             let i = i as usize;
