@@ -1094,3 +1094,26 @@ fn a_late_refusal_from_a_server_left_behind_is_ignored() {
     assert_eq!(r, Some(Ok(())), "the client reaches server B");
     assert_eq!(net.ep(b).connection_count(), 1);
 }
+
+/// A server shutting down (it stopped accepting) refuses with `Shutdown`, and the client goes
+/// on to the next server its token lists instead of giving up.
+#[test]
+fn a_server_shutting_down_sends_the_client_to_the_next_one() {
+    let mut net = new_net();
+    let a = net.add(
+        addr(1),
+        token_server(&net, ServerConfig::tokens(admission()), 1),
+    );
+    let adm_b = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
+    let b = net.add(addr(5), token_server(&net, ServerConfig::tokens(adm_b), 5));
+    let c = net.add(addr(2), client(&net, 2));
+    net.ep(a).stop_accepting();
+    let token = mint(&key(), 1, &[addr(1), addr(5)], UNIX + 60);
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &token);
+    let r = outcome(&mut net, c, h, Duration::from_secs(5), &mut |_, _, _, _| {});
+    assert_eq!(r, Some(Ok(())));
+    assert_eq!(net.ep(c).connection(h).unwrap().remote_addr(), addr(5));
+    assert_eq!(net.ep(a).connection_count(), 0);
+    assert_eq!(net.ep(b).connection_count(), 1);
+}

@@ -804,6 +804,12 @@ impl UringBackend {
         let (removed, would_block) = self.settle_sends(batch);
         self.tx_slots.clear();
         self.tx_results.clear();
+        self.send_pressure = would_block;
+        if would_block {
+            // As in a poll: the next poll's wait ends when the buffer drains (the completion
+            // is stashed by a flush and handled by that poll).
+            self.arm_writable()?;
+        }
         Ok((removed, would_block, woken))
     }
 

@@ -469,8 +469,8 @@ impl ResetKey {
     }
 }
 
-/// The bits of a server connection id its check bits cover: the slot index (low 32 bits) and
-/// the router's bits up to bit 47; the top 16 bits are the check.
+/// The bits of a server connection id its check bits cover: the slot index and its reuse count
+/// (low 32 bits) and the router's bits up to bit 47; the top 16 bits are the check.
 const CID_CHECKED: u64 = 0x0000_ffff_ffff_ffff;
 
 #[cfg(test)]

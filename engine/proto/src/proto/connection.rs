@@ -1041,11 +1041,14 @@ impl Connection {
                         return Err(DropCause::Unauthenticated);
                     }
                 }
+                // A server shutting down (`Endpoint::stop_accepting`, a rolling restart) says
+                // nothing of the others the token lists.
                 let next_server = matches!(
                     reason,
                     CloseReason::ServerFull
                         | CloseReason::TooManyFromAddress
                         | CloseReason::TokenWrongServer
+                        | CloseReason::Shutdown
                 );
                 if next_server && self.try_next_server(now) {
                     return Ok(());

@@ -353,7 +353,9 @@ pub struct Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        // The secret every cookie key derives from, and the cookie keys derived last.
+        // The secret every cookie key derives from, and the cookie keys derived last. The
+        // generator the secret may have been drawn from is not cleared: `rand_chacha` offers
+        // no way to, and its type is not this crate's to overwrite.
         zeroize::Zeroize::zeroize(&mut self.cookie_secret);
         for (_, key) in self.epoch_keys.iter_mut().flatten() {
             zeroize::Zeroize::zeroize(key);
@@ -400,12 +402,24 @@ impl Endpoint {
     ///
     /// # Panics
     ///
-    /// As [`Self::new`], when `cfg.connection` fails [`Config::validate`] (call it first).
+    /// As [`Self::new`], when `cfg.connection` fails [`Config::validate`];
+    /// [`Endpoint::try_from_seed`] returns the error instead.
     pub fn from_seed(cfg: EndpointConfig, now: Instant, seed: [u8; 32]) -> Self {
-        if let Err(e) = cfg.connection.validate() {
-            panic!("Endpoint::from_seed: {e}");
+        match Self::try_from_seed(cfg, now, seed) {
+            Ok(endpoint) => endpoint,
+            Err(e) => panic!("Endpoint::from_seed: {e}"),
         }
-        Self::with_rng(cfg, now, ChaCha8Rng::from_seed(seed))
+    }
+
+    /// [`Endpoint::from_seed`], or the [`ConfigError`] naming the field of `cfg.connection`
+    /// that [`Config::validate`] refuses.
+    pub fn try_from_seed(
+        cfg: EndpointConfig,
+        now: Instant,
+        seed: [u8; 32],
+    ) -> Result<Self, ConfigError> {
+        cfg.connection.validate()?;
+        Ok(Self::with_rng(cfg, now, ChaCha8Rng::from_seed(seed)))
     }
 
     /// The constructor proper, once the connection settings passed [`Config::validate`].

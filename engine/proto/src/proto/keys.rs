@@ -69,7 +69,9 @@ impl SessionKeys {
             material[33..41].copy_from_slice(&client_cid.0.to_be_bytes());
             material[41..49].copy_from_slice(&server_cid.0.to_be_bytes());
             material[49..].copy_from_slice(server_random);
-            CONTEXT.derive(&material)
+            let secret = CONTEXT.derive(&material);
+            zeroize::Zeroize::zeroize(&mut material);
+            secret
         };
         SessionKeys {
             client_to_server: bind(0, &self.client_to_server),

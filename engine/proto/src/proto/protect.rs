@@ -168,15 +168,19 @@ impl PacketKey {
         material[33..].copy_from_slice(&generation.to_be_bytes());
         static CONTEXT: KeyContext =
             KeyContext::new("ricochet 2026 packet protection AES-128-GCM key+iv");
-        let okm = CONTEXT.derive(&material);
+        let mut okm = CONTEXT.derive(&material);
+        zeroize::Zeroize::zeroize(&mut material);
         let mut iv = [0u8; NONCE_LEN];
         iv.copy_from_slice(&okm[16..16 + NONCE_LEN]);
         let mut key = [0u8; 16];
         key.copy_from_slice(&okm[..16]);
-        PacketKey {
+        zeroize::Zeroize::zeroize(&mut okm);
+        let packet_key = PacketKey {
             key: Aes128Gcm::new(&key),
             iv,
-        }
+        };
+        zeroize::Zeroize::zeroize(&mut key);
+        packet_key
     }
 
     fn nonce(&self, number: u64) -> [u8; NONCE_LEN] {

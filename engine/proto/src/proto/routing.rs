@@ -18,11 +18,12 @@ use crate::wire::CloseReason;
 /// connection is opened.
 pub trait Router: Send + fmt::Debug {
     /// The upper 32 bits of a new local connection id. The endpoint keeps the lower 32 bits
-    /// (its slot index) and passes 32 fresh random bits with bit 0 set; return them with the
-    /// embedder's routing bits written in. Every datagram to this connection carries the id at
+    /// (its slot index in the low 20, the count of that slot's reuses in the 12 above) and
+    /// passes 32 fresh random bits with bit 0 set; return them with the embedder's routing
+    /// bits written in. Every datagram to this connection carries the id at
     /// [`wire::CID_OFFSET`](crate::wire::CID_OFFSET) (big-endian), where a socket filter can read
-    /// them. Keep most bits random: they are what stops a stale id from reaching a newer
-    /// connection in the same slot.
+    /// them. Keep the other bits random: the reuse count tells a slot's connections apart for
+    /// 4,096 reuses, the random bits beyond that, and they keep ids hard to guess.
     fn connection_id_bits(&mut self, random: u32) -> u32;
 
     /// A route for the session that a client hello may open, chosen when the server answers the

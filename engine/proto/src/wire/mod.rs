@@ -74,7 +74,8 @@
 //!
 //! The destination cid is the *receiver's* connection id, so an endpoint demultiplexes by reading
 //! bytes [`CID_OFFSET`]`..+8` without looking at the source address. A cid is opaque to everyone
-//! but its issuer: the endpoint keeps its slot index in the low 32 bits, and the embedder's
+//! but its issuer: the endpoint keeps its slot index and the count of that slot's reuses in the
+//! low 32 bits, and the embedder's
 //! [`Router`](crate::Router) writes the high 32 bits (a multi-worker server writes the owning
 //! worker there, and its sockets steer on those bytes).
 //!
