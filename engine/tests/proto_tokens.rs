@@ -963,15 +963,7 @@ fn two_sessions_from_one_token_never_share_packet_keys() {
 /// server: it does not open under that session's keys.
 #[test]
 fn after_falling_back_to_the_next_server_nothing_from_the_first_is_accepted() {
-    let mut net = new_net();
-    let a = net.add(
-        addr(1),
-        token_server(&net, ServerConfig::tokens(admission()), 1),
-    );
-    let adm_b = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
-    let b = net.add(addr(5), token_server(&net, ServerConfig::tokens(adm_b), 5));
-    let c = net.add(addr(2), client(&net, 2));
-    let token = mint(&key(), 1, &[addr(1), addr(5)], UNIX + 60);
+    let (mut net, a, b, c, token) = two_servers(ServerConfig::tokens(admission()));
     // Every accept server A sends is lost.
     net.drop_if = Some(Box::new(|from, _, bytes| {
         from == addr(1) && bytes.first() == Some(&(wire::PacketType::SealedAccept as u8))
@@ -1054,13 +1046,8 @@ fn after_falling_back_to_the_next_server_nothing_from_the_first_is_accepted() {
 fn a_late_refusal_from_a_server_left_behind_is_ignored() {
     use std::cell::RefCell;
     use std::rc::Rc;
-    let mut net = new_net();
     let full = ServerConfig::tokens(admission()).with(|s| s.max_sessions = 0);
-    net.add(addr(1), token_server(&net, full, 1));
-    let adm_b = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
-    let b = net.add(addr(5), token_server(&net, ServerConfig::tokens(adm_b), 5));
-    let c = net.add(addr(2), client(&net, 2));
-    let token = mint(&key(), 1, &[addr(1), addr(5)], UNIX + 60);
+    let (mut net, _, b, c, token) = two_servers(full);
     // Hold server A's refusals back until the client has sent two echoes.
     let held: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
     let keep = held.clone();
@@ -1099,16 +1086,8 @@ fn a_late_refusal_from_a_server_left_behind_is_ignored() {
 /// on to the next server its token lists instead of giving up.
 #[test]
 fn a_server_shutting_down_sends_the_client_to_the_next_one() {
-    let mut net = new_net();
-    let a = net.add(
-        addr(1),
-        token_server(&net, ServerConfig::tokens(admission()), 1),
-    );
-    let adm_b = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
-    let b = net.add(addr(5), token_server(&net, ServerConfig::tokens(adm_b), 5));
-    let c = net.add(addr(2), client(&net, 2));
+    let (mut net, a, b, c, token) = two_servers(ServerConfig::tokens(admission()));
     net.ep(a).stop_accepting();
-    let token = mint(&key(), 1, &[addr(1), addr(5)], UNIX + 60);
     let now = net.now;
     let h = net.ep(c).connect_with_token(now, &token);
     let r = outcome(&mut net, c, h, Duration::from_secs(5), &mut |_, _, _, _| {});
@@ -1116,4 +1095,16 @@ fn a_server_shutting_down_sends_the_client_to_the_next_one() {
     assert_eq!(net.ep(c).connection(h).unwrap().remote_addr(), addr(5));
     assert_eq!(net.ep(a).connection_count(), 0);
     assert_eq!(net.ep(b).connection_count(), 1);
+}
+
+/// Server A at `addr(1)` with settings `a`, server B at `addr(5)` (defaults), a client at
+/// `addr(2)`, and a token listing A then B: (net, a, b, client, token).
+fn two_servers(a: ServerConfig) -> (Net, usize, usize, usize, ConnectToken) {
+    let mut net = new_net();
+    let a = net.add(addr(1), token_server(&net, a, 1));
+    let adm_b = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
+    let b = net.add(addr(5), token_server(&net, ServerConfig::tokens(adm_b), 5));
+    let c = net.add(addr(2), client(&net, 2));
+    let token = mint(&key(), 1, &[addr(1), addr(5)], UNIX + 60);
+    (net, a, b, c, token)
 }
