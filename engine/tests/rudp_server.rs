@@ -1196,3 +1196,60 @@ fn a_send_to_another_workers_ended_session_is_counted() {
     assert_eq!(srv.remote_send_drops(), 1);
     srv.shutdown().unwrap();
 }
+
+/// A handler that panics ends its worker; the sessions that worker held stop counting against
+/// the server's limits (`session_count`), while the other worker's stay.
+#[test]
+fn a_dead_workers_sessions_leave_the_server_count() {
+    struct Fragile(Arc<Mutex<Vec<SessionId>>>);
+    impl Handler for Fragile {
+        fn on_connect(&mut self, _: &mut ServerContext, s: SessionId, _: &ricochet::Peer) {
+            self.0.lock().unwrap().push(s);
+        }
+        fn on_message(&mut self, _: &mut ServerContext, _: SessionId, _: u8, data: Bytes) {
+            assert!(data != "boom", "handler gave up on boom");
+        }
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut cfg = secure_cfg();
+    cfg.udp.io_threads = 2;
+    cfg.seed = Some(7);
+    let handlers = seen.clone();
+    let srv = Server::start(cfg, move |_| Fragile(handlers.clone())).unwrap();
+    let addr = srv.local_addr();
+    let mut a = client(addr);
+    let cfg_b = ClientConfig::new()
+        .seed(rand_seed(addr) + 1)
+        .connect_timeout(Duration::from_secs(10));
+    let mut b = Client::connect_blocking(&token_for(&[addr], rand_seed(addr) + 1), cfg_b)
+        .expect("connects");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.lock().unwrap().len() < 2 {
+        assert!(Instant::now() < deadline, "the server saw both sessions");
+        a.step(Duration::from_millis(5)).unwrap();
+        b.step(Duration::from_millis(5)).unwrap();
+    }
+    let workers: Vec<u32> = seen.lock().unwrap().iter().map(|s| s.worker).collect();
+    assert_ne!(
+        workers[0], workers[1],
+        "placement spreads two sessions over two workers"
+    );
+    assert_eq!(srv.session_count(), 2);
+    a.send(0, Bytes::from_static(b"boom")).unwrap();
+    while srv.is_running() {
+        assert!(Instant::now() < deadline, "the worker did not end");
+        a.step(Duration::from_millis(5)).unwrap();
+    }
+    // B stays connected (its client keeps running) and keeps counting; A's session went with
+    // its worker.
+    while srv.session_count() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the dead worker's session still counts: {}",
+            srv.session_count()
+        );
+        b.step(Duration::from_millis(5)).unwrap();
+    }
+    assert!(b.is_connected());
+    assert!(srv.shutdown().is_err(), "shutdown reports the panic");
+}

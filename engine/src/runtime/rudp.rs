@@ -331,7 +331,7 @@ impl ServerConfig {
 ///
 /// A handler that panics ends its worker, and nothing restarts it. The other workers carry on.
 /// The dead worker's sessions get no more answers, so their clients close with
-/// [`CloseReason::IdleTimeout`], and they stay counted against [`ServerConfig::max_sessions`].
+/// [`CloseReason::IdleTimeout`]; they no longer count against [`ServerConfig::max_sessions`].
 /// [`Server::is_running`] turns false, [`Server::serve_until_signal`] notices and shuts the
 /// server down, and [`Server::shutdown`] returns the panic ([`RuntimeError::WorkerPanicked`]).
 pub trait Handler: Send + 'static {

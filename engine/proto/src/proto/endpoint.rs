@@ -360,6 +360,17 @@ impl Drop for Endpoint {
         for (_, key) in self.epoch_keys.iter_mut().flatten() {
             zeroize::Zeroize::zeroize(key);
         }
+        // The sessions still open end with the endpoint: its router hears so, as it does when
+        // one closes, so that counts it shares (a multi-worker server's limits and placement)
+        // do not keep an endpoint's sessions after it is gone (its worker's handler panicked).
+        for _ in 0..self.sessions {
+            self.router.session_closed();
+        }
+        for (&ip, &n) in &self.per_ip {
+            for _ in 0..n {
+                self.router.release_session(ip);
+            }
+        }
     }
 }
 
