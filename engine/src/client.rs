@@ -290,12 +290,9 @@ pub struct Client {
     ever_connected: bool,
     closed: Option<(CloseReason, bool)>,
     /// Unique in the process to this client and its current backend: a new one whenever
-    /// `backend` is replaced (a [`ClientSet`] then re-registers its descriptor), and a new
-    /// client never has an earlier one's.
+    /// `backend` is replaced, and a new client never has an earlier one's (a [`ClientSet`]
+    /// then re-registers its descriptor and looks at the member afresh).
     backend_generation: u64,
-    /// Unique in the process to this client (a [`ClientSet`] member replaced in place is
-    /// told apart by it).
-    instance: u64,
     /// The server application's message with its refusal, once refused.
     refusal_message: Bytes,
 }
@@ -404,7 +401,6 @@ impl Client {
             ever_connected: false,
             closed: None,
             backend_generation: next_unique(),
-            instance: next_unique(),
             refusal_message: Bytes::new(),
         })
     }
@@ -736,7 +732,7 @@ impl Client {
     }
 }
 
-/// A number no earlier call in this process returned (client instances, backend generations).
+/// A number no earlier call in this process returned (backend generations).
 fn next_unique() -> u64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)

@@ -1133,11 +1133,6 @@ fn client_set_keeps_a_new_member_whose_descriptor_a_rebind_freed() {
 /// message was queued for that worker), and the other worker counts the drop.
 #[test]
 fn a_send_to_another_workers_ended_session_is_counted() {
-    #[derive(Default)]
-    struct Seen {
-        sessions: Vec<SessionId>,
-        gone: Vec<SessionId>,
-    }
     struct Relay(Arc<Mutex<Seen>>);
     impl Handler for Relay {
         fn on_connect(&mut self, _: &mut ServerContext, s: SessionId, _: &ricochet::Peer) {
@@ -1156,31 +1151,9 @@ fn a_send_to_another_workers_ended_session_is_counted() {
         }
     }
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let mut cfg = secure_cfg();
-    cfg.udp.io_threads = 2;
-    cfg.seed = Some(7);
     let handlers = seen.clone();
-    let srv = Server::start(cfg, move |_| Relay(handlers.clone())).unwrap();
-    let addr = srv.local_addr();
-    let mut a = client(addr);
-    let cfg_b = ClientConfig::new()
-        .seed(rand_seed(addr) + 1)
-        .connect_timeout(Duration::from_secs(10));
-    let token_b = token_for(&[addr], rand_seed(addr) + 1);
-    let mut b = Client::connect_blocking(&token_b, cfg_b).expect("connects");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (sa, sb) = loop {
-        assert!(Instant::now() < deadline, "the server saw both sessions");
-        a.step(Duration::from_millis(5)).unwrap();
-        b.step(Duration::from_millis(5)).unwrap();
-        if let [x, y] = seen.lock().unwrap().sessions[..] {
-            break (x, y);
-        }
-    };
-    assert_ne!(
-        sa.worker, sb.worker,
-        "placement spreads two sessions over two workers"
-    );
+    let (srv, mut a, mut b, deadline) =
+        two_clients_on_two_workers(&seen, move |_| Relay(handlers.clone()));
     b.close();
     while seen.lock().unwrap().gone.is_empty() {
         assert!(Instant::now() < deadline, "the server saw the close");
@@ -1201,39 +1174,19 @@ fn a_send_to_another_workers_ended_session_is_counted() {
 /// the server's limits (`session_count`), while the other worker's stay.
 #[test]
 fn a_dead_workers_sessions_leave_the_server_count() {
-    struct Fragile(Arc<Mutex<Vec<SessionId>>>);
+    struct Fragile(Arc<Mutex<Seen>>);
     impl Handler for Fragile {
         fn on_connect(&mut self, _: &mut ServerContext, s: SessionId, _: &ricochet::Peer) {
-            self.0.lock().unwrap().push(s);
+            self.0.lock().unwrap().sessions.push(s);
         }
         fn on_message(&mut self, _: &mut ServerContext, _: SessionId, _: u8, data: Bytes) {
             assert!(data != "boom", "handler gave up on boom");
         }
     }
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut cfg = secure_cfg();
-    cfg.udp.io_threads = 2;
-    cfg.seed = Some(7);
+    let seen = Arc::new(Mutex::new(Seen::default()));
     let handlers = seen.clone();
-    let srv = Server::start(cfg, move |_| Fragile(handlers.clone())).unwrap();
-    let addr = srv.local_addr();
-    let mut a = client(addr);
-    let cfg_b = ClientConfig::new()
-        .seed(rand_seed(addr) + 1)
-        .connect_timeout(Duration::from_secs(10));
-    let mut b = Client::connect_blocking(&token_for(&[addr], rand_seed(addr) + 1), cfg_b)
-        .expect("connects");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while seen.lock().unwrap().len() < 2 {
-        assert!(Instant::now() < deadline, "the server saw both sessions");
-        a.step(Duration::from_millis(5)).unwrap();
-        b.step(Duration::from_millis(5)).unwrap();
-    }
-    let workers: Vec<u32> = seen.lock().unwrap().iter().map(|s| s.worker).collect();
-    assert_ne!(
-        workers[0], workers[1],
-        "placement spreads two sessions over two workers"
-    );
+    let (srv, mut a, mut b, deadline) =
+        two_clients_on_two_workers(&seen, move |_| Fragile(handlers.clone()));
     assert_eq!(srv.session_count(), 2);
     a.send(0, Bytes::from_static(b"boom")).unwrap();
     while srv.is_running() {
@@ -1252,4 +1205,49 @@ fn a_dead_workers_sessions_leave_the_server_count() {
     }
     assert!(b.is_connected());
     assert!(srv.shutdown().is_err(), "shutdown reports the panic");
+}
+
+/// The sessions a test handler saw connect and end.
+#[derive(Default)]
+struct Seen {
+    sessions: Vec<SessionId>,
+    gone: Vec<SessionId>,
+}
+
+/// A two-worker token server running `make`'s handlers, which record the sessions that connect
+/// in `seen`, and two clients connected to it, placed one on each worker: (server, client,
+/// client, a deadline 10 s away for the rest of the test).
+fn two_clients_on_two_workers<H: Handler>(
+    seen: &Mutex<Seen>,
+    make: impl FnMut(usize) -> H,
+) -> (Server, Client, Client, Instant) {
+    let mut cfg = secure_cfg();
+    cfg.udp.io_threads = 2;
+    cfg.seed = Some(7);
+    let srv = Server::start(cfg, make).unwrap();
+    let addr = srv.local_addr();
+    let mut a = client(addr);
+    let cfg_b = ClientConfig::new()
+        .seed(rand_seed(addr) + 1)
+        .connect_timeout(Duration::from_secs(10));
+    let mut b = Client::connect_blocking(&token_for(&[addr], rand_seed(addr) + 1), cfg_b)
+        .expect("connects");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.lock().unwrap().sessions.len() < 2 {
+        assert!(Instant::now() < deadline, "the server saw both sessions");
+        a.step(Duration::from_millis(5)).unwrap();
+        b.step(Duration::from_millis(5)).unwrap();
+    }
+    let workers: Vec<u32> = seen
+        .lock()
+        .unwrap()
+        .sessions
+        .iter()
+        .map(|s| s.worker)
+        .collect();
+    assert_ne!(
+        workers[0], workers[1],
+        "placement spreads two sessions over two workers"
+    );
+    (srv, a, b, deadline)
 }

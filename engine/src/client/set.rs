@@ -45,9 +45,6 @@ struct Member {
     connected: bool,
     /// Closed as of the last look.
     closed: bool,
-    /// The client these flags describe (`Client::instance`): a member replaced in place
-    /// through [`ClientSet::get_mut`] starts over.
-    instance: u64,
 }
 
 /// Several [`Client`]s driven from one thread, as a load tester or a bot farm runs hundreds or
@@ -226,7 +223,7 @@ impl ClientSet {
         // A failed member replaced since the last turn is not that failure any more.
         for k in 0..self.touched.len() {
             let i = self.touched[k] as usize;
-            if self.members[i].instance != self.clients[i].instance {
+            if self.backend_changed(i) {
                 self.forget_replaced(i);
             }
         }
@@ -551,14 +548,22 @@ impl ClientSet {
         }
     }
 
-    /// Another client took member `i`'s place (through [`ClientSet::get_mut`]): what was seen
-    /// of the old one goes.
+    /// Whether member `i`'s client has a backend the set has not registered: it rebound, or
+    /// another client took its place (through [`ClientSet::get_mut`]; generations are unique
+    /// in the process).
+    fn backend_changed(&self, i: usize) -> bool {
+        self.members[i].registered.map(|(_, generation)| generation)
+            != Some(self.clients[i].backend_generation)
+    }
+
+    /// Member `i`'s backend changed: what the set saw of it goes, and the next sync looks at
+    /// the client afresh (a client that took the member's place has its own state; one that
+    /// rebound shows the same again).
     fn forget_replaced(&mut self, i: usize) {
         let m = &mut self.members[i];
         if m.connected {
             self.connected -= 1;
         }
-        m.instance = self.clients[i].instance;
         m.connected = false;
         m.closed = false;
         if self.first_failed == Some(i) {
@@ -576,7 +581,7 @@ impl ClientSet {
     /// connection state, and (re-)register its socket if its backend changed.
     fn sync(&mut self, i: usize) {
         self.sync_events(i);
-        if self.members[i].instance != self.clients[i].instance {
+        if self.backend_changed(i) {
             self.forget_replaced(i);
         }
         let c = &self.clients[i];

@@ -466,8 +466,9 @@ impl ServerContext<'_> {
     /// Queue a message to `session` on `channel`. A session on another worker is reached
     /// through that worker's queue, and the result then only says the request was queued. If
     /// the session has gone or its send queue is full when that worker takes the request, the
-    /// message is dropped and no error is reported. [`SendError::UnknownConnection`] comes back
-    /// only if that worker has stopped or does not exist.
+    /// message is dropped, and [`Server::remote_send_drops`] counts it.
+    /// [`SendError::UnknownConnection`] comes back only if that worker has stopped or does not
+    /// exist.
     pub fn send(
         &mut self,
         session: SessionId,

@@ -479,16 +479,9 @@ impl UringBackend {
                 out.woken |= self.reap(false);
             }
             if sends > 0 {
-                let (removed, would_block) = self.settle_sends(send);
+                let (removed, would_block) = self.finish_round(send)?;
                 out.sent += removed;
                 may_send &= !would_block;
-                self.send_pressure = would_block;
-                self.tx_slots.clear();
-                self.tx_results.clear();
-                if would_block {
-                    // Wake this wait when the buffer drains (the entries stay in the batch).
-                    self.arm_writable()?;
-                }
             }
             if !self.metas.is_empty() || out.woken {
                 break;
@@ -801,16 +794,23 @@ impl UringBackend {
             self.enter(1, Some(Duration::from_millis(100)))?;
             woken |= self.reap(stash);
         }
+        let (removed, would_block) = self.finish_round(batch)?;
+        Ok((removed, would_block, woken))
+    }
+
+    /// End a send round whose completions have all come: settle them into `batch`, free the
+    /// round's slots, and when the socket was full, arm the `POLLOUT` poll that ends the next
+    /// wait once it drains (after a flush, its completion is stashed and handled by the next
+    /// poll). Returns (entries removed, socket was full).
+    fn finish_round(&mut self, batch: &mut SendBatch) -> Result<(usize, bool)> {
         let (removed, would_block) = self.settle_sends(batch);
         self.tx_slots.clear();
         self.tx_results.clear();
         self.send_pressure = would_block;
         if would_block {
-            // As in a poll: the next poll's wait ends when the buffer drains (the completion
-            // is stashed by a flush and handled by that poll).
             self.arm_writable()?;
         }
-        Ok((removed, would_block, woken))
+        Ok((removed, would_block))
     }
 
     fn on_recv(&mut self, res: i32, flags: u32) {

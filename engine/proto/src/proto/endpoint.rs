@@ -391,17 +391,13 @@ impl Endpoint {
     /// panic or spin later, when a connection reaches the bad value. [`Endpoint::try_new`]
     /// returns the error instead.
     pub fn new(cfg: EndpointConfig, now: Instant, seed: u64) -> Self {
-        match Self::try_new(cfg, now, seed) {
-            Ok(endpoint) => endpoint,
-            Err(e) => panic!("Endpoint::new: {e}"),
-        }
+        Self::try_new(cfg, now, seed).unwrap_or_else(|e| panic!("Endpoint::new: {e}"))
     }
 
     /// [`Endpoint::new`], or the [`ConfigError`] naming the field of `cfg.connection` that
     /// [`Config::validate`] refuses.
     pub fn try_new(cfg: EndpointConfig, now: Instant, seed: u64) -> Result<Self, ConfigError> {
-        cfg.connection.validate()?;
-        Ok(Self::with_rng(cfg, now, ChaCha8Rng::seed_from_u64(seed)))
+        Self::with_rng(cfg, now, ChaCha8Rng::seed_from_u64(seed))
     }
 
     /// A new endpoint seeded with `seed`: 32 bytes from the operating system's random source
@@ -416,10 +412,7 @@ impl Endpoint {
     /// As [`Self::new`], when `cfg.connection` fails [`Config::validate`];
     /// [`Endpoint::try_from_seed`] returns the error instead.
     pub fn from_seed(cfg: EndpointConfig, now: Instant, seed: [u8; 32]) -> Self {
-        match Self::try_from_seed(cfg, now, seed) {
-            Ok(endpoint) => endpoint,
-            Err(e) => panic!("Endpoint::from_seed: {e}"),
-        }
+        Self::try_from_seed(cfg, now, seed).unwrap_or_else(|e| panic!("Endpoint::from_seed: {e}"))
     }
 
     /// [`Endpoint::from_seed`], or the [`ConfigError`] naming the field of `cfg.connection`
@@ -429,12 +422,16 @@ impl Endpoint {
         now: Instant,
         seed: [u8; 32],
     ) -> Result<Self, ConfigError> {
-        cfg.connection.validate()?;
-        Ok(Self::with_rng(cfg, now, ChaCha8Rng::from_seed(seed)))
+        Self::with_rng(cfg, now, ChaCha8Rng::from_seed(seed))
     }
 
-    /// The constructor proper, once the connection settings passed [`Config::validate`].
-    fn with_rng(cfg: EndpointConfig, now: Instant, mut rng: ChaCha8Rng) -> Self {
+    /// The constructor proper: `cfg.connection` must pass [`Config::validate`].
+    fn with_rng(
+        cfg: EndpointConfig,
+        now: Instant,
+        mut rng: ChaCha8Rng,
+    ) -> Result<Self, ConfigError> {
+        cfg.connection.validate()?;
         let cookie_secret = rng.random();
         let rate_salt = rng.random();
         let shared = SharedBudgets {
@@ -457,7 +454,7 @@ impl Endpoint {
             ),
             _ => (None, 0),
         };
-        Self {
+        Ok(Self {
             shared,
             cfg,
             base: now,
@@ -487,7 +484,7 @@ impl Endpoint {
             unix_anchor: None,
             reset_budget: (0, 0),
             by_remote: HashMap::new(),
-        }
+        })
     }
 
     /// Tell the endpoint the wall-clock time: `unix` since the Unix epoch at `now`. A server
