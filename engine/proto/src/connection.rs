@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::admission::{tags_equal, HandshakeKeys, Peer};
 use super::cc::Congestion;
-use super::fec::FecLink;
+use super::fec_link::FecLink;
 use super::protect::{NumberSpace, Protection};
 use super::recv::{Budget, Need, Receiver, SharedBudgets};
 use super::rtt::RttEstimator;

@@ -170,7 +170,7 @@ mod tests {
     /// computed its first idle deadline).
     #[test]
     fn an_endpoint_refuses_an_invalid_config() {
-        use crate::proto::{Endpoint, EndpointConfig};
+        use crate::{Endpoint, EndpointConfig};
         use std::sync::Arc;
         let now = ricochet_testkit::SimClock::new().now();
         let bad = EndpointConfig::default().with(|e| {

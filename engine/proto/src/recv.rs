@@ -606,7 +606,7 @@ impl Receiver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::Config;
+    use crate::Config;
 
     fn rx(limit: usize) -> Receiver {
         let cfg = Config {
