@@ -50,7 +50,7 @@ pub use client::{
 };
 pub use server::{
     RicochetServer, RicochetServerPlugin, ServerConnection, ServerQueues, ServerReceived,
-    ServerTransportError,
+    ServerTransportError, DEFAULT_TICK,
 };
 
 /// The plugins' systems, for ordering a game's own systems against them.
