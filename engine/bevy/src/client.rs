@@ -55,7 +55,7 @@ impl Plugin for RicochetClientPlugin {
 #[derive(Resource)]
 pub struct RicochetClient {
     // A `Client` may move between threads but not be shared by them; a resource must be both.
-    // Only `&mut self` reaches it (`Mutex::get_mut`), so the lock is never taken.
+    // `&mut self` reaches it without locking (`Mutex::get_mut`); only `stats` locks.
     client: Mutex<Client>,
     connected: bool,
 }
@@ -108,8 +108,12 @@ impl RicochetClient {
     }
 
     /// The session's counters and path estimates; `None` once the session is gone.
-    pub fn stats(&mut self) -> Option<SessionStats> {
-        self.client_mut().stats()
+    pub fn stats(&self) -> Option<SessionStats> {
+        // Uncontended: the only other way in is `&mut self`.
+        self.client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stats()
     }
 
     /// The client itself, for everything else it offers.
