@@ -11,6 +11,9 @@
 //!   [`ServerTransportError`]; [`RicochetServer::send`] hands a message to the owning worker.
 //!
 //! Nothing here panics on network input or transport failure: failures become messages.
+//! Like every Bevy message, these are kept for two frames: a system that reads them must run
+//! at least every other frame (not behind a run condition that pauses it), or what it misses
+//! is gone, reliable channel or not.
 //! Both plugins only act while their resource exists, so a game connects (or starts its
 //! server) whenever it likes by inserting the resource, and disconnects by removing it.
 //!
