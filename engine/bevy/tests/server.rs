@@ -122,10 +122,20 @@ fn run_until(app: &mut App, deadline: Instant, done: impl Fn(&World) -> bool) ->
 
 #[test]
 fn bevy_server_echoes_ten_thousand_messages_to_rust_clients() {
+    echo_for_rust_clients(ServerQueues::default());
+}
+
+/// Queues far smaller than the traffic: the workers wait for the app, and nothing is lost.
+#[test]
+fn tiny_queues_hold_the_workers_back_and_lose_nothing() {
+    echo_for_rust_clients(ServerQueues::new().events(4).sends(16));
+}
+
+fn echo_for_rust_clients(queues: ServerQueues) {
     let config = ServerConfig::new("127.0.0.1:0".parse().unwrap())
         .tokens(TokenKey::from_bytes(KEY), PROTOCOL_ID)
         .workers(2);
-    let server = RicochetServer::start(config).expect("server starts");
+    let server = RicochetServer::start_with(config, queues).expect("server starts");
     let addr = server.local_addr();
     let mut app = App::new();
     app.add_plugins(RicochetServerPlugin)
