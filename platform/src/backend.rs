@@ -257,12 +257,12 @@ pub(crate) mod test_support {
     }
 
     /// Runs `f` on a thread of its own in a new network namespace whose loopback sends at
-    /// 20 Mbit/s through a token bucket (`tc ... tbf`), so that a small socket send buffer
-    /// fills and drains as on a real link (plain loopback frees a datagram's buffer as soon
-    /// as it is sent, so a send never finds it full). Needs root and `ip`/`tc`; where they
-    /// are missing it says why and returns `None`, unless `RICOCHET_TEST_REQUIRE_NETNS` is set
-    /// (the project's CI, as root), where it fails.
-    pub(crate) fn on_slow_loopback<T: Send>(f: impl FnOnce() -> T + Send) -> Option<T> {
+    /// `rate` (a `tc` rate, e.g. `20mbit`) through a token bucket (`tc ... tbf`), so that a
+    /// small socket send buffer fills and drains as on a real link (plain loopback frees a
+    /// datagram's buffer as soon as it is sent, so a send never finds it full). Needs root and
+    /// `ip`/`tc`; where they are missing it says why and returns `None`, unless
+    /// `RICOCHET_TEST_REQUIRE_NETNS` is set (the project's CI, as root), where it fails.
+    pub(crate) fn on_slow_loopback<T: Send>(rate: &str, f: impl FnOnce() -> T + Send) -> Option<T> {
         let required = std::env::var_os("RICOCHET_TEST_REQUIRE_NETNS").is_some();
         let skip = |why: String| {
             assert!(!required, "RICOCHET_TEST_REQUIRE_NETNS is set: {why}");
@@ -277,8 +277,8 @@ pub(crate) mod test_support {
                     skip(format!("no network namespace of our own: {e}"));
                     return None;
                 }
-                let tbf = "tc qdisc add dev lo root tbf rate 20mbit burst 4kb limit 1mb";
-                for cmd in ["ip link set lo up", tbf] {
+                let tbf = format!("tc qdisc add dev lo root tbf rate {rate} burst 4kb limit 1mb");
+                for cmd in ["ip link set lo up", tbf.as_str()] {
                     let mut words = cmd.split(' ');
                     let program = words.next().unwrap_or_default();
                     // A child spawned by this thread starts in its namespace.
@@ -304,7 +304,7 @@ pub(crate) mod test_support {
         open: impl Fn(crate::socket::BoundSocket) -> Box<dyn Backend> + Send,
     ) {
         const N: usize = 48;
-        let done = on_slow_loopback(move || {
+        let done = on_slow_loopback("20mbit", move || {
             let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
             let mut cfg = crate::socket::SocketConfig::new("127.0.0.1:0".parse().unwrap());
             // Room for a few datagrams at a time (the kernel doubles it).
@@ -329,6 +329,75 @@ pub(crate) mod test_support {
             for i in 0..N {
                 let n = rx.recv(&mut buf).unwrap();
                 assert_eq!(&buf[..n], &[i as u8; 1000][..]);
+            }
+        });
+        if done.is_none() {
+            eprintln!("skipped: the send buffer could not be made to fill");
+        }
+    }
+
+    /// Numbered datagrams leave a socket in the order given while its send buffer fills and
+    /// drains: `N` small datagrams, far more than the 16 KiB buffer holds, go through a poll
+    /// loop onto a 100 Mbit/s link, and a receiver with room for all of them checks that each
+    /// arrives where it was due. A backend that lets a later datagram out after the full
+    /// buffer refused an earlier one (the kernel frees room between two sends of a round as
+    /// the link drains, hundreds of times per run here) sends one early, which this sees.
+    pub(crate) fn sends_keep_their_order_when_the_buffer_fills(
+        open: impl Fn(crate::socket::BoundSocket) -> Box<dyn Backend> + Send,
+    ) {
+        const N: u32 = 4000;
+        const SIZE: usize = 100;
+        let done = on_slow_loopback("20mbit", move || {
+            let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            // Room for every datagram (about 1 KiB each as the kernel counts), so that none is
+            // dropped before the receiver reads: as root, past `net.core.rmem_max`.
+            crate::sys::set_int(
+                std::os::fd::AsRawFd::as_raw_fd(&rx),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                16 << 20,
+            )
+            .unwrap();
+            let mut cfg = crate::socket::SocketConfig::new("127.0.0.1:0".parse().unwrap());
+            cfg.send_buffer = Some(8192);
+            let mut tx = open(crate::socket::bind(&cfg).unwrap());
+            let dst = rx.local_addr().unwrap();
+            let mut batch = SendBatch::new(N as usize);
+            let mut payload = [0u8; SIZE];
+            for i in 0..N {
+                payload[..4].copy_from_slice(&i.to_le_bytes());
+                batch.push(dst, &payload).unwrap();
+            }
+            // 4,000 datagrams of 128 B on the wire take about 40 ms at 100 Mbit/s.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !batch.is_empty() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the batch did not drain: {:?}",
+                    tx.stats()
+                );
+                tx.poll(&mut batch, Some(Duration::from_millis(10)))
+                    .unwrap();
+            }
+            assert!(
+                tx.stats().send_would_block > 0,
+                "the buffer never filled: {:?}",
+                tx.stats()
+            );
+            rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut buf = [0u8; 2048];
+            for due in 0..N {
+                let n = rx.recv(&mut buf).unwrap_or_else(|e| {
+                    panic!("datagram {due} of {N} did not come ({e}): {:?}", tx.stats())
+                });
+                assert_eq!(n, SIZE);
+                let got = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+                assert_eq!(
+                    got,
+                    due,
+                    "datagram {got} arrived where {due} was due: {:?}",
+                    tx.stats()
+                );
             }
         });
         if done.is_none() {
