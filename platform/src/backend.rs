@@ -188,6 +188,8 @@ pub trait Backend: Send {
     /// take stays queued for the next poll), then wait until at least one datagram arrives, a
     /// wake-up comes, or `timeout` passes (`None`: no limit; `Some(ZERO)`: do not block).
     /// The received datagrams are readable through [`Backend::received`] until the next poll.
+    /// Datagrams leave the socket in the order `send` holds them, also when its buffer fills:
+    /// what stays queued is always the batch's tail.
     fn poll(&mut self, send: &mut SendBatch, timeout: Option<Duration>) -> Result<PollOutcome>;
 
     /// Submit what `send` holds without receiving or waiting, leaving what the last poll

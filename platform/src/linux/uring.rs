@@ -1397,6 +1397,70 @@ mod tests {
         });
     }
 
+    /// A send buffer of 16 KiB takes seven 100 B sends per round (their charge bound is
+    /// 2,504 B each), so 100 datagrams go out in 15 rounds, in order. Plain loopback frees each
+    /// datagram's charge as it is sent, so the charge read between rounds is 0.
+    #[test]
+    fn a_small_send_buffer_makes_short_rounds() {
+        if !uring_works() {
+            return;
+        }
+        assert_eq!(charge_bound(100, 1), 2_504);
+        let mut sc = SocketConfig::new("127.0.0.1:0".parse().unwrap());
+        sc.send_buffer = Some(8192);
+        let cfg = BackendConfig::default();
+        let mut tx = UringBackend::new(bind(&sc).unwrap(), &cfg, "t".into())
+            .map_err(|e| e.0)
+            .unwrap();
+        assert_eq!(tx.send_buffer, 16_384, "the kernel doubles SO_SNDBUF");
+        let (mut rx, dst, _) = receiver(&cfg);
+        let mut batch = SendBatch::new(100);
+        for i in 0..100u8 {
+            batch.push(dst, &[i; 100]).unwrap();
+        }
+        let out = tx.poll(&mut batch, Some(Duration::ZERO)).unwrap();
+        assert_eq!((out.sent, batch.len()), (100, 0), "{:?}", tx.stats());
+        assert_eq!(tx.stats().batches_out, 15, "{:?}", tx.stats());
+        let got = receive_segments(&mut rx, 100, tx.socket_info().local_addr);
+        let firsts: Vec<u8> = got.iter().map(|d| d[0]).collect();
+        assert_eq!(firsts, (0..100u8).collect::<Vec<_>>());
+    }
+
+    /// Should a send be refused before a later one of its round leaves (a round is sized so
+    /// that it cannot), the refused one is dropped and counted rather than sent again after
+    /// the later one; what follows the round's last sent datagram goes again, in order.
+    #[test]
+    fn a_send_refused_before_a_later_one_left_is_dropped_not_reordered() {
+        if !uring_works() {
+            return;
+        }
+        let mut tx = backend(&BackendConfig::default());
+        let dst: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut batch = SendBatch::new(4);
+        for i in 0..4u8 {
+            batch.push(dst, &[i; 10]).unwrap();
+        }
+        // One round's completions: sent, refused, sent, refused.
+        tx.fates = vec![EntryFate::Untouched; 4];
+        tx.seg_done = vec![0; 4];
+        tx.tx_slots = (0..4)
+            .map(|entry| SendSlot {
+                entry,
+                datagrams: 1,
+                segment: false,
+            })
+            .collect();
+        tx.tx_results = vec![Some(10), Some(-libc::EAGAIN), Some(10), Some(-libc::EAGAIN)];
+        assert_eq!(tx.settle_sends(&mut batch), (3, true, 3));
+        assert_eq!(batch.len(), 1);
+        assert_eq!(batch.payload(&batch.pending()[0]), &[3u8; 10]);
+        let st = tx.stats();
+        assert_eq!(
+            (st.datagrams_out, st.send_errors, st.send_would_block),
+            (2, 1, 1)
+        );
+    }
+
     /// The default configuration for each kind of ring: shared, and single-thread (deferred).
     fn both_rings() -> [BackendConfig; 2] {
         [false, true].map(|single_thread| BackendConfig {
