@@ -188,6 +188,8 @@ pub trait Backend: Send {
     /// take stays queued for the next poll), then wait until at least one datagram arrives, a
     /// wake-up comes, or `timeout` passes (`None`: no limit; `Some(ZERO)`: do not block).
     /// The received datagrams are readable through [`Backend::received`] until the next poll.
+    /// Datagrams leave the socket in the order `send` holds them, also when its buffer fills:
+    /// what stays queued is always the batch's tail.
     fn poll(&mut self, send: &mut SendBatch, timeout: Option<Duration>) -> Result<PollOutcome>;
 
     /// Submit what `send` holds without receiving or waiting, leaving what the last poll
@@ -257,12 +259,18 @@ pub(crate) mod test_support {
     }
 
     /// Runs `f` on a thread of its own in a new network namespace whose loopback sends at
-    /// 20 Mbit/s through a token bucket (`tc ... tbf`), so that a small socket send buffer
-    /// fills and drains as on a real link (plain loopback frees a datagram's buffer as soon
-    /// as it is sent, so a send never finds it full). Needs root and `ip`/`tc`; where they
-    /// are missing it says why and returns `None`, unless `RICOCHET_TEST_REQUIRE_NETNS` is set
-    /// (the project's CI, as root), where it fails.
-    pub(crate) fn on_slow_loopback<T: Send>(f: impl FnOnce() -> T + Send) -> Option<T> {
+    /// `rate` (a `tc` rate, e.g. `20mbit`) through a token bucket (`tc ... tbf`), so that a
+    /// small socket send buffer fills and drains as on a real link (plain loopback frees a
+    /// datagram's buffer as soon as it is sent, so a send never finds it full). Needs root and
+    /// `ip`/`tc`; where they are missing it says why and returns `None`, unless
+    /// `RICOCHET_TEST_REQUIRE_NETNS` is set (the project's CI, as root), where it fails.
+    ///
+    /// The loopback's arrivals are then all steered to CPU 0 (RPS, through a sysfs mounted in
+    /// a mount namespace of its own), where `unshare`, `sh` and `mount` allow: the token bucket
+    /// hands datagrams on from the sending thread's CPU or from its timer's, each CPU's
+    /// backlog is delivered on its own, and so the kernel itself would otherwise reorder a few
+    /// datagrams now and then (seen once in 144 runs of the order test on epoll + mmsg).
+    pub(crate) fn on_slow_loopback<T: Send>(rate: &str, f: impl FnOnce() -> T + Send) -> Option<T> {
         let required = std::env::var_os("RICOCHET_TEST_REQUIRE_NETNS").is_some();
         let skip = |why: String| {
             assert!(!required, "RICOCHET_TEST_REQUIRE_NETNS is set: {why}");
@@ -277,8 +285,8 @@ pub(crate) mod test_support {
                     skip(format!("no network namespace of our own: {e}"));
                     return None;
                 }
-                let tbf = "tc qdisc add dev lo root tbf rate 20mbit burst 4kb limit 1mb";
-                for cmd in ["ip link set lo up", tbf] {
+                let tbf = format!("tc qdisc add dev lo root tbf rate {rate} burst 4kb limit 1mb");
+                for cmd in ["ip link set lo up", tbf.as_str()] {
                     let mut words = cmd.split(' ');
                     let program = words.next().unwrap_or_default();
                     // A child spawned by this thread starts in its namespace.
@@ -289,6 +297,14 @@ pub(crate) mod test_support {
                             return None;
                         }
                     }
+                }
+                let rps =
+                    "mount -t sysfs sysfs /sys && echo 1 > /sys/class/net/lo/queues/rx-0/rps_cpus";
+                let steered = std::process::Command::new("unshare")
+                    .args(["--mount", "--propagation", "private", "sh", "-c", rps])
+                    .status();
+                if !matches!(&steered, Ok(s) if s.success()) {
+                    eprintln!("arrivals not steered to one CPU (RPS): {steered:?}");
                 }
                 Some(f())
             })
@@ -304,7 +320,7 @@ pub(crate) mod test_support {
         open: impl Fn(crate::socket::BoundSocket) -> Box<dyn Backend> + Send,
     ) {
         const N: usize = 48;
-        let done = on_slow_loopback(move || {
+        let done = on_slow_loopback("20mbit", move || {
             let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
             let mut cfg = crate::socket::SocketConfig::new("127.0.0.1:0".parse().unwrap());
             // Room for a few datagrams at a time (the kernel doubles it).
@@ -329,6 +345,76 @@ pub(crate) mod test_support {
             for i in 0..N {
                 let n = rx.recv(&mut buf).unwrap();
                 assert_eq!(&buf[..n], &[i as u8; 1000][..]);
+            }
+        });
+        if done.is_none() {
+            eprintln!("skipped: the send buffer could not be made to fill");
+        }
+    }
+
+    /// Numbered datagrams leave a socket in the order given while its send buffer fills and
+    /// drains: `N` small datagrams, far more than the 16 KiB buffer holds, go through a poll
+    /// loop onto a 5 Mbit/s link, and a receiver with room for all of them checks that each
+    /// arrives where it was due. A backend that lets a later datagram out after the full
+    /// buffer refused an earlier one (the link frees room between two sends of a round as it
+    /// drains, in about every round here) sends one early, which this sees.
+    pub(crate) fn sends_keep_their_order_when_the_buffer_fills(
+        open: impl Fn(crate::socket::BoundSocket) -> Box<dyn Backend> + Send,
+    ) {
+        const N: u32 = 2000;
+        const SIZE: usize = 100;
+        let done = on_slow_loopback("5mbit", move || {
+            let rx = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            // Room for every datagram (about 1 KiB each as the kernel counts), so that none is
+            // dropped before the receiver reads: as root, past `net.core.rmem_max`.
+            crate::sys::set_int(
+                std::os::fd::AsRawFd::as_raw_fd(&rx),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                16 << 20,
+            )
+            .unwrap();
+            let mut cfg = crate::socket::SocketConfig::new("127.0.0.1:0".parse().unwrap());
+            cfg.send_buffer = Some(8192);
+            let mut tx = open(crate::socket::bind(&cfg).unwrap());
+            let dst = rx.local_addr().unwrap();
+            let mut batch = SendBatch::new(N as usize);
+            let mut payload = [0u8; SIZE];
+            for i in 0..N {
+                payload[..4].copy_from_slice(&i.to_le_bytes());
+                batch.push(dst, &payload).unwrap();
+            }
+            // 2,000 datagrams of 128 B on the wire take about 0.4 s at 5 Mbit/s: the sender
+            // outpaces the link (the guard below), even on a loaded machine.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !batch.is_empty() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the batch did not drain: {:?}",
+                    tx.stats()
+                );
+                tx.poll(&mut batch, Some(Duration::from_millis(10)))
+                    .unwrap();
+            }
+            assert!(
+                tx.stats().send_would_block > 0,
+                "the buffer never filled: {:?}",
+                tx.stats()
+            );
+            rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            let mut buf = [0u8; 2048];
+            for due in 0..N {
+                let n = rx.recv(&mut buf).unwrap_or_else(|e| {
+                    panic!("datagram {due} of {N} did not come ({e}): {:?}", tx.stats())
+                });
+                assert_eq!(n, SIZE);
+                let got = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]);
+                assert_eq!(
+                    got,
+                    due,
+                    "datagram {got} arrived where {due} was due: {:?}",
+                    tx.stats()
+                );
             }
         });
         if done.is_none() {

@@ -724,6 +724,14 @@ mod tests {
         });
     }
 
+    #[test]
+    fn sends_keep_their_order_when_the_buffer_fills() {
+        let cfg = BackendConfig::default();
+        test_support::sends_keep_their_order_when_the_buffer_fills(move |s| {
+            Box::new(MmsgBackend::new(s, &cfg, "test".into()).unwrap())
+        });
+    }
+
     /// A wake-up taken by a zero-timeout poll (which only reads the socket) is reported and
     /// leaves `ready_fd` quiet; before, the eventfd stayed readable and a set waiting on
     /// `ready_fd` returned at once, turn after turn.

@@ -10,6 +10,17 @@
 //! submission instead of parking them in the kernel; those entries stay in the batch, and a
 //! one-shot `POLLOUT` poll on the socket ends the wait when the buffer drains, so they go out
 //! then rather than at the caller's next timer.
+//!
+//! Unlinked sends are issued one after another during the submission, but each on its own:
+//! when the buffer refuses one, a later one may still find room that the link freed in
+//! between, and would leave first. So a round holds only as many sends as the buffer is known
+//! to take whole, but for the last: the socket's charge (`SIOCOUTQ`, read when the running
+//! estimate gets near the limit) plus an upper bound of what each send adds stays below the
+//! buffer's size. A refusal can then only hit a round's last send, which goes first in the
+//! next round, and datagrams leave in the order given. With the large buffers servers use
+//! that costs nothing; a small or full buffer makes rounds short, when the link, not the
+//! submissions, sets the pace. (Linking the sends with `IO_LINK` would also keep the order,
+//! but each linked send waits for a task-work pass after its predecessor completes.)
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -43,10 +54,22 @@ const RECV_CONTROL: usize = 64;
 /// `struct io_uring_recvmsg_out`: four `u32`s (namelen, controllen, payloadlen, flags).
 const RECVMSG_OUT: usize = 16;
 const NAME_LEN: usize = std::mem::size_of::<libc::sockaddr_storage>();
-/// What the kernel charges a socket's send buffer per datagram beyond its payload (the
-/// socket buffer's bookkeeping), as an estimate: enough to tell a submission that may fill
-/// the buffer from one that cannot.
-const SEND_CHARGE_OVERHEAD: usize = 1024;
+/// An upper bound of what one socket buffer (`sk_buff`) of a send adds to the socket's send
+/// charge beyond twice its payload: the kernel charges the buffer's true size, its payload
+/// plus headers (at most 256 B here) and shared info (at most 768 B), rounded up by the
+/// allocator to at most twice that, plus the `sk_buff` itself (256 B).
+const SKB_CHARGE_BOUND: usize = 2 * (256 + 768) + 256;
+/// Fewest payload bytes one IP fragment carries, for counting the buffers of a datagram
+/// larger than the route's MTU (an MTU of 576 B, IPv4's smallest in practice, carries 548).
+const FRAGMENT_MIN: usize = 512;
+
+/// An upper bound of what a send of `len` payload bytes carrying `datagrams` datagrams (GSO
+/// segments) adds to the socket's send charge: one `sk_buff` per datagram or IP fragment.
+fn charge_bound(len: usize, datagrams: usize) -> usize {
+    let skbs = datagrams.max(len.div_ceil(FRAGMENT_MIN)).max(1);
+    len.saturating_mul(2)
+        .saturating_add(skbs.saturating_mul(SKB_CHARGE_BOUND))
+}
 
 /// Anonymous, page-aligned memory (the buffer ring must be page-aligned; the pool just needs
 /// a fixed address).
@@ -186,9 +209,16 @@ pub struct UringBackend {
     writable: bool,
     /// The last send round found the buffer full.
     send_pressure: bool,
-    /// Half the socket's send buffer: a submission estimated to charge more than this may
-    /// fill it.
-    send_room: usize,
+    /// The socket's send buffer size (`SO_SNDBUF`): a send is refused once the socket's
+    /// charge reaches it.
+    send_buffer: usize,
+    /// An upper bound of the socket's send charge: the last one read (`SIOCOUTQ`) plus the
+    /// bounds of every send queued since (the kernel frees charge, never adds it, meanwhile).
+    charge_bound: usize,
+    /// A GSO send has gone out on this socket: a refusal (which a later send of the same
+    /// round would overtake) is not expected any more, so a GSO send may be followed by others
+    /// in its round.
+    gso_proven: bool,
     /// Buffers held by the datagrams of the last poll; returned at the start of the next.
     held: Vec<u16>,
     metas: Vec<RecvMeta>,
@@ -199,8 +229,10 @@ pub struct UringBackend {
     tx_slots: Vec<SendSlot>,
     /// Per slot: bytes sent (>= 0) or negative errno; `None` until its completion arrives.
     tx_results: Vec<Option<i32>>,
-    /// The send buffer the queued sends are estimated to take (`SEND_CHARGE_OVERHEAD`).
-    tx_charge: usize,
+    /// The round's sends may fill the buffer (its last may be refused).
+    tx_may_fill: bool,
+    /// The round holds every pending entry whole.
+    tx_all: bool,
     fates: Vec<EntryFate>,
     /// Segments sent per pending entry (split GSO entries only).
     seg_done: Vec<usize>,
@@ -380,7 +412,9 @@ impl UringBackend {
             bufs,
             recv_msg,
             fd: sock.as_raw_fd(),
-            send_room: sock.info().send_buffer_granted / 2,
+            send_buffer: sock.info().send_buffer_granted,
+            charge_bound: 0,
+            gso_proven: false,
             sock,
             waker,
             reason,
@@ -409,7 +443,8 @@ impl UringBackend {
             tx_msgs: vec![unsafe { std::mem::zeroed() }; tx_n],
             tx_slots: Vec::with_capacity(tx_n),
             tx_results: Vec::with_capacity(tx_n),
-            tx_charge: 0,
+            tx_may_fill: false,
+            tx_all: true,
             fates: Vec::with_capacity(tx_n),
             seg_done: Vec::with_capacity(tx_n),
             send_gen: 0,
@@ -453,8 +488,8 @@ impl UringBackend {
             } else {
                 0
             };
-            // The submission could not carry every pending entry: send again before waiting.
-            let more_to_send = sends > 0 && self.fates.len() < send.len();
+            // The round did not carry every pending entry: send again before waiting.
+            let more_to_send = sends > 0 && !self.tx_all;
             let remaining = match (timeout, deadline) {
                 (Some(t), _) if t.is_zero() => Some(Duration::ZERO),
                 (Some(_), Some(d)) => Some(d.saturating_duration_since(Instant::now())),
@@ -464,7 +499,7 @@ impl UringBackend {
             // Sends that may fill the socket buffer are submitted before the wait, not in the
             // same enter: one the full buffer refuses must end the wait (through the `POLLOUT`
             // poll armed then), and a wait begun with the submission would not end for it.
-            let may_fill = sends > 0 && (self.send_pressure || self.tx_charge > self.send_room);
+            let may_fill = sends > 0 && (self.send_pressure || self.tx_may_fill);
             if !more_to_send && !may_fill && !have_cqes && remaining != Some(Duration::ZERO) {
                 // Wait for every send to complete plus one more event: a datagram, a wake-up.
                 self.enter(sends + 1, remaining)?;
@@ -479,7 +514,7 @@ impl UringBackend {
                 out.woken |= self.reap(false);
             }
             if sends > 0 {
-                let (removed, would_block) = self.finish_round(send)?;
+                let (removed, would_block, _) = self.finish_round(send)?;
                 out.sent += removed;
                 may_send &= !would_block;
             }
@@ -528,9 +563,9 @@ impl UringBackend {
         let mut removed = 0;
         while !send.is_empty() {
             // Wake-ups are stashed with the receive completions, so the next poll reports them.
-            let (n, would_block, _) = self.send_round(send, true)?;
+            let (n, would_block, settled) = self.send_round(send)?;
             removed += n;
-            if would_block || n == 0 {
+            if would_block || settled == 0 {
                 break;
             }
         }
@@ -599,32 +634,55 @@ impl UringBackend {
         }
     }
 
-    /// Prepare send SQEs for as much of `batch` as fits; returns how many messages.
+    /// Prepare send SQEs for as much of `batch` as one round carries in order (see the module
+    /// docs); returns how many messages.
     fn queue_sends(&mut self, batch: &SendBatch) -> Result<usize> {
         self.send_gen = self.send_gen.wrapping_add(1);
         self.tx_slots.clear();
         self.tx_results.clear();
-        self.tx_charge = 0;
         self.fates.clear();
         self.seg_done.clear();
+        self.tx_all = true;
         let cap = self.tx_msgs.len();
+        // The bounds of the messages taken so far, and whether the charge was read this round.
+        let mut charge = 0usize;
+        let mut read = false;
         let mut m = 0;
-        let mut any_split = false;
-        for (idx, entry) in batch.pending().iter().enumerate() {
+        'entries: for (idx, entry) in batch.pending().iter().enumerate() {
             let split = match entry.segment_size {
                 Some(s) if !self.gso && (s as usize) < entry.len => Some(s as usize),
                 _ => None,
             };
             let needed = split.map_or(1, |s| entry.len.div_ceil(s));
-            let take = if m + needed <= cap {
-                needed
-            } else if m == 0 {
-                // A split run longer than a whole submission (a small ring): send its first
-                // `cap` segments now, the rest next time, rather than never.
-                cap
-            } else {
+            // A split run longer than a whole submission (a small ring) goes in parts when it
+            // comes first, rather than never; otherwise entries are taken whole or not at all.
+            if m + needed > cap && m > 0 {
+                self.tx_all = false;
                 break;
-            };
+            }
+            let payload = batch.payload(entry);
+            let mut take = 0;
+            while take < needed.min(cap) {
+                let (len, datagrams) = match split {
+                    Some(seg) => ((entry.len - take * seg).min(seg), 1),
+                    None => (entry.len, entry.datagrams()),
+                };
+                // This message may follow the ones taken only if those cannot be refused.
+                if m + take > 0 && !self.room_for(charge, &mut read) {
+                    break;
+                }
+                charge = charge.saturating_add(charge_bound(len, datagrams));
+                take += 1;
+                if split.is_none() && datagrams > 1 && !self.gso_proven {
+                    // A first GSO send may be refused as such (then resent split): nothing of
+                    // this round may follow it.
+                    break;
+                }
+            }
+            if take == 0 {
+                self.tx_all = false;
+                break;
+            }
             // An entry sent in part is `Retry` from the start, so its sent segments are skipped
             // (`seg_done`) and it is removed only once none is left.
             self.fates.push(if take < needed {
@@ -633,10 +691,8 @@ impl UringBackend {
                 EntryFate::Untouched
             });
             self.seg_done.push(0);
-            let payload = batch.payload(entry);
             match split {
                 Some(seg) => {
-                    any_split = true;
                     for s in 0..take {
                         let part = &payload[s * seg..((s + 1) * seg).min(entry.len)];
                         self.prepare_send(m, idx, &entry.dst, part, None, 1, true);
@@ -649,22 +705,44 @@ impl UringBackend {
                     m += 1;
                 }
             }
+            let gso_first = split.is_none() && entry.datagrams() > 1 && !self.gso_proven;
+            if take < needed || gso_first {
+                self.tx_all = idx + 1 == batch.len() && take == needed;
+                break 'entries;
+            }
         }
-        // Unlinked sends are issued in order during the submission. Linked ones are not issued
-        // until their predecessor completes, so once segments must be linked (a failure must
-        // cancel the rest of an entry, keeping what was sent a prefix), link the whole
-        // submission to keep the datagrams in order.
+        // Whether the last message may be refused: then the poll must not wait in the same
+        // enter (the `POLLOUT` poll that ends such a wait is armed after a refusal).
+        self.tx_may_fill = !self.room_for(charge, &mut read);
+        self.charge_bound = self.charge_bound.saturating_add(charge);
         for i in 0..m {
-            let mut sqe = opcode::SendMsg::new(types::Fd(self.fd), &self.tx_msgs[i])
+            let sqe = opcode::SendMsg::new(types::Fd(self.fd), &self.tx_msgs[i])
                 .flags(libc::MSG_DONTWAIT as u32)
                 .build()
                 .user_data(TOKEN_SEND | u64::from(self.send_gen) << SEND_GEN_SHIFT | i as u64);
-            if any_split && i + 1 < m {
-                sqe = sqe.flags(squeue::Flags::IO_LINK);
-            }
             self.push_sqe(&sqe)?;
         }
         Ok(m)
+    }
+
+    /// Whether messages bounded by `charge` in all fit below the send buffer on top of the
+    /// socket's charge, so that none can be refused. Reads the charge (once per round, `read`)
+    /// when the running bound says no.
+    fn room_for(&mut self, charge: usize, read: &mut bool) -> bool {
+        let fits = |bound: usize| bound.saturating_add(charge) < self.send_buffer;
+        if fits(self.charge_bound) {
+            return true;
+        }
+        if !*read {
+            *read = true;
+            self.stats.syscalls += 1;
+            match socket_send_charge(self.fd) {
+                Ok(c) => self.charge_bound = c,
+                // Unknown: only one message per round, which is always in order.
+                Err(_) => self.charge_bound = usize::MAX,
+            }
+        }
+        fits(self.charge_bound)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -700,7 +778,6 @@ impl UringBackend {
                 msg.msg_controllen = 0;
             }
         }
-        self.tx_charge += payload.len() + SEND_CHARGE_OVERHEAD * datagrams;
         self.tx_slots.push(SendSlot {
             entry,
             datagrams,
@@ -783,34 +860,34 @@ impl UringBackend {
         false
     }
 
-    /// Submit what `batch` holds (as far as one submission carries) and settle the
-    /// completions; `stash` keeps receive/wake completions for later. Returns (entries
-    /// removed, socket was full, woken).
-    fn send_round(&mut self, batch: &mut SendBatch, stash: bool) -> Result<(usize, bool, bool)> {
+    /// Submit what `batch` holds (as far as one round carries) and settle the completions,
+    /// keeping receive/wake completions for later. Returns what [`finish_round`] does.
+    ///
+    /// [`finish_round`]: Self::finish_round
+    fn send_round(&mut self, batch: &mut SendBatch) -> Result<(usize, bool, usize)> {
         let sends = self.queue_sends(batch)?;
         self.enter(sends, None)?;
-        let mut woken = self.reap(stash);
+        self.reap(true);
         while self.tx_results.iter().any(Option::is_none) {
             self.enter(1, Some(Duration::from_millis(100)))?;
-            woken |= self.reap(stash);
+            self.reap(true);
         }
-        let (removed, would_block) = self.finish_round(batch)?;
-        Ok((removed, would_block, woken))
+        self.finish_round(batch)
     }
 
     /// End a send round whose completions have all come: settle them into `batch`, free the
     /// round's slots, and when the socket was full, arm the `POLLOUT` poll that ends the next
     /// wait once it drains (after a flush, its completion is stashed and handled by the next
-    /// poll). Returns (entries removed, socket was full).
-    fn finish_round(&mut self, batch: &mut SendBatch) -> Result<(usize, bool)> {
-        let (removed, would_block) = self.settle_sends(batch);
+    /// poll). Returns (entries removed, socket was full, messages settled for good).
+    fn finish_round(&mut self, batch: &mut SendBatch) -> Result<(usize, bool, usize)> {
+        let (removed, would_block, settled) = self.settle_sends(batch);
         self.tx_slots.clear();
         self.tx_results.clear();
         self.send_pressure = would_block;
         if would_block {
             self.arm_writable()?;
         }
-        Ok((removed, would_block))
+        Ok((removed, would_block, settled))
     }
 
     fn on_recv(&mut self, res: i32, flags: u32) {
@@ -877,57 +954,77 @@ impl UringBackend {
         });
     }
 
-    /// Apply the send completions to `batch`; returns (entries removed, socket was full).
-    fn settle_sends(&mut self, batch: &mut SendBatch) -> (usize, bool) {
-        if self.tx_slots.is_empty() {
-            return (0, false);
+    /// Whether a send that failed with `res` goes again: the buffer was full, or (a message
+    /// of several datagrams that is not a split segment, so a GSO send) the route refused GSO.
+    fn is_refusal(slot: &SendSlot, res: i32) -> bool {
+        res == -libc::EAGAIN
+            || res == -libc::ENOBUFS
+            || res == -libc::ECANCELED
+            || (!slot.segment
+                && slot.datagrams > 1
+                && linux::is_gso_refusal(&io::Error::from_raw_os_error(-res)))
+    }
+
+    /// Apply the send completions to `batch`; returns (entries removed, socket was full,
+    /// messages settled for good).
+    ///
+    /// What goes again is the round from its first refused send on, so what is settled stays a
+    /// prefix and the order holds. A round is sized so that only its last send can be refused
+    /// (module docs); should an earlier one be refused all the same and a later one leave (a
+    /// buffer shared with another thread's sends, a GSO refusal on a route not seen before),
+    /// the refused one is dropped and counted as a send error rather than sent out of order.
+    fn settle_sends(&mut self, batch: &mut SendBatch) -> (usize, bool, usize) {
+        let n = self.tx_slots.len();
+        if n == 0 {
+            return (0, false, 0);
         }
-        let mut would_block = false;
-        for (i, slot) in self.tx_slots.iter().enumerate() {
-            let res = self.tx_results[i].unwrap_or(-libc::EAGAIN);
-            let fate = &mut self.fates[slot.entry];
-            if res >= 0 {
+        let res = |i: usize| self.tx_results[i].unwrap_or(-libc::EAGAIN);
+        let after_last_sent = (0..n).rev().find(|&i| res(i) >= 0).map_or(0, |i| i + 1);
+        let cut = (after_last_sent..n)
+            .find(|&i| Self::is_refusal(&self.tx_slots[i], res(i)))
+            .unwrap_or(n);
+        for i in 0..cut {
+            let (slot, r) = (self.tx_slots[i], res(i));
+            if slot.segment {
+                self.seg_done[slot.entry] += 1;
+            }
+            if self.fates[slot.entry] == EntryFate::Untouched {
+                self.fates[slot.entry] = EntryFate::Done;
+            }
+            if r >= 0 {
                 self.stats.datagrams_out += slot.datagrams as u64;
-                if slot.segment {
-                    self.seg_done[slot.entry] += 1;
+                if !slot.segment && slot.datagrams > 1 {
+                    self.gso_proven = true;
                 }
-                if *fate == EntryFate::Untouched {
-                    *fate = EntryFate::Done;
-                }
-            } else if res == -libc::EAGAIN || res == -libc::ECANCELED || res == -libc::ENOBUFS {
-                would_block = true;
-                *fate = EntryFate::Retry;
-            } else {
-                let err = io::Error::from_raw_os_error(-res);
-                // A message of several datagrams that is not a split segment went out as GSO.
-                if !slot.segment && slot.datagrams > 1 && linux::is_gso_refusal(&err) {
-                    // The device or route cannot take this GSO send (checksum offload off, a
-                    // segment over the MTU): split from now on, resending these datagrams (every
-                    // GSO message of this submission failing so is retried, not dropped).
-                    if self.gso {
-                        tracing::warn!(error = %err, "UDP GSO send failed; sending segments one by one from now on");
-                    }
-                    self.gso = false;
-                    *fate = EntryFate::Retry;
-                    continue;
-                }
-                self.stats.send_errors += 1;
-                if let Some(e) = batch.pending().get(slot.entry) {
-                    linux::log_send_error("uring", self.stats.send_errors, &err, &e.dst);
-                }
-                if slot.segment {
-                    // A segment failed for good: drop it, keep the rest of the entry.
-                    self.seg_done[slot.entry] += 1;
-                    *fate = EntryFate::Retry;
-                } else {
-                    *fate = EntryFate::Done;
-                }
+                continue;
+            }
+            let err = io::Error::from_raw_os_error(-r);
+            self.stats.send_errors += 1;
+            let dst = batch.pending().get(slot.entry).map(|e| e.dst);
+            if Self::is_refusal(&slot, r) {
+                tracing::warn!(error = %err, ?dst, "uring: a send was refused after a later one of its round had left; dropped to keep the order");
+            } else if let Some(dst) = dst {
+                linux::log_send_error("uring", self.stats.send_errors, &err, &dst);
             }
         }
-        if would_block {
-            self.stats.send_would_block += 1;
+        let mut would_block = false;
+        if cut < n {
+            let r = res(cut);
+            if r == -libc::EAGAIN || r == -libc::ENOBUFS || r == -libc::ECANCELED {
+                would_block = true;
+                self.stats.send_would_block += 1;
+            } else if self.gso {
+                // The device or route cannot take this GSO send (checksum offload off, a
+                // segment over the MTU): split from now on, resending these datagrams.
+                let err = io::Error::from_raw_os_error(-r);
+                tracing::warn!(error = %err, "UDP GSO send failed; sending segments one by one from now on");
+                self.gso = false;
+            }
+            for i in cut..n {
+                self.fates[self.tx_slots[i].entry] = EntryFate::Retry;
+            }
         }
-        if self.tx_results.iter().any(|r| r.is_some_and(|r| r >= 0)) {
+        if (0..cut).any(|i| res(i) >= 0) {
             self.stats.batches_out += 1;
         }
         for (i, &done) in self.seg_done.iter().enumerate() {
@@ -939,6 +1036,7 @@ impl UringBackend {
         (
             batch.remove_pending(|i| fates.get(i) == Some(&EntryFate::Done)),
             would_block,
+            cut,
         )
     }
 
@@ -1075,6 +1173,17 @@ impl Drop for UringBackend {
         }
         let _ = self.ring.submitter().unregister_buf_ring(BUF_GROUP);
     }
+}
+
+/// The socket's send charge (`SIOCOUTQ`): what its datagrams not yet freed by the kernel
+/// hold of its send buffer, as the kernel compares it with the buffer's size.
+fn socket_send_charge(fd: RawFd) -> io::Result<usize> {
+    let mut charge: libc::c_int = 0;
+    // SAFETY: SIOCOUTQ on a socket writes one c_int through the pointer, which points at one.
+    if unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut charge as *mut libc::c_int) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(usize::try_from(charge).unwrap_or(0))
 }
 
 /// Probe io_uring, provided-buffer rings and multishot `recvmsg` by running the backend on a
@@ -1259,6 +1368,97 @@ mod tests {
                 )
             });
         }
+    }
+
+    /// Before, a round's send that a full buffer refused was sent again after later ones of
+    /// the same round that found room (the link freed some between them) had left.
+    #[test]
+    fn sends_keep_their_order_when_the_buffer_fills() {
+        keeps_order_when_the_buffer_fills(&both_rings()[0]);
+    }
+
+    /// The same on a single-thread (deferred) ring.
+    #[test]
+    fn sends_keep_their_order_when_the_buffer_fills_single_thread() {
+        keeps_order_when_the_buffer_fills(&both_rings()[1]);
+    }
+
+    fn keeps_order_when_the_buffer_fills(cfg: &BackendConfig) {
+        if !uring_works() {
+            return;
+        }
+        let cfg = cfg.clone();
+        test_support::sends_keep_their_order_when_the_buffer_fills(move |s| {
+            Box::new(
+                UringBackend::new(s, &cfg, "t".into())
+                    .map_err(|e| e.0)
+                    .unwrap(),
+            )
+        });
+    }
+
+    /// A send buffer of 16 KiB takes seven 100 B sends per round (their charge bound is
+    /// 2,504 B each), so 100 datagrams go out in 15 rounds, in order. Plain loopback frees each
+    /// datagram's charge as it is sent, so the charge read between rounds is 0.
+    #[test]
+    fn a_small_send_buffer_makes_short_rounds() {
+        if !uring_works() {
+            return;
+        }
+        assert_eq!(charge_bound(100, 1), 2_504);
+        let mut sc = SocketConfig::new("127.0.0.1:0".parse().unwrap());
+        sc.send_buffer = Some(8192);
+        let cfg = BackendConfig::default();
+        let mut tx = UringBackend::new(bind(&sc).unwrap(), &cfg, "t".into())
+            .map_err(|e| e.0)
+            .unwrap();
+        assert_eq!(tx.send_buffer, 16_384, "the kernel doubles SO_SNDBUF");
+        let (mut rx, dst, _) = receiver(&cfg);
+        let mut batch = SendBatch::new(100);
+        for i in 0..100u8 {
+            batch.push(dst, &[i; 100]).unwrap();
+        }
+        let out = tx.poll(&mut batch, Some(Duration::ZERO)).unwrap();
+        assert_eq!((out.sent, batch.len()), (100, 0), "{:?}", tx.stats());
+        assert_eq!(tx.stats().batches_out, 15, "{:?}", tx.stats());
+        let got = receive_segments(&mut rx, 100, tx.socket_info().local_addr);
+        let firsts: Vec<u8> = got.iter().map(|d| d[0]).collect();
+        assert_eq!(firsts, (0..100u8).collect::<Vec<_>>());
+    }
+
+    /// Should a send be refused before a later one of its round leaves (a round is sized so
+    /// that it cannot), the refused one is dropped and counted rather than sent again after
+    /// the later one; what follows the round's last sent datagram goes again, in order.
+    #[test]
+    fn a_send_refused_before_a_later_one_left_is_dropped_not_reordered() {
+        if !uring_works() {
+            return;
+        }
+        let mut tx = backend(&BackendConfig::default());
+        let dst: std::net::SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let mut batch = SendBatch::new(4);
+        for i in 0..4u8 {
+            batch.push(dst, &[i; 10]).unwrap();
+        }
+        // One round's completions: sent, refused, sent, refused.
+        tx.fates = vec![EntryFate::Untouched; 4];
+        tx.seg_done = vec![0; 4];
+        tx.tx_slots = (0..4)
+            .map(|entry| SendSlot {
+                entry,
+                datagrams: 1,
+                segment: false,
+            })
+            .collect();
+        tx.tx_results = vec![Some(10), Some(-libc::EAGAIN), Some(10), Some(-libc::EAGAIN)];
+        assert_eq!(tx.settle_sends(&mut batch), (3, true, 3));
+        assert_eq!(batch.len(), 1);
+        assert_eq!(batch.payload(&batch.pending()[0]), &[3u8; 10]);
+        let st = tx.stats();
+        assert_eq!(
+            (st.datagrams_out, st.send_errors, st.send_would_block),
+            (2, 1, 1)
+        );
     }
 
     /// The default configuration for each kind of ring: shared, and single-thread (deferred).
