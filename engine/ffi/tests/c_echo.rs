@@ -90,7 +90,11 @@ fn a_rust_client_echoes_10000_messages_with_a_c_server() {
             match event {
                 ClientEvent::Message { channel, data } => {
                     assert_eq!(channel, 0);
-                    assert_eq!(&data[..], &message(SIZE, received, 3)[..], "echo {received}");
+                    assert_eq!(
+                        &data[..],
+                        &message(SIZE, received, 3)[..],
+                        "echo {received}"
+                    );
                     received += 1;
                 }
                 other => panic!("unexpected {other:?}"),
@@ -104,6 +108,13 @@ fn a_rust_client_echoes_10000_messages_with_a_c_server() {
     }
     let out = wait_output(child, Duration::from_secs(30));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "echo_server failed ({:?}):\n{stderr}", out.status);
-    assert!(stderr.contains(&format!("{MESSAGES} messages echoed")), "{stderr}");
+    assert!(
+        out.status.success(),
+        "echo_server failed ({:?}):\n{stderr}",
+        out.status
+    );
+    assert!(
+        stderr.contains(&format!("{MESSAGES} messages echoed")),
+        "{stderr}"
+    );
 }

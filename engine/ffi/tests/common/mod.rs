@@ -68,15 +68,21 @@ pub fn build_c(name: &str) -> PathBuf {
 
 /// The sanitizers' settings for a C program: any finding fails the run.
 pub fn sanitizer_env(cmd: &mut Command) -> &mut Command {
-    cmd.env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:exitcode=86")
-        .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1:exitcode=87")
-        .env(
-            "LSAN_OPTIONS",
-            format!(
-                "suppressions={}",
-                crate_dir().join("examples/c/lsan.supp").display()
-            ),
-        )
+    cmd.env(
+        "ASAN_OPTIONS",
+        "detect_leaks=1:abort_on_error=0:exitcode=86",
+    )
+    .env(
+        "UBSAN_OPTIONS",
+        "print_stacktrace=1:halt_on_error=1:exitcode=87",
+    )
+    .env(
+        "LSAN_OPTIONS",
+        format!(
+            "suppressions={}",
+            crate_dir().join("examples/c/lsan.supp").display()
+        ),
+    )
 }
 
 /// Wait for `child` at most `limit`; killed (and the test failed) past it.
