@@ -118,3 +118,19 @@ fn a_rust_client_echoes_10000_messages_with_a_c_server() {
         "{stderr}"
     );
 }
+
+#[test]
+fn the_cpp_wrapper_echoes_in_one_process() {
+    let exe = build_c("raii_echo");
+    let out = run(
+        sanitizer_env(&mut Command::new(exe).arg("1000")),
+        b"",
+        LIMIT,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1000 echoes checked"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -31,7 +31,7 @@ pub fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Compile `examples/c/<name>.c` with gcc (`-Wall -Wextra -Werror`, AddressSanitizer and
+/// Compile `examples/c/<name>.c` with gcc (or `<name>.cpp` with g++, C++17) (`-Wall -Wextra -Werror`, AddressSanitizer and
 /// UndefinedBehaviorSanitizer unless `RICOCHET_C_NO_SANITIZE` is set), linked to the shared
 /// library; the executable's path.
 pub fn build_c(name: &str) -> PathBuf {
@@ -39,8 +39,23 @@ pub fn build_c(name: &str) -> PathBuf {
     std::fs::create_dir_all(&out_dir).expect("tmp dir");
     let exe = out_dir.join(name);
     let lib = lib_dir();
-    let mut cmd = Command::new(std::env::var("CC").unwrap_or_else(|_| "gcc".into()));
-    cmd.args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"]);
+    let cpp = crate_dir().join(format!("examples/c/{name}.cpp"));
+    let (source, compiler, std) = if cpp.exists() {
+        (
+            cpp,
+            std::env::var("CXX").unwrap_or_else(|_| "g++".into()),
+            "-std=c++17",
+        )
+    } else {
+        let c = crate_dir().join(format!("examples/c/{name}.c"));
+        (
+            c,
+            std::env::var("CC").unwrap_or_else(|_| "gcc".into()),
+            "-std=c11",
+        )
+    };
+    let mut cmd = Command::new(compiler);
+    cmd.args([std, "-O1", "-g", "-Wall", "-Wextra", "-Werror"]);
     if std::env::var_os("RICOCHET_C_NO_SANITIZE").is_none() {
         cmd.args([
             "-fsanitize=address,undefined",
@@ -50,7 +65,7 @@ pub fn build_c(name: &str) -> PathBuf {
     }
     cmd.arg("-I")
         .arg(crate_dir().join("include"))
-        .arg(crate_dir().join(format!("examples/c/{name}.c")))
+        .arg(source)
         .arg("-o")
         .arg(&exe)
         .arg("-L")
