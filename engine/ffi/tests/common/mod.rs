@@ -2,6 +2,8 @@
 //! programs with a time limit, hex, an echo server in Rust.
 #![allow(dead_code)]
 
+pub mod vectors;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -180,4 +182,61 @@ impl Handler for Echo {
         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _ = ctx.send(s, channel, data);
     }
+}
+
+/// Build the C# binding and its test program with `mcs` (once per test binary); `None` when
+/// Mono is not installed and `RICOCHET_REQUIRE_MONO` is not set (then the C# tests say they
+/// were skipped; CI sets it after installing Mono).
+pub fn build_csharp() -> Option<PathBuf> {
+    use std::sync::OnceLock;
+    static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let have = |tool: &str| {
+            Command::new(tool)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !have("mcs") || !have("mono") {
+            assert!(
+                std::env::var_os("RICOCHET_REQUIRE_MONO").is_none(),
+                "RICOCHET_REQUIRE_MONO is set but mcs or mono is missing \
+                 (apt-get install -y mono-mcs mono-runtime)"
+            );
+            eprintln!("skipped: mcs and mono are not installed");
+            return None;
+        }
+        let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ffi-cs");
+        std::fs::create_dir_all(&out_dir).expect("tmp dir");
+        let exe = out_dir.join("EchoClient.exe");
+        let cs = crate_dir().join("bindings/csharp");
+        let out = Command::new("mcs")
+            .args([
+                "-langversion:experimental",
+                "-unsafe",
+                "-optimize+",
+                "-warnaserror+",
+            ])
+            .arg(format!("-out:{}", exe.display()))
+            .arg(cs.join("Native.cs"))
+            .arg(cs.join("Ricochet.cs"))
+            .arg(cs.join("tests/EchoClient.cs"))
+            .output()
+            .expect("run mcs");
+        assert!(
+            out.status.success(),
+            "mcs failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(exe)
+    })
+    .clone()
+}
+
+/// `mono <exe>` with the library under test on the native search path.
+pub fn mono(exe: &Path) -> Command {
+    let mut cmd = Command::new("mono");
+    cmd.arg(exe).env("LD_LIBRARY_PATH", lib_dir());
+    cmd
 }
