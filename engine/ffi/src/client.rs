@@ -173,6 +173,7 @@ pub unsafe extern "C" fn ricochet_client_connect(
         }
         // SAFETY: the caller's contract, for both.
         let bytes = unsafe { read_bytes(token, token_len, "token") }?;
+        // SAFETY: the pointers are as this function's `# Safety` requires.
         let config = unsafe { client_config(config) }?;
         let token = ConnectToken::from_bytes(bytes)
             .map_err(|e| Error::new(ricochet_status::RICOCHET_ERROR_TOKEN, e.to_string()))?;
@@ -201,6 +202,7 @@ pub unsafe extern "C" fn ricochet_client_connect_insecure(
         }
         // SAFETY: the caller's contract, for both.
         let server = unsafe { read_addr(address, "address") }?;
+        // SAFETY: the pointers are as this function's `# Safety` requires.
         let config = unsafe { client_config(config) }?;
         publish(Client::connect_insecure(server, config)?, out);
         Ok(())

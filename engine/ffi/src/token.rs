@@ -222,11 +222,13 @@ pub unsafe extern "C" fn ricochet_token_issue(
         let cell = issuer_cell(issuer)?;
         // SAFETY: the caller's contract, for each of the three.
         let servers = unsafe { read_addrs(addresses, address_count) }?;
+        // SAFETY: the pointers are as this function's `# Safety` requires.
         let data = unsafe { read_bytes(user_data, user_data_len, "user_data") }?;
         let token = cell
             .0
             .issue_with_data(client_id, &servers, data)
             .map_err(token_error)?;
+        // SAFETY: the pointers are as this function's `# Safety` requires.
         unsafe { write_bytes(&token.to_bytes(), out, cap, out_len) }
     })
 }
@@ -262,9 +264,12 @@ pub unsafe extern "C" fn ricochet_token_encode(
 ) -> ricochet_status {
     guard(|| {
         // SAFETY (all reads below): the caller's contract.
+        // SAFETY: the pointers are as this function's `# Safety` requires.
         let key = TokenKey::from_bytes(unsafe { read_key(key, "key") }?);
         let keys = SessionKeys {
+            // SAFETY: the pointers are as this function's `# Safety` requires.
             client_to_server: unsafe { read_key(client_to_server_key, "client_to_server_key") }?,
+            // SAFETY: the pointers are as this function's `# Safety` requires.
             server_to_client: unsafe { read_key(server_to_client_key, "server_to_client_key") }?,
         };
         if nonce.is_null() {
@@ -273,7 +278,9 @@ pub unsafe extern "C" fn ricochet_token_encode(
         let mut n = [0u8; NONCE_LEN];
         // SAFETY: 24 readable bytes (caller's contract).
         unsafe { std::ptr::copy_nonoverlapping(nonce, n.as_mut_ptr(), NONCE_LEN) };
+        // SAFETY: the pointers are as this function's `# Safety` requires.
         let servers = unsafe { read_addrs(addresses, address_count) }?;
+        // SAFETY: the pointers are as this function's `# Safety` requires.
         let data = unsafe { read_bytes(user_data, user_data_len, "user_data") }?;
         let token = encode(
             &key,
@@ -285,6 +292,7 @@ pub unsafe extern "C" fn ricochet_token_encode(
             keys,
             n,
         )?;
+        // SAFETY: the pointers are as this function's `# Safety` requires.
         unsafe { write_bytes(&token.to_bytes(), out, cap, out_len) }
     })
 }

@@ -26,8 +26,8 @@ fn last_error() -> String {
 
 fn insecure_server(workers: u32) -> ricochet_server {
     let mut cfg = std::mem::MaybeUninit::uninit();
-    // SAFETY: writable config.
     assert_eq!(
+        // SAFETY: writable config.
         unsafe { ricochet_server_config_default(cfg.as_mut_ptr()) },
         RICOCHET_OK
     );
@@ -37,8 +37,8 @@ fn insecure_server(workers: u32) -> ricochet_server {
     cfg.admission = RICOCHET_ADMISSION_INSECURE;
     cfg.workers = workers;
     let mut server = ricochet_server { id: 0 };
-    // SAFETY: valid config and out slot.
     assert_eq!(
+        // SAFETY: valid config and out slot.
         unsafe { ricochet_server_start(&cfg, &mut server) },
         RICOCHET_OK
     );
@@ -128,6 +128,7 @@ fn null_handles_and_pointers_return_errors() {
     let null_server = ricochet_server { id: 0 };
     let mut ev = empty_client_event();
     // SAFETY (every call below): null or valid pointers only; the library checks the rest.
+    // SAFETY: valid pointers (or deliberately null ones, which the library checks).
     unsafe {
         assert_eq!(
             ricochet_client_send(null_client, 0, b"x".as_ptr(), 1),
@@ -204,6 +205,7 @@ fn null_handles_and_pointers_return_errors() {
     // SAFETY: static strings.
     let text = unsafe { CStr::from_ptr(ricochet_error_text(RICOCHET_ERROR_INVALID_HANDLE as i32)) };
     assert!(text.to_str().unwrap().contains("invalid handle"));
+    // SAFETY: valid pointers (or deliberately null ones, which the library checks).
     let version = unsafe { CStr::from_ptr(ricochet_version()) };
     assert_eq!(version.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
 }
@@ -213,8 +215,8 @@ fn a_handle_used_after_it_was_destroyed_or_stopped_returns_an_error() {
     let server = insecure_server(1);
     let addr = local_address(server);
     let mut client = ricochet_client { id: 0 };
-    // SAFETY: valid address string and out slot.
     assert_eq!(
+        // SAFETY: valid address string and out slot.
         unsafe { ricochet_client_connect_insecure(addr.as_ptr(), null(), &mut client) },
         RICOCHET_OK
     );
@@ -242,8 +244,8 @@ fn a_handle_used_after_it_was_destroyed_or_stopped_returns_an_error() {
     );
     // A new object in the freed slot does not answer to the old handle.
     let mut issuer = ricochet_token_issuer { id: 0 };
-    // SAFETY: a 32-byte key and an out slot.
     assert_eq!(
+        // SAFETY: a 32-byte key and an out slot.
         unsafe { ricochet_token_issuer_new([1u8; 32].as_ptr(), 1, 0, &mut issuer) },
         RICOCHET_OK
     );
@@ -264,15 +266,15 @@ fn a_buffer_too_small_keeps_the_event_and_says_the_size_needed() {
     let server = insecure_server(1);
     let addr = local_address(server);
     let mut client = ricochet_client { id: 0 };
-    // SAFETY: valid pointers.
     assert_eq!(
+        // SAFETY: valid pointers.
         unsafe { ricochet_client_connect_insecure(addr.as_ptr(), null(), &mut client) },
         RICOCHET_OK
     );
     client_event(client, ricochet_event_kind::RICOCHET_EVENT_CONNECTED);
     let message = [7u8; 100];
-    // SAFETY: 100 readable bytes.
     assert_eq!(
+        // SAFETY: 100 readable bytes.
         unsafe { ricochet_client_send(client, 1, message.as_ptr(), 100) },
         RICOCHET_OK
     );
@@ -311,8 +313,8 @@ fn a_buffer_too_small_keeps_the_event_and_says_the_size_needed() {
     assert_eq!(s, RICOCHET_ERROR_INVALID_ARGUMENT);
 
     // The same on the client side: the echo (sent back by hand) with no room.
-    // SAFETY: 100 readable bytes.
     assert_eq!(
+        // SAFETY: 100 readable bytes.
         unsafe { ricochet_server_send(server, ev.session, 1, message.as_ptr(), 100) },
         RICOCHET_OK
     );
@@ -353,8 +355,8 @@ fn a_buffer_too_small_keeps_the_event_and_says_the_size_needed() {
     );
     // A token buffer too small.
     let mut issuer = ricochet_token_issuer { id: 0 };
-    // SAFETY: key and out slot.
     assert_eq!(
+        // SAFETY: key and out slot.
         unsafe { ricochet_token_issuer_new([2u8; 32].as_ptr(), 1, 0, &mut issuer) },
         RICOCHET_OK
     );
@@ -388,8 +390,8 @@ fn a_send_on_a_closed_session_returns_closed() {
     let server = insecure_server(2);
     let addr = local_address(server);
     let mut client = ricochet_client { id: 0 };
-    // SAFETY: valid pointers.
     assert_eq!(
+        // SAFETY: valid pointers.
         unsafe { ricochet_client_connect_insecure(addr.as_ptr(), null(), &mut client) },
         RICOCHET_OK
     );
@@ -451,8 +453,8 @@ fn a_send_on_a_closed_session_returns_closed() {
 #[test]
 fn an_invalid_config_returns_invalid_config() {
     let mut cfg = std::mem::MaybeUninit::uninit();
-    // SAFETY: writable config.
     assert_eq!(
+        // SAFETY: writable config.
         unsafe { ricochet_server_config_default(cfg.as_mut_ptr()) },
         RICOCHET_OK
     );
@@ -492,8 +494,8 @@ fn an_invalid_config_returns_invalid_config() {
     assert_eq!(server.id, 0, "no handle on failure");
     // A client profile out of range.
     let mut cc = std::mem::MaybeUninit::uninit();
-    // SAFETY: writable config.
     assert_eq!(
+        // SAFETY: writable config.
         unsafe { ricochet_client_config_default(cc.as_mut_ptr()) },
         RICOCHET_OK
     );

@@ -122,11 +122,7 @@ fn a_rust_client_echoes_10000_messages_with_a_c_server() {
 #[test]
 fn the_cpp_wrapper_echoes_in_one_process() {
     let exe = build_c("raii_echo");
-    let out = run(
-        sanitizer_env(&mut Command::new(exe).arg("1000")),
-        b"",
-        LIMIT,
-    );
+    let out = run(sanitizer_env(Command::new(exe).arg("1000")), b"", LIMIT);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("1000 echoes checked"),

@@ -56,7 +56,7 @@ fn the_csharp_binding_encodes_every_token_vector() {
     let Some(exe) = build_csharp() else { return };
     let vectors = load();
     let out = run(
-        &mut mono(&exe).arg("vectors"),
+        mono(&exe).arg("vectors"),
         lines(&vectors).as_bytes(),
         Duration::from_secs(60),
     );

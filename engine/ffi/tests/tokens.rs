@@ -74,7 +74,9 @@ fn the_file_is_what_the_issuer_generates() {
         b
     };
     let shared_key = draw(32);
-    let cases: Vec<(&str, Vec<u8>, u64, u64, u64, Vec<&str>, Vec<u8>)> = vec![
+    // Name, token key, protocol id, client id, expiry, servers, user data.
+    type Case<'a> = (&'a str, Vec<u8>, u64, u64, u64, Vec<&'a str>, Vec<u8>);
+    let cases: Vec<Case> = vec![
         (
             "one IPv4 server, no user data",
             shared_key.clone(),
