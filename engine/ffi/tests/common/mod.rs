@@ -22,11 +22,11 @@ pub fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("deps folder").to_path_buf();
     for dir in [deps.clone(), deps.parent().unwrap_or(&deps).to_path_buf()] {
-        if dir.join("libricochet_ffi.so").exists() {
+        if dir.join("libricochet_ffi.so").exists() || dir.join("libricochet_ffi.dylib").exists() {
             return dir;
         }
     }
-    panic!("libricochet_ffi.so not found beside {}", exe.display());
+    panic!("libricochet_ffi (.so or .dylib) not found beside {}", exe.display());
 }
 
 pub fn crate_dir() -> &'static Path {
@@ -210,6 +210,7 @@ pub fn build_csharp() -> Option<PathBuf> {
         std::fs::create_dir_all(&out_dir).expect("tmp dir");
         let exe = out_dir.join("EchoClient.exe");
         let cs = crate_dir().join("bindings/csharp");
+        // C# 7.3 (`fixed` over a span): mcs calls it experimental; Unity's compiler has it.
         let out = Command::new("mcs")
             .args([
                 "-langversion:experimental",
