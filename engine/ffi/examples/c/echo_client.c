@@ -7,8 +7,8 @@
  *
  * --token connects one client with a token the backend issued (hex); --key makes this
  * program its own backend, issuing one token per client with the C ABI's token issuer.
- * With --messages each client echoes M messages; with --seconds it echoes for T seconds
- * and prints the round trips it completed. Exit status 0 only when every echo was right.
+ * With --messages each client echoes M messages; with --seconds it sends for T seconds and
+ * counts the round trips completed in them (the echoes still in flight then are checked too). Exit status 0 only when every echo was right.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -72,6 +72,9 @@ static int run_client(struct worker *w) {
     int failed = 0;
     int connected = 0;
     uint64_t sent = 0, received = 0;
+    /* With --seconds: the echoes back before sending stopped, over exactly that time. */
+    uint64_t at_stop = 0;
+    int stopped = 0;
     double start = now_seconds();
     double stop_sending = start + o->seconds;
     double deadline = start + (o->seconds > 0 ? o->seconds + 30 : 120);
@@ -84,6 +87,10 @@ static int run_client(struct worker *w) {
             break;
         }
         int more = o->seconds > 0 ? now < stop_sending : sent < o->messages;
+        if (o->seconds > 0 && !more && !stopped) {
+            stopped = 1;
+            at_stop = received;
+        }
         if (connected) {
             while (more && sent - received < o->window) {
                 fill_message(out, o->size, sent, w->index);
@@ -127,7 +134,7 @@ static int run_client(struct worker *w) {
         }
     }
 done:
-    w->round_trips = received;
+    w->round_trips = o->seconds > 0 ? at_stop : received;
     /* A graceful close: the server learns it at once instead of timing the session out. */
     if (ricochet_client_close(client) == RICOCHET_OK) {
         double until = now_seconds() + 3;
@@ -238,7 +245,7 @@ int main(int argc, char **argv) {
         total += ws[i].round_trips;
         failed |= ws[i].failed;
     }
-    double elapsed = now_seconds() - start;
+    double elapsed = o.seconds > 0 ? o.seconds : now_seconds() - start;
     if (o.have_key) {
         CHECK(ricochet_token_issuer_destroy(issuer));
     }

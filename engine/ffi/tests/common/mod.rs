@@ -26,7 +26,10 @@ pub fn lib_dir() -> PathBuf {
             return dir;
         }
     }
-    panic!("libricochet_ffi (.so or .dylib) not found beside {}", exe.display());
+    panic!(
+        "libricochet_ffi (.so or .dylib) not found beside {}",
+        exe.display()
+    );
 }
 
 pub fn crate_dir() -> &'static Path {

@@ -77,8 +77,8 @@ static class EchoClient
         {
             var output = new byte[o.Size];
             var expect = new byte[o.Size];
-            ulong sent = 0, received = 0;
-            bool connected = false, ok = true;
+            ulong sent = 0, received = 0, atStop = 0;
+            bool connected = false, ok = true, stopped = false;
             var clock = Stopwatch.StartNew();
             double limit = o.Seconds > 0 ? o.Seconds + 30 : 120;
             while (true)
@@ -91,6 +91,12 @@ static class EchoClient
                     break;
                 }
                 bool more = o.Seconds > 0 ? now < o.Seconds : sent < o.Messages;
+                if (o.Seconds > 0 && !more && !stopped)
+                {
+                    // The echoes back before sending stopped, over exactly --seconds.
+                    stopped = true;
+                    atStop = received;
+                }
                 if (connected)
                 {
                     while (more && sent - received < o.Window)
@@ -134,7 +140,7 @@ static class EchoClient
                     }
                 }
             }
-            roundTrips = received;
+            roundTrips = o.Seconds > 0 ? atStop : received;
             client.Close();
             var closing = Stopwatch.StartNew();
             while (closing.Elapsed.TotalSeconds < 3)
@@ -207,7 +213,7 @@ static class EchoClient
             total += results[i];
             allOk &= oks[i];
         }
-        double elapsed = clock.Elapsed.TotalSeconds;
+        double elapsed = o.Seconds > 0 ? o.Seconds : clock.Elapsed.TotalSeconds;
         if (o.Issuer != null)
         {
             o.Issuer.Dispose();
