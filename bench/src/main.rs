@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 
 mod crypto;
 mod fec;
+mod ffi;
 
 /// Counts heap bytes while `bench gate` weighs a simulated server (off otherwise).
 #[global_allocator]
@@ -47,6 +48,12 @@ enum Command {
     Handshake(handshake::HandshakeArgs),
     /// Packet protection: seal/open time per packet size (and the AEAD candidates).
     Crypto(crypto::CryptoArgs),
+    /// The same echo from a Rust, a C (C ABI) and a C# (Mono) client against one Rust server,
+    /// side by side: round trips per second and each one's ratio to Rust's.
+    Ffi(ffi::FfiArgs),
+    /// The Rust client process of `bench ffi` (started by the bench itself).
+    #[command(name = "ffi-client", hide = true)]
+    FfiClient(ffi::ClientArgs),
     /// A standalone impairment relay (the simulator's model on real sockets and a real clock).
     Relay(bench::relay::RelayArgs),
     /// RUDP complete-message echo through the impairment relay (or --direct).
@@ -90,6 +97,8 @@ fn main() -> ExitCode {
         Some(Command::Fec(a)) => fec::run(a, &cli.global).map(|()| true),
         Some(Command::Handshake(a)) => handshake::run(a, &cli.global).map(|()| true),
         Some(Command::Crypto(a)) => crypto::run(a, &cli.global).map(|()| true),
+        Some(Command::Ffi(a)) => ffi::run(a, &cli.global),
+        Some(Command::FfiClient(a)) => ffi::client_process(a),
         Some(Command::Rudp(a)) => commands::rudp::run(a, &cli.global),
         Some(Command::Matrix(a)) => commands::matrix::run(a, &cli.global),
         Some(Command::Gate(a)) => commands::gate::run(a, &cli.global),

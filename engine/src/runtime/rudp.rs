@@ -506,17 +506,7 @@ impl ServerContext<'_> {
     }
 
     fn post(&self, worker: u32, cmd: Command) -> Result<(), SendError> {
-        let mailbox = self
-            .directory
-            .get()
-            .and_then(|d| d.get(worker as usize))
-            .ok_or(SendError::UnknownConnection)?;
-        mailbox
-            .tx
-            .send(cmd)
-            .map_err(|_| SendError::UnknownConnection)?;
-        let _ = mailbox.waker.wake();
-        Ok(())
+        post(self.directory, worker, cmd)
     }
 
     /// Counters and path estimates of a session on this worker (RTT, loss, retransmissions,
@@ -579,6 +569,21 @@ impl ServerContext<'_> {
     pub fn tick_index(&self) -> Option<u64> {
         self.tick
     }
+}
+
+/// Queue `cmd` on `worker`'s mailbox and wake it; `UnknownConnection` when that worker does
+/// not exist or has stopped.
+fn post(directory: &Directory, worker: u32, cmd: Command) -> Result<(), SendError> {
+    let mailbox = directory
+        .get()
+        .and_then(|d| d.get(worker as usize))
+        .ok_or(SendError::UnknownConnection)?;
+    mailbox
+        .tx
+        .send(cmd)
+        .map_err(|_| SendError::UnknownConnection)?;
+    let _ = mailbox.waker.wake();
+    Ok(())
 }
 
 /// An endpoint and the connected sessions it holds (for broadcasts and the stop sequence).
@@ -904,6 +909,7 @@ pub struct Server {
     remote_send_drops: Arc<AtomicU64>,
     rtt: Vec<WorkerRtt>,
     limits: SessionLimits,
+    directory: Directory,
 }
 
 impl fmt::Debug for Server {
@@ -1115,7 +1121,39 @@ impl Server {
             remote_send_drops,
             rtt: rtts,
             limits,
+            directory,
         })
+    }
+
+    /// Queue a message to `session` on `channel` from outside the handlers: from a thread of
+    /// the application's own (a host that drains events from its handlers' queues, as the C
+    /// ABI does). The owning worker is woken and takes the message on its next turn, so the
+    /// result only says it was queued, as for a [`ServerContext::send`] to another worker: a
+    /// session that has ended by then, or whose send queue is full, drops it, and
+    /// [`Server::remote_send_drops`] counts it. [`SendError::UnknownConnection`] comes back
+    /// only if the owning worker has stopped or does not exist.
+    pub fn send(
+        &self,
+        session: SessionId,
+        channel: u8,
+        data: impl Into<Bytes>,
+    ) -> Result<(), SendError> {
+        let cmd = Command::Send {
+            handle: session.handle,
+            channel,
+            data: data.into(),
+        };
+        post(&self.directory, session.worker, cmd)
+    }
+
+    /// Close `session` gracefully from outside the handlers (see [`Server::send`]); both sides
+    /// learn `CloseReason::Application`. Nothing happens if it has already ended.
+    pub fn close(&self, session: SessionId) {
+        let cmd = Command::Close {
+            handle: session.handle,
+            reason: CloseReason::Application,
+        };
+        let _ = post(&self.directory, session.worker, cmd);
     }
 
     /// Sessions each worker holds now (per-core with several workers; `None` otherwise, where
