@@ -26,7 +26,7 @@ pub use counters::WorkerCounters;
 pub use error::RuntimeError;
 pub use ops::{Health, WorkerHealth};
 pub use rtt::RttPercentiles;
-pub use server::{Handler, Server, ServerConfig, ServerContext, SessionId};
+pub use server::{Capacity, Handler, Server, ServerConfig, ServerContext, SessionId};
 pub use timer::{TimerId, TimerWheel};
 pub use udp::{DatagramHandler, UdpContext, UdpServer};
 

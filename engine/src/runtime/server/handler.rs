@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use ricochet_platform::Waker;
+use ricochet_proto::token::TokenKey;
 use ricochet_proto::{
     CloseReason, ConnectionHandle, ConnectionStats, Endpoint, EndpointStats, Peer, Refusal,
     SendError,
@@ -120,6 +121,13 @@ pub(super) enum Command {
     Datagram { from: SocketAddr, bytes: Vec<u8> },
     /// The server drains: admit no one new, tell the handler.
     Drain,
+    /// Token admission: a new key, and the old one with the end of its overlap.
+    SetTokenKeys {
+        key: TokenKey,
+        previous: Option<(TokenKey, Instant)>,
+    },
+    /// Token admission: the addresses tokens must list.
+    SetPublicAddresses(Vec<SocketAddr>),
 }
 
 /// One worker's queue, as seen by the others.

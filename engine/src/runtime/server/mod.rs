@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ricochet_platform::{BackendKind, SocketInfo};
-use ricochet_proto::token::TAG_LEN;
+use ricochet_proto::token::{TokenKey, TAG_LEN};
 use ricochet_proto::{
     Admission, EndpointConfig, LedgerRefusal, Recorded, ServerConfig as ListenConfig, TokenLedger,
     UsedTokens,
@@ -67,6 +67,18 @@ pub use config::ServerConfig;
 pub use handler::{Handler, ServerContext, SessionId};
 
 use self::handler::{Command, Directory, Mailbox};
+
+/// How full a server is ([`Server::capacity`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Capacity {
+    /// Sessions the server holds, all workers.
+    pub sessions: usize,
+    /// Most sessions it admits ([`ServerConfig::max_sessions`]).
+    pub limit: usize,
+    /// Sessions per worker (one entry when one endpoint holds them all).
+    pub per_worker: Vec<usize>,
+}
 
 /// How often a drain looks at the session count.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
@@ -123,6 +135,8 @@ pub struct Server {
     workers: WorkerSet,
     /// The workers' queues (a drain is posted to each).
     directory: Directory,
+    /// The token key in force (`None`: insecure admission).
+    token_key: Mutex<Option<TokenKey>>,
     /// How long [`Server::serve_until_signal`] drains on the first signal.
     drain_grace: Duration,
     placement: Option<Placement>,
@@ -239,6 +253,10 @@ impl Server {
             workers,
             directory: build.directory.clone(),
             drain_grace: config.drain_grace,
+            token_key: Mutex::new(match &endpoint_cfg.server.as_ref().map(|s| &s.admission) {
+                Some(Admission::Tokens(t)) => Some(t.key.clone()),
+                _ => None,
+            }),
             placement: build.placement,
             forwarded: build.forwarded,
             forward_drops: build.forward_drops,
@@ -362,6 +380,69 @@ impl Server {
         self.workers.stop_and_join()
     }
 
+    /// How full the server is: sessions, the limit, and each worker's sessions (for a
+    /// matchmaker, an Agones counter, a load balancer). Cheap: read from shared counters.
+    pub fn capacity(&self) -> Capacity {
+        let sessions = self.session_count();
+        Capacity {
+            sessions,
+            limit: self.ops.max_sessions,
+            per_worker: match self.sessions_per_worker() {
+                Some(v) => v.into_iter().map(|n| n as usize).collect(),
+                None => vec![sessions],
+            },
+        }
+    }
+
+    /// Token admission: seal-check tokens with `key` from now on, and keep accepting tokens
+    /// sealed with the current key for `overlap` (tokens the backend issued before it
+    /// switched); after that they are refused with [`CloseReason::TokenInvalid`]. Sessions
+    /// already open are not touched. Fails on an insecure server.
+    pub fn rotate_token_key(&self, key: TokenKey, overlap: Duration) -> Result<(), RuntimeError> {
+        let mut current = self.token_key.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(old) = current.as_ref().cloned() else {
+            return Err(RuntimeError::Config(
+                "rotate_token_key: this server admits clients insecurely, not by token".into(),
+            ));
+        };
+        *current = Some(key.clone());
+        let until = Instant::now() + overlap;
+        self.post_all(|| Command::SetTokenKeys {
+            key: key.clone(),
+            previous: Some((old.clone(), until)),
+        });
+        Ok(())
+    }
+
+    /// Token admission: the addresses clients reach this server at from now on (a token must
+    /// list one of them), e.g. after a NAT or load balancer change. Fails on an insecure
+    /// server or with no address.
+    pub fn set_public_addresses(&self, addresses: Vec<SocketAddr>) -> Result<(), RuntimeError> {
+        if addresses.is_empty()
+            || self
+                .token_key
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_none()
+        {
+            return Err(RuntimeError::Config(
+                "set_public_addresses: needs token admission and at least one address".into(),
+            ));
+        }
+        self.post_all(|| Command::SetPublicAddresses(addresses.clone()));
+        Ok(())
+    }
+
+    /// Queue a command on every worker (one the shared model's threads all apply alike).
+    fn post_all(&self, mut cmd: impl FnMut() -> Command) {
+        for mailbox in self.directory.get().into_iter().flatten() {
+            // A worker that has ended has nothing to apply it to.
+            if mailbox.tx.send(cmd()).is_ok() {
+                let _ = mailbox.waker.wake();
+            }
+        }
+    }
+
     /// Start draining and return at once: admit no new client (refused with
     /// [`CloseReason::Shutdown`], so a token client moves on to the next server its token
     /// lists), keep every session running, and call [`Handler::on_drain`] on each worker.
@@ -369,12 +450,7 @@ impl Server {
     /// waits for the sessions and stops the server.
     pub fn start_drain(&self) {
         self.ops.admitting.store(false, Ordering::Relaxed);
-        for mailbox in self.directory.get().into_iter().flatten() {
-            // A worker that has ended has no sessions to drain.
-            if mailbox.tx.send(Command::Drain).is_ok() {
-                let _ = mailbox.waker.wake();
-            }
-        }
+        self.post_all(|| Command::Drain);
     }
 
     /// Drain, then stop: [`Server::start_drain`], wait until the last session has closed
@@ -399,9 +475,14 @@ impl Server {
     /// worker's error, when a worker ends on its own (an I/O error, a panicking handler), so a
     /// supervisor sees the process fail and restarts it.
     ///
-    /// The signal handlers stay installed when this returns: a second SIGINT or SIGTERM (during
-    /// the shutdown, or after it) ends the process at once, with status 128 + the signal's
-    /// number (130, 143), as a shell would report it.
+    /// With a [drain grace](ServerConfig::drain_grace), the first signal [drains](Server::drain)
+    /// instead: no one new is admitted and the sessions may end on their own until the grace
+    /// has passed; a second signal cuts the drain short (the sessions still open are closed
+    /// as above).
+    ///
+    /// The signal handlers stay installed when this returns: one more SIGINT or SIGTERM
+    /// (during the shutdown, or after it) ends the process at once, with status 128 + the
+    /// signal's number (130, 143), as a shell would report it.
     ///
     /// ```no_run
     /// # use ricochet::{Server, ServerConfig, ServerContext, SessionId, Handler, Bytes};

@@ -204,6 +204,8 @@ impl<H: Handler> RudpService<H> {
                     }
                 }
                 Command::Close { handle, reason } => ep.close(now, handle, reason),
+                Command::SetTokenKeys { key, previous } => ep.set_token_keys(key, previous),
+                Command::SetPublicAddresses(addrs) => ep.set_public_addresses(addrs),
                 Command::Drain => {
                     // Refused with `Shutdown`, which sends a token client on to the next
                     // server its token lists.
