@@ -23,3 +23,6 @@ if ! command -v mcs >/dev/null || ! command -v mono >/dev/null; then
     fi
 fi
 RICOCHET_REQUIRE_MONO=1 cargo test -q -p ricochet-ffi --test csharp
+
+step "operations: a real Prometheus scrape, promtool, ricochet-top in tmux"
+bash ci/ops.sh

@@ -5,6 +5,8 @@
 //!
 //! ```sh
 //! cargo run --release --example game_server -- --clients 8 --seconds 5
+//! # with metrics and health on 127.0.0.1:9100 (/metrics, /healthz, /readyz, /sessions):
+//! cargo run --release --example game_server -- --seconds 60 --metrics 127.0.0.1:9100
 //! ```
 
 use std::collections::BTreeMap;
@@ -114,6 +116,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let seconds: f64 = flag("--seconds").map_or(Ok(3.0), |s| s.parse())?;
     let n: usize = flag("--clients").map_or(Ok(4), |s| s.parse())?;
+    let metrics: Option<std::net::SocketAddr> = flag("--metrics").map(|s| s.parse()).transpose()?;
 
     // In a real deployment the key comes from a secret store the backend shares.
     let key = TokenKey::generate(&mut rand::rng());
@@ -123,7 +126,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .channels(CHANNELS)
         .workers(1) // one world, one worker
         .tick(Duration::from_millis(50));
+    let cfg = match metrics {
+        Some(addr) => cfg.metrics(addr),
+        None => cfg,
+    };
     let server = Server::start(cfg, |_| World::default())?;
+    if let Some(addr) = server.metrics_addr() {
+        println!("metrics on http://{addr}/metrics (health: /healthz, /readyz)");
+    }
 
     let client_cfg = ClientConfig::new()
         .profile(Profile::Game)

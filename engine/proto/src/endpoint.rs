@@ -233,6 +233,8 @@ const STATELESS_MAX: usize = wire::REFUSE_LEN + wire::MAX_REFUSE_MESSAGE + wire:
 #[derive(Debug)]
 struct TokenState {
     key: TokenKey,
+    /// The key before the last rotation, still accepted until the instant given.
+    previous: Option<(TokenKey, Instant)>,
     protocol_id: u64,
     public_addresses: Vec<SocketAddr>,
     reset: Option<ResetKey>,
@@ -442,6 +444,7 @@ impl Endpoint {
             Some(Admission::Tokens(t)) => (
                 Some(TokenState {
                     key: t.key.clone(),
+                    previous: None,
                     protocol_id: t.protocol_id,
                     public_addresses: t.public_addresses.clone(),
                     reset: t
@@ -712,6 +715,25 @@ impl Endpoint {
         };
         self.touch(idx);
         r
+    }
+
+    /// Token admission: seal-check new tokens with `key` from now on; with `previous`, tokens
+    /// sealed with that key are still accepted until its instant (the overlap of a key
+    /// rotation), then refused as [`CloseReason::TokenInvalid`]. Sessions already open keep
+    /// their keys. Does nothing on an endpoint without token admission.
+    pub fn set_token_keys(&mut self, key: TokenKey, previous: Option<(TokenKey, Instant)>) {
+        if let Some(ts) = self.tokens.as_mut() {
+            ts.key = key;
+            ts.previous = previous;
+        }
+    }
+
+    /// Token admission: the addresses clients reach this server at (a token must list one).
+    /// Does nothing on an endpoint without token admission.
+    pub fn set_public_addresses(&mut self, addresses: Vec<SocketAddr>) {
+        if let Some(ts) = self.tokens.as_mut() {
+            ts.public_addresses = addresses;
+        }
     }
 
     /// From now on, refuse every client that completes a handshake with
@@ -1055,8 +1077,12 @@ impl Endpoint {
             nonce: *t.nonce,
             bytes: *t.sealed,
         };
-        let Ok(private) = PrivateToken::unseal(&ts.key, t.protocol_id, t.expires_unix, &sealed)
-        else {
+        let unseal = |key| PrivateToken::unseal(key, t.protocol_id, t.expires_unix, &sealed);
+        let opened = unseal(&ts.key).or_else(|e| match &ts.previous {
+            Some((old, until)) if now < *until => unseal(old),
+            _ => Err(e),
+        });
+        let Ok(private) = opened else {
             return Err(Verdict::Refuse(CloseReason::TokenInvalid, None));
         };
         let tag = sealed.tag();

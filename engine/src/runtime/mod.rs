@@ -13,9 +13,10 @@
 mod config;
 mod counters;
 mod error;
+mod ops;
 pub(crate) mod placement;
 mod rtt;
-mod rudp;
+mod server;
 pub mod timer;
 mod udp;
 mod worker;
@@ -23,8 +24,9 @@ mod worker;
 pub use config::{CorePinning, IdleStrategy, IoModel, UdpServerConfig};
 pub use counters::WorkerCounters;
 pub use error::RuntimeError;
+pub use ops::{Health, WorkerHealth};
 pub use rtt::RttPercentiles;
-pub use rudp::{Handler, Server, ServerConfig, ServerContext, SessionId};
+pub use server::{Capacity, Handler, Server, ServerConfig, ServerContext, SessionId};
 pub use timer::{TimerId, TimerWheel};
 pub use udp::{DatagramHandler, UdpContext, UdpServer};
 

@@ -29,6 +29,9 @@ use super::timer::TimerWheel;
 /// before it runs the tick and the turn's output anyway (a flood must not hold timers back).
 const MAX_DRAIN_BATCHES: u32 = 64;
 
+/// Longest an idle worker leaves its live counters unpublished.
+const SYNC_IDLE: Duration = Duration::from_millis(100);
+
 /// With [`IdleStrategy::Tick`]: longest sleep while sends wait for room in the socket.
 const SEND_RETRY: Duration = Duration::from_millis(1);
 
@@ -249,6 +252,8 @@ impl TickGrid {
 
 struct Worker<S> {
     index: usize,
+    /// An idle turn publishes the counters from then on.
+    next_sync: Instant,
     tick: Option<TickGrid>,
     idle_gap: IdleGap,
     backend: Box<dyn Backend>,
@@ -281,6 +286,8 @@ impl<S: Service> Worker<S> {
         // Receive batches read back to back since the last tick-and-output step.
         let mut drain_batches = 0u32;
         loop {
+            // Waiting from here until the poll returns: not a stuck turn.
+            self.cell.set_busy(None);
             let stopping = self.stop.load(Ordering::Acquire);
             let mut timeout = if stopping {
                 Some(Duration::ZERO)
@@ -307,6 +314,7 @@ impl<S: Service> Worker<S> {
             let outcome = self.backend.poll(&mut self.send, timeout)?;
             drained = outcome.received == 0;
             now = Instant::now();
+            self.cell.set_busy(Some(now));
             self.counters.loop_turns += 1;
             if outcome.received > 0 {
                 self.idle_gap
@@ -348,6 +356,7 @@ impl<S: Service> Worker<S> {
             };
             let worked = now.elapsed();
             self.counters.max_turn_ns = self.counters.max_turn_ns.max(worked.as_nanos() as u64);
+            self.counters.busy_ns += worked.as_nanos() as u64;
             if stopping {
                 let limit = *stop_deadline.get_or_insert_with(|| {
                     now + self
@@ -367,7 +376,12 @@ impl<S: Service> Worker<S> {
                     std::thread::sleep(Duration::from_micros(200));
                 }
             }
-            if self.counters.loop_turns % 32 == 0 {
+            // Every few turns, and on an idle turn at least every 100 ms (a reader of the live
+            // counters must not see a quiet worker's last burst unpublished).
+            if self.counters.loop_turns % 32 == 0
+                || (outcome.received == 0 && now >= self.next_sync)
+            {
+                self.next_sync = now + SYNC_IDLE;
                 self.sync_counters();
             }
         }
@@ -420,6 +434,7 @@ impl<S: Service> Worker<S> {
                 for segment in d.segments() {
                     self.service.on_datagram(&mut ctx, d.src, segment);
                     self.counters.datagrams_in += 1;
+                    self.counters.bytes_in += segment.len() as u64;
                 }
             }
             if self.send.len() >= high_water {
@@ -444,6 +459,7 @@ impl<S: Service> Worker<S> {
             tick: self.tick.as_ref().map(|g| g.next),
         };
         self.service.on_tick(&mut ctx);
+        self.cell.tick_duration.record(now.elapsed());
         if let Some(grid) = self.tick.as_mut() {
             // On the grid: a late wake-up does not push the later ticks back; ticks whose due
             // time already passed are skipped and counted, not run back to back.
@@ -454,6 +470,7 @@ impl<S: Service> Worker<S> {
             if late > grid.period / 2 {
                 c.ticks_late += 1;
             }
+            self.cell.tick_lateness.record(late);
             let late_ns = u64::try_from(late.as_nanos()).unwrap_or(u64::MAX);
             c.tick_lateness_max_ns = c.tick_lateness_max_ns.max(late_ns);
             self.timers.insert(next, TimerEvent::Tick);
@@ -598,7 +615,11 @@ impl WorkerSet {
             };
             let thread = std::thread::Builder::new()
                 .name(format!("ricochet-w{index}"))
-                .spawn(move || spawn.run(service, ready_tx))
+                .spawn(move || {
+                    // Marks the worker ended however its thread leaves (a panic included).
+                    let _ended = EndedGuard(spawn.cell.clone());
+                    spawn.run(service, ready_tx)
+                })
                 .map_err(|source| RuntimeError::Spawn {
                     worker: index,
                     source,
@@ -636,6 +657,16 @@ impl WorkerSet {
     /// Number of workers.
     pub(crate) fn len(&self) -> usize {
         self.workers.len()
+    }
+
+    /// Every worker's live counter cell, by index (the metrics endpoint and health read them).
+    pub(crate) fn cells(&self) -> Vec<Arc<CounterCell>> {
+        self.workers.iter().map(|w| w.cell.clone()).collect()
+    }
+
+    /// The core each worker is pinned to, by index.
+    pub(crate) fn cores(&self) -> Vec<Option<usize>> {
+        self.workers.iter().map(|w| w.core).collect()
     }
 
     /// Wakers of every worker, by index.
@@ -701,6 +732,16 @@ impl Drop for WorkerSet {
         if self.workers.iter().any(|w| w.thread.is_some()) {
             let _ = self.stop_and_join();
         }
+    }
+}
+
+/// Marks a worker's counter cell ended when dropped (health reads it).
+struct EndedGuard(Arc<CounterCell>);
+
+impl Drop for EndedGuard {
+    fn drop(&mut self) {
+        self.0.set_busy(None);
+        self.0.set_ended();
     }
 }
 
@@ -781,6 +822,7 @@ impl SpawnArgs {
         send.set_coalescing(self.settings.coalesce);
         Worker {
             index: self.index,
+            next_sync: now,
             tick: None,
             idle_gap: IdleGap::default(),
             backend,
