@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use super::{ChannelKind, DropCause, Event};
+use crate::{ChannelKind, DropCause, Event};
 
 /// A reliable message id further than this beyond the next expected one is a protocol violation
 /// (a compliant sender's window keeps ids far closer), which bounds the per-channel state.
@@ -161,7 +161,7 @@ pub(crate) struct Need {
 }
 
 impl Receiver {
-    pub(crate) fn new(cfg: &super::Config, budget: Budget) -> Self {
+    pub(crate) fn new(cfg: &crate::Config, budget: Budget) -> Self {
         let channels = cfg
             .channels
             .iter()
@@ -199,7 +199,7 @@ impl Receiver {
 
     /// Hints the CPU to load the channel table (see `prefetch`).
     pub(crate) fn prefetch(&self) {
-        super::prefetch::front(&self.channels, 256);
+        crate::prefetch::front(&self.channels, 256);
     }
 
     /// Structural checks that do not depend on state: known channel, sane fragment count, no

@@ -7,21 +7,26 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::admission::{tags_equal, HandshakeKeys, Peer};
-use super::cc::Congestion;
-use super::fec_link::FecLink;
-use super::protect::{NumberSpace, Protection};
-use super::recv::{Budget, Need, Receiver, SharedBudgets};
-use super::rtt::RttEstimator;
-use super::stats::Counters;
-use super::{
-    ChannelKind, CloseReason, Config, ConnectionId, ConnectionStats, DropCause, Event, SendError,
-    SessionKeys, Transmit,
-};
+pub(crate) mod cc;
+pub(crate) mod fec_link;
+pub(crate) mod recv;
+pub(crate) mod rtt;
+
+use self::cc::Congestion;
+use self::fec_link::FecLink;
+use self::recv::{Budget, Need, Receiver, SharedBudgets};
+use self::rtt::RttEstimator;
+use crate::admission::{tags_equal, HandshakeKeys, Peer};
+use crate::protect::{NumberSpace, Protection};
+use crate::stats::Counters;
 use crate::token::ConnectToken;
 use crate::wire::{
     self, Frame, Packet, TokenSection, Writer, COOKIE_LEN, HANDSHAKE_TAG_LEN, MAX_ACK_RANGES,
     SEALED_ACCEPT_LEN,
+};
+use crate::{
+    ChannelKind, CloseReason, Config, ConnectionId, ConnectionStats, DropCause, Event, SendError,
+    SessionKeys, Transmit,
 };
 
 /// Largest packet number accepted from a peer: far beyond any real connection's lifetime, so
@@ -35,7 +40,7 @@ const LOSS_REPORT_MAX: usize = 1 + 8 + 8 + 8;
 /// Close frames sent when closing locally.
 const CLOSE_SENDS: u32 = 3;
 /// RTT samples a connection holds for its endpoint to collect (see
-/// [`super::Endpoint::drain_rtt_samples`]); more between two collections overwrite the last.
+/// [`crate::Endpoint::drain_rtt_samples`]); more between two collections overwrite the last.
 const UNREAD_RTT: usize = 4;
 
 /// Where a connection is in its life.
@@ -168,7 +173,7 @@ pub(crate) struct ServerAdmit {
     pub(crate) hook: bool,
 }
 
-/// A sans-IO RUDP connection. Usually owned by an [`super::Endpoint`]; can be driven alone.
+/// A sans-IO RUDP connection. Usually owned by an [`crate::Endpoint`]; can be driven alone.
 #[derive(Debug)]
 pub struct Connection {
     cfg: Arc<Config>,
@@ -573,7 +578,7 @@ impl Connection {
     /// behind its pointers: the fronts of its sent-packet and segment queues, its channels,
     /// its acknowledged ranges and its packet keys (see `prefetch`).
     pub(crate) fn prefetch_parts(&self) {
-        use super::prefetch::{front, prefetch};
+        use crate::prefetch::{front, prefetch};
         front(self.sent.as_slices().0, 128);
         front(self.segments.as_slices().0, 128);
         front(&self.channels, 256);
@@ -1796,7 +1801,7 @@ impl Connection {
             Some(_) => {
                 u32::from(self.reliable_unacked) >= frequency
                     || u32::from(self.ack_eliciting_unacked)
-                        >= super::UNRELIABLE_ACK_TOLERANCE.max(frequency)
+                        >= crate::UNRELIABLE_ACK_TOLERANCE.max(frequency)
             }
         }
     }
