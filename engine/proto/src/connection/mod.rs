@@ -7,41 +7,43 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+mod ack;
 pub(crate) mod cc;
+mod close;
 pub(crate) mod fec_link;
+mod handshake;
+mod recovery;
 pub(crate) mod recv;
 pub(crate) mod rtt;
+mod send;
+mod timer;
 
+use self::ack::{Acks, LOSS_REPORT_MAX, MAX_TRACKED_RANGES};
 use self::cc::Congestion;
+use self::close::{Closing, CLOSE_SENDS};
 use self::fec_link::FecLink;
+pub(crate) use self::handshake::ServerAdmit;
+use self::handshake::{Accept, Handshake, Secure};
+use self::recovery::{push_seg, PacketState, Recovery, Segs, SentPacket, UNREAD_RTT};
 use self::recv::{Budget, Need, Receiver, SharedBudgets};
 use self::rtt::RttEstimator;
+use self::send::{OutFrag, Segment, Sending};
+use self::timer::Activity;
 use crate::admission::{tags_equal, HandshakeKeys, Peer};
 use crate::protect::{NumberSpace, Protection};
 use crate::stats::Counters;
 use crate::token::ConnectToken;
 use crate::wire::{
     self, Frame, Packet, TokenSection, Writer, COOKIE_LEN, HANDSHAKE_TAG_LEN, MAX_ACK_RANGES,
-    SEALED_ACCEPT_LEN,
 };
 use crate::{
-    ChannelKind, CloseReason, Config, ConnectionId, ConnectionStats, DropCause, Event, SendError,
-    SessionKeys, Transmit,
+    CloseReason, Config, ConnectionId, ConnectionStats, DropCause, Event, SendError, SessionKeys,
+    Transmit,
 };
 
 /// Largest packet number accepted from a peer: far beyond any real connection's lifetime, so
 /// arithmetic on received packet numbers cannot overflow.
 const MAX_PACKET_NUMBER: u64 = (1 << 62) - 1;
-
-/// Received packet-number ranges kept for ACKs and duplicate detection; older ones move the floor.
-const MAX_TRACKED_RANGES: usize = 64;
-/// Largest loss-report frame: type and three 8-byte varints.
-const LOSS_REPORT_MAX: usize = 1 + 8 + 8 + 8;
-/// Close frames sent when closing locally.
-const CLOSE_SENDS: u32 = 3;
-/// RTT samples a connection holds for its endpoint to collect (see
-/// [`crate::Endpoint::drain_rtt_samples`]); more between two collections overwrite the last.
-const UNREAD_RTT: usize = 4;
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,213 +66,45 @@ enum Side {
     Server,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum PacketState {
-    InFlight,
-    Acked,
-    Lost,
-    /// Not ack-eliciting (ACK-only, close): never tracked for loss.
-    Untracked,
-}
-
+/// Who the connection talks to: both connection ids and the peer's address.
 #[derive(Debug)]
-struct SentPacket {
-    pn: u64,
-    time: Instant,
-    /// Datagram bytes (u32 makes room for `acks_below` within 64 bytes).
-    size: u32,
-    state: PacketState,
-    /// One past the largest packet number the ACK frame it carried acknowledged (0: it
-    /// carried none). Once the peer has it, ACKs need not report below that again.
-    acks_below: u64,
-    /// Reliable segment ids carried (inline up to two: a packet's own memory, not a heap
-    /// allocation per packet, in the usual case of one message fragment per datagram).
-    segs: Segs,
-}
-
-/// The reliable segment ids one packet carries.
-type Segs = smallvec::SmallVec<[u64; 2]>;
-
-/// Appends `sid` to a packet's ids. A packet that outgrows the inline two (many small messages
-/// in one datagram) makes room for 16 at once rather than growing to 4, 8, then 16.
-fn push_seg(segs: &mut Segs, sid: u64) {
-    if segs.len() == segs.inline_size() {
-        segs.reserve_exact(16 - segs.len());
-    }
-    segs.push(sid);
-}
-
-// The sent list is scanned by loss detection: 64 bytes per packet at most.
-const _: () = assert!(std::mem::size_of::<SentPacket>() <= 64);
-
-#[derive(Debug)]
-struct Segment {
-    channel: u8,
-    message_id: u64,
-    index: u32,
-    count: u32,
-    data: Bytes,
-    /// Packet number of the newest copy: only its loss triggers a retransmission.
-    last_pn: u64,
-    acked: bool,
-    queued: bool,
-}
-
-#[derive(Debug)]
-struct OutFrag {
-    message_id: u64,
-    index: u32,
-    count: u32,
-    data: Bytes,
-}
-
-#[derive(Debug)]
-struct SendChannel {
-    kind: ChannelKind,
-    next_id: u64,
-    queue: VecDeque<OutFrag>,
-    /// Bytes of `queue`'s fragments, saturating: a `u32` fits beside `kind` at no cost per
-    /// channel, and only unreliable channels read it, whose queues are held to
-    /// [`Config::unreliable_queue_limit`].
-    queued: u32,
-}
-
-/// What a token handshake gives a connection.
-#[derive(Debug)]
-struct Secure {
-    /// The connect token's session keys. The packet keys derive from them and from what makes
-    /// the session unique ([`SessionKeys::for_session`]): the server's when it opens the
-    /// session, the client's when it opens the sealed accept.
-    keys: SessionKeys,
-    /// The handshake's keys (derived from `keys`).
-    hk: HandshakeKeys,
-    /// Client: the reset token the server's sealed accept carried.
-    reset_token: Option<[u8; HANDSHAKE_TAG_LEN]>,
-    /// Client: the token it presents, and the next of its server addresses to try. Boxed:
-    /// a server's sessions (the many) never hold one, and inline it would be most of this
-    /// struct.
-    token: Option<Box<(ConnectToken, usize)>>,
-}
-
-/// What the endpoint decided for a server connection (see `Connection::server_admitted`).
-#[derive(Debug)]
-pub(crate) struct ServerAdmit {
-    /// The client's hello nonce.
-    pub(crate) nonce: u64,
-    /// The accept packet, encoded once (sealed with a token), re-sent as is.
-    pub(crate) accept: [u8; SEALED_ACCEPT_LEN],
-    /// Its length.
-    pub(crate) accept_len: usize,
-    /// Who the client is.
-    pub(crate) peer: Peer,
-    /// With a token: its keys and the handshake keys.
-    pub(crate) secure: Option<(SessionKeys, HandshakeKeys)>,
-    /// The session's packet keys: with a token, its keys bound to this session
-    /// ([`SessionKeys::for_session`]); without, the test path's, if any
-    /// ([`crate::EndpointConfig::test_session_secret`]).
-    pub(crate) keys: Option<SessionKeys>,
-    /// Wait for the application's accept or refusal.
-    pub(crate) hook: bool,
+struct Path {
+    local_cid: ConnectionId,
+    remote_cid: ConnectionId,
+    /// The peer's current address (follows the peer when its address changes).
+    remote: SocketAddr,
 }
 
 /// A sans-IO RUDP connection. Usually owned by an [`crate::Endpoint`]; can be driven alone.
+///
+/// Its state lives in typed parts, one per room of this folder (see the crate README).
 #[derive(Debug)]
 pub struct Connection {
     cfg: Arc<Config>,
     side: Side,
     state: ConnectionState,
-    local_cid: ConnectionId,
-    remote_cid: ConnectionId,
-    remote: SocketAddr,
-    // Client handshake.
-    nonce: u64,
-    cookie: Option<(u64, [u8; wire::COOKIE_LEN])>,
-    hs_next: Instant,
-    hs_interval: Duration,
-    hs_deadline: Instant,
-    // Server handshake.
-    accept_pending: bool,
-    /// The accept to (re)send, pre-encoded by the endpoint (`None`: encode a plain one).
-    accept_packet: Option<Box<([u8; SEALED_ACCEPT_LEN], usize)>>,
-    /// Server: waiting for the application to accept or refuse.
-    awaiting_app: bool,
-    /// Server: who the client is.
-    peer: Option<Peer>,
-    /// Token mode: keys and reset token.
-    secure: Option<Box<Secure>>,
-    /// Client: the message of an application refusal (moves into `Event::Closed`).
-    refusal_message: Bytes,
-    // Sending.
-    next_pn: u64,
-    sent: VecDeque<SentPacket>,
-    /// Packets of `sent` in state `InFlight` (so timers need not scan `sent`).
-    in_flight_packets: u32,
-    /// Of those, packets that carry reliable fragments.
-    reliable_in_flight: u32,
-    segments: VecDeque<Segment>,
-    seg_base: u64,
-    unacked_segments: usize,
-    retx: VecDeque<u64>,
-    channels: Vec<SendChannel>,
-    queued_bytes: usize,
-    rr: usize,
-    peer_window: usize,
-    largest_acked: Option<u64>,
-    loss_time: Option<Instant>,
-    pto_count: u32,
-    probe_pending: bool,
-    last_ack_eliciting_sent: Option<Instant>,
-    last_sent: Instant,
-    cc: Congestion,
-    rtt: RttEstimator,
-    pacing_until: Option<Instant>,
-    // Receiving.
-    recv_ranges: VecDeque<(u64, u64)>,
-    recv_floor: u64,
-    /// ACK frames list received packets from here up (besides the newest range, which they
-    /// always carry): the largest packet an ACK frame listed, once the peer has acknowledged
-    /// the packet that carried it (RFC 9000 §13.2.4). The peer has then seen the ranges that
-    /// frame listed (at most [`MAX_ACK_RANGES`], the newest); older gaps from lost packets
-    /// stop costing bytes in every datagram. A packet arriving below the floor lowers it.
-    ack_floor: u64,
-    largest_recv: Option<(u64, Instant)>,
-    ack_pending: bool,
-    ack_eliciting_unacked: u16,
-    /// Of those, packets that carried reliable data or a ping (never held for
-    /// [`Config::unreliable_ack_delay`]).
-    reliable_unacked: u16,
-    ack_deadline: Option<Instant>,
-    ack_immediate: bool,
-    last_recv: Instant,
-    /// Since when this side has waited for an ACK of anything it sent, with none newly
-    /// acknowledged (`None`: nothing in flight since the last ACK progress). Losses leave it
-    /// alone, so a peer that keeps sending but never acknowledges is closed after
-    /// `idle_timeout` all the same.
-    ack_wait_since: Option<Instant>,
-    receiver: Receiver,
-    lr_received: u64,
-    lr_base: Option<u64>,
-    lr_due: Instant,
-    // Closing.
-    close_reason: Option<(CloseReason, bool)>,
-    linger_deadline: Option<Instant>,
-    close_sends_left: u32,
-    close_next: Option<Instant>,
-    drain_deadline: Option<Instant>,
-    events: VecDeque<Event>,
-    counters: Counters,
-    /// RTT samples (µs) not yet collected by the endpoint, and how many.
-    unread_rtt: ([u32; UNREAD_RTT], u8),
-    /// Last time data (a message fragment) was sent or received.
-    last_data: Instant,
     /// Data moved since the last [`Connection::trim`]: buffers may hold capacity to give back.
     trim_pending: bool,
+    /// Server: the accept's flags.
+    accept: Accept,
+    path: Path,
+    hs: Handshake,
+    send: Sending,
+    recovery: Recovery,
+    ack: Acks,
+    close: Closing,
+    activity: Activity,
+    cc: Congestion,
+    rtt: RttEstimator,
+    receiver: Receiver,
     fec: FecLink,
     /// Packet keys and replay windows; `None` in the insecure mode, and for a client with a
     /// token until its sealed accept opened (the keys are bound to what it carries).
     protection: Option<Box<Protection>>,
     /// Where a received packet is opened (it arrives borrowed, and opens in place).
     open_buf: Vec<u8>,
+    events: VecDeque<Event>,
+    counters: Counters,
 }
 
 impl Connection {
@@ -285,83 +119,35 @@ impl Connection {
         sealed: bool,
         keys: Option<SessionKeys>,
     ) -> Self {
-        let channels = cfg
-            .channels
-            .iter()
-            .map(|&kind| SendChannel {
-                kind,
-                next_id: 0,
-                queue: VecDeque::new(),
-                queued: 0,
-            })
-            .collect();
         Self {
             side,
             state: ConnectionState::Handshaking,
-            local_cid,
-            remote_cid: ConnectionId(0),
-            remote,
-            nonce: 0,
-            cookie: None,
-            hs_next: now,
-            hs_interval: cfg.handshake_retry,
-            hs_deadline: now + cfg.handshake_timeout,
-            accept_pending: false,
-            accept_packet: None,
-            awaiting_app: false,
-            peer: None,
-            secure: None,
-            refusal_message: Bytes::new(),
-            next_pn: 0,
-            sent: VecDeque::new(),
-            in_flight_packets: 0,
-            reliable_in_flight: 0,
-            segments: VecDeque::new(),
-            seg_base: 0,
-            unacked_segments: 0,
-            retx: VecDeque::new(),
-            channels,
-            queued_bytes: 0,
-            rr: 0,
-            peer_window: cfg.recv_window,
-            largest_acked: None,
-            loss_time: None,
-            pto_count: 0,
-            probe_pending: false,
-            last_ack_eliciting_sent: None,
-            last_sent: now,
-            cc: Congestion::new(&cfg),
-            rtt: RttEstimator::new(cfg.initial_rtt),
-            pacing_until: None,
-            recv_ranges: VecDeque::new(),
-            recv_floor: 0,
-            ack_floor: 0,
-            largest_recv: None,
-            ack_pending: false,
-            ack_eliciting_unacked: 0,
-            reliable_unacked: 0,
-            ack_deadline: None,
-            ack_immediate: false,
-            last_recv: now,
-            ack_wait_since: None,
-            receiver: Receiver::new(&cfg, Budget::unlimited()),
-            lr_received: 0,
-            lr_base: None,
-            lr_due: now + cfg.loss_report_interval,
-            close_reason: None,
-            linger_deadline: None,
-            close_sends_left: 0,
-            close_next: None,
-            drain_deadline: None,
-            events: VecDeque::new(),
-            counters: Counters::default(),
-            unread_rtt: ([0; UNREAD_RTT], 0),
-            last_data: now,
+            path: Path {
+                local_cid,
+                remote_cid: ConnectionId(0),
+                remote,
+            },
+            hs: Handshake::new(&cfg, now),
+            send: Sending::new(&cfg),
+            recovery: Recovery::new(),
+            ack: Acks::new(&cfg, now),
+            close: Closing::default(),
+            activity: Activity {
+                last_sent: now,
+                last_recv: now,
+                last_data: now,
+            },
             // The handshake grows the event and packet queues too.
             trim_pending: true,
+            accept: Accept::default(),
+            cc: Congestion::new(&cfg),
+            rtt: RttEstimator::new(cfg.initial_rtt),
+            receiver: Receiver::new(&cfg, Budget::unlimited()),
             fec: FecLink::new(&cfg, if sealed { wire::TAG_LEN } else { 0 }),
             protection: keys.map(|k| Box::new(Protection::new(&k, side == Side::Client))),
             open_buf: Vec::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
             cfg,
         }
     }
@@ -384,7 +170,7 @@ impl Connection {
     ) -> Self {
         let sealed = keys.is_some();
         let mut c = Self::new(cfg, Side::Client, local_cid, server, now, sealed, keys);
-        c.nonce = nonce;
+        c.hs.nonce = nonce;
         c
     }
 
@@ -407,8 +193,8 @@ impl Connection {
             .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
         // No packet keys yet: they are bound to the session the server's sealed accept names.
         let mut c = Self::new(cfg, Side::Client, local_cid, first, now, true, None);
-        c.nonce = nonce;
-        c.secure = Some(Box::new(Secure {
+        c.hs.nonce = nonce;
+        c.hs.secure = Some(Box::new(Secure {
             keys: token.keys.clone(),
             hk: HandshakeKeys::new(&token.keys),
             reset_token: None,
@@ -433,9 +219,9 @@ impl Connection {
     ) -> Self {
         let sealed = keys.is_some();
         let mut c = Self::new(cfg, Side::Server, local_cid, client, now, sealed, keys);
-        c.remote_cid = client_cid;
+        c.path.remote_cid = client_cid;
         c.state = ConnectionState::Established;
-        c.accept_pending = true;
+        c.accept.pending = true;
         c.events.push_back(Event::Connected);
         c
     }
@@ -461,10 +247,10 @@ impl Connection {
             sealed,
             admit.keys,
         );
-        c.remote_cid = client_cid;
-        c.nonce = admit.nonce;
-        c.accept_packet = Some(Box::new((admit.accept, admit.accept_len)));
-        c.secure = admit.secure.map(|(keys, hk)| {
+        c.path.remote_cid = client_cid;
+        c.hs.nonce = admit.nonce;
+        c.hs.accept_packet = Some(Box::new((admit.accept, admit.accept_len)));
+        c.hs.secure = admit.secure.map(|(keys, hk)| {
             Box::new(Secure {
                 keys,
                 hk,
@@ -473,62 +259,62 @@ impl Connection {
             })
         });
         if admit.hook {
-            c.awaiting_app = true;
+            c.accept.awaiting_app = true;
             c.events.push_back(Event::Incoming(admit.peer.clone()));
         } else {
             c.state = ConnectionState::Established;
-            c.accept_pending = true;
+            c.accept.pending = true;
             c.events.push_back(Event::Connected);
         }
-        c.peer = Some(admit.peer);
+        c.hs.peer = Some(admit.peer);
         c
     }
 
     /// The application accepted the client it was asked about.
     pub(crate) fn accept_by_application(&mut self) {
-        if !self.awaiting_app || self.state != ConnectionState::Handshaking {
+        if !self.accept.awaiting_app || self.state != ConnectionState::Handshaking {
             return;
         }
-        self.awaiting_app = false;
+        self.accept.awaiting_app = false;
         self.state = ConnectionState::Established;
-        self.accept_pending = true;
+        self.accept.pending = true;
         self.events.push_back(Event::Connected);
     }
 
     /// True while a server connection waits for the application's accept or refusal.
     pub(crate) fn awaiting_application(&self) -> bool {
-        self.awaiting_app && self.state == ConnectionState::Handshaking
+        self.accept.awaiting_app && self.state == ConnectionState::Handshaking
     }
 
     /// End at once, silently (no close frames, no event): the endpoint refused the client.
     pub(crate) fn discard(&mut self) {
         self.state = ConnectionState::Closed;
-        self.close_sends_left = 0;
+        self.close.sends_left = 0;
         self.events.clear();
     }
 
     /// The handshake's keys, in token mode.
     pub(crate) fn handshake_keys(&self) -> Option<&HandshakeKeys> {
-        self.secure.as_ref().map(|s| &s.hk)
+        self.hs.secure.as_ref().map(|s| &s.hk)
     }
 
     /// The stateless reset token the server gave this client connection (token mode, once
     /// established).
     pub(crate) fn reset_token(&self) -> Option<&[u8; HANDSHAKE_TAG_LEN]> {
-        self.secure.as_ref()?.reset_token.as_ref()
+        self.hs.secure.as_ref()?.reset_token.as_ref()
     }
 
     /// The connect token's session keys (`None` without a token). The session's packet keys
     /// are derived from them and bound to the session: its connection ids and the server's
     /// random value.
     pub fn session_keys(&self) -> Option<&SessionKeys> {
-        self.secure.as_ref().map(|s| &s.keys)
+        self.hs.secure.as_ref().map(|s| &s.keys)
     }
 
     /// Server side: who the client is (address at the handshake, and in token mode its client
     /// id and user data).
     pub fn peer(&self) -> Option<&Peer> {
-        self.peer.as_ref()
+        self.hs.peer.as_ref()
     }
 
     /// Draw on budgets of these limits (reassembly, FEC retention) until the endpoint lends
@@ -555,23 +341,23 @@ impl Connection {
 
     /// This side's connection id (the peer writes it in every packet).
     pub fn local_cid(&self) -> ConnectionId {
-        self.local_cid
+        self.path.local_cid
     }
 
     /// The peer's connection id (0 until the handshake completes on a client).
     pub fn remote_cid(&self) -> ConnectionId {
-        self.remote_cid
+        self.path.remote_cid
     }
 
     /// The peer's current address (follows the peer when its address changes).
     pub fn remote_addr(&self) -> SocketAddr {
-        self.remote
+        self.path.remote
     }
 
     /// True when this session's packets are protected (it has session keys); false in the
     /// insecure mode.
     pub fn is_secure(&self) -> bool {
-        self.protection.is_some() || self.secure.is_some()
+        self.protection.is_some() || self.hs.secure.is_some()
     }
 
     /// Hints the CPU to load what handling this connection's next datagram reads first
@@ -579,10 +365,10 @@ impl Connection {
     /// its acknowledged ranges and its packet keys (see `prefetch`).
     pub(crate) fn prefetch_parts(&self) {
         use crate::prefetch::{front, prefetch};
-        front(self.sent.as_slices().0, 128);
-        front(self.segments.as_slices().0, 128);
-        front(&self.channels, 256);
-        front(self.recv_ranges.as_slices().0, 64);
+        front(self.recovery.sent.as_slices().0, 128);
+        front(self.send.segments.as_slices().0, 128);
+        front(&self.send.channels, 256);
+        front(self.ack.ranges.as_slices().0, 64);
         self.receiver.prefetch();
         self.fec.prefetch();
         if let Some(p) = self.protection.as_deref() {
@@ -597,7 +383,7 @@ impl Connection {
 
     /// True once closed and nothing is left to send: the owner may drop it.
     pub fn is_drained(&self) -> bool {
-        self.state == ConnectionState::Closed && self.close_sends_left == 0
+        self.state == ConnectionState::Closed && self.close.sends_left == 0
     }
 
     /// Statistics, as of now: counters, RTT summary, congestion state, FEC counters.
@@ -634,7 +420,10 @@ impl Connection {
     /// Hands the RTT samples taken since the last call to `f` (µs, oldest first). A connection
     /// keeps the last few; its endpoint collects them after every input.
     pub(crate) fn take_rtt_samples(&mut self, mut f: impl FnMut(u32)) {
-        let (buf, n) = &mut self.unread_rtt;
+        let (buf, n) = (
+            &mut self.recovery.unread_rtt,
+            &mut self.recovery.unread_rtt_len,
+        );
         for &us in &buf[..usize::from(*n)] {
             f(us);
         }
@@ -644,7 +433,10 @@ impl Connection {
     fn note_rtt_sample(&mut self, sample: Duration) {
         self.counters.rtt.record(sample);
         let us = u32::try_from(sample.as_micros()).unwrap_or(u32::MAX);
-        let (buf, n) = &mut self.unread_rtt;
+        let (buf, n) = (
+            &mut self.recovery.unread_rtt,
+            &mut self.recovery.unread_rtt_len,
+        );
         if usize::from(*n) < UNREAD_RTT {
             buf[usize::from(*n)] = us;
             *n += 1;
@@ -655,10 +447,10 @@ impl Connection {
 
     /// Nothing in flight, queued, held for reassembly or waiting for the application.
     fn quiescent(&self) -> bool {
-        self.in_flight_packets == 0
-            && self.unacked_segments == 0
-            && self.queued_bytes == 0
-            && self.retx.is_empty()
+        self.recovery.in_flight_packets == 0
+            && self.send.unacked_segments == 0
+            && self.send.queued_bytes == 0
+            && self.send.retx.is_empty()
             && self.receiver.bytes == 0
             && self.events.is_empty()
     }
@@ -667,7 +459,7 @@ impl Connection {
     /// last trim and nothing is left in flight.
     fn trim_deadline(&self) -> Option<Instant> {
         let after = self.cfg.idle_trim?;
-        (self.trim_pending && self.quiescent()).then(|| self.last_data + after)
+        (self.trim_pending && self.quiescent()).then(|| self.activity.last_data + after)
     }
 
     /// Gives back the capacity that traffic grew in the send, receive and FEC buffers, and the
@@ -675,18 +467,18 @@ impl Connection {
     /// grow again with the next burst.
     fn trim(&mut self, now: Instant) {
         self.trim_pending = false;
-        self.sent.shrink_to_fit();
-        self.segments.shrink_to_fit();
-        self.retx = VecDeque::new();
-        for c in &mut self.channels {
+        self.recovery.sent.shrink_to_fit();
+        self.send.segments.shrink_to_fit();
+        self.send.retx = VecDeque::new();
+        for c in &mut self.send.channels {
             c.queue.shrink_to_fit();
         }
-        self.recv_ranges.shrink_to_fit();
+        self.ack.ranges.shrink_to_fit();
         self.events.shrink_to_fit();
         self.open_buf = Vec::new();
-        if self.side == Side::Server && !self.accept_pending && self.largest_recv.is_some() {
+        if self.side == Side::Server && !self.accept.pending && self.ack.largest.is_some() {
             // The client answered the accept with protected data: it will not echo again.
-            self.accept_packet = None;
+            self.hs.accept_packet = None;
         }
         self.fec.trim(now);
         if let Some(p) = self.protection.as_deref_mut() {
@@ -695,23 +487,23 @@ impl Connection {
     }
 
     fn note_data(&mut self, now: Instant) {
-        self.last_data = now;
+        self.activity.last_data = now;
         self.trim_pending = true;
     }
 
     /// The client nonce of this connection's handshake.
     pub fn nonce(&self) -> u64 {
-        self.nonce
+        self.hs.nonce
     }
 
     /// Bytes queued by `send` and not yet sent for the first time.
     pub fn queued_bytes(&self) -> usize {
-        self.queued_bytes
+        self.send.queued_bytes
     }
 
     /// Reliable fragments sent and not yet acknowledged.
     pub fn unacked_segments(&self) -> usize {
-        self.unacked_segments
+        self.send.unacked_segments
     }
 
     /// Next event for the application.
@@ -726,20 +518,20 @@ impl Connection {
             ConnectionState::Handshaking | ConnectionState::Established => {}
             _ => return Err(SendError::Closed),
         }
-        let Some(ch) = self.channels.get_mut(usize::from(channel)) else {
+        let Some(ch) = self.send.channels.get_mut(usize::from(channel)) else {
             return Err(SendError::UnknownChannel(channel));
         };
         if data.len() > self.cfg.max_message_size {
             return Err(SendError::TooLarge(data.len()));
         }
-        if self.queued_bytes + data.len() > self.cfg.send_queue_limit {
+        if self.send.queued_bytes + data.len() > self.cfg.send_queue_limit {
             return Err(SendError::QueueFull);
         }
         let frag = self.cfg.fragment_payload();
         let count = data.len().div_ceil(frag).max(1);
         let id = ch.next_id;
         ch.next_id += 1;
-        self.queued_bytes += data.len();
+        self.send.queued_bytes += data.len();
         ch.queued = ch
             .queued
             .saturating_add(u32::try_from(data.len()).unwrap_or(u32::MAX));
@@ -776,7 +568,7 @@ impl Connection {
     /// window is worth less the longer it waits, and without a bound a peer that stops
     /// acknowledging would make this queue grow to the session's whole send-queue limit.
     fn shed_unreliable(&mut self, ci: usize, keep: u64) {
-        let ch = &mut self.channels[ci];
+        let ch = &mut self.send.channels[ci];
         while ch.queued as usize > self.cfg.unreliable_queue_limit {
             let Some(id) = ch.queue.front().map(|f| f.message_id) else {
                 break;
@@ -793,7 +585,7 @@ impl Connection {
                 ch.queued = ch
                     .queued
                     .saturating_sub(u32::try_from(len).unwrap_or(u32::MAX));
-                self.queued_bytes -= len;
+                self.send.queued_bytes -= len;
             }
             self.counters.unreliable_unsent += 1;
         }
@@ -808,8 +600,8 @@ impl Connection {
             }
             ConnectionState::Established => {
                 self.state = ConnectionState::Closing;
-                self.close_reason = Some((reason, false));
-                self.linger_deadline = Some(now + self.cfg.close_linger);
+                self.close.reason = Some((reason, false));
+                self.close.linger_deadline = Some(now + self.cfg.close_linger);
                 self.maybe_start_draining(now);
             }
             _ => {}
@@ -819,24 +611,25 @@ impl Connection {
     /// Ends the session for the idle timeout, telling the peer once.
     fn time_out_idle(&mut self) {
         self.finish(CloseReason::IdleTimeout, false);
-        self.close_reason = Some((CloseReason::IdleTimeout, false));
-        self.close_sends_left = 1;
+        self.close.reason = Some((CloseReason::IdleTimeout, false));
+        self.close.sends_left = 1;
     }
 
     fn maybe_start_draining(&mut self, now: Instant) {
         if self.state != ConnectionState::Closing {
             return;
         }
-        let flushed = self.unacked_segments == 0
+        let flushed = self.send.unacked_segments == 0
             && self
+                .send
                 .channels
                 .iter()
                 .all(|c| !c.kind.is_reliable() || c.queue.is_empty());
-        if flushed || self.linger_deadline.is_some_and(|d| now >= d) {
+        if flushed || self.close.linger_deadline.is_some_and(|d| now >= d) {
             self.state = ConnectionState::Draining;
-            self.close_sends_left = CLOSE_SENDS;
-            self.close_next = Some(now);
-            self.drain_deadline = Some(now + self.pto_base() * 3);
+            self.close.sends_left = CLOSE_SENDS;
+            self.close.next_send = Some(now);
+            self.close.drain_deadline = Some(now + self.pto_base() * 3);
         }
     }
 
@@ -848,16 +641,16 @@ impl Connection {
         self.events.push_back(Event::Closed {
             reason,
             by_peer,
-            message: std::mem::take(&mut self.refusal_message),
+            message: std::mem::take(&mut self.hs.refusal_message),
         });
         // Free send-side memory at once; a closed connection never sends data again.
-        for c in &mut self.channels {
+        for c in &mut self.send.channels {
             c.queue.clear();
             c.queued = 0;
         }
-        self.segments.clear();
-        self.retx.clear();
-        self.queued_bytes = 0;
+        self.send.segments.clear();
+        self.send.retx.clear();
+        self.send.queued_bytes = 0;
     }
 
     fn pto_base(&self) -> Duration {
@@ -868,7 +661,7 @@ impl Connection {
     /// probe's (see [`Self::probe_timeout`]), so the RTO proper starts at the base and doubles
     /// from the second.
     fn current_rto(&self) -> Duration {
-        let doublings = self.pto_count.saturating_sub(1).min(16);
+        let doublings = self.recovery.pto_count.saturating_sub(1).min(16);
         (self.pto_base() * 2u32.saturating_pow(doublings)).min(self.cfg.max_rto)
     }
 
@@ -880,7 +673,7 @@ impl Connection {
     /// conservative minimum RTO would, without firing at every scheduling hiccup of a short
     /// path.
     fn probe_timeout(&self) -> Duration {
-        if self.pto_count == 0 {
+        if self.recovery.pto_count == 0 {
             let tlp = self
                 .rtt
                 .probe_delay(self.cfg.max_ack_delay)
@@ -889,7 +682,7 @@ impl Connection {
             // Only unreliable packets in flight: their ACK may be held (nothing would be
             // repaired by probing for it sooner).
             if let Some(held) = self.cfg.unreliable_ack_delay {
-                if self.reliable_in_flight == 0 && !self.has_queued_reliable() {
+                if self.recovery.reliable_in_flight == 0 && !self.has_queued_reliable() {
                     return tlp + held;
                 }
             }
@@ -957,21 +750,21 @@ impl Connection {
             } => {
                 if self.side != Side::Client
                     || self.state != ConnectionState::Handshaking
-                    || client_cid != self.local_cid
-                    || nonce != self.nonce
+                    || client_cid != self.path.local_cid
+                    || nonce != self.hs.nonce
                 {
                     return Err(DropCause::UnexpectedHandshake);
                 }
-                if let Some(s) = &self.secure {
+                if let Some(s) = &self.hs.secure {
                     let expect = s.hk.challenge_tag(client_cid, nonce, timestamp, &cookie);
                     if !tag.is_some_and(|t| tags_equal(&t, &expect)) {
                         return Err(DropCause::Unauthenticated);
                     }
                 }
-                if self.cookie.is_none() {
-                    self.cookie = Some((timestamp, cookie));
-                    self.hs_next = now;
-                    self.hs_interval = self.cfg.handshake_retry;
+                if self.hs.cookie.is_none() {
+                    self.hs.cookie = Some((timestamp, cookie));
+                    self.hs.resend_at = now;
+                    self.hs.interval = self.cfg.handshake_retry;
                 }
                 Ok(())
             }
@@ -981,12 +774,12 @@ impl Connection {
             } => {
                 if self.side != Side::Client
                     || self.state != ConnectionState::Handshaking
-                    || client_cid != self.local_cid
-                    || self.cookie.is_none()
+                    || client_cid != self.path.local_cid
+                    || self.hs.cookie.is_none()
                 {
                     return Err(DropCause::UnexpectedHandshake);
                 }
-                if self.secure.is_some() {
+                if self.hs.secure.is_some() {
                     // A client with a token only believes a sealed accept.
                     return Err(DropCause::Unauthenticated);
                 }
@@ -1000,12 +793,12 @@ impl Connection {
             } => {
                 if self.side != Side::Client
                     || self.state != ConnectionState::Handshaking
-                    || client_cid != self.local_cid
-                    || self.cookie.is_none()
+                    || client_cid != self.path.local_cid
+                    || self.hs.cookie.is_none()
                 {
                     return Err(DropCause::UnexpectedHandshake);
                 }
-                let Some(s) = self.secure.as_mut() else {
+                let Some(s) = self.hs.secure.as_mut() else {
                     return Err(DropCause::UnexpectedHandshake);
                 };
                 let Some((server_cid, reset)) = s.hk.open_accept(nonce, client_cid, sealed) else {
@@ -1028,17 +821,17 @@ impl Connection {
             } => {
                 if self.side != Side::Client
                     || self.state != ConnectionState::Handshaking
-                    || client_cid != self.local_cid
+                    || client_cid != self.path.local_cid
                 {
                     return Err(DropCause::UnexpectedHandshake);
                 }
-                if let Some(s) = &self.secure {
+                if let Some(s) = &self.hs.secure {
                     // Believe a refusal the server tagged, or an untagged one only for what a
                     // server says before it opened the token.
                     let ok = match tag {
                         Some(t) => tags_equal(
                             &t,
-                            &s.hk.refuse_tag(client_cid, self.nonce, reason, message),
+                            &s.hk.refuse_tag(client_cid, self.hs.nonce, reason, message),
                         ),
                         None => reason.refused_before_token(),
                     };
@@ -1058,14 +851,14 @@ impl Connection {
                 if next_server && self.try_next_server(now) {
                     return Ok(());
                 }
-                self.refusal_message = Bytes::copy_from_slice(message);
+                self.hs.refusal_message = Bytes::copy_from_slice(message);
                 self.finish(reason, true);
                 Ok(())
             }
             Packet::StatelessReset { cid, token } => {
                 if self.side != Side::Client
                     || self.state == ConnectionState::Handshaking
-                    || cid != self.remote_cid
+                    || cid != self.path.remote_cid
                 {
                     return Err(DropCause::UnknownConnection);
                 }
@@ -1074,16 +867,16 @@ impl Connection {
                 }
                 // The server has no state for us: nothing to tell it, no close to send.
                 self.finish(CloseReason::Reset, true);
-                self.close_sends_left = 0;
+                self.close.sends_left = 0;
                 Ok(())
             }
             Packet::ClientCookieEcho { client_cid, .. } => {
                 // The client did not get our accept: send it again (one reply per echo).
-                if self.side != Side::Server || client_cid != self.remote_cid {
+                if self.side != Side::Server || client_cid != self.path.remote_cid {
                     return Err(DropCause::UnexpectedHandshake);
                 }
-                if !self.awaiting_app {
-                    self.accept_pending = true;
+                if !self.accept.awaiting_app {
+                    self.accept.pending = true;
                 }
                 Ok(())
             }
@@ -1093,43 +886,44 @@ impl Connection {
 
     /// The client's handshake completed: the server's id is `server_cid`, at `from`.
     fn established(&mut self, now: Instant, from: SocketAddr, server_cid: ConnectionId) {
-        self.remote_cid = server_cid;
+        self.path.remote_cid = server_cid;
         self.state = ConnectionState::Established;
-        self.last_recv = now;
-        self.remote = from;
+        self.activity.last_recv = now;
+        self.path.remote = from;
         self.events.push_back(Event::Connected);
     }
 
     /// Client with a token: start over with the token's next server address, if any.
     fn try_next_server(&mut self, now: Instant) -> bool {
-        let Some((token, next)) = self.secure.as_mut().and_then(|s| s.token.as_deref_mut()) else {
+        let Some((token, next)) = self.hs.secure.as_mut().and_then(|s| s.token.as_deref_mut())
+        else {
             return false;
         };
         let Some(&addr) = token.server_addresses.get(*next) else {
             return false;
         };
         *next += 1;
-        self.remote = addr;
-        self.cookie = None;
+        self.path.remote = addr;
+        self.hs.cookie = None;
         // Nothing of the attempt before carries over into the next: no packet keys or replay
         // state (there are none before an accept; the next server's accept brings its own).
         self.protection = None;
-        self.hs_next = now;
-        self.hs_interval = self.cfg.handshake_retry;
-        self.hs_deadline = now + self.cfg.handshake_timeout;
+        self.hs.resend_at = now;
+        self.hs.interval = self.cfg.handshake_retry;
+        self.hs.deadline = now + self.cfg.handshake_timeout;
         true
     }
 
     /// Client with a token: whether `from` is one of the token's server addresses this
     /// handshake has moved on from (and not the one it talks to now).
     fn left_server(&self, from: SocketAddr) -> bool {
-        let Some((token, next)) = self.secure.as_ref().and_then(|s| s.token.as_deref()) else {
+        let Some((token, next)) = self.hs.secure.as_ref().and_then(|s| s.token.as_deref()) else {
             return false;
         };
         // `next` is the address after the current one.
         let left =
             &token.server_addresses[..next.saturating_sub(1).min(token.server_addresses.len())];
-        from != self.remote && left.contains(&from)
+        from != self.path.remote && left.contains(&from)
     }
 
     /// Every connection packet (`Data`, `FecData`, `FecParity`) enters here. In a session with
@@ -1148,11 +942,11 @@ impl Connection {
             Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
             Err(_) => return Err(DropCause::Malformed),
         };
-        if h.dst_cid != self.local_cid {
+        if h.dst_cid != self.path.local_cid {
             return Err(DropCause::UnknownConnection);
         }
         let Some(p) = self.protection.as_deref_mut() else {
-            if self.secure.is_some() {
+            if self.hs.secure.is_some() {
                 // A token client before its accept: no keys to open it with (the server
                 // retransmits what it carried).
                 return Err(DropCause::UnexpectedHandshake);
@@ -1208,12 +1002,12 @@ impl Connection {
             Ok(Packet::FecParity { dst_cid, body, .. }) => (dst_cid, body, true),
             _ => return Err(DropCause::Malformed),
         };
-        if dst_cid != self.local_cid {
+        if dst_cid != self.path.local_cid {
             return Err(DropCause::UnknownConnection);
         }
         if self
             .fec
-            .receive(&self.cfg, now, self.local_cid, body, parity)
+            .receive(&self.cfg, now, self.path.local_cid, body, parity)
             .is_err()
         {
             return Err(DropCause::Malformed);
@@ -1252,7 +1046,7 @@ impl Connection {
         else {
             return Err(DropCause::Malformed);
         };
-        if dst_cid != self.local_cid {
+        if dst_cid != self.path.local_cid {
             return Err(DropCause::UnknownConnection);
         }
         if self.state == ConnectionState::Handshaking {
@@ -1263,11 +1057,12 @@ impl Connection {
             // No sender gets here (2^62 packets); refusing it keeps `pn + 1` in range below.
             return Err(DropCause::ProtocolViolation);
         }
-        if pn < self.recv_floor {
+        if pn < self.ack.floor {
             return Err(DropCause::TooOld);
         }
         if self
-            .recv_ranges
+            .ack
+            .ranges
             .iter()
             .rev()
             .any(|&(lo, hi)| lo <= pn && pn <= hi)
@@ -1287,7 +1082,7 @@ impl Connection {
             let f = f.map_err(|_| DropCause::Malformed)?;
             match f {
                 Frame::Ack(a) => {
-                    if a.largest >= self.next_pn {
+                    if a.largest >= self.recovery.next_pn {
                         return Err(DropCause::ProtocolViolation);
                     }
                 }
@@ -1335,22 +1130,22 @@ impl Connection {
         }
         // Accepted: record the packet number.
         self.record_received(now, pn, ack_eliciting, reliable);
-        if self.largest_recv.is_none_or(|(l, _)| pn >= l) {
-            self.largest_recv = Some((pn, now));
-            self.remote = from; // follow a peer whose address changed
+        if self.ack.largest.is_none_or(|(l, _)| pn >= l) {
+            self.ack.largest = Some((pn, now));
+            self.path.remote = from; // follow a peer whose address changed
         }
-        self.last_recv = now;
+        self.activity.last_recv = now;
         if carries_data {
             self.note_data(now);
         }
         self.counters.packets_received += 1;
         self.counters.bytes_received += datagram.len() as u64;
-        self.lr_received += 1;
-        if self.lr_base.is_none() {
-            self.lr_base = Some(pn);
+        self.ack.report.received += 1;
+        if self.ack.report.base.is_none() {
+            self.ack.report.base = Some(pn);
         }
         if self.side == Side::Server {
-            self.accept_pending = false; // the client got our accept
+            self.accept.pending = false; // the client got our accept
         }
         // Pass 2: apply.
         let mut acked_something = false;
@@ -1430,14 +1225,14 @@ impl Connection {
             ConnectionState::Established | ConnectionState::Closing => {
                 self.finish(reason, true);
                 // Answer once so the closer learns we heard it.
-                self.close_reason = Some((reason, true));
-                self.close_sends_left = 1;
-                self.close_next = None;
+                self.close.reason = Some((reason, true));
+                self.close.sends_left = 1;
+                self.close.next_send = None;
             }
             ConnectionState::Draining => {
                 // The peer's answer to our close.
-                let (r, _) = self.close_reason.unwrap_or((reason, false));
-                self.close_sends_left = 0;
+                let (r, _) = self.close.reason.unwrap_or((reason, false));
+                self.close.sends_left = 0;
                 self.finish(r, false);
             }
             _ => {}
@@ -1448,54 +1243,54 @@ impl Connection {
         // A packet that comes after the ACK floor passed it (reordered, or rebuilt by FEC
         // once its group's parity came) is acknowledged all the same: the next ACK frames
         // list ranges from it up again, until the peer has seen one of them.
-        self.ack_floor = self.ack_floor.min(pn);
-        let largest = self.recv_ranges.back().map(|&(_, h)| h);
+        self.ack.ack_floor = self.ack.ack_floor.min(pn);
+        let largest = self.ack.ranges.back().map(|&(_, h)| h);
         // Insert pn into the ascending, disjoint range list (search from the top: most
         // packets arrive in order).
-        let mut i = self.recv_ranges.len();
-        while i > 0 && self.recv_ranges[i - 1].0 > pn {
+        let mut i = self.ack.ranges.len();
+        while i > 0 && self.ack.ranges[i - 1].0 > pn {
             i -= 1;
         }
         // Now ranges[..i] start at or below pn.
-        let merge_prev = i > 0 && self.recv_ranges[i - 1].1 + 1 == pn;
-        let merge_next = i < self.recv_ranges.len() && self.recv_ranges[i].0 == pn + 1;
+        let merge_prev = i > 0 && self.ack.ranges[i - 1].1 + 1 == pn;
+        let merge_next = i < self.ack.ranges.len() && self.ack.ranges[i].0 == pn + 1;
         match (merge_prev, merge_next) {
             (true, true) => {
-                let hi = self.recv_ranges[i].1;
-                self.recv_ranges[i - 1].1 = hi;
-                self.recv_ranges.remove(i);
+                let hi = self.ack.ranges[i].1;
+                self.ack.ranges[i - 1].1 = hi;
+                self.ack.ranges.remove(i);
             }
-            (true, false) => self.recv_ranges[i - 1].1 = pn,
-            (false, true) => self.recv_ranges[i].0 = pn,
-            (false, false) => self.recv_ranges.insert(i, (pn, pn)),
+            (true, false) => self.ack.ranges[i - 1].1 = pn,
+            (false, true) => self.ack.ranges[i].0 = pn,
+            (false, false) => self.ack.ranges.insert(i, (pn, pn)),
         }
-        while self.recv_ranges.len() > MAX_TRACKED_RANGES {
-            if let Some((_, hi)) = self.recv_ranges.pop_front() {
-                self.recv_floor = hi + 1;
+        while self.ack.ranges.len() > MAX_TRACKED_RANGES {
+            if let Some((_, hi)) = self.ack.ranges.pop_front() {
+                self.ack.floor = hi + 1;
             }
         }
-        self.ack_pending = true;
+        self.ack.pending = true;
         if ack_eliciting {
-            self.ack_eliciting_unacked = self.ack_eliciting_unacked.saturating_add(1);
+            self.ack.eliciting_unacked = self.ack.eliciting_unacked.saturating_add(1);
             let delay = match self.cfg.unreliable_ack_delay {
                 Some(d) if !reliable => d,
                 _ => {
-                    self.reliable_unacked = self.reliable_unacked.saturating_add(1);
+                    self.ack.reliable_unacked = self.ack.reliable_unacked.saturating_add(1);
                     self.cfg.max_ack_delay
                 }
             };
             if largest.is_some_and(|l| pn != l + 1) {
-                self.ack_immediate = true; // gap or reordering: tell the sender at once
+                self.ack.immediate = true; // gap or reordering: tell the sender at once
             }
             let d = now + delay;
-            self.ack_deadline = Some(self.ack_deadline.map_or(d, |x| x.min(d)));
+            self.ack.deadline = Some(self.ack.deadline.map_or(d, |x| x.min(d)));
         }
     }
 
     /// Process an ACK frame; true when something new was acknowledged.
     fn on_ack(&mut self, now: Instant, ack: &wire::AckFrame<'_>) -> bool {
-        self.peer_window = usize::try_from(ack.window).unwrap_or(usize::MAX);
-        let Some(front) = self.sent.front().map(|p| p.pn) else {
+        self.send.peer_window = usize::try_from(ack.window).unwrap_or(usize::MAX);
+        let Some(front) = self.recovery.sent.front().map(|p| p.pn) else {
             return false;
         };
         let mut newly = false;
@@ -1505,26 +1300,26 @@ impl Connection {
         let mut newest_covered: Option<Instant> = None;
         for (lo, hi) in ack.ranges() {
             let lo = lo.max(front);
-            let hi = hi.min(self.next_pn.saturating_sub(1));
+            let hi = hi.min(self.recovery.next_pn.saturating_sub(1));
             if lo > hi {
                 continue;
             }
             for pn in lo..=hi {
                 let idx = (pn - front) as usize;
-                let Some(p) = self.sent.get_mut(idx) else {
+                let Some(p) = self.recovery.sent.get_mut(idx) else {
                     break;
                 };
                 if p.state != PacketState::Acked {
                     newest_covered = Some(newest_covered.map_or(p.time, |t| t.max(p.time)));
                     // The peer has the ACK frame this packet carried.
-                    self.ack_floor = self.ack_floor.max(p.acks_below);
+                    self.ack.ack_floor = self.ack.ack_floor.max(p.acks_below);
                 }
                 match p.state {
                     PacketState::InFlight => {
                         p.state = PacketState::Acked;
-                        self.in_flight_packets -= 1;
+                        self.recovery.in_flight_packets -= 1;
                         if !p.segs.is_empty() {
-                            self.reliable_in_flight -= 1;
+                            self.recovery.reliable_in_flight -= 1;
                         }
                         newly = true;
                         self.cc.on_acked(p.size as usize, p.time);
@@ -1579,12 +1374,12 @@ impl Connection {
                 }
             }
         }
-        if self.largest_acked.is_none_or(|l| ack.largest > l) {
-            self.largest_acked = Some(ack.largest);
+        if self.recovery.largest_acked.is_none_or(|l| ack.largest > l) {
+            self.recovery.largest_acked = Some(ack.largest);
         }
         if newly {
-            self.pto_count = 0;
-            self.ack_wait_since = (self.in_flight_packets > 0).then_some(now);
+            self.recovery.pto_count = 0;
+            self.recovery.ack_wait_since = (self.recovery.in_flight_packets > 0).then_some(now);
         }
         self.detect_lost(now);
         self.pop_sent(now);
@@ -1592,19 +1387,23 @@ impl Connection {
     }
 
     fn ack_segment(&mut self, sid: u64) {
-        if sid < self.seg_base {
+        if sid < self.send.seg_base {
             return;
         }
-        if let Some(s) = self.segments.get_mut((sid - self.seg_base) as usize) {
+        if let Some(s) = self
+            .send
+            .segments
+            .get_mut((sid - self.send.seg_base) as usize)
+        {
             if !s.acked {
                 s.acked = true;
                 s.data = Bytes::new();
-                self.unacked_segments -= 1;
+                self.send.unacked_segments -= 1;
             }
         }
-        while self.segments.front().is_some_and(|s| s.acked) {
-            self.segments.pop_front();
-            self.seg_base += 1;
+        while self.send.segments.front().is_some_and(|s| s.acked) {
+            self.send.segments.pop_front();
+            self.send.seg_base += 1;
         }
     }
 
@@ -1619,15 +1418,15 @@ impl Connection {
         // back that late, and a forgotten packet's ACK settles nothing. Otherwise two loss
         // delays, which keeps the list (scanned by loss detection) short.
         let mut keep_lost = self.rtt.loss_delay() * 2;
-        if !self.rtt.has_sample || self.pto_count > 0 {
+        if !self.rtt.has_sample || self.recovery.pto_count > 0 {
             keep_lost = keep_lost.max(self.current_rto() * 3);
         }
-        while self.sent.front().is_some_and(|p| match p.state {
+        while self.recovery.sent.front().is_some_and(|p| match p.state {
             PacketState::InFlight => false,
             PacketState::Lost => p.time + keep_lost <= now,
             PacketState::Acked | PacketState::Untracked => true,
         }) {
-            self.sent.pop_front();
+            self.recovery.sent.pop_front();
         }
     }
 
@@ -1637,17 +1436,19 @@ impl Connection {
     }
 
     fn detect_lost(&mut self, now: Instant) {
-        self.loss_time = None;
-        let Some(la) = self.largest_acked else { return };
+        self.recovery.loss_time = None;
+        let Some(la) = self.recovery.largest_acked else {
+            return;
+        };
         // While groups carry parity, the peer may rebuild a lost packet once its group's
         // parity arrives: later packets acknowledged meanwhile, or the usual time threshold
         // passing, are no proof of loss until the group had time to close.
         let delay = self.rtt.loss_delay() + self.fec.reorder_delay();
         let threshold = self.cfg.packet_threshold + self.fec.reorder_allowance();
         let mut largest_lost_time: Option<Instant> = None;
-        for i in 0..self.sent.len() {
+        for i in 0..self.recovery.sent.len() {
             let (pn, time, state) = {
-                let p = &self.sent[i];
+                let p = &self.recovery.sent[i];
                 (p.pn, p.time, p.state)
             };
             if pn >= la {
@@ -1661,7 +1462,7 @@ impl Connection {
                 largest_lost_time = Some(time);
             } else {
                 let t = time + delay;
-                self.loss_time = Some(self.loss_time.map_or(t, |x| x.min(t)));
+                self.recovery.loss_time = Some(self.recovery.loss_time.map_or(t, |x| x.min(t)));
             }
         }
         if let Some(t) = largest_lost_time {
@@ -1673,11 +1474,11 @@ impl Connection {
     }
 
     fn declare_lost(&mut self, i: usize) {
-        let p = &mut self.sent[i];
+        let p = &mut self.recovery.sent[i];
         if p.state == PacketState::InFlight {
-            self.in_flight_packets -= 1;
+            self.recovery.in_flight_packets -= 1;
             if !p.segs.is_empty() {
-                self.reliable_in_flight -= 1;
+                self.recovery.reliable_in_flight -= 1;
             }
         }
         p.state = PacketState::Lost;
@@ -1687,23 +1488,27 @@ impl Connection {
         self.cc.on_removed(size);
         self.counters.packets_lost += 1;
         for &sid in &segs {
-            if sid < self.seg_base {
+            if sid < self.send.seg_base {
                 continue;
             }
-            if let Some(s) = self.segments.get_mut((sid - self.seg_base) as usize) {
+            if let Some(s) = self
+                .send
+                .segments
+                .get_mut((sid - self.send.seg_base) as usize)
+            {
                 if !s.acked && !s.queued && s.last_pn == pn {
                     s.queued = true;
-                    self.retx.push_back(sid);
+                    self.send.retx.push_back(sid);
                     if self.cfg.redundant_retransmit && self.fec.reorder_allowance() == 0 {
                         // Second copy, sent in the packet after the first (see the config).
                         // Not while FEC groups carry parity: that protects the repair too.
-                        self.retx.push_back(sid);
+                        self.send.retx.push_back(sid);
                     }
                 }
             }
         }
         // Keep the ids: a late ACK of this packet still acknowledges its segments.
-        self.sent[i].segs = segs;
+        self.recovery.sent[i].segs = segs;
     }
 
     /// The earliest time `handle_timeout` (or `poll_transmit`) has work to do.
@@ -1716,74 +1521,80 @@ impl Connection {
         };
         match self.state {
             ConnectionState::Closed => {
-                if self.close_sends_left > 0 {
-                    add(Some(self.last_sent));
+                if self.close.sends_left > 0 {
+                    add(Some(self.activity.last_sent));
                 }
                 return t;
             }
             ConnectionState::Handshaking => {
                 // A server connection waiting for its application has no retransmissions.
                 if self.side == Side::Client {
-                    add(Some(self.hs_next));
+                    add(Some(self.hs.resend_at));
                 }
-                add(Some(self.hs_deadline));
+                add(Some(self.hs.deadline));
                 return t;
             }
             _ => {}
         }
-        add(Some(self.last_recv + self.cfg.idle_timeout));
+        add(Some(self.activity.last_recv + self.cfg.idle_timeout));
         if self.state == ConnectionState::Draining {
-            add(self.drain_deadline);
-            if self.close_sends_left > 0 {
-                add(self.close_next);
+            add(self.close.drain_deadline);
+            if self.close.sends_left > 0 {
+                add(self.close.next_send);
             }
             return t;
         }
-        add(self.ack_wait_since.map(|t| t + self.cfg.idle_timeout));
-        add(self.loss_time);
+        add(self
+            .recovery
+            .ack_wait_since
+            .map(|t| t + self.cfg.idle_timeout));
+        add(self.recovery.loss_time);
         add(self.pto_deadline());
-        if self.ack_pending && self.ack_eliciting_unacked > 0 {
-            if self.ack_immediate || self.ack_count_reached() {
-                add(Some(self.last_recv));
+        if self.ack.pending && self.ack.eliciting_unacked > 0 {
+            if self.ack.immediate || self.ack_count_reached() {
+                add(Some(self.activity.last_recv));
             } else {
-                add(self.ack_deadline);
+                add(self.ack.deadline);
             }
         }
         if let Some(k) = self.cfg.keepalive_interval {
-            add(Some(self.last_sent + k));
+            add(Some(self.activity.last_sent + k));
         }
-        add(self.linger_deadline);
+        add(self.close.linger_deadline);
         add(self.trim_deadline());
         add(self.receiver.next_expiry(self.cfg.unreliable_timeout));
         add(self.fec.poll_timeout());
         if self.fec.next_parity().is_some_and(|n| self.cc.can_send(n)) {
-            add(Some(self.last_sent));
+            add(Some(self.activity.last_sent));
         }
-        if self.accept_pending || self.probe_pending {
-            add(Some(self.last_sent));
+        if self.accept.pending || self.recovery.probe_pending {
+            add(Some(self.activity.last_sent));
         }
         if self.has_sendable_data() {
-            add(Some(self.pacing_until.unwrap_or(self.last_sent)));
+            add(Some(
+                self.send.pacing_until.unwrap_or(self.activity.last_sent),
+            ));
         }
         t
     }
 
     fn pto_deadline(&self) -> Option<Instant> {
-        let base = self.last_ack_eliciting_sent?;
+        let base = self.recovery.last_ack_eliciting_sent?;
         debug_assert_eq!(
-            self.in_flight_packets as usize,
-            self.sent
+            self.recovery.in_flight_packets as usize,
+            self.recovery
+                .sent
                 .iter()
                 .filter(|p| p.state == PacketState::InFlight)
                 .count()
         );
-        let in_flight = self.in_flight_packets > 0;
-        let blocked = self.peer_window == 0 && self.has_queued_reliable();
+        let in_flight = self.recovery.in_flight_packets > 0;
+        let blocked = self.send.peer_window == 0 && self.has_queued_reliable();
         // Parity alone fills the window and no data packet is in flight whose ACK or loss would
         // take it out: the probe (which may exceed the window) and then the RTO end the wait.
         let parity_blocked = self.fec.parity_in_flight()
             && !self.cc.can_send(self.cfg.max_datagram_size)
-            && (!self.retx.is_empty() || self.queued_bytes > 0);
+            && (!self.send.retx.is_empty() || self.send.queued_bytes > 0);
         if !in_flight && !blocked && !parity_blocked {
             return None;
         }
@@ -1797,23 +1608,25 @@ impl Connection {
     fn ack_count_reached(&self) -> bool {
         let frequency = self.cfg.ack_frequency.max(1);
         match self.cfg.unreliable_ack_delay {
-            None => u32::from(self.ack_eliciting_unacked) >= frequency,
+            None => u32::from(self.ack.eliciting_unacked) >= frequency,
             Some(_) => {
-                u32::from(self.reliable_unacked) >= frequency
-                    || u32::from(self.ack_eliciting_unacked)
+                u32::from(self.ack.reliable_unacked) >= frequency
+                    || u32::from(self.ack.eliciting_unacked)
                         >= crate::UNRELIABLE_ACK_TOLERANCE.max(frequency)
             }
         }
     }
 
     fn channel_is_reliable(&self, channel: u8) -> bool {
-        self.channels
+        self.send
+            .channels
             .get(usize::from(channel))
             .is_some_and(|c| c.kind.is_reliable())
     }
 
     fn has_queued_reliable(&self) -> bool {
-        self.channels
+        self.send
+            .channels
             .iter()
             .any(|c| c.kind.is_reliable() && !c.queue.is_empty())
     }
@@ -1825,18 +1638,19 @@ impl Connection {
         if !self.cc.can_send(self.cfg.max_datagram_size) {
             return false;
         }
-        if !self.retx.is_empty() {
+        if !self.send.retx.is_empty() {
             return true;
         }
         let reliable_ok = self.reliable_window_open();
-        self.channels
+        self.send
+            .channels
             .iter()
             .any(|c| !c.queue.is_empty() && (!c.kind.is_reliable() || reliable_ok))
     }
 
     fn reliable_window_open(&self) -> bool {
-        let window = self.cfg.send_window.min(self.peer_window);
-        self.unacked_segments < window && self.segments.len() < 4 * self.cfg.send_window
+        let window = self.cfg.send_window.min(self.send.peer_window);
+        self.send.unacked_segments < window && self.send.segments.len() < 4 * self.cfg.send_window
     }
 
     /// Run expired timers: idle timeout, handshake retries, loss detection, probe timeout / RTO.
@@ -1848,7 +1662,7 @@ impl Connection {
         match self.state {
             ConnectionState::Closed => return,
             ConnectionState::Handshaking => {
-                if now >= self.hs_deadline {
+                if now >= self.hs.deadline {
                     if self.side == Side::Server {
                         // The application never answered: drop the attempt.
                         self.discard();
@@ -1860,21 +1674,23 @@ impl Connection {
             }
             _ => {}
         }
-        if now >= self.last_recv + self.cfg.idle_timeout {
+        if now >= self.activity.last_recv + self.cfg.idle_timeout {
             self.time_out_idle();
             return;
         }
         if self.state == ConnectionState::Draining {
-            if self.drain_deadline.is_some_and(|d| now >= d) {
+            if self.close.drain_deadline.is_some_and(|d| now >= d) {
                 let (r, _) = self
-                    .close_reason
+                    .close
+                    .reason
                     .unwrap_or((CloseReason::Application, false));
-                self.close_sends_left = 0;
+                self.close.sends_left = 0;
                 self.finish(r, false);
             }
             return;
         }
         if self
+            .recovery
             .ack_wait_since
             .is_some_and(|t| now >= t + self.cfg.idle_timeout)
         {
@@ -1890,19 +1706,19 @@ impl Connection {
         if self.trim_deadline().is_some_and(|t| now >= t) {
             self.trim(now);
         }
-        if self.loss_time.is_some_and(|t| now >= t) {
+        if self.recovery.loss_time.is_some_and(|t| now >= t) {
             self.detect_lost(now);
             self.pop_sent(now);
         }
         if self.pto_deadline().is_some_and(|t| now >= t) {
-            self.pto_count += 1;
-            if self.pto_count == 1 {
+            self.recovery.pto_count += 1;
+            if self.recovery.pto_count == 1 {
                 // Tail-loss probe: elicit an ACK (and repair a lost tail) before the RTO.
                 self.counters.tail_loss_probes += 1;
             } else {
                 self.counters.rto_count += 1;
-                for i in 0..self.sent.len() {
-                    if self.sent[i].state == PacketState::InFlight {
+                for i in 0..self.recovery.sent.len() {
+                    if self.recovery.sent[i].state == PacketState::InFlight {
                         self.declare_lost(i);
                     }
                 }
@@ -1912,13 +1728,13 @@ impl Connection {
                 // RTT sample to say otherwise, or when this is the second RTO in a row: a peer
                 // that answers nothing for two backed-off timeouts is overloaded or gone, and
                 // resending a full window at every expiry only buries it deeper.
-                let persistent = self.pto_count > 2 || !self.rtt.has_sample;
+                let persistent = self.recovery.pto_count > 2 || !self.rtt.has_sample;
                 let congested = persistent || self.queueing();
                 self.cc.on_rto(now, congested);
             }
-            self.probe_pending = true;
+            self.recovery.probe_pending = true;
             // Re-arm from now so the next stage waits a full (backed-off) period.
-            self.last_ack_eliciting_sent = Some(now);
+            self.recovery.last_ack_eliciting_sent = Some(now);
         }
     }
 
@@ -1929,7 +1745,7 @@ impl Connection {
         if let Some(t) = t {
             self.counters.packets_sent += 1;
             self.counters.bytes_sent += t.size as u64;
-            self.last_sent = now;
+            self.activity.last_sent = now;
         }
         t
     }
@@ -1942,31 +1758,33 @@ impl Connection {
         match self.state {
             ConnectionState::Handshaking => return self.transmit_handshake(now, buf),
             ConnectionState::Closed => {
-                if self.close_sends_left == 0 {
+                if self.close.sends_left == 0 {
                     return None;
                 }
-                self.close_sends_left -= 1;
+                self.close.sends_left -= 1;
                 let (reason, _) = self
-                    .close_reason
+                    .close
+                    .reason
                     .unwrap_or((CloseReason::Application, false));
                 return self.transmit_close(buf, reason);
             }
             ConnectionState::Draining => {
-                if self.close_sends_left == 0 || self.close_next.is_some_and(|t| now < t) {
+                if self.close.sends_left == 0 || self.close.next_send.is_some_and(|t| now < t) {
                     return None;
                 }
-                self.close_sends_left -= 1;
-                self.close_next = Some(now + self.pto_base());
+                self.close.sends_left -= 1;
+                self.close.next_send = Some(now + self.pto_base());
                 let (reason, _) = self
-                    .close_reason
+                    .close
+                    .reason
                     .unwrap_or((CloseReason::Application, false));
                 return self.transmit_close(buf, reason);
             }
             _ => {}
         }
-        if self.accept_pending && self.side == Side::Server {
-            self.accept_pending = false;
-            let size = match &self.accept_packet {
+        if self.accept.pending && self.side == Side::Server {
+            self.accept.pending = false;
+            let size = match &self.hs.accept_packet {
                 Some(a) => {
                     let (bytes, n) = (&a.0, a.1);
                     buf.get_mut(..n)?.copy_from_slice(&bytes[..n]);
@@ -1974,78 +1792,79 @@ impl Connection {
                 }
                 None => {
                     let p = Packet::ServerAccept {
-                        client_cid: self.remote_cid,
-                        server_cid: self.local_cid,
+                        client_cid: self.path.remote_cid,
+                        server_cid: self.path.local_cid,
                     };
                     wire::encode_packet(&p, buf).ok()?
                 }
             };
             return Some(Transmit {
-                destination: self.remote,
+                destination: self.path.remote,
                 size,
             });
         }
         // Parity goes out right after its group closed, ahead of new data.
         if let Some(size) = self
             .fec
-            .poll_parity(now, self.remote_cid, buf, &mut self.cc)
+            .poll_parity(now, self.path.remote_cid, buf, &mut self.cc)
         {
             let size = self.protect(now, buf, size)?;
             return Some(Transmit {
-                destination: self.remote,
+                destination: self.path.remote,
                 size,
             });
         }
-        let ack_due = self.ack_pending
-            && (self.ack_immediate
+        let ack_due = self.ack.pending
+            && (self.ack.immediate
                 || self.ack_count_reached()
-                || self.ack_deadline.is_some_and(|d| now >= d));
+                || self.ack.deadline.is_some_and(|d| now >= d));
         let keepalive_due = self
             .cfg
             .keepalive_interval
-            .is_some_and(|k| now >= self.last_sent + k);
+            .is_some_and(|k| now >= self.activity.last_sent + k);
         let mut data_ok = self.has_sendable_data();
         if data_ok && self.cfg.pacing {
             match self.cc.pacing_delay(now, self.rtt.smoothed, max) {
                 Some(d) => {
-                    self.pacing_until = Some(now + d);
+                    self.send.pacing_until = Some(now + d);
                     data_ok = false;
                 }
-                None => self.pacing_until = None,
+                None => self.send.pacing_until = None,
             }
         }
-        if !(ack_due || keepalive_due || data_ok || self.probe_pending) {
+        if !(ack_due || keepalive_due || data_ok || self.recovery.probe_pending) {
             return None;
         }
         // Build a data packet.
-        let pn = self.next_pn;
-        let Ok(hdr) = wire::encode_data_header(self.remote_cid, pn, buf) else {
+        let pn = self.recovery.next_pn;
+        let Ok(hdr) = wire::encode_data_header(self.path.remote_cid, pn, buf) else {
             return None;
         };
         let (_, body) = buf.split_at_mut(hdr);
         let mut w = Writer::new(&mut body[..max.saturating_sub(hdr)]);
         let mut segs = Segs::new();
         let mut ack_eliciting = false;
-        let acks_below = if self.ack_pending {
+        let acks_below = if self.ack.pending {
             self.write_ack(now, &mut w).map_or(0, |largest| largest + 1)
         } else {
             0
         };
         // Loss report: when the peer sends FEC, its data-shard loss before recovery (what its
         // parity policy needs); otherwise packet-number gaps.
-        if now >= self.lr_due
-            && (self.lr_received > 0 || self.fec.receiving())
+        if now >= self.ack.report.due
+            && (self.ack.report.received > 0 || self.fec.receiving())
             && w.remaining() >= LOSS_REPORT_MAX
         {
             let (received, lost, max_burst) = match self.fec.take_loss_report() {
                 Some(r) => r,
                 None => {
-                    let largest = self.largest_recv.map_or(0, |(l, _)| l);
-                    let expected = largest.saturating_sub(self.lr_base.unwrap_or(largest)) + 1;
+                    let largest = self.ack.largest.map_or(0, |(l, _)| l);
+                    let expected =
+                        largest.saturating_sub(self.ack.report.base.unwrap_or(largest)) + 1;
                     // Packet-number gaps do not tell bursts apart (reordering fills them).
                     (
-                        self.lr_received,
-                        expected.saturating_sub(self.lr_received),
+                        self.ack.report.received,
+                        expected.saturating_sub(self.ack.report.received),
                         0,
                     )
                 }
@@ -2056,42 +1875,42 @@ impl Connection {
                 max_burst,
             };
             if received + lost == 0 || wire::encode_frame(&f, &mut w).is_ok() {
-                self.lr_received = 0;
-                self.lr_base = None;
-                self.lr_due = now + self.cfg.loss_report_interval;
+                self.ack.report.received = 0;
+                self.ack.report.base = None;
+                self.ack.report.due = now + self.cfg.loss_report_interval;
             }
         }
-        let probe = std::mem::take(&mut self.probe_pending);
+        let probe = std::mem::take(&mut self.recovery.probe_pending);
         let mut wrote_data = false;
         let cc_ok = self.cc.can_send(max) && data_ok;
         // Retransmissions first (a probe may send them past the congestion window).
         let mut deferred = Vec::new();
         if cc_ok || probe {
-            while let Some(&sid) = self.retx.front() {
-                if sid < self.seg_base {
-                    self.retx.pop_front();
+            while let Some(&sid) = self.send.retx.front() {
+                if sid < self.send.seg_base {
+                    self.send.retx.pop_front();
                     continue;
                 }
-                let idx = (sid - self.seg_base) as usize;
-                let Some(s) = self.segments.get(idx) else {
-                    self.retx.pop_front();
+                let idx = (sid - self.send.seg_base) as usize;
+                let Some(s) = self.send.segments.get(idx) else {
+                    self.send.retx.pop_front();
                     continue;
                 };
                 if s.acked {
-                    self.retx.pop_front();
+                    self.send.retx.pop_front();
                     continue;
                 }
                 if segs.contains(&sid) {
                     // The redundant copy goes in the next packet, not next to the first one.
-                    self.retx.pop_front();
+                    self.send.retx.pop_front();
                     deferred.push(sid);
                     continue;
                 }
                 if !write_segment(&mut w, s) {
                     break;
                 }
-                self.retx.pop_front();
-                let s = &mut self.segments[idx];
+                self.send.retx.pop_front();
+                let s = &mut self.send.segments[idx];
                 s.queued = false;
                 s.last_pn = pn;
                 push_seg(&mut segs, sid);
@@ -2100,7 +1919,7 @@ impl Connection {
             }
         }
         for sid in deferred.into_iter().rev() {
-            self.retx.push_front(sid);
+            self.send.retx.push_front(sid);
         }
         if cc_ok {
             wrote_data |= self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);
@@ -2108,11 +1927,11 @@ impl Connection {
         if probe && !ack_eliciting {
             // Tail-loss probe / RTO: resend the oldest unacknowledged fragment, else new data,
             // else a ping.
-            let oldest = self.segments.iter().position(|s| !s.acked);
+            let oldest = self.send.segments.iter().position(|s| !s.acked);
             if let Some(idx) = oldest {
-                if write_segment(&mut w, &self.segments[idx]) {
-                    let sid = self.seg_base + idx as u64;
-                    self.segments[idx].last_pn = pn;
+                if write_segment(&mut w, &self.send.segments[idx]) {
+                    let sid = self.send.seg_base + idx as u64;
+                    self.send.segments[idx].last_pn = pn;
                     push_seg(&mut segs, sid);
                     ack_eliciting = true;
                     self.counters.segments_retransmitted += 1;
@@ -2133,29 +1952,31 @@ impl Connection {
         }
         wrote_data |= !segs.is_empty();
         let len = hdr + w.len();
-        self.next_pn += 1;
+        self.recovery.next_pn += 1;
         if wrote_data {
             self.note_data(now);
         }
         let state = if ack_eliciting {
             self.cc.on_sent(len);
-            self.last_ack_eliciting_sent = Some(now);
-            self.in_flight_packets += 1;
-            self.ack_wait_since.get_or_insert(now);
+            self.recovery.last_ack_eliciting_sent = Some(now);
+            self.recovery.in_flight_packets += 1;
+            self.recovery.ack_wait_since.get_or_insert(now);
             if !segs.is_empty() {
-                self.reliable_in_flight += 1;
+                self.recovery.reliable_in_flight += 1;
             }
             PacketState::InFlight
         } else {
             PacketState::Untracked
         };
-        if self.sent.len() == self.sent.capacity() {
+        if self.recovery.sent.len() == self.recovery.sent.capacity() {
             // Grow by a quarter (at least 4), not double: at 64 bytes a packet, the list of
             // a session whose flight just passed a power of two would otherwise hold nearly
             // twice the room it uses (and the idle trim gives it back only later).
-            self.sent.reserve_exact((self.sent.len() / 4).max(4));
+            self.recovery
+                .sent
+                .reserve_exact((self.recovery.sent.len() / 4).max(4));
         }
-        self.sent.push_back(SentPacket {
+        self.recovery.sent.push_back(SentPacket {
             pn,
             time: now,
             // A datagram is under 64 KiB.
@@ -2164,12 +1985,12 @@ impl Connection {
             acks_below,
             segs,
         });
-        self.rr = (self.rr + 1) % self.channels.len().max(1);
+        self.send.rr = (self.send.rr + 1) % self.send.channels.len().max(1);
         // A packet that cannot be sealed is dropped (already counted sent: ARQ repairs it as
         // a loss).
         let size = self.seal_outgoing(now, buf, len)?;
         Some(Transmit {
-            destination: self.remote,
+            destination: self.path.remote,
             size,
         })
     }
@@ -2179,7 +2000,7 @@ impl Connection {
     /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group. Either way it is then sealed
     /// (FEC below packet protection: see the `fec` submodule).
     fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> Option<usize> {
-        let len = self.fec.seal(now, self.remote_cid, buf, len);
+        let len = self.fec.seal(now, self.path.remote_cid, buf, len);
         self.protect(now, buf, len)
     }
 
@@ -2207,28 +2028,28 @@ impl Connection {
         segs: &mut Segs,
         ack_eliciting: &mut bool,
     ) -> bool {
-        let n = self.channels.len();
+        let n = self.send.channels.len();
         let mut wrote = false;
         loop {
             let mut progress = false;
             for k in 0..n {
-                let ci = (self.rr + k) % n;
-                let reliable = self.channels[ci].kind.is_reliable();
+                let ci = (self.send.rr + k) % n;
+                let reliable = self.send.channels[ci].kind.is_reliable();
                 if reliable && !self.reliable_window_open() {
                     continue;
                 }
-                let Some(f) = self.channels[ci].queue.front() else {
+                let Some(f) = self.send.channels[ci].queue.front() else {
                     continue;
                 };
                 let frame = frame_for(ci as u8, f.message_id, f.index, f.count, &f.data);
                 if wire::encode_frame(&frame, w).is_err() {
                     continue;
                 }
-                let Some(f) = self.channels[ci].queue.pop_front() else {
+                let Some(f) = self.send.channels[ci].queue.pop_front() else {
                     continue;
                 };
-                self.queued_bytes -= f.data.len();
-                let ch = &mut self.channels[ci];
+                self.send.queued_bytes -= f.data.len();
+                let ch = &mut self.send.channels[ci];
                 ch.queued = ch
                     .queued
                     .saturating_sub(u32::try_from(f.data.len()).unwrap_or(u32::MAX));
@@ -2236,8 +2057,8 @@ impl Connection {
                 wrote = true;
                 *ack_eliciting = true;
                 if reliable {
-                    let sid = self.seg_base + self.segments.len() as u64;
-                    self.segments.push_back(Segment {
+                    let sid = self.send.seg_base + self.send.segments.len() as u64;
+                    self.send.segments.push_back(Segment {
                         channel: ci as u8,
                         message_id: f.message_id,
                         index: f.index,
@@ -2247,7 +2068,7 @@ impl Connection {
                         acked: false,
                         queued: false,
                     });
-                    self.unacked_segments += 1;
+                    self.send.unacked_segments += 1;
                     self.counters.segments_sent += 1;
                     push_seg(segs, sid);
                 }
@@ -2263,8 +2084,8 @@ impl Connection {
     fn write_ack(&mut self, now: Instant, w: &mut Writer<'_>) -> Option<u64> {
         let mut ranges = [(0u64, 0u64); MAX_ACK_RANGES];
         let mut n = 0;
-        for &(lo, hi) in self.recv_ranges.iter().rev().take(MAX_ACK_RANGES) {
-            if hi < self.ack_floor {
+        for &(lo, hi) in self.ack.ranges.iter().rev().take(MAX_ACK_RANGES) {
+            if hi < self.ack.ack_floor {
                 // Every older range is below the floor too. The newest is always listed (in
                 // full: nothing has arrived since the frame the peer acknowledged).
                 if n == 0 {
@@ -2273,13 +2094,13 @@ impl Connection {
                 }
                 break;
             }
-            ranges[n] = (lo.max(self.ack_floor), hi);
+            ranges[n] = (lo.max(self.ack.ack_floor), hi);
             n += 1;
         }
         if n == 0 {
             return None;
         }
-        let delay = self.largest_recv.map_or(0, |(_, t)| {
+        let delay = self.ack.largest.map_or(0, |(_, t)| {
             now.saturating_duration_since(t).as_micros() as u64
         });
         let window = self.cfg.recv_window.saturating_sub(self.receiver.segments) as u64;
@@ -2288,25 +2109,25 @@ impl Connection {
             n -= 1;
         }
         if n > 0 && wire::encode_ack(delay, window, &ranges[..n], w).is_ok() {
-            self.ack_pending = false;
-            self.ack_eliciting_unacked = 0;
-            self.reliable_unacked = 0;
-            self.ack_deadline = None;
-            self.ack_immediate = false;
+            self.ack.pending = false;
+            self.ack.eliciting_unacked = 0;
+            self.ack.reliable_unacked = 0;
+            self.ack.deadline = None;
+            self.ack.immediate = false;
             return Some(ranges[0].1);
         }
         None
     }
 
     fn transmit_handshake(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if self.side != Side::Client || now < self.hs_next {
+        if self.side != Side::Client || now < self.hs.resend_at {
             return None;
         }
-        let (ty, timestamp, cookie) = match self.cookie {
+        let (ty, timestamp, cookie) = match self.hs.cookie {
             None => (wire::PacketType::ClientHello, 0, [0u8; COOKIE_LEN]),
             Some((t, c)) => (wire::PacketType::ClientCookieEcho, t, c),
         };
-        let token = self.secure.as_ref().and_then(|s| {
+        let token = self.hs.secure.as_ref().and_then(|s| {
             let (token, _) = s.token.as_deref()?;
             let tag = token.sealed.tag();
             Some(TokenSection {
@@ -2314,46 +2135,51 @@ impl Connection {
                 expires_unix: token.expires_unix,
                 nonce: &token.sealed.nonce,
                 sealed: &token.sealed.bytes,
-                proof: s
-                    .hk
-                    .proof(ty, self.local_cid, self.nonce, timestamp, &cookie, &tag),
+                proof: s.hk.proof(
+                    ty,
+                    self.path.local_cid,
+                    self.hs.nonce,
+                    timestamp,
+                    &cookie,
+                    &tag,
+                ),
             })
         });
-        let p = match self.cookie {
+        let p = match self.hs.cookie {
             None => Packet::ClientHello {
-                client_cid: self.local_cid,
-                nonce: self.nonce,
+                client_cid: self.path.local_cid,
+                nonce: self.hs.nonce,
                 token,
             },
             Some(_) => Packet::ClientCookieEcho {
-                client_cid: self.local_cid,
-                nonce: self.nonce,
+                client_cid: self.path.local_cid,
+                nonce: self.hs.nonce,
                 timestamp,
                 cookie,
                 token,
             },
         };
         let size = wire::encode_packet(&p, buf).ok()?;
-        self.hs_next = now + self.hs_interval;
-        self.hs_interval = (self.hs_interval * 2).min(Duration::from_secs(2));
+        self.hs.resend_at = now + self.hs.interval;
+        self.hs.interval = (self.hs.interval * 2).min(Duration::from_secs(2));
         Some(Transmit {
-            destination: self.remote,
+            destination: self.path.remote,
             size,
         })
     }
 
     fn transmit_close(&mut self, buf: &mut [u8], reason: CloseReason) -> Option<Transmit> {
-        let pn = self.next_pn;
-        let hdr = wire::encode_data_header(self.remote_cid, pn, buf).ok()?;
+        let pn = self.recovery.next_pn;
+        let hdr = wire::encode_data_header(self.path.remote_cid, pn, buf).ok()?;
         // The ARQ budget, as for data packets: room for the FEC wrapping and the tag.
         let max = self.fec.arq_budget(buf.len());
         let mut w = Writer::new(buf.get_mut(hdr..max)?);
         wire::encode_frame(&Frame::Close(reason), &mut w).ok()?;
         let len = hdr + w.len();
-        self.next_pn += 1;
-        let size = self.seal_outgoing(self.last_sent, buf, len)?;
+        self.recovery.next_pn += 1;
+        let size = self.seal_outgoing(self.activity.last_sent, buf, len)?;
         Some(Transmit {
-            destination: self.remote,
+            destination: self.path.remote,
             size,
         })
     }
@@ -2404,7 +2230,7 @@ mod tests {
             None,
         );
         c.state = ConnectionState::Established;
-        c.remote_cid = ConnectionId(2);
+        c.path.remote_cid = ConnectionId(2);
         c
     }
 
@@ -2422,11 +2248,11 @@ mod tests {
             let mut c = established(cfg, now);
             let mut buf = [0u8; 1500];
             c.record_received(now, 0, false, false);
-            assert!(c.ack_pending);
+            assert!(c.ack.pending);
             assert_eq!(c.poll_transmit(now, &mut buf), None);
             c.record_received(now, 1, true, true);
             assert!(c.poll_transmit(now, &mut buf).is_some());
-            assert!(!c.ack_pending);
+            assert!(!c.ack.pending);
         }
     }
 }
