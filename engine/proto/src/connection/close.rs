@@ -27,7 +27,7 @@ pub(super) struct Closing {
 }
 
 impl Connection {
-    /// Close gracefully: queued reliable data is delivered first (up to [`Config::close_linger`]),
+    /// Close gracefully: queued reliable data is delivered first (up to [`crate::Config::close_linger`]),
     /// then the peer is told `reason`. [`Event::Closed`] follows.
     pub fn close(&mut self, now: Instant, reason: CloseReason) {
         match self.state {
