@@ -124,29 +124,28 @@ use std::time::Duration;
 use bytes::Bytes;
 
 mod admission;
-mod cc;
 mod connection;
 mod endpoint;
-mod fec_link;
 mod keys;
 mod prefetch;
 mod protect;
-mod recv;
 mod routing;
-mod rtt;
 mod stats;
 mod timers;
 mod validate;
+
+// The endpoint draws on the connection's receive budgets by this path.
+use connection::recv;
 
 pub use crate::wire::{CloseReason, ConnectionId};
 pub use admission::{
     Admission, LedgerRefusal, Peer, Recorded, Refusal, TokenAdmission, TokenLedger, UsedTokens,
 };
+pub use connection::fec_link::{FecStats, FEC_ARQ_OVERHEAD};
 pub use connection::{Connection, ConnectionState};
 pub use endpoint::{
     ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig, DEFAULT_TRANSMIT_BURST,
 };
-pub use fec_link::{FecStats, FEC_ARQ_OVERHEAD};
 pub use keys::SessionKeys;
 pub use prefetch::{prefetch, PrefetchStage};
 pub use protect::{NumberSpace, PacketKey, ReplayWindow, Unauthenticated, REPLAY_WINDOW};

@@ -40,7 +40,6 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::cc::Congestion;
-use super::Config;
 #[cfg(feature = "fec")]
 use crate::fec::scheme::{Rx, Tx};
 #[cfg(feature = "fec")]
@@ -51,6 +50,7 @@ use crate::fec::{FecError, MalformedCounts, ReceiverStats, RetentionBudget, Send
 #[cfg(feature = "fec")]
 use crate::wire::Packet;
 use crate::wire::{self, ConnectionId, FEC_HEADER_LEN, FEC_PARITY_HEADER_LEN, TAG_LEN};
+use crate::Config;
 
 /// Bytes the ARQ datagram budget gives up when FEC is on (see the module docs): the parity
 /// number, the parity header and the coded shard's length prefix.
@@ -58,7 +58,7 @@ pub const FEC_ARQ_OVERHEAD: usize = (FEC_PARITY_HEADER_LEN - FEC_HEADER_LEN)
     + crate::fec::PARITY_HEADER_LEN
     + crate::fec::header::LEN_PREFIX;
 
-/// FEC counters of one connection (both directions), in [`super::ConnectionStats::fec`].
+/// FEC counters of one connection (both directions), in [`crate::ConnectionStats::fec`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[non_exhaustive]
 pub struct FecStats {
@@ -263,7 +263,7 @@ impl FecLink {
     /// Hints the CPU to load the head of this link's FEC state (see `prefetch`).
     pub(crate) fn prefetch(&self) {
         if let Some(state) = self.state.as_deref() {
-            super::prefetch::front(std::slice::from_ref(state), 256);
+            crate::prefetch::front(std::slice::from_ref(state), 256);
         }
     }
 

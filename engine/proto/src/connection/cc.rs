@@ -24,7 +24,7 @@ pub(crate) struct Congestion {
 const BETA: f64 = 0.7;
 
 impl Congestion {
-    pub(crate) fn new(cfg: &super::Config) -> Self {
+    pub(crate) fn new(cfg: &crate::Config) -> Self {
         let mss = cfg.max_datagram_size;
         Self {
             enabled: cfg.congestion_control,
@@ -140,7 +140,7 @@ mod tests {
 
     #[test]
     fn slow_start_loss_and_rto() {
-        let cfg = super::super::Config::default();
+        let cfg = crate::Config::default();
         let mut c = Congestion::new(&cfg);
         let t0 = ricochet_testkit::SimClock::new().now();
         let w0 = c.window;
@@ -177,7 +177,7 @@ mod tests {
     /// it, however much it sends over time; before, every acknowledgement grew it.
     #[test]
     fn an_application_limited_flow_keeps_its_window() {
-        let cfg = super::super::Config::default();
+        let cfg = crate::Config::default();
         let mut c = Congestion::new(&cfg);
         let t0 = ricochet_testkit::SimClock::new().now();
         let w0 = c.window;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
-use super::{ChannelKind, DropCause, Event};
+use crate::{ChannelKind, DropCause, Event};
 
 /// A reliable message id further than this beyond the next expected one is a protocol violation
 /// (a compliant sender's window keeps ids far closer), which bounds the per-channel state.
@@ -161,7 +161,7 @@ pub(crate) struct Need {
 }
 
 impl Receiver {
-    pub(crate) fn new(cfg: &super::Config, budget: Budget) -> Self {
+    pub(crate) fn new(cfg: &crate::Config, budget: Budget) -> Self {
         let channels = cfg
             .channels
             .iter()
@@ -199,7 +199,7 @@ impl Receiver {
 
     /// Hints the CPU to load the channel table (see `prefetch`).
     pub(crate) fn prefetch(&self) {
-        super::prefetch::front(&self.channels, 256);
+        crate::prefetch::front(&self.channels, 256);
     }
 
     /// Structural checks that do not depend on state: known channel, sane fragment count, no
@@ -322,112 +322,14 @@ impl Receiver {
         self.validate(channel, count, data.len())?;
         let ci = usize::from(channel);
         let kind = self.channels[ci].kind;
-        // Duplicate / stale / fast-path checks per channel state.
-        match &mut self.channels[ci].state {
-            State::Ordered { next } => {
-                if message_id < *next {
-                    return Ok(()); // duplicate of a delivered message
-                }
-                if message_id >= *next + ID_SPAN {
-                    return Err(DropCause::ProtocolViolation);
-                }
-                if message_id == *next && count == 1 {
-                    *next += 1;
-                    events.push_back(Event::Message {
-                        channel,
-                        data: Bytes::copy_from_slice(data),
-                    });
-                    *delivered += 1;
-                    self.drain_ordered(ci, events, delivered);
-                    return Ok(());
-                }
-            }
-            State::Unordered { floor, done } => {
-                if message_id < *floor || done.contains(&message_id) {
-                    return Ok(());
-                }
-                if message_id >= *floor + ID_SPAN {
-                    return Err(DropCause::ProtocolViolation);
-                }
-                if count == 1 {
-                    Self::mark_done(floor, done, message_id);
-                    events.push_back(Event::Message {
-                        channel,
-                        data: Bytes::copy_from_slice(data),
-                    });
-                    *delivered += 1;
-                    return Ok(());
-                }
-            }
-            State::Sequenced { next_min, .. } => {
-                if message_id < *next_min {
-                    self.unreliable_dropped += 1;
-                    return Ok(());
-                }
-                if count == 1 {
-                    *next_min = message_id + 1;
-                    events.push_back(Event::Message {
-                        channel,
-                        data: Bytes::copy_from_slice(data),
-                    });
-                    *delivered += 1;
-                    self.drop_stale_sequenced(ci);
-                    return Ok(());
-                }
-            }
-            State::Unreliable { .. } => {
-                if count == 1 {
-                    events.push_back(Event::Message {
-                        channel,
-                        data: Bytes::copy_from_slice(data),
-                    });
-                    *delivered += 1;
-                    return Ok(());
-                }
-            }
+        if let Some(done) = self.fast_path(channel, message_id, count, data, events, delivered) {
+            return done;
         }
         // Slow path: buffer the fragment.
         let count32 = u32::try_from(count).map_err(|_| DropCause::ProtocolViolation)?;
         let idx = index as usize;
-        let exists = self.channels[ci].pending.contains_key(&message_id);
-        if !exists {
-            if !kind.is_reliable() && self.channels[ci].pending.len() >= MAX_UNRELIABLE_PARTIALS {
-                // Full: the oldest partial message gives way to the new one.
-                let oldest = self.channels[ci]
-                    .state
-                    .arrivals()
-                    .and_then(|a| a.first())
-                    .map(|&(_, id)| id);
-                if let Some(oldest) = oldest {
-                    if let Some(p) = self.remove_partial(ci, oldest) {
-                        self.forget(ci, &p);
-                        self.unreliable_dropped += 1;
-                    }
-                }
-            }
-            let cost = SLOT_COST * count as usize;
-            if !self.charge(cost) {
-                if !kind.is_reliable() {
-                    self.unreliable_dropped += 1;
-                }
-                return Err(DropCause::FlowControl);
-            }
-            if kind.is_reliable() {
-                self.segments += 1;
-            } else if let Some(arrivals) = self.channels[ci].state.arrivals_mut() {
-                // Kept in arrival order; a clock that steps back must not unsort it.
-                let first_seen = arrivals.last().map_or(now, |&(t, _)| t.max(now));
-                arrivals.push((first_seen, message_id));
-            }
-            self.channels[ci].pending.insert(
-                message_id,
-                Partial {
-                    count: count32,
-                    received: 0,
-                    frags: vec![None; count as usize],
-                    cost,
-                },
-            );
+        if !self.channels[ci].pending.contains_key(&message_id) {
+            self.start_partial(now, ci, kind, message_id, count, count32)?;
         }
         let (have, p_count, held) = match self.channels[ci].pending.get(&message_id) {
             Some(p) => (
@@ -463,6 +365,147 @@ impl Receiver {
         if !p.complete() {
             return Ok(());
         }
+        self.complete(ci, message_id, events, delivered);
+        Ok(())
+    }
+
+    /// Duplicate, stale and single-fragment messages, per channel state: `Some` when the
+    /// fragment is dealt with, `None` when it is to be buffered.
+    fn fast_path(
+        &mut self,
+        channel: u8,
+        message_id: u64,
+        count: u64,
+        data: &[u8],
+        events: &mut VecDeque<Event>,
+        delivered: &mut u64,
+    ) -> Option<Result<(), DropCause>> {
+        let ci = usize::from(channel);
+        match &mut self.channels[ci].state {
+            State::Ordered { next } => {
+                if message_id < *next {
+                    return Some(Ok(())); // duplicate of a delivered message
+                }
+                if message_id >= *next + ID_SPAN {
+                    return Some(Err(DropCause::ProtocolViolation));
+                }
+                if message_id == *next && count == 1 {
+                    *next += 1;
+                    events.push_back(Event::Message {
+                        channel,
+                        data: Bytes::copy_from_slice(data),
+                    });
+                    *delivered += 1;
+                    self.drain_ordered(ci, events, delivered);
+                    return Some(Ok(()));
+                }
+            }
+            State::Unordered { floor, done } => {
+                if message_id < *floor || done.contains(&message_id) {
+                    return Some(Ok(()));
+                }
+                if message_id >= *floor + ID_SPAN {
+                    return Some(Err(DropCause::ProtocolViolation));
+                }
+                if count == 1 {
+                    Self::mark_done(floor, done, message_id);
+                    events.push_back(Event::Message {
+                        channel,
+                        data: Bytes::copy_from_slice(data),
+                    });
+                    *delivered += 1;
+                    return Some(Ok(()));
+                }
+            }
+            State::Sequenced { next_min, .. } => {
+                if message_id < *next_min {
+                    self.unreliable_dropped += 1;
+                    return Some(Ok(()));
+                }
+                if count == 1 {
+                    *next_min = message_id + 1;
+                    events.push_back(Event::Message {
+                        channel,
+                        data: Bytes::copy_from_slice(data),
+                    });
+                    *delivered += 1;
+                    self.drop_stale_sequenced(ci);
+                    return Some(Ok(()));
+                }
+            }
+            State::Unreliable { .. } => {
+                if count == 1 {
+                    events.push_back(Event::Message {
+                        channel,
+                        data: Bytes::copy_from_slice(data),
+                    });
+                    *delivered += 1;
+                    return Some(Ok(()));
+                }
+            }
+        }
+        None
+    }
+
+    /// The first fragment of a message to buffer: make room for it (an unreliable channel's
+    /// oldest partial message gives way when full) and charge its slots.
+    fn start_partial(
+        &mut self,
+        now: Instant,
+        ci: usize,
+        kind: ChannelKind,
+        message_id: u64,
+        count: u64,
+        count32: u32,
+    ) -> Result<(), DropCause> {
+        if !kind.is_reliable() && self.channels[ci].pending.len() >= MAX_UNRELIABLE_PARTIALS {
+            // Full: the oldest partial message gives way to the new one.
+            let oldest = self.channels[ci]
+                .state
+                .arrivals()
+                .and_then(|a| a.first())
+                .map(|&(_, id)| id);
+            if let Some(oldest) = oldest {
+                if let Some(p) = self.remove_partial(ci, oldest) {
+                    self.forget(ci, &p);
+                    self.unreliable_dropped += 1;
+                }
+            }
+        }
+        let cost = SLOT_COST * count as usize;
+        if !self.charge(cost) {
+            if !kind.is_reliable() {
+                self.unreliable_dropped += 1;
+            }
+            return Err(DropCause::FlowControl);
+        }
+        if kind.is_reliable() {
+            self.segments += 1;
+        } else if let Some(arrivals) = self.channels[ci].state.arrivals_mut() {
+            // Kept in arrival order; a clock that steps back must not unsort it.
+            let first_seen = arrivals.last().map_or(now, |&(t, _)| t.max(now));
+            arrivals.push((first_seen, message_id));
+        }
+        self.channels[ci].pending.insert(
+            message_id,
+            Partial {
+                count: count32,
+                received: 0,
+                frags: vec![None; count as usize],
+                cost,
+            },
+        );
+        Ok(())
+    }
+
+    /// A buffered message is complete: deliver what the channel's order allows.
+    fn complete(
+        &mut self,
+        ci: usize,
+        message_id: u64,
+        events: &mut VecDeque<Event>,
+        delivered: &mut u64,
+    ) {
         match &mut self.channels[ci].state {
             State::Ordered { .. } => self.drain_ordered(ci, events, delivered),
             State::Unordered { floor, done } => {
@@ -476,7 +519,6 @@ impl Receiver {
                 self.drop_stale_sequenced(ci);
             }
         }
-        Ok(())
     }
 
     fn mark_done(floor: &mut u64, done: &mut BTreeSet<u64>, id: u64) {

@@ -1,0 +1,237 @@
+//! The ack room: the packet numbers received (ascending disjoint ranges, for ACK frames and
+//! duplicate detection), when an ACK is due (count, delay, a gap), writing the ACK frame, and
+//! the loss report this side sends its peer.
+
+use super::Connection;
+use crate::wire::{self, Frame, Writer, MAX_ACK_RANGES};
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::Config;
+
+/// Received packet-number ranges kept for ACKs and duplicate detection; older ones move the floor.
+pub(super) const MAX_TRACKED_RANGES: usize = 64;
+/// Largest loss-report frame: type and three 8-byte varints.
+pub(super) const LOSS_REPORT_MAX: usize = 1 + 8 + 8 + 8;
+
+/// Receive-side acknowledgement state.
+#[derive(Debug)]
+pub(super) struct Acks {
+    /// Received packet numbers, ascending disjoint inclusive ranges.
+    pub(super) ranges: VecDeque<(u64, u64)>,
+    /// Packets below this are too old to tell from duplicates: dropped.
+    pub(super) floor: u64,
+    /// ACK frames list received packets from here up (besides the newest range, which they
+    /// always carry): the largest packet an ACK frame listed, once the peer has acknowledged
+    /// the packet that carried it (RFC 9000 §13.2.4). The peer has then seen the ranges that
+    /// frame listed (at most [`crate::wire::MAX_ACK_RANGES`], the newest); older gaps from
+    /// lost packets stop costing bytes in every datagram. A packet arriving below the floor
+    /// lowers it.
+    pub(super) ack_floor: u64,
+    /// The largest packet number received, and when.
+    pub(super) largest: Option<(u64, Instant)>,
+    /// Something was received since the last ACK frame.
+    pub(super) pending: bool,
+    pub(super) eliciting_unacked: u16,
+    /// Of those, packets that carried reliable data or a ping (never held for
+    /// [`Config::unreliable_ack_delay`]).
+    pub(super) reliable_unacked: u16,
+    /// When the delayed ACK is due.
+    pub(super) deadline: Option<Instant>,
+    /// A gap or reordering: ACK at once.
+    pub(super) immediate: bool,
+    /// The loss report this side owes its peer.
+    pub(super) report: LossReport,
+}
+
+/// Packets counted for the next loss report.
+#[derive(Debug)]
+pub(super) struct LossReport {
+    pub(super) received: u64,
+    /// The first packet number counted.
+    pub(super) base: Option<u64>,
+    /// When the next report goes out.
+    pub(super) due: Instant,
+}
+
+impl Acks {
+    pub(super) fn new(cfg: &Config, now: Instant) -> Self {
+        Self {
+            ranges: VecDeque::new(),
+            floor: 0,
+            ack_floor: 0,
+            largest: None,
+            pending: false,
+            eliciting_unacked: 0,
+            reliable_unacked: 0,
+            deadline: None,
+            immediate: false,
+            report: LossReport {
+                received: 0,
+                base: None,
+                due: now + cfg.loss_report_interval,
+            },
+        }
+    }
+}
+
+impl Connection {
+    pub(super) fn record_received(
+        &mut self,
+        now: Instant,
+        pn: u64,
+        ack_eliciting: bool,
+        reliable: bool,
+    ) {
+        // A packet that comes after the ACK floor passed it (reordered, or rebuilt by FEC
+        // once its group's parity came) is acknowledged all the same: the next ACK frames
+        // list ranges from it up again, until the peer has seen one of them.
+        self.ack.ack_floor = self.ack.ack_floor.min(pn);
+        let largest = self.ack.ranges.back().map(|&(_, h)| h);
+        // Insert pn into the ascending, disjoint range list (search from the top: most
+        // packets arrive in order).
+        let mut i = self.ack.ranges.len();
+        while i > 0 && self.ack.ranges[i - 1].0 > pn {
+            i -= 1;
+        }
+        // Now ranges[..i] start at or below pn.
+        let merge_prev = i > 0 && self.ack.ranges[i - 1].1 + 1 == pn;
+        let merge_next = i < self.ack.ranges.len() && self.ack.ranges[i].0 == pn + 1;
+        match (merge_prev, merge_next) {
+            (true, true) => {
+                let hi = self.ack.ranges[i].1;
+                self.ack.ranges[i - 1].1 = hi;
+                self.ack.ranges.remove(i);
+            }
+            (true, false) => self.ack.ranges[i - 1].1 = pn,
+            (false, true) => self.ack.ranges[i].0 = pn,
+            (false, false) => self.ack.ranges.insert(i, (pn, pn)),
+        }
+        while self.ack.ranges.len() > MAX_TRACKED_RANGES {
+            if let Some((_, hi)) = self.ack.ranges.pop_front() {
+                self.ack.floor = hi + 1;
+            }
+        }
+        self.ack.pending = true;
+        if ack_eliciting {
+            self.ack.eliciting_unacked = self.ack.eliciting_unacked.saturating_add(1);
+            let delay = match self.cfg.unreliable_ack_delay {
+                Some(d) if !reliable => d,
+                _ => {
+                    self.ack.reliable_unacked = self.ack.reliable_unacked.saturating_add(1);
+                    self.cfg.max_ack_delay
+                }
+            };
+            if largest.is_some_and(|l| pn != l + 1) {
+                self.ack.immediate = true; // gap or reordering: tell the sender at once
+            }
+            let d = now + delay;
+            self.ack.deadline = Some(self.ack.deadline.map_or(d, |x| x.min(d)));
+        }
+    }
+
+    /// Writes an ACK frame of the newest received ranges (above [`Self::ack_floor`]) if it
+    /// fits; returns the largest packet number it acknowledged.
+    pub(super) fn write_ack(&mut self, now: Instant, w: &mut Writer<'_>) -> Option<u64> {
+        let mut ranges = [(0u64, 0u64); MAX_ACK_RANGES];
+        let mut n = 0;
+        for &(lo, hi) in self.ack.ranges.iter().rev().take(MAX_ACK_RANGES) {
+            if hi < self.ack.ack_floor {
+                // Every older range is below the floor too. The newest is always listed (in
+                // full: nothing has arrived since the frame the peer acknowledged).
+                if n == 0 {
+                    ranges[0] = (lo, hi);
+                    n = 1;
+                }
+                break;
+            }
+            ranges[n] = (lo.max(self.ack.ack_floor), hi);
+            n += 1;
+        }
+        if n == 0 {
+            return None;
+        }
+        let delay = self.ack.largest.map_or(0, |(_, t)| {
+            now.saturating_duration_since(t).as_micros() as u64
+        });
+        let window = self.cfg.recv_window.saturating_sub(self.receiver.segments) as u64;
+        // Shrink the range list until it fits the space left.
+        while n > 0 && wire::ack_len(delay, window, &ranges[..n]) > w.remaining() {
+            n -= 1;
+        }
+        if n > 0 && wire::encode_ack(delay, window, &ranges[..n], w).is_ok() {
+            self.ack.pending = false;
+            self.ack.eliciting_unacked = 0;
+            self.ack.reliable_unacked = 0;
+            self.ack.deadline = None;
+            self.ack.immediate = false;
+            return Some(ranges[0].1);
+        }
+        None
+    }
+
+    /// Whether the ACK count alone calls for an ACK now. Only ack-eliciting packets count,
+    /// and at least one must have come since the last ACK: an `ack_frequency` of 0 (which
+    /// `Config::validate` refuses) would otherwise answer every ACK-only packet with another,
+    /// and two peers would trade them forever.
+    pub(super) fn ack_count_reached(&self) -> bool {
+        let frequency = self.cfg.ack_frequency.max(1);
+        match self.cfg.unreliable_ack_delay {
+            None => u32::from(self.ack.eliciting_unacked) >= frequency,
+            Some(_) => {
+                u32::from(self.ack.reliable_unacked) >= frequency
+                    || u32::from(self.ack.eliciting_unacked)
+                        >= crate::UNRELIABLE_ACK_TOLERANCE.max(frequency)
+            }
+        }
+    }
+}
+
+impl Connection {
+    /// When an ACK is due: at once after a gap or enough packets, else at the delayed-ACK
+    /// deadline; `None` with nothing ack-eliciting to acknowledge.
+    pub(super) fn ack_deadline(&self) -> Option<Instant> {
+        if !(self.ack.pending && self.ack.eliciting_unacked > 0) {
+            return None;
+        }
+        if self.ack.immediate || self.ack_count_reached() {
+            Some(self.activity.last_recv)
+        } else {
+            self.ack.deadline
+        }
+    }
+
+    /// Writes the loss report if due and it fits: when the peer sends FEC, its data-shard
+    /// loss before recovery (what its parity policy needs); otherwise packet-number gaps.
+    pub(super) fn write_loss_report(&mut self, now: Instant, w: &mut Writer<'_>) {
+        if now >= self.ack.report.due
+            && (self.ack.report.received > 0 || self.fec.receiving())
+            && w.remaining() >= LOSS_REPORT_MAX
+        {
+            let (received, lost, max_burst) = match self.fec.take_loss_report() {
+                Some(r) => r,
+                None => {
+                    let largest = self.ack.largest.map_or(0, |(l, _)| l);
+                    let expected =
+                        largest.saturating_sub(self.ack.report.base.unwrap_or(largest)) + 1;
+                    // Packet-number gaps do not tell bursts apart (reordering fills them).
+                    (
+                        self.ack.report.received,
+                        expected.saturating_sub(self.ack.report.received),
+                        0,
+                    )
+                }
+            };
+            let f = Frame::LossReport {
+                received,
+                lost,
+                max_burst,
+            };
+            if received + lost == 0 || wire::encode_frame(&f, w).is_ok() {
+                self.ack.report.received = 0;
+                self.ack.report.base = None;
+                self.ack.report.due = now + self.cfg.loss_report_interval;
+            }
+        }
+    }
+}

@@ -1,0 +1,968 @@
+//! One RUDP connection: client handshake, ARQ, congestion control, channels. Sans-IO.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+mod ack;
+pub(crate) mod cc;
+mod close;
+pub(crate) mod fec_link;
+mod handshake;
+mod recovery;
+pub(crate) mod recv;
+pub(crate) mod rtt;
+mod send;
+mod timer;
+
+use self::ack::Acks;
+use self::cc::Congestion;
+use self::close::Closing;
+use self::fec_link::FecLink;
+pub(crate) use self::handshake::ServerAdmit;
+use self::handshake::{Accept, Handshake, Secure};
+use self::recovery::{Recovery, Segs};
+use self::recv::{Budget, Need, Receiver, SharedBudgets};
+use self::rtt::RttEstimator;
+use self::send::Sending;
+use self::timer::Activity;
+use crate::admission::HandshakeKeys;
+use crate::protect::{NumberSpace, Protection};
+use crate::stats::Counters;
+use crate::token::ConnectToken;
+use crate::wire::{self, Frame, Packet, Writer};
+use crate::{Config, ConnectionId, ConnectionStats, DropCause, Event, SessionKeys, Transmit};
+
+/// Largest packet number accepted from a peer: far beyond any real connection's lifetime, so
+/// arithmetic on received packet numbers cannot overflow.
+const MAX_PACKET_NUMBER: u64 = (1 << 62) - 1;
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionState {
+    /// Client waiting for the server (hello / cookie echo sent).
+    Handshaking,
+    /// Data flows.
+    Established,
+    /// Local close requested: queued reliable data is still being delivered.
+    Closing,
+    /// Close frames sent, waiting for the peer's close or the drain timer.
+    Draining,
+    /// Finished; no more events.
+    Closed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Client,
+    Server,
+}
+
+/// What the first pass over a received packet's frames found.
+struct Seen {
+    ack_eliciting: bool,
+    /// Reliable data or a ping: its ACK is never held for [`Config::unreliable_ack_delay`].
+    reliable: bool,
+    carries_data: bool,
+}
+
+/// Who the connection talks to: both connection ids and the peer's address.
+#[derive(Debug)]
+struct Path {
+    local_cid: ConnectionId,
+    remote_cid: ConnectionId,
+    /// The peer's current address (follows the peer when its address changes).
+    remote: SocketAddr,
+}
+
+/// A sans-IO RUDP connection. Usually owned by an [`crate::Endpoint`]; can be driven alone.
+///
+/// Its state lives in typed parts, one per room of this folder (see the crate README).
+#[derive(Debug)]
+pub struct Connection {
+    cfg: Arc<Config>,
+    side: Side,
+    state: ConnectionState,
+    /// Data moved since the last [`Connection::trim`]: buffers may hold capacity to give back.
+    trim_pending: bool,
+    /// Server: the accept's flags.
+    accept: Accept,
+    path: Path,
+    hs: Handshake,
+    send: Sending,
+    recovery: Recovery,
+    ack: Acks,
+    close: Closing,
+    activity: Activity,
+    cc: Congestion,
+    rtt: RttEstimator,
+    receiver: Receiver,
+    fec: FecLink,
+    /// Packet keys and replay windows; `None` in the insecure mode, and for a client with a
+    /// token until its sealed accept opened (the keys are bound to what it carries).
+    protection: Option<Box<Protection>>,
+    /// Where a received packet is opened (it arrives borrowed, and opens in place).
+    open_buf: Vec<u8>,
+    events: VecDeque<Event>,
+    counters: Counters,
+}
+
+impl Connection {
+    /// `sealed`: the session's packets carry a tag (with `keys`, or with the keys a token
+    /// client learns from its accept).
+    fn new(
+        cfg: Arc<Config>,
+        side: Side,
+        local_cid: ConnectionId,
+        remote: SocketAddr,
+        now: Instant,
+        sealed: bool,
+        keys: Option<SessionKeys>,
+    ) -> Self {
+        Self {
+            side,
+            state: ConnectionState::Handshaking,
+            path: Path {
+                local_cid,
+                remote_cid: ConnectionId(0),
+                remote,
+            },
+            hs: Handshake::new(&cfg, now),
+            send: Sending::new(&cfg),
+            recovery: Recovery::new(),
+            ack: Acks::new(&cfg, now),
+            close: Closing::default(),
+            activity: Activity {
+                last_sent: now,
+                last_recv: now,
+                last_data: now,
+            },
+            // The handshake grows the event and packet queues too.
+            trim_pending: true,
+            accept: Accept::default(),
+            cc: Congestion::new(&cfg),
+            rtt: RttEstimator::new(cfg.initial_rtt),
+            receiver: Receiver::new(&cfg, Budget::unlimited()),
+            fec: FecLink::new(&cfg, if sealed { wire::TAG_LEN } else { 0 }),
+            protection: keys.map(|k| Box::new(Protection::new(&k, side == Side::Client))),
+            open_buf: Vec::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
+            cfg,
+        }
+    }
+
+    /// A client connection that starts the handshake with `server` on the first `poll_transmit`.
+    ///
+    /// `keys` protect every packet after the handshake, as they are: both peers must hold the
+    /// same, and they must be this session's alone (two sessions under the same keys would
+    /// seal under the same key and nonce; a connection made with a connect token,
+    /// [`Self::client_with_token`], binds the token's keys to its session itself). `None` is
+    /// the insecure mode: packets are neither encrypted nor authenticated, and both peers must
+    /// agree on it.
+    pub fn client(
+        cfg: Arc<Config>,
+        local_cid: ConnectionId,
+        server: SocketAddr,
+        nonce: u64,
+        now: Instant,
+        keys: Option<SessionKeys>,
+    ) -> Self {
+        let sealed = keys.is_some();
+        let mut c = Self::new(cfg, Side::Client, local_cid, server, now, sealed, keys);
+        c.hs.nonce = nonce;
+        c
+    }
+
+    /// A client connection with a connect token: it starts the handshake with the token's
+    /// first server address on the first `poll_transmit`, and tries the next ones in turn when
+    /// a server times out or has no room.
+    pub fn client_with_token(
+        cfg: Arc<Config>,
+        local_cid: ConnectionId,
+        token: &ConnectToken,
+        nonce: u64,
+        now: Instant,
+    ) -> Self {
+        // A token always lists a server (`from_bytes` and `generate` check it); one whose list
+        // was emptied since is sent to an unroutable address and times out.
+        let first = token
+            .server_addresses
+            .first()
+            .copied()
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        // No packet keys yet: they are bound to the session the server's sealed accept names.
+        let mut c = Self::new(cfg, Side::Client, local_cid, first, now, true, None);
+        c.hs.nonce = nonce;
+        c.hs.secure = Some(Box::new(Secure {
+            keys: token.keys.clone(),
+            hk: HandshakeKeys::new(&token.keys),
+            reset_token: None,
+            token: Some(Box::new((token.clone(), 1))),
+        }));
+        c
+    }
+
+    /// A server connection for a client that proved its address (valid cookie echo). It sends
+    /// a plain accept on the first `poll_transmit` and reports [`Event::Connected`] (an
+    /// endpoint admitting by token builds its connections itself, with the sealed accept).
+    ///
+    /// `keys` as for [`Connection::client`]: the same session keys on both sides, or `None`
+    /// on both.
+    pub fn server(
+        cfg: Arc<Config>,
+        local_cid: ConnectionId,
+        client_cid: ConnectionId,
+        client: SocketAddr,
+        now: Instant,
+        keys: Option<SessionKeys>,
+    ) -> Self {
+        let sealed = keys.is_some();
+        let mut c = Self::new(cfg, Side::Server, local_cid, client, now, sealed, keys);
+        c.path.remote_cid = client_cid;
+        c.state = ConnectionState::Established;
+        c.accept.pending = true;
+        c.events.push_back(Event::Connected);
+        c
+    }
+
+    /// A server connection the endpoint admitted: established at once (the accept goes out on
+    /// the first `poll_transmit`, [`Event::Connected`] follows), or with the accept hook
+    /// waiting for the application ([`Event::Incoming`] first).
+    pub(crate) fn server_admitted(
+        cfg: Arc<Config>,
+        local_cid: ConnectionId,
+        client_cid: ConnectionId,
+        client: SocketAddr,
+        now: Instant,
+        admit: ServerAdmit,
+    ) -> Self {
+        let sealed = admit.keys.is_some();
+        let mut c = Self::new(
+            cfg,
+            Side::Server,
+            local_cid,
+            client,
+            now,
+            sealed,
+            admit.keys,
+        );
+        c.path.remote_cid = client_cid;
+        c.hs.nonce = admit.nonce;
+        c.hs.accept_packet = Some(Box::new((admit.accept, admit.accept_len)));
+        c.hs.secure = admit.secure.map(|(keys, hk)| {
+            Box::new(Secure {
+                keys,
+                hk,
+                reset_token: None,
+                token: None,
+            })
+        });
+        if admit.hook {
+            c.accept.awaiting_app = true;
+            c.events.push_back(Event::Incoming(admit.peer.clone()));
+        } else {
+            c.state = ConnectionState::Established;
+            c.accept.pending = true;
+            c.events.push_back(Event::Connected);
+        }
+        c.hs.peer = Some(admit.peer);
+        c
+    }
+
+    /// Draw on budgets of these limits (reassembly, FEC retention) until the endpoint lends
+    /// its shared ones (call before any datagram arrives).
+    pub(crate) fn set_budget_limits(&mut self, reassembly: usize, fec: usize) {
+        self.receiver.budget = Budget::new(reassembly);
+        self.fec.set_budget_limit(fec);
+    }
+
+    /// Swap the endpoint's shared budgets with the ones this connection draws on. The endpoint
+    /// calls it before and after each call into the connection, so for the length of the call
+    /// the connection draws on the shared budgets: their limits hold over all the endpoint's
+    /// connections, with no shared counter.
+    pub(crate) fn swap_budgets(&mut self, shared: &mut SharedBudgets) {
+        std::mem::swap(&mut self.receiver.budget, &mut shared.reassembly);
+        std::mem::swap(self.fec.budget_mut(), &mut shared.fec);
+    }
+
+    /// Bytes this connection holds against the shared budgets: (reassembly, FEC retention).
+    /// The endpoint takes them back when the connection ends.
+    pub(crate) fn held_bytes(&self) -> (usize, usize) {
+        (self.receiver.bytes, self.fec.retained_bytes())
+    }
+
+    /// This side's connection id (the peer writes it in every packet).
+    pub fn local_cid(&self) -> ConnectionId {
+        self.path.local_cid
+    }
+
+    /// The peer's connection id (0 until the handshake completes on a client).
+    pub fn remote_cid(&self) -> ConnectionId {
+        self.path.remote_cid
+    }
+
+    /// The peer's current address (follows the peer when its address changes).
+    pub fn remote_addr(&self) -> SocketAddr {
+        self.path.remote
+    }
+
+    /// True when this session's packets are protected (it has session keys); false in the
+    /// insecure mode.
+    pub fn is_secure(&self) -> bool {
+        self.protection.is_some() || self.hs.secure.is_some()
+    }
+
+    /// Hints the CPU to load what handling this connection's next datagram reads first
+    /// behind its pointers: the fronts of its sent-packet and segment queues, its channels,
+    /// its acknowledged ranges and its packet keys (see `prefetch`).
+    pub(crate) fn prefetch_parts(&self) {
+        use crate::prefetch::{front, prefetch};
+        front(self.recovery.sent.as_slices().0, 128);
+        front(self.send.segments.as_slices().0, 128);
+        front(&self.send.channels, 256);
+        front(self.ack.ranges.as_slices().0, 64);
+        self.receiver.prefetch();
+        self.fec.prefetch();
+        if let Some(p) = self.protection.as_deref() {
+            prefetch(p);
+        }
+    }
+
+    /// Life-cycle state.
+    pub fn state(&self) -> ConnectionState {
+        self.state
+    }
+
+    /// Statistics, as of now: counters, RTT summary, congestion state, FEC counters.
+    pub fn stats(&self) -> ConnectionStats {
+        let c = &self.counters;
+        ConnectionStats {
+            rtt: c.rtt,
+            packets_sent: c.packets_sent,
+            bytes_sent: c.bytes_sent,
+            packets_received: c.packets_received,
+            bytes_received: c.bytes_received,
+            packets_lost: c.packets_lost,
+            packets_spurious_lost: c.packets_spurious_lost,
+            segments_retransmitted: c.segments_retransmitted,
+            segments_sent: c.segments_sent,
+            tail_loss_probes: c.tail_loss_probes,
+            rto_count: c.rto_count,
+            messages_delivered: c.messages_delivered,
+            unreliable_dropped: self.receiver.unreliable_dropped,
+            unreliable_unsent: c.unreliable_unsent,
+            drops: c.drops.get(),
+            cwnd: self.cc.window,
+            bytes_in_flight: self.cc.in_flight,
+            rto: self.current_rto(),
+            srtt: self.rtt.smoothed,
+            min_rtt: self.rtt.min,
+            reassembly_bytes: self.receiver.bytes,
+            reassembly_peak: self.receiver.peak,
+            peer_loss_report: c.peer_loss_report,
+            fec: self.fec.stats(),
+        }
+    }
+
+    /// Nothing in flight, queued, held for reassembly or waiting for the application.
+    fn quiescent(&self) -> bool {
+        self.recovery.in_flight_packets == 0
+            && self.send.unacked_segments == 0
+            && self.send.queued_bytes == 0
+            && self.send.retx.is_empty()
+            && self.receiver.bytes == 0
+            && self.events.is_empty()
+    }
+
+    /// When [`Self::trim`] is due: [`Config::idle_trim`] after the last data, if data moved since the
+    /// last trim and nothing is left in flight.
+    fn trim_deadline(&self) -> Option<Instant> {
+        let after = self.cfg.idle_trim?;
+        (self.trim_pending && self.quiescent()).then(|| self.activity.last_data + after)
+    }
+
+    /// Gives back the capacity that traffic grew in the send, receive and FEC buffers, and the
+    /// expanded packet keys: an idle connection holds its state, not its peak's buffers. They
+    /// grow again with the next burst.
+    fn trim(&mut self, now: Instant) {
+        self.trim_pending = false;
+        self.recovery.sent.shrink_to_fit();
+        self.send.segments.shrink_to_fit();
+        self.send.retx = VecDeque::new();
+        for c in &mut self.send.channels {
+            c.queue.shrink_to_fit();
+        }
+        self.ack.ranges.shrink_to_fit();
+        self.events.shrink_to_fit();
+        self.open_buf = Vec::new();
+        if self.side == Side::Server && !self.accept.pending && self.ack.largest.is_some() {
+            // The client answered the accept with protected data: it will not echo again.
+            self.hs.accept_packet = None;
+        }
+        self.fec.trim(now);
+        if let Some(p) = self.protection.as_deref_mut() {
+            p.release_keys();
+        }
+    }
+
+    fn note_data(&mut self, now: Instant) {
+        self.activity.last_data = now;
+        self.trim_pending = true;
+    }
+
+    /// Next event for the application.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Entry point for every datagram addressed to this connection.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let res = self.dispatch(now, from, datagram);
+        if let Err(cause) = res {
+            self.counters.drops.add(cause);
+        }
+        res
+    }
+
+    fn dispatch(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        if self.state == ConnectionState::Closed {
+            return Err(DropCause::Closed);
+        }
+        if datagram.first().is_some_and(|&t| {
+            t == wire::PacketType::Data as u8
+                || t == wire::PacketType::FecData as u8
+                || t == wire::PacketType::FecParity as u8
+        }) {
+            return self.receive_protected(now, from, datagram);
+        }
+        let packet = match wire::decode_packet(datagram) {
+            Ok(p) => p,
+            Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
+            Err(_) => return Err(DropCause::Malformed),
+        };
+        let server_reply = matches!(
+            packet,
+            Packet::ServerChallenge { .. } | Packet::SealedAccept { .. } | Packet::Refuse { .. }
+        );
+        if server_reply && self.left_server(from) {
+            // A late reply from a server this handshake moved on from (a refusal answering a
+            // retransmitted echo, say): acting on it would end the attempt with the next one.
+            return Err(DropCause::UnexpectedHandshake);
+        }
+        self.on_handshake_packet(now, from, packet)
+    }
+
+    /// Every connection packet (`Data`, `FecData`, `FecParity`) enters here. In a session with
+    /// keys it is checked against the replay window and opened first: a replayed, too old,
+    /// forged, damaged or truncated packet is dropped with its cause before anything else
+    /// happens (no path update, no ACK processing, no packet-number or FEC state change), and
+    /// only an authenticated packet's number enters the replay window.
+    fn receive_protected(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let h = match wire::clear_header(datagram) {
+            Ok(h) => h,
+            Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
+            Err(_) => return Err(DropCause::Malformed),
+        };
+        if h.dst_cid != self.path.local_cid {
+            return Err(DropCause::UnknownConnection);
+        }
+        let Some(p) = self.protection.as_deref_mut() else {
+            if self.hs.secure.is_some() {
+                // A token client before its accept: no keys to open it with (the server
+                // retransmits what it carried).
+                return Err(DropCause::UnexpectedHandshake);
+            }
+            return self.receive_open(now, from, h.ty, datagram);
+        };
+        let mut buf = std::mem::take(&mut self.open_buf);
+        let r = match p.open(
+            now,
+            NumberSpace::of(h.ty),
+            h.number,
+            datagram,
+            h.len,
+            &mut buf,
+        ) {
+            Ok(n) => self.receive_open(now, from, h.ty, &buf[..n]),
+            Err(cause) => Err(cause),
+        };
+        // An oversize datagram (forged ones included) does not leave its buffer behind.
+        if buf.capacity() <= self.cfg.max_datagram_size {
+            self.open_buf = buf;
+        }
+        r
+    }
+
+    /// An opened (or, in the insecure mode, plain) connection packet goes to ARQ or FEC.
+    fn receive_open(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        ty: wire::PacketType,
+        packet: &[u8],
+    ) -> Result<(), DropCause> {
+        if ty == wire::PacketType::Data {
+            self.receive_arq(now, from, packet)
+        } else {
+            self.receive_fec(now, from, packet)
+        }
+    }
+
+    /// FEC seam (incoming): FEC packets land here (opened). The FEC receiver unwraps them and every ARQ
+    /// datagram it delivers or rebuilds goes to [`Self::receive_arq`] as if received. A
+    /// malformed FEC body is dropped and counted (`Malformed` here, by kind in
+    /// [`ConnectionStats::fec`]); the connection carries on.
+    fn receive_fec(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let (dst_cid, body, parity) = match wire::decode_packet(datagram) {
+            Ok(Packet::FecData { dst_cid, body }) => (dst_cid, body, false),
+            Ok(Packet::FecParity { dst_cid, body, .. }) => (dst_cid, body, true),
+            _ => return Err(DropCause::Malformed),
+        };
+        if dst_cid != self.path.local_cid {
+            return Err(DropCause::UnknownConnection);
+        }
+        if self
+            .fec
+            .receive(&self.cfg, now, self.path.local_cid, body, parity)
+            .is_err()
+        {
+            return Err(DropCause::Malformed);
+        }
+        let (out, lens) = self.fec.take_datagrams();
+        let mut result = Ok(());
+        let mut at = 0;
+        for &n in &lens {
+            let r = self.receive_arq(now, from, &out[at..at + n]);
+            at += n;
+            if let Err(c) = r {
+                // The first failure is the caller's to count; later ones are counted here.
+                if result.is_ok() {
+                    result = Err(c);
+                } else {
+                    self.counters.drops.add(c);
+                }
+            }
+        }
+        self.fec.restore_datagrams(out, lens);
+        result
+    }
+
+    /// FEC seam (incoming): every ARQ datagram (a `Data` packet) enters the protocol here.
+    fn receive_arq(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
+        let Ok(Packet::Data {
+            dst_cid,
+            packet_number: pn,
+            payload,
+        }) = wire::decode_packet(datagram)
+        else {
+            return Err(DropCause::Malformed);
+        };
+        if dst_cid != self.path.local_cid {
+            return Err(DropCause::UnknownConnection);
+        }
+        if self.state == ConnectionState::Handshaking {
+            // Data before our accept arrived: the peer retransmits it later.
+            return Err(DropCause::UnexpectedHandshake);
+        }
+        if pn > MAX_PACKET_NUMBER {
+            // No sender gets here (2^62 packets); refusing it keeps `pn + 1` in range below.
+            return Err(DropCause::ProtocolViolation);
+        }
+        if pn < self.ack.floor {
+            return Err(DropCause::TooOld);
+        }
+        if self
+            .ack
+            .ranges
+            .iter()
+            .rev()
+            .any(|&(lo, hi)| lo <= pn && pn <= hi)
+        {
+            return Err(DropCause::Duplicate);
+        }
+        // Validate everything and check buffer space before any state changes, so a dropped
+        // packet is not acknowledged (the peer retransmits its data).
+        let seen = self.check_frames(payload)?;
+        // Accepted: record the packet number.
+        self.record_received(now, pn, seen.ack_eliciting, seen.reliable);
+        if self.ack.largest.is_none_or(|(l, _)| pn >= l) {
+            self.ack.largest = Some((pn, now));
+            self.path.remote = from; // follow a peer whose address changed
+        }
+        self.activity.last_recv = now;
+        if seen.carries_data {
+            self.note_data(now);
+        }
+        self.counters.packets_received += 1;
+        self.counters.bytes_received += datagram.len() as u64;
+        self.ack.report.received += 1;
+        if self.ack.report.base.is_none() {
+            self.ack.report.base = Some(pn);
+        }
+        if self.side == Side::Server {
+            self.accept.pending = false; // the client got our accept
+        }
+        let acked_something = self.apply_frames(now, payload);
+        if acked_something {
+            self.maybe_start_draining(now);
+        }
+        Ok(())
+    }
+
+    /// First pass over a packet's frames: all valid, within the peer's window and our
+    /// buffers? Changes nothing.
+    fn check_frames(&self, payload: &[u8]) -> Result<Seen, DropCause> {
+        let mut ack_eliciting = false;
+        let mut reliable = false;
+        let mut carries_data = false;
+        let mut need = Need {
+            segments: 0,
+            bytes: 0,
+        };
+        for f in wire::frames(payload) {
+            let f = f.map_err(|_| DropCause::Malformed)?;
+            match f {
+                Frame::Ack(a) => {
+                    if a.largest >= self.recovery.next_pn {
+                        return Err(DropCause::ProtocolViolation);
+                    }
+                }
+                Frame::Fragment {
+                    channel,
+                    message_id,
+                    index,
+                    count,
+                    data,
+                } => {
+                    ack_eliciting = true;
+                    carries_data = true;
+                    reliable |= self.channel_is_reliable(channel);
+                    self.receiver.validate(channel, count, data.len())?;
+                    let n = self
+                        .receiver
+                        .need(channel, message_id, index, count, data.len());
+                    need.segments += n.segments;
+                    need.bytes += n.bytes;
+                }
+                Frame::Datagram {
+                    channel,
+                    message_id,
+                    data,
+                } => {
+                    ack_eliciting = true;
+                    carries_data = true;
+                    reliable |= self.channel_is_reliable(channel);
+                    self.receiver.validate(channel, 1, data.len())?;
+                    let n = self.receiver.need(channel, message_id, 0, 1, data.len());
+                    need.segments += n.segments;
+                    need.bytes += n.bytes;
+                }
+                Frame::Ping => {
+                    ack_eliciting = true;
+                    reliable = true;
+                }
+                Frame::Padding | Frame::Close(_) | Frame::LossReport { .. } => {}
+            }
+        }
+        if (need.segments > 0 && self.receiver.segments + need.segments > self.cfg.recv_window)
+            || (need.bytes > 0 && !self.receiver.fits(&need, 0))
+        {
+            return Err(DropCause::FlowControl);
+        }
+        Ok(Seen {
+            ack_eliciting,
+            reliable,
+            carries_data,
+        })
+    }
+
+    /// Second pass: apply an accepted packet's frames; true when an ACK in it acknowledged
+    /// something new.
+    fn apply_frames(&mut self, now: Instant, payload: &[u8]) -> bool {
+        let mut acked_something = false;
+        let mut delivered = 0;
+        for f in wire::frames(payload).flatten() {
+            match f {
+                Frame::Ack(a) => {
+                    acked_something |= self.on_ack(now, &a);
+                }
+                Frame::Fragment {
+                    channel,
+                    message_id,
+                    index,
+                    count,
+                    data,
+                } => {
+                    if self.state == ConnectionState::Established
+                        || self.state == ConnectionState::Closing
+                    {
+                        if let Err(c) = self.receiver.on_fragment(
+                            now,
+                            channel,
+                            message_id,
+                            index,
+                            count,
+                            data,
+                            &mut self.events,
+                            &mut delivered,
+                        ) {
+                            self.counters.drops.add(c);
+                        }
+                    }
+                }
+                Frame::Datagram {
+                    channel,
+                    message_id,
+                    data,
+                } => {
+                    if self.state == ConnectionState::Established
+                        || self.state == ConnectionState::Closing
+                    {
+                        if let Err(c) = self.receiver.on_fragment(
+                            now,
+                            channel,
+                            message_id,
+                            0,
+                            1,
+                            data,
+                            &mut self.events,
+                            &mut delivered,
+                        ) {
+                            self.counters.drops.add(c);
+                        }
+                    }
+                }
+                Frame::Close(reason) => self.on_close_frame(reason),
+                Frame::LossReport {
+                    received,
+                    lost,
+                    max_burst,
+                } => {
+                    self.counters.peer_loss_report = (received, lost);
+                    self.fec.on_loss_report(received, lost, max_burst);
+                }
+                Frame::Ping | Frame::Padding => {}
+            }
+        }
+        self.counters.messages_delivered += delivered;
+        acked_something
+    }
+
+    /// Write the next datagram into `buf` (at most [`Config::max_datagram_size`] bytes), or
+    /// return `None` when there is nothing to send now. Call until `None` after every input.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let t = self.transmit(now, buf);
+        if let Some(t) = t {
+            self.counters.packets_sent += 1;
+            self.counters.bytes_sent += t.size as u64;
+            self.activity.last_sent = now;
+        }
+        t
+    }
+
+    fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let udp = buf.len().min(self.cfg.max_datagram_size);
+        let buf = &mut buf[..udp];
+        // ARQ datagrams leave room for the FEC wrapping (see `fec`).
+        let max = self.fec.arq_budget(udp);
+        match self.state {
+            ConnectionState::Handshaking => return self.transmit_handshake(now, buf),
+            ConnectionState::Closed | ConnectionState::Draining => {
+                return self.transmit_closing(now, buf);
+            }
+            _ => {}
+        }
+        if self.accept.pending && self.side == Side::Server {
+            return self.transmit_accept(buf);
+        }
+        // Parity goes out right after its group closed, ahead of new data.
+        if let Some(size) = self
+            .fec
+            .poll_parity(now, self.path.remote_cid, buf, &mut self.cc)
+        {
+            let size = self.protect(now, buf, size)?;
+            return Some(Transmit {
+                destination: self.path.remote,
+                size,
+            });
+        }
+        let ack_due = self.ack.pending
+            && (self.ack.immediate
+                || self.ack_count_reached()
+                || self.ack.deadline.is_some_and(|d| now >= d));
+        let keepalive_due = self
+            .cfg
+            .keepalive_interval
+            .is_some_and(|k| now >= self.activity.last_sent + k);
+        let mut data_ok = self.has_sendable_data();
+        if data_ok && self.paced(now, max) {
+            data_ok = false;
+        }
+        if !(ack_due || keepalive_due || data_ok || self.recovery.probe_pending) {
+            return None;
+        }
+        self.transmit_data(now, buf, max, keepalive_due, data_ok)
+    }
+
+    /// Builds a data packet: an ACK, a loss report, retransmissions, new data (channels in
+    /// turn), a probe or a keepalive ping, whatever is due; `None` if nothing fit.
+    fn transmit_data(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        max: usize,
+        keepalive_due: bool,
+        data_ok: bool,
+    ) -> Option<Transmit> {
+        let pn = self.recovery.next_pn;
+        let Ok(hdr) = wire::encode_data_header(self.path.remote_cid, pn, buf) else {
+            return None;
+        };
+        let (_, body) = buf.split_at_mut(hdr);
+        let mut w = Writer::new(&mut body[..max.saturating_sub(hdr)]);
+        let mut segs = Segs::new();
+        let mut ack_eliciting = false;
+        let acks_below = if self.ack.pending {
+            self.write_ack(now, &mut w).map_or(0, |largest| largest + 1)
+        } else {
+            0
+        };
+        self.write_loss_report(now, &mut w);
+        let probe = std::mem::take(&mut self.recovery.probe_pending);
+        let mut wrote_data = false;
+        let cc_ok = self.cc.can_send(max) && data_ok;
+        if cc_ok || probe {
+            self.write_retransmissions(&mut w, pn, &mut segs, &mut ack_eliciting);
+        }
+        if cc_ok {
+            wrote_data |= self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);
+        }
+        if probe && !ack_eliciting {
+            self.write_probe_data(&mut w, pn, &mut segs, &mut ack_eliciting);
+            if !ack_eliciting {
+                wrote_data |= self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);
+            }
+        }
+        if (probe || keepalive_due)
+            && !ack_eliciting
+            && wire::encode_frame(&Frame::Ping, &mut w).is_ok()
+        {
+            ack_eliciting = true;
+        }
+        if w.is_empty() {
+            return None;
+        }
+        wrote_data |= !segs.is_empty();
+        let len = hdr + w.len();
+        self.recovery.next_pn += 1;
+        if wrote_data {
+            self.note_data(now);
+        }
+        self.record_sent(now, pn, len, ack_eliciting, acks_below, segs);
+        self.send.rr = (self.send.rr + 1) % self.send.channels.len().max(1);
+        // A packet that cannot be sealed is dropped (already counted sent: ARQ repairs it as
+        // a loss).
+        let size = self.seal_outgoing(now, buf, len)?;
+        Some(Transmit {
+            destination: self.path.remote,
+            size,
+        })
+    }
+
+    /// FEC seam (outgoing): every ARQ datagram leaves through here. Without FEC it is sent as is;
+    /// with FEC it becomes a `FecData` packet in place (`buf` must hold
+    /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group. Either way it is then sealed
+    /// (FEC below packet protection: see the `fec` submodule).
+    fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> Option<usize> {
+        let len = self.fec.seal(now, self.path.remote_cid, buf, len);
+        self.protect(now, buf, len)
+    }
+
+    /// Seals the connection packet `buf[..len]` in place with this side's packet key and
+    /// returns its length with the tag; without keys it is left as is. `None` when it cannot
+    /// be sealed: the packet must then not be sent (a secure session never sends plaintext).
+    /// Every budget leaves room for the tag, so that is a bug: the packet is lost, and ARQ
+    /// repairs it like any loss.
+    fn protect(&mut self, now: Instant, buf: &mut [u8], len: usize) -> Option<usize> {
+        let Some(p) = self.protection.as_deref_mut() else {
+            return Some(len);
+        };
+        let sealed = wire::clear_header(&buf[..len])
+            .ok()
+            .and_then(|h| p.seal(now, NumberSpace::of(h.ty), h.number, buf, h.len, len));
+        debug_assert!(sealed.is_some(), "no room for the tag: a budget is wrong");
+        sealed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn established(cfg: Config, now: Instant) -> Connection {
+        let remote = SocketAddr::from(([127, 0, 0, 1], 4000));
+        let mut c = Connection::new(
+            Arc::new(cfg),
+            Side::Client,
+            ConnectionId(1),
+            remote,
+            now,
+            false,
+            None,
+        );
+        c.state = ConnectionState::Established;
+        c.path.remote_cid = ConnectionId(2);
+        c
+    }
+
+    /// Even with `ack_frequency` 0 (refused by `Config::validate`, but a `Connection` must
+    /// not rely on it), an ACK-only packet is not answered with an ACK-only packet: two peers
+    /// would trade them forever. An ack-eliciting one is acknowledged at once.
+    #[test]
+    fn an_ack_only_packet_is_not_acknowledged_even_at_frequency_zero() {
+        let now = ricochet_testkit::SimClock::new().now();
+        for unreliable_ack_delay in [None, Some(Duration::from_millis(25))] {
+            let cfg = Config::default().with(|c| {
+                c.ack_frequency = 0;
+                c.unreliable_ack_delay = unreliable_ack_delay;
+            });
+            let mut c = established(cfg, now);
+            let mut buf = [0u8; 1500];
+            c.record_received(now, 0, false, false);
+            assert!(c.ack.pending);
+            assert_eq!(c.poll_transmit(now, &mut buf), None);
+            c.record_received(now, 1, true, true);
+            assert!(c.poll_transmit(now, &mut buf).is_some());
+            assert!(!c.ack.pending);
+        }
+    }
+}
