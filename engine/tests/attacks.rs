@@ -925,12 +925,15 @@ fn off_path_connection_id_guessing_gains_nothing() {
         ],
     );
     // Nothing comes back for the live id (a reply would reveal the client's id), and the
-    // session is untouched. Guessed ids draw the same silence: the server resets only ids it
-    // issued (their check bits verify under its reset key), so whether a guess hit a live
-    // session or none is not told. A random id passes the check with probability 2^-16; the
-    // bound allows for that.
+    // session is untouched. Each guessed id draws at most a stateless reset (within the
+    // server's reset rate): the server has no session for it, and the reset of an id that is
+    // not live ends nothing, now or later (ids never repeat). A guess of a live id succeeds with
+    // probability 2^-35 per session in its slot.
     let resets = only_resets_reach(&a, server_cid);
-    assert!(resets <= 3, "{resets} resets for {guesses} guesses");
+    assert!(
+        resets <= guesses - skipped,
+        "{resets} resets for {guesses} guesses"
+    );
     s.accepted_only_forwarded(base);
     assert!(s.client.is_connected());
     assert_eq!(observed(&s.server).sessions, 1);

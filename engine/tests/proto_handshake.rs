@@ -160,14 +160,15 @@ fn the_router_writes_ids_and_routes_and_sees_sessions_open_and_close() {
     );
     a.handle_datagram(now, addr(50), &echo).unwrap();
     assert_eq!(opened.load(Ordering::Relaxed), 1);
-    // The accept carries the server's id, whose upper half the router wrote.
+    // The accept carries the server's id, whose bits 32..=40 the router wrote (the endpoint
+    // keeps those 9 of its bits).
     let mut buf = vec![0u8; 2048];
     let t = a.poll_transmit(now, &mut buf).expect("accept");
     let Ok(wire::Packet::ServerAccept { server_cid, .. }) = wire::decode_packet(&buf[..t.size])
     else {
         panic!("expected an accept");
     };
-    assert_eq!((server_cid.0 >> 32) & 0xffff, 0xabcd);
+    assert_eq!((server_cid.0 >> 32) & 0x1ff, 0xabcd & 0x1ff);
     // Closing the session tells the router.
     let (h, _) = a.poll_event().expect("connected");
     a.close(now, h, CloseReason::Application);

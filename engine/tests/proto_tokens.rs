@@ -17,8 +17,8 @@ use rand_chacha::ChaCha20Rng;
 use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet_proto::wire::{self, ConnectionId, Packet};
 use ricochet_proto::{
-    CloseReason, Config, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, Refusal,
-    ServerConfig, TokenAdmission,
+    CloseReason, Config, ConnectionHandle, ConnectionState, DropCause, Endpoint, EndpointConfig,
+    Event, Refusal, ServerConfig, TokenAdmission,
 };
 
 const PROTOCOL_ID: u64 = 0x7465_7374;
@@ -708,9 +708,9 @@ fn a_restarted_server_resets_its_old_sessions_and_only_it_can() {
     assert_eq!(net.ep(s).stats().resets_sent, 1);
     // The reset was smaller than the packet that drew it.
     assert!(net.ep(s).stats().max_stateless_reply <= wire::RESET_LEN);
-    // Resets answer only ids this server issued (their check bits verify under its reset
-    // key): another server of the same backend (another address, another key) and an
-    // insecure server stay silent to the same packet, and so does this one to guessed ids.
+    // Another server of the same backend (another address, so another reset key) answers
+    // with a reset the client does not take (its token is another); an insecure server sends
+    // none. This one answers its own ids, rate-limited.
     let mut other = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
     other.max_resets_per_second = 10;
     let mut elsewhere = token_server(&net, ServerConfig::tokens(other), 5);
@@ -732,7 +732,14 @@ fn a_restarted_server_resets_its_old_sessions_and_only_it_can() {
         let _ = insecure.handle_datagram(now, addr(2), &data);
         let _ = restarted.handle_datagram(now, addr(2), &data);
     }
-    assert_eq!(elsewhere.stats().resets_sent, 0, "not its id");
+    assert_eq!(elsewhere.stats().resets_sent, 10);
+    let mut buf = vec![0u8; 64];
+    let t = elsewhere.poll_transmit(now, &mut buf).expect("a reset");
+    assert_ne!(
+        wire::decode_packet(&buf[..t.size]).ok(),
+        wire::decode_packet(&reset_of(&mut restarted, now)).ok(),
+        "another key, another token"
+    );
     assert_eq!(insecure.stats().resets_sent, 0);
     assert_eq!(
         restarted.stats().resets_sent,
@@ -740,31 +747,148 @@ fn a_restarted_server_resets_its_old_sessions_and_only_it_can() {
         "its own id, rate-limited to 10 per second"
     );
     assert_eq!(restarted.stats().resets_limited, 10);
-    let mut buf = vec![0u8; 64];
-    let t = restarted.poll_transmit(now, &mut buf).expect("a reset");
-    assert!(t.size < data.len(), "smaller than its trigger");
-    match wire::decode_packet(&buf[..t.size]) {
+    let reset = reset_of(&mut restarted, now);
+    assert!(reset.len() < data.len(), "smaller than its trigger");
+    match wire::decode_packet(&reset) {
         Ok(Packet::StatelessReset { cid, .. }) => assert_eq!(cid, server_cid),
         other => panic!("not a reset: {other:?}"),
     }
-    // Guessed ids in the live session's slot, or anywhere: silence, as for the live id.
-    let mut guesser = token_server(&net, ServerConfig::tokens(admission()), 79);
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    for k in 0..200u64 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let cid = if k % 2 == 0 {
-            ConnectionId((x << 32) | (server_cid.0 & 0xffff_ffff))
-        } else {
-            ConnectionId(x)
+}
+
+/// The next datagram `server` sends, which must be a stateless reset.
+fn reset_of(server: &mut Endpoint, now: Instant) -> Vec<u8> {
+    let mut buf = vec![0u8; 64];
+    let t = server.poll_transmit(now, &mut buf).expect("a reset");
+    assert!(matches!(
+        wire::decode_packet(&buf[..t.size]),
+        Ok(Packet::StatelessReset { .. })
+    ));
+    buf[..t.size].to_vec()
+}
+
+/// A client takes a reset only as a server sends one: exactly its size, from the address the
+/// session talks to. A genuine reset with a byte added, or relayed from another address, ends
+/// nothing (before, both ended the session).
+#[test]
+fn a_client_takes_a_reset_only_of_its_size_from_its_servers_address() {
+    let net = new_net();
+    let now = net.now;
+    let mut server = token_server(&net, ServerConfig::tokens(admission()), 1);
+    let mut client = client(&net, 2);
+    let (h, [.., accept]) =
+        handshake_by_hand(&mut server, &mut client, &good_token(7), now, addr(2));
+    client.handle_datagram(now, addr(1), &accept).unwrap();
+    assert!(matches!(client.poll_event(), Some((_, Event::Connected))));
+    // The server restarts; the client's next packet draws a genuine reset.
+    let mut restarted = token_server(&net, ServerConfig::tokens(admission()), 77);
+    client.send(h, 0, Bytes::from_static(b"anyone?")).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let t = client.poll_transmit(now, &mut buf).expect("a data packet");
+    let _ = restarted.handle_datagram(now, addr(2), &buf[..t.size]);
+    let reset = reset_of(&mut restarted, now);
+    let mut longer = reset.clone();
+    longer.push(0);
+    assert_eq!(
+        client.handle_datagram(now, addr(1), &longer),
+        Err(DropCause::Malformed)
+    );
+    assert_eq!(
+        client.handle_datagram(now, addr(3), &reset),
+        Err(DropCause::Unauthenticated)
+    );
+    assert!(client
+        .connection(h)
+        .is_some_and(|c| c.state() == ConnectionState::Established));
+    assert!(client.poll_event().is_none(), "nothing ended");
+    // The reset itself, from the server's address, ends the session.
+    client.handle_datagram(now, addr(1), &reset).unwrap();
+    assert!(matches!(
+        client.poll_event(),
+        Some((
+            _,
+            Event::Closed {
+                reason: CloseReason::Reset,
+                ..
+            }
+        ))
+    ));
+}
+
+/// A host behind the player's address (a NAT) replays the player's captured hello at will and
+/// echoes the challenges it draws: its echoes fail their proof and spend nothing of the
+/// address's handshake budget, so the player, and as many other players as the budget allows,
+/// still get in. Before, each such echo was counted before its proof was checked.
+#[test]
+fn replayed_hellos_from_the_players_address_do_not_spend_its_handshake_budget() {
+    let net = new_net();
+    let now = net.now;
+    let limits = ServerConfig::tokens(admission()).with(|s| s.max_handshakes_per_address = 2);
+    let mut server = token_server(&net, limits, 1);
+    let player_at = addr(2);
+    let neighbour = SocketAddr::new(player_at.ip(), 9999);
+    let mut captured = client(&net, 9);
+    let mut buf = vec![0u8; 2048];
+    captured.connect_with_token(now, &good_token(99));
+    let t = captured.poll_transmit(now, &mut buf).unwrap();
+    let hello = buf[..t.size].to_vec();
+    let Ok(Packet::ClientHello {
+        token: Some(section),
+        ..
+    }) = wire::decode_packet(&hello)
+    else {
+        panic!("a token hello")
+    };
+    for _ in 0..100 {
+        server.handle_datagram(now, neighbour, &hello).unwrap();
+        let t = server.poll_transmit(now, &mut buf).expect("a challenge");
+        let Ok(Packet::ServerChallenge {
+            client_cid,
+            nonce,
+            timestamp,
+            cookie,
+            ..
+        }) = wire::decode_packet(&buf[..t.size])
+        else {
+            panic!("a challenge")
         };
-        let _ = guesser.handle_datagram(now, addr(2), &ping_to(cid));
+        let echo = Packet::ClientCookieEcho {
+            client_cid,
+            nonce,
+            timestamp,
+            cookie,
+            token: Some(section),
+        };
+        let mut e = vec![0u8; 2048];
+        let n = wire::encode_packet(&echo, &mut e).unwrap();
+        assert_eq!(
+            server.handle_datagram(now, neighbour, &e[..n]),
+            Err(DropCause::Unauthenticated)
+        );
     }
-    assert!(
-        guesser.stats().resets_sent <= 1,
-        "{} resets for 200 guesses (each passes with probability 2^-16)",
-        guesser.stats().resets_sent
+    assert_eq!(server.stats().drops.get(DropCause::RateLimited), 0);
+    // Two players from that address get in within the same second (the budget: 2)...
+    for (k, port) in [(1u64, player_at.port()), (2, 4100)] {
+        let from = SocketAddr::new(player_at.ip(), port);
+        let mut player = client(&net, 10 + k);
+        let (h, [.., accept]) =
+            handshake_by_hand(&mut server, &mut player, &good_token(k), now, from);
+        player.handle_datagram(now, addr(1), &accept).unwrap();
+        assert!(player
+            .connection(h)
+            .is_some_and(|c| c.state() == ConnectionState::Established));
+    }
+    // ...and a third, with a token of its own, finds it spent: the budget still counts tokens.
+    let mut third = client(&net, 13);
+    third.connect_with_token(now, &good_token(3));
+    let t = third.poll_transmit(now, &mut buf).unwrap();
+    let from = SocketAddr::new(player_at.ip(), 4101);
+    server.handle_datagram(now, from, &buf[..t.size]).unwrap();
+    let t = server.poll_transmit(now, &mut buf).unwrap();
+    third.handle_datagram(now, addr(1), &buf[..t.size]).unwrap();
+    let t = third.poll_transmit(now, &mut buf).unwrap();
+    assert_eq!(
+        server.handle_datagram(now, from, &buf[..t.size]),
+        Err(DropCause::RateLimited)
     );
 }
 

@@ -419,7 +419,9 @@ fn accept_ad(client_cid: ConnectionId) -> [u8; 10] {
 /// A server's stateless reset key: derived from the backend's key and the server's first
 /// public address, so a restarted server computes the same key (and so the same reset token
 /// for every connection id it issued before), while other servers of the same backend
-/// compute other keys.
+/// compute other keys. A reset token is a function of the id alone (RFC 9000 §10.3.2's
+/// static key), which is safe because a server's ids do not repeat, across its restarts
+/// either (see the endpoint's `ConnectionHandle`).
 #[derive(Clone)]
 pub(crate) struct ResetKey([u8; 32]);
 
@@ -447,31 +449,7 @@ impl ResetKey {
     pub(crate) fn token(&self, cid: ConnectionId) -> [u8; HANDSHAKE_TAG_LEN] {
         mac(&self.0, &[b"reset", &cid.0.to_be_bytes()])
     }
-
-    /// The check bits of a server connection id (its top 16 bits): a MAC of the rest of the id
-    /// under this key.
-    fn check_bits(&self, cid: u64) -> u64 {
-        let m = mac(&self.0, &[b"cid check", &(cid & CID_CHECKED).to_be_bytes()]);
-        u64::from(u16::from_be_bytes([m[0], m[1]])) << 48
-    }
-
-    /// `cid` with its check bits set. A server gives its sessions such ids so that it answers
-    /// with a stateless reset only ids it issued (before a restart too: the key outlives it):
-    /// an off-path guess of an id, live or dead, then draws the same silence, and guessing
-    /// tells nothing about which sessions exist.
-    pub(crate) fn seal_cid(&self, cid: ConnectionId) -> ConnectionId {
-        ConnectionId((cid.0 & CID_CHECKED) | self.check_bits(cid.0))
-    }
-
-    /// Whether `cid` carries the check bits [`Self::seal_cid`] gives it.
-    pub(crate) fn issued(&self, cid: ConnectionId) -> bool {
-        cid.0 & !CID_CHECKED == self.check_bits(cid.0)
-    }
 }
-
-/// The bits of a server connection id its check bits cover: the slot index and its reuse count
-/// (low 32 bits) and the router's bits up to bit 47; the top 16 bits are the check.
-const CID_CHECKED: u64 = 0x0000_ffff_ffff_ffff;
 
 #[cfg(test)]
 mod tests {
@@ -544,28 +522,6 @@ mod tests {
             server_to_client: [3; 32],
         });
         assert_eq!(other.open_accept(&nonce, ConnectionId(5), &sealed), None);
-    }
-
-    #[test]
-    fn only_sealed_connection_ids_are_issued() {
-        let key = TokenKey::from_bytes([9; 32]);
-        let a = ResetKey::new(&key, "127.0.0.1:7777".parse().unwrap());
-        let b = ResetKey::new(&key, "127.0.0.1:7778".parse().unwrap());
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut guessed = 0;
-        for _ in 0..1000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let sealed = a.seal_cid(ConnectionId(x));
-            assert!(a.issued(sealed));
-            assert_eq!(sealed.0 & CID_CHECKED, x & CID_CHECKED, "routing bits kept");
-            guessed += u32::from(a.issued(ConnectionId(x)));
-            // Another server's key (another address) did not issue it.
-            assert_eq!(b.issued(sealed), b.seal_cid(sealed) == sealed);
-        }
-        // A random id passes with probability 2^-16.
-        assert!(guessed <= 2, "{guessed} of 1,000 random ids pass");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::admission::{
     TokenLedger, UsedTokens,
 };
 use super::connection::ServerAdmit;
+use super::keys::{IdKey, SEALED_ID_BITS};
 use super::recv::{Budget, SharedBudgets};
 use super::routing::{NoRouting, Router};
 use super::timers::TimerQueue;
@@ -29,11 +30,13 @@ use crate::token::{ConnectToken, PrivateToken, SealedToken, TokenKey, NONCE_LEN,
 use crate::wire::{self, Packet, TokenSection, COOKIE_LEN, HANDSHAKE_TAG_LEN};
 
 /// Identifies a connection of an endpoint: its local connection id. The low 20 bits are its
-/// slot; the 12 above count that slot's reuses, and random bits (with the router's and, on a
-/// server with tokens, check bits) fill the high 32. A handle kept after its connection ended
-/// names nothing: a newer connection in the same slot differs in its reuse count, and reaches
-/// the same id again only after 4,096 more reuses of that slot (freed slots are reused oldest
-/// first) and only if its random bits repeat too.
+/// slot (XORed with a random mask the endpoint draws when it is made), bits 32..=40 are the
+/// [`Router`]'s, and the other 35 are a permutation, under a key the endpoint draws when it is
+/// made, of the count of the slot's uses. A handle kept after its connection ended names
+/// nothing: a newer connection in the same slot has another use count, so another id, for
+/// 2^32 uses of that slot. The ids of another endpoint, or of this server after a restart, are
+/// those of another mask and key: they repeat none of these but by chance (see
+/// `docs/security.md` for the odds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnectionHandle(pub u64);
 
@@ -64,11 +67,13 @@ pub struct ServerConfig {
     /// Sessions per source IP (default 2,048: players behind one NAT share an address); more
     /// are refused with [`CloseReason::TooManyFromAddress`]. Counted like `max_sessions`.
     pub max_sessions_per_address: usize,
-    /// Cookie echoes (handshakes with a proven address) accepted per source IP per second and
-    /// per endpoint (default 4,096: a thousand players behind one address connecting at once,
-    /// with retries), in a fixed-size table of counters with no per-peer state; the rest are
-    /// dropped silently and the client retries. Hellos are not counted: whoever spoofs a player's address cannot use up
-    /// the player's budget.
+    /// Sessions opened per source IP per second and per endpoint (default 4,096: a thousand
+    /// players behind one address connecting at once, with retries), in a fixed-size table of
+    /// counters with no per-peer state; once it is spent, cookie echoes from that IP are
+    /// dropped silently and their clients retry. Only an echo that proved its address and, with
+    /// tokens, its token's keys, and that opens a session, is counted (with tokens, that is
+    /// one count per token): whoever spoofs a player's address, or replays a hello or echo
+    /// captured from a player behind the same address, cannot use up the player's budget.
     pub max_handshakes_per_address: u32,
     /// How long a cookie stays valid.
     pub cookie_lifetime: Duration,
@@ -263,12 +268,18 @@ const RATE_SLOTS: usize = 4096;
 const SLOT_BITS: u32 = 20;
 /// Most connections an endpoint holds at once (slots).
 const MAX_SLOTS: usize = 1 << SLOT_BITS;
-/// Bits above the slot index that count the slot's reuses.
-const REUSE_BITS: u32 = 12;
+/// The bits of the upper half of a connection id that the [`Router`] writes (32..=40 of the id).
+const ROUTER_BITS: u32 = 0x1ff;
 
-/// The slot a connection id or handle names.
-fn slot_of(cid: u64) -> usize {
-    (cid & (MAX_SLOTS as u64 - 1)) as usize
+/// A connection id from its parts: the slot field (slot XOR mask), the router's bits and the
+/// 35 sealed bits (12 of them between the slot field and the router's bits, 23 above).
+fn compose_cid(slot_field: u64, router: u32, sealed: u64) -> ConnectionId {
+    let low = sealed & ((1 << (32 - SLOT_BITS)) - 1);
+    let high = sealed >> (32 - SLOT_BITS);
+    debug_assert!(high < 1 << (SEALED_ID_BITS - (32 - SLOT_BITS)));
+    ConnectionId(
+        (high << 41) | (u64::from(router & ROUTER_BITS) << 32) | (low << SLOT_BITS) | slot_field,
+    )
 }
 
 #[derive(Debug)]
@@ -282,8 +293,8 @@ struct Slot {
     accepted_for: Option<(SocketAddr, ConnectionId)>,
     /// Client side: the server's connection id, once known (stateless resets name it).
     remote: Option<ConnectionId>,
-    /// How many times the slot was reused, modulo 2^`REUSE_BITS` (in its connection's id).
-    reuses: u16,
+    /// How many times the slot was reused (sealed into its connection's id; wraps after 2^32).
+    reuses: u32,
 }
 
 impl Slot {
@@ -341,6 +352,11 @@ pub struct Endpoint {
     stats: EndpointStats,
     /// What goes into the ids and cookies this endpoint issues (see [`Router`]).
     router: Box<dyn Router>,
+    /// Seals a slot's use count into the ids this endpoint issues (see [`ConnectionHandle`]).
+    id_key: IdKey,
+    /// XORed into the slot field of every id this endpoint issues: with `id_key`, what makes
+    /// its ids another boot's than those of this server before a restart.
+    slot_mask: u64,
     /// Token admission (server in token mode).
     tokens: Option<TokenState>,
     /// The tokens accepted so far (see [`TokenLedger`]).
@@ -436,6 +452,8 @@ impl Endpoint {
         cfg.connection.validate()?;
         let cookie_secret = rng.random();
         let rate_salt = rng.random();
+        let id_key = IdKey::new(rng.random());
+        let slot_mask = rng.random::<u64>() & (MAX_SLOTS as u64 - 1);
         let shared = SharedBudgets {
             reassembly: Budget::new(cfg.reassembly_budget),
             fec: crate::fec::RetentionBudget::new(cfg.fec_retention_budget),
@@ -482,6 +500,8 @@ impl Endpoint {
             rtt_samples: Vec::new(),
             stats: EndpointStats::default(),
             router: Box::new(NoRouting),
+            id_key,
+            slot_mask,
             tokens,
             ledger: Box::new(UsedTokens::new(used_capacity)),
             unix_anchor: None,
@@ -564,9 +584,14 @@ impl Endpoint {
         self.stateless.len()
     }
 
+    /// The slot a connection id or handle names.
+    fn slot_of(&self, cid: u64) -> usize {
+        ((cid ^ self.slot_mask) & (MAX_SLOTS as u64 - 1)) as usize
+    }
+
     /// A connection, for its state and statistics.
     pub fn connection(&self, h: ConnectionHandle) -> Option<&Connection> {
-        let idx = slot_of(h.0);
+        let idx = self.slot_of(h.0);
         self.slots
             .get(idx)?
             .conn
@@ -575,7 +600,7 @@ impl Endpoint {
     }
 
     fn index_of(&self, h: ConnectionHandle) -> Option<u32> {
-        self.connection(h).map(|_| slot_of(h.0) as u32)
+        self.connection(h).map(|_| self.slot_of(h.0) as u32)
     }
 
     /// Whether [`Self::alloc`] has a slot to give.
@@ -588,7 +613,7 @@ impl Endpoint {
         let idx = match self.free.pop_front() {
             Some(i) => {
                 let slot = &mut self.slots[i as usize];
-                slot.reuses = slot.reuses.wrapping_add(1) & ((1 << REUSE_BITS) - 1);
+                slot.reuses = slot.reuses.wrapping_add(1);
                 i
             }
             None if self.slots.len() < MAX_SLOTS => {
@@ -604,17 +629,16 @@ impl Endpoint {
             }
             None => return None,
         };
-        let reuses = u64::from(self.slots[idx as usize].reuses) << SLOT_BITS;
-        let generation = self.router.connection_id_bits(self.rng.random::<u32>() | 1);
-        Some((
-            idx,
-            ConnectionId((u64::from(generation) << 32) | reuses | u64::from(idx)),
-        ))
+        let sealed = self.id_key.seal(idx, self.slots[idx as usize].reuses);
+        let router = self.router.connection_id_bits(self.rng.random::<u32>() | 1);
+        let cid = compose_cid(u64::from(idx) ^ self.slot_mask, router, sealed);
+        Some((idx, cid))
     }
 
     /// A client connection that found no free slot: it ends at once, before it began.
     fn no_slot(&mut self) -> ConnectionHandle {
-        // No connection has id 0 (the random bits above are odd), so the handle names none.
+        // No handle of a connection is 0 (the router's bits are never 0: its random input is
+        // odd, and a runtime worker's set its tag bit), so this one names none.
         let h = ConnectionHandle(0);
         let message = Bytes::from_static(b"this endpoint holds as many connections as it can");
         self.events.push_back((
@@ -786,7 +810,7 @@ impl Endpoint {
             return self.handle_hello(now, from, datagram);
         }
         if ty == wire::PacketType::StatelessReset as u8 {
-            return self.handle_reset(now, datagram);
+            return self.handle_reset(now, from, datagram);
         }
         if datagram.len() < 2 {
             return Err(DropCause::Malformed);
@@ -794,7 +818,7 @@ impl Endpoint {
         let Some(cid) = wire::peek_cid(datagram) else {
             return Err(DropCause::Malformed);
         };
-        let idx = slot_of(cid.0) as u32;
+        let idx = self.slot_of(cid.0) as u32;
         let ok = self
             .slots
             .get(idx as usize)
@@ -826,9 +850,11 @@ impl Endpoint {
 
     /// Answer a connection packet for `cid`, which this server has no state for, with the
     /// session's stateless reset: only when admitting by token (the reset key comes from the
-    /// backend's key), only for an id this server issued (its check bits verify), only to a
-    /// packet larger than the reset (no amplification, and a reset never answers a reset), and
-    /// at most [`super::TokenAdmission::max_resets_per_second`].
+    /// backend's key), only to a packet larger than the reset (no amplification, and a reset
+    /// never answers a reset), and at most [`super::TokenAdmission::max_resets_per_second`].
+    /// Any id draws one, issued or guessed: ids are never reused (see [`ConnectionHandle`]), so
+    /// the reset of an id that is not live ends no session, now or later, unless the id is
+    /// guessed before it is issued (1 in 2^35 per guess, at most this rate of guesses).
     fn send_reset(&mut self, now: Instant, to: SocketAddr, cid: ConnectionId, trigger: usize) {
         let Some(t) = self.tokens.as_ref() else {
             return;
@@ -836,8 +862,7 @@ impl Endpoint {
         let Some(reset) = t.reset.as_ref() else {
             return;
         };
-        // An id this server never issued (a guess) gets the silence a live one gets.
-        if trigger <= wire::RESET_LEN || !reset.issued(cid) {
+        if trigger <= wire::RESET_LEN {
             return;
         }
         let second = self.now_ms(now) / 1000;
@@ -856,16 +881,33 @@ impl Endpoint {
     }
 
     /// A stateless reset from a server: the client connection talking to that server id
-    /// checks its token.
-    fn handle_reset(&mut self, now: Instant, datagram: &[u8]) -> Result<(), DropCause> {
+    /// checks its token. A genuine reset is exactly [`wire::RESET_LEN`] bytes (a server sends
+    /// nothing else) and comes from the address the connection talks to; anything else is
+    /// dropped before the token is compared.
+    fn handle_reset(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropCause> {
         let cid = match wire::decode_packet(datagram) {
             Ok(Packet::StatelessReset { cid, .. }) => cid,
             Err(wire::WireError::VersionMismatch(_)) => return Err(DropCause::VersionMismatch),
             _ => return Err(DropCause::Malformed),
         };
+        if datagram.len() != wire::RESET_LEN {
+            return Err(DropCause::Malformed);
+        }
         let Some(&idx) = self.by_remote.get(&cid) else {
             return Err(DropCause::UnknownConnection);
         };
+        let talks_to = self.slots[idx as usize]
+            .conn
+            .as_ref()
+            .map(Connection::remote_addr);
+        if talks_to != Some(from) {
+            return Err(DropCause::Unauthenticated);
+        }
         // The connection decodes it again: it can be driven without an endpoint too.
         let unused = SocketAddr::from(([0, 0, 0, 0], 0));
         let r = self
@@ -965,16 +1007,20 @@ impl Endpoint {
                         return r;
                     }
                 }
-                // Counted per IP only now that the address is proven.
-                if !self.rate_ok(now, from.ip(), max_handshakes) {
-                    return Err(DropCause::RateLimited);
-                }
                 let ty = wire::PacketType::ClientCookieEcho;
                 let admitted =
                     match self.admit(now, ty, client_cid, nonce, timestamp, &cookie, token) {
                         Ok(a) => a,
                         Err(v) => return self.verdict(from, client_cid, nonce, v),
                     };
+                // The per-address budget, now that the echo proved the address and (with a
+                // token) the token's keys. It counts the sessions this echo's address opened,
+                // charged below when one opens: an echo that opens none (a refusal, a token
+                // already used, a copy of an echo that opened one) spends nothing, so replays
+                // of one captured hello or echo cannot spend a player's budget.
+                if *self.handshakes_this_second(now, from.ip()) >= max_handshakes {
+                    return Err(DropCause::RateLimited);
+                }
                 let hk = admitted.as_ref().map(|a| &a.hk);
                 // Every slot of this endpoint taken is far beyond any default limit.
                 let refused = if self.stopped_accepting {
@@ -1038,6 +1084,8 @@ impl Endpoint {
                         return Ok(());
                     }
                 }
+                let opened = self.handshakes_this_second(now, from.ip());
+                *opened = opened.saturating_add(1);
                 self.open_session(now, from, client_cid, nonce, admitted, accept_hook);
                 Ok(())
             }
@@ -1140,11 +1188,6 @@ impl Endpoint {
             // The admission checks found a slot free; nothing else takes one in between.
             debug_assert!(false, "no slot for an admitted session");
             return;
-        };
-        // With a reset key, the id carries check bits: resets answer only ids this server issued.
-        let cid = match self.tokens.as_ref().and_then(|t| t.reset.as_ref()) {
-            Some(r) => r.seal_cid(cid),
-            None => cid,
         };
         let mut accept = [0u8; wire::SEALED_ACCEPT_LEN];
         let (accept_len, peer, secure) = match admitted {
@@ -1319,7 +1362,8 @@ impl Endpoint {
         out
     }
 
-    fn rate_ok(&mut self, now: Instant, ip: IpAddr, limit: u32) -> bool {
+    /// Sessions opened for `ip` in the current second (its counter in the fixed-size table).
+    fn handshakes_this_second(&mut self, now: Instant, ip: IpAddr) -> &mut u32 {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         self.rate_salt.hash(&mut h);
         ip.hash(&mut h);
@@ -1332,8 +1376,7 @@ impl Endpoint {
         if e.0 != second {
             *e = (second, 0);
         }
-        e.1 = e.1.saturating_add(1);
-        e.1 <= limit
+        &mut e.1
     }
 
     /// Room a client endpoint's [`Endpoint::poll_transmit`] can need for one datagram: its
@@ -1432,7 +1475,7 @@ impl Endpoint {
         let Some(cid) = wire::peek_cid(datagram) else {
             return;
         };
-        let Some(slot) = self.slots.get(slot_of(cid.0)) else {
+        let Some(slot) = self.slots.get(self.slot_of(cid.0)) else {
             return;
         };
         // Follow the pointers only for the connection the id names (the datagram is not
@@ -1636,8 +1679,8 @@ fn claimant(from: SocketAddr, client_cid: ConnectionId) -> u64 {
 mod tests {
     use super::*;
 
-    /// A router that leaves no random bit in the ids (a multi-worker server leaves 7, once
-    /// its tag and the check bits are in).
+    /// A router that leaves no random bit in its part of the ids (a runtime worker's router
+    /// writes only its index and tag flag there, as this one does).
     #[derive(Debug)]
     struct Fixed;
     impl Router for Fixed {
@@ -1646,21 +1689,55 @@ mod tests {
         }
     }
 
-    /// A slot reused again and again gives each of its connections a new id, so a handle of
-    /// an earlier one never names a later one, however few random bits the router leaves
-    /// (before, with ids told apart by random bits alone, a multi-worker server gave a
-    /// reused slot its previous id once in 128 reuses).
-    #[test]
-    fn a_reused_slot_never_repeats_an_id_within_its_reuse_count() {
-        let mut ep = Endpoint::new(EndpointConfig::default(), Instant::now(), 1);
+    fn fixed_endpoint(seed: u64) -> Endpoint {
+        let mut ep = Endpoint::new(EndpointConfig::default(), Instant::now(), seed);
         ep.set_router(Box::new(Fixed));
+        ep
+    }
+
+    /// A slot reused again and again gives each of its connections a new id, so a handle of
+    /// an earlier one never names a later one, and a reset captured for an earlier one ends no
+    /// later one (before, the id of a slot came back after 4,096 reuses whenever its few random
+    /// bits did: once in 128 on a runtime worker).
+    #[test]
+    fn a_reused_slot_never_repeats_an_id() {
+        let mut ep = fixed_endpoint(1);
         let mut seen = std::collections::HashSet::new();
-        for _ in 0..1 << REUSE_BITS {
+        for _ in 0..20_000 {
             let (idx, cid) = ep.alloc().expect("a slot");
             assert_eq!(idx, 0, "the one freed slot is reused");
-            assert_eq!(slot_of(cid.0), 0);
+            assert_eq!(ep.slot_of(cid.0), 0);
+            assert_eq!(
+                cid.0 >> 32 & u64::from(ROUTER_BITS),
+                0x100,
+                "the router's bits"
+            );
             assert!(seen.insert(cid), "id {cid:?} repeated");
             ep.free.push_back(idx);
+        }
+    }
+
+    /// A restarted server (another endpoint, seeded anew) issues none of the ids of its earlier
+    /// boots, whatever the router leaves random: the slot mask and the id key are drawn per
+    /// endpoint. Before, each (slot, reuse count) of a runtime worker had 128 possible ids, so a
+    /// restarted server soon gave its first sessions ids of earlier boots, and the resets an
+    /// attacker collected for those ended the new sessions.
+    #[test]
+    fn a_restarted_endpoint_repeats_no_id_of_an_earlier_boot() {
+        let mut seen = std::collections::HashSet::new();
+        for boot in 0..100u64 {
+            let mut ep = fixed_endpoint(1000 + boot);
+            for k in 0..200 {
+                let (idx, cid) = ep.alloc().expect("a slot");
+                assert_eq!(ep.slot_of(cid.0), idx as usize);
+                assert!(
+                    seen.insert(cid),
+                    "boot {boot}, id {k}: {cid:?} was issued before"
+                );
+                if k % 2 == 0 {
+                    ep.free.push_back(idx);
+                }
+            }
         }
     }
 

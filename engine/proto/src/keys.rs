@@ -118,9 +118,69 @@ impl KeyContext {
     }
 }
 
+/// Bits of a connection id that [`IdKey::seal`] fills: all but the slot field (low 20) and the
+/// router's 9 bits (32..=40).
+pub(crate) const SEALED_ID_BITS: u32 = 35;
+
+/// The per-endpoint key that turns a slot's use count into the 35 bits of its connection id
+/// outside the slot field and the router's bits: a keyed permutation of the count, so a
+/// slot's ids never repeat while its count does not (2^32 uses), a later id cannot be told
+/// from earlier ones, and the ids of two boots (two random keys) are independent.
+///
+/// The permutation is a 10-round Feistel network over 35 bits (halves of 17 and 18 bits,
+/// alternating as in NIST SP 800-38G's FF1) whose round function is keyed BLAKE3 over the
+/// round, the slot (a tweak: each slot has a permutation of its own) and the half. It is only
+/// ever computed forwards, once per connection an endpoint opens: nothing needs to invert it.
+#[derive(Clone)]
+pub(crate) struct IdKey([u8; 32]);
+
+impl Drop for IdKey {
+    fn drop(&mut self) {
+        zeroize::Zeroize::zeroize(&mut self.0);
+    }
+}
+
+impl fmt::Debug for IdKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("IdKey { .. }")
+    }
+}
+
+impl IdKey {
+    /// A key from 32 random bytes (the endpoint's random source).
+    pub(crate) fn new(key: [u8; 32]) -> Self {
+        IdKey(key)
+    }
+
+    /// The 35 sealed bits of the id of use `count` of slot `slot`.
+    pub(crate) fn seal(&self, slot: u32, count: u32) -> u64 {
+        const LEFT: u32 = 17;
+        const RIGHT: u32 = SEALED_ID_BITS - LEFT;
+        let (mut a, mut b) = (
+            u64::from(count) >> RIGHT,
+            u64::from(count) & ((1 << RIGHT) - 1),
+        );
+        for round in 0..10u8 {
+            // `a` holds LEFT bits in even rounds and RIGHT bits in odd ones.
+            let width = if round % 2 == 0 { LEFT } else { RIGHT };
+            let mut msg = [0u8; 1 + 4 + 8];
+            msg[0] = round;
+            msg[1..5].copy_from_slice(&slot.to_be_bytes());
+            msg[5..].copy_from_slice(&b.to_be_bytes());
+            let h = blake3::keyed_hash(&self.0, &msg);
+            let mut f = [0u8; 8];
+            f.copy_from_slice(&h.as_bytes()[..8]);
+            let c = (a ^ u64::from_be_bytes(f)) & ((1 << width) - 1);
+            a = b;
+            b = c;
+        }
+        (a << RIGHT) | b
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{KeyContext, SessionKeys};
+    use super::{IdKey, KeyContext, SessionKeys, SEALED_ID_BITS};
     use crate::wire::ConnectionId;
 
     #[test]
@@ -172,5 +232,30 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_slots_sealed_ids_never_repeat_and_differ_by_key_and_slot() {
+        let key = IdKey::new([3; 32]);
+        let mut seen = std::collections::HashSet::new();
+        for count in 0..1u32 << 16 {
+            let v = key.seal(0, count);
+            assert!(v < 1 << SEALED_ID_BITS);
+            assert!(seen.insert(v), "use {count} repeats an earlier id");
+        }
+        // Counts far apart (the high half of the input) stay distinct too.
+        for count in (0..u32::MAX).step_by(1 << 20) {
+            let v = key.seal(0, count | 1 << 16);
+            assert!(seen.insert(v), "use {count} repeats an earlier id");
+        }
+        // Another boot (key) or slot: a permutation of its own.
+        let other = IdKey::new([4; 32]);
+        let same = (0..1000u32)
+            .filter(|&c| other.seal(0, c) == key.seal(0, c) || key.seal(1, c) == key.seal(0, c))
+            .count();
+        assert!(
+            same <= 1,
+            "{same} of 1,000 ids equal under another key or slot"
+        );
     }
 }

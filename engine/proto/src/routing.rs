@@ -17,13 +17,14 @@ use crate::wire::CloseReason;
 /// Install one with [`Endpoint::set_router`](crate::Endpoint::set_router) before the first
 /// connection is opened.
 pub trait Router: Send + fmt::Debug {
-    /// The upper 32 bits of a new local connection id. The endpoint keeps the lower 32 bits
-    /// (its slot index in the low 20, the count of that slot's reuses in the 12 above) and
-    /// passes 32 fresh random bits with bit 0 set; return them with the embedder's routing
-    /// bits written in. Every datagram to this connection carries the id at
-    /// [`wire::CID_OFFSET`](crate::wire::CID_OFFSET) (big-endian), where a socket filter can read
-    /// them. Keep the other bits random: the reuse count tells a slot's connections apart for
-    /// 4,096 reuses, the random bits beyond that, and they keep ids hard to guess.
+    /// The router's bits of a new local connection id: the endpoint passes 32 fresh random
+    /// bits with bit 0 set, and keeps the low 9 bits of what this returns as bits 32..=40 of the
+    /// id (the embedder's routing: a worker index and a flag, say); the rest of the id is the
+    /// endpoint's (its slot, and 35 bits that make the id unique and unpredictable: see
+    /// [`ConnectionHandle`](crate::ConnectionHandle)). Every datagram to this connection carries
+    /// the id at [`wire::CID_OFFSET`](crate::wire::CID_OFFSET) (big-endian), where a socket
+    /// filter can read those bits. Return a non-zero value in those 9 bits (keep bit 0 of the
+    /// random input, or set a flag): no connection's id is 0.
     fn connection_id_bits(&mut self, random: u32) -> u32;
 
     /// A route for the session that a client hello may open, chosen when the server answers the
@@ -69,7 +70,7 @@ pub struct NoRouting;
 impl Router for NoRouting {
     fn connection_id_bits(&mut self, random: u32) -> u32 {
         // Bit 8 is what the ricochet runtime sets on ids that carry a worker index; a lone
-        // endpoint's ids leave it clear so they never read as routed.
+        // endpoint's ids leave it clear so they never read as routed (bits 0..=7 stay random).
         random & !0x100
     }
 }

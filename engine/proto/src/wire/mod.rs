@@ -74,10 +74,11 @@
 //!
 //! The destination cid is the *receiver's* connection id, so an endpoint demultiplexes by reading
 //! bytes [`CID_OFFSET`]`..+8` without looking at the source address. A cid is opaque to everyone
-//! but its issuer: the endpoint keeps its slot index and the count of that slot's reuses in the
-//! low 32 bits, and the embedder's
-//! [`Router`](crate::Router) writes the high 32 bits (a multi-worker server writes the owning
-//! worker there, and its sockets steer on those bytes).
+//! but its issuer: the endpoint keeps its (masked) slot index in the low 20 bits and a keyed
+//! permutation of the count of that slot's uses in bits 20..=31 and 41..=63, so that its ids
+//! never repeat, across restarts either (see [`ConnectionHandle`](crate::ConnectionHandle));
+//! the embedder's [`Router`](crate::Router) writes bits 32..=40 (a multi-worker server writes
+//! the owning worker there, and its sockets steer on those bytes).
 //!
 //! # Frames (inside `Data`)
 //!
@@ -121,8 +122,11 @@ pub use varint::{varint_len, MAX_VARINT};
 /// The protocol version this build speaks (3: packet protection, parity numbers; 4: connect
 /// tokens in the handshake; 5: a token session's packet keys bound to its connection ids and
 /// the server random its sealed accept carries, so a version-4 peer would complete the
-/// handshake and then fail every packet: it is refused as a version mismatch instead).
-pub const VERSION: u8 = 5;
+/// handshake and then fail every packet: it is refused as a version mismatch instead; 6: a
+/// server's connection ids no longer repeat across its restarts and carry no check bits, and a
+/// client takes a stateless reset only of exactly [`RESET_LEN`] bytes from its server's
+/// address).
+pub const VERSION: u8 = 6;
 /// Largest handshake packet a client sends (a hello or cookie echo with a token; the padded
 /// insecure ones are smaller).
 pub const MAX_CLIENT_HANDSHAKE_LEN: usize = max_len(
