@@ -444,7 +444,7 @@ mod tests {
         let mut delivered = 0u64;
         for i in 0..600u32 {
             let now = t0 + period * i;
-            while let Some(_) = b.pop_departed(now) {
+            while b.pop_departed(now).is_some() {
                 delivered += 2400;
             }
             b.offer(now, 2400, ());
