@@ -97,3 +97,77 @@ fn a_one_mbit_route_delivers_about_one_mbit() {
     );
     assert_eq!(neck.queued_bytes, 0);
 }
+
+#[test]
+fn a_shared_bottleneck_carries_every_route_at_its_one_rate() {
+    const LEN: usize = 1200;
+    const N: u32 = 300;
+    let server = socket();
+    let clients = [socket(), socket()];
+    let neck = BottleneckConfig::new(
+        "1mbit".parse::<RateSchedule>().unwrap(),
+        Duration::from_millis(100),
+    );
+    let relay = Relay::start(
+        RelayConfig::new(server.local_addr().unwrap(), Impairment::none()).with_bottlenecks(
+            None,
+            Some(neck),
+            true,
+        ),
+    )
+    .unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut buf = vec![0u8; 2048];
+    let mut routes = Vec::new();
+    for c in &clients {
+        c.send_to(b"hello", relay.addr()).unwrap();
+        routes.push(server.recv_from(&mut buf).unwrap().1);
+    }
+    let receivers: Vec<_> = clients
+        .into_iter()
+        .map(|c| {
+            std::thread::spawn(move || {
+                c.set_read_timeout(Some(Duration::from_millis(500)))
+                    .unwrap();
+                let mut buf = vec![0u8; 2048];
+                let mut n = 0u64;
+                while c.recv(&mut buf).is_ok() {
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    // Each route offered 1 Mbit/s, alternately: twice what the shared link carries.
+    let start = Instant::now();
+    let period = Duration::from_micros(9600);
+    for i in 0..N {
+        let due = start + period * i;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        // Which route goes first alternates: a pair arriving at a full drop-tail queue finds
+        // room for the first only.
+        let first = i as usize % 2;
+        for r in [routes[first], routes[1 - first]] {
+            server.send_to(&[0xab; LEN], r).unwrap();
+        }
+    }
+    let got: Vec<u64> = receivers.into_iter().map(|r| r.join().unwrap()).collect();
+    let c = relay.shutdown().unwrap();
+    let neck = c.shared_down.expect("the shared bottleneck");
+    assert!(c.routes.iter().all(|r| r.down.bottleneck.is_none()));
+    assert_eq!(neck.offered, 2 * u64::from(N));
+    assert_eq!(neck.departed + neck.dropped, neck.offered, "{neck:?}");
+    assert_eq!(got.iter().sum::<u64>(), neck.departed, "{got:?} {neck:?}");
+    // About one link's worth in the sending time (2.88 s at 125,000 B/s, plus the buffer).
+    let carried = neck.departed_bytes as f64 / 125_000.0;
+    assert!(
+        (2.6..=3.2).contains(&carried),
+        "{carried} s of link time: {neck:?}"
+    );
+    // Alternating arrivals at a drop-tail queue: each route gets a fair part of it.
+    assert!(got.iter().all(|&n| n * 3 >= neck.departed), "{got:?}");
+}

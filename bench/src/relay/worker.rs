@@ -185,6 +185,8 @@ pub(super) struct Worker {
     started: Instant,
     /// The last snapshot request answered.
     answered: u64,
+    /// Turns of [`Self::receive_upstreams`], which route it reads first.
+    rotation: usize,
 }
 
 impl Worker {
@@ -231,6 +233,7 @@ impl Worker {
                 .context("lateness histogram")?,
             started,
             answered: 0,
+            rotation: 0,
         };
         for _ in 0..w.cfg.clients {
             let s = w.bind_upstream()?;
@@ -270,6 +273,7 @@ impl Worker {
     fn serve(&mut self) -> anyhow::Result<()> {
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut fds: Vec<PollFd> = Vec::new();
+        let mut ready: Vec<usize> = Vec::new();
         loop {
             if self.shared.stop.load(Ordering::SeqCst) {
                 return Ok(());
@@ -315,11 +319,15 @@ impl Worker {
             if readable(&fds[1]) {
                 self.receive_front(&mut buf)?;
             }
-            for (i, fd) in fds[2..].iter().enumerate() {
-                if readable(fd) {
-                    self.receive_upstream(i, &mut buf);
-                }
-            }
+            ready.clear();
+            ready.extend(
+                fds[2..]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, fd)| readable(fd))
+                    .map(|(i, _)| i),
+            );
+            self.receive_upstreams(&mut ready, &mut buf);
         }
     }
 
@@ -397,29 +405,50 @@ impl Worker {
         Ok(())
     }
 
-    fn receive_upstream(&mut self, i: usize, buf: &mut [u8]) {
-        let Some(r) = self.routes.get_mut(i) else {
+    /// Reads the ready upstream sockets (route indices `ready`) one datagram each in turn,
+    /// starting one route further every call, until each would block or gave `RECV_BURST`.
+    /// Interleaving keeps a shared bottleneck's arrival order close to the server's send
+    /// order: reading each socket to the end in index order would put the first routes'
+    /// datagrams ahead of the others' every turn and give them the room of a full queue.
+    fn receive_upstreams(&mut self, ready: &mut Vec<usize>, buf: &mut [u8]) {
+        if ready.is_empty() {
             return;
-        };
+        }
+        self.rotation = self.rotation.wrapping_add(1);
+        let k = self.rotation % ready.len();
+        ready.rotate_left(k);
         for _ in 0..RECV_BURST {
-            match r.upstream.recv(buf) {
-                Ok(n) => {
-                    let now = Instant::now();
-                    let data = buf[..n].to_vec();
-                    match &mut self.shared_down {
-                        Some(neck) => {
-                            neck.offer(now, n, (i, data));
-                        }
-                        None => r.down.offer(now, data),
+            ready.retain(|&i| self.receive_upstream(i, buf));
+            if ready.is_empty() {
+                break;
+            }
+        }
+    }
+
+    /// Reads one datagram from route `i`'s upstream socket; false when there was none (or the
+    /// receive failed).
+    fn receive_upstream(&mut self, i: usize, buf: &mut [u8]) -> bool {
+        let Some(r) = self.routes.get_mut(i) else {
+            return false;
+        };
+        match r.upstream.recv(buf) {
+            Ok(n) => {
+                let now = Instant::now();
+                let data = buf[..n].to_vec();
+                match &mut self.shared_down {
+                    Some(neck) => {
+                        neck.offer(now, n, (i, data));
                     }
+                    None => r.down.offer(now, data),
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    // E.g. ECONNREFUSED after an ICMP port unreachable from a stopped server.
-                    tracing::debug!("relay upstream receive failed (route {}): {e}", r.id);
-                    self.errors.recv_errors += 1;
-                    break;
-                }
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            Err(e) => {
+                // E.g. ECONNREFUSED after an ICMP port unreachable from a stopped server.
+                tracing::debug!("relay upstream receive failed (route {}): {e}", r.id);
+                self.errors.recv_errors += 1;
+                false
             }
         }
     }
