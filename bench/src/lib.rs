@@ -3,6 +3,7 @@
 //! - [`udp`]: the closed-loop UDP echo (message format, accounting, clients, servers, runs).
 //! - [`relay`]: the impairment relay (the simulator's impairment model on real sockets).
 //! - [`rudp`]: the RUDP complete-message echo over the relay (or direct).
+//! - [`lanes`]: players behind a bottleneck (`bench lanes`), in their own process.
 //! - [`scale`]: many sessions on one server (`bench sessions`) and the game tick (`bench game`),
 //!   the server in a child process.
 //! - [`schema`]: the versioned JSON result schema; [`host`]: host/build metadata and process
@@ -16,6 +17,7 @@ pub mod commands;
 pub mod gate;
 pub mod host;
 pub mod kernel;
+pub mod lanes;
 pub mod output;
 pub mod relay;
 pub mod report;

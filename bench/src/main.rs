@@ -73,6 +73,13 @@ enum Command {
     Sessions(SessionsArgs),
     /// N players on a 60 Hz game server: snapshot latency, losses, tick cadence, server CPU.
     Game(GameArgs),
+    /// Players behind the relay's bottleneck: event latency, snapshot age, relay queue delay
+    /// (issue 38's scenarios).
+    Lanes(bench::lanes::LanesArgs),
+    /// The players' process of `bench lanes` (started by the bench itself; talks JSON lines
+    /// on standard input and output).
+    #[command(name = "lanes-players", hide = true)]
+    LanesPlayers,
     /// The server process of `bench sessions` and `bench game` (started by the bench itself;
     /// talks JSON lines on standard input and output).
     #[command(name = "scale-server", hide = true)]
@@ -105,6 +112,12 @@ fn main() -> ExitCode {
         Some(Command::Report(a)) => commands::report::run(a, &cli.global),
         Some(Command::Sessions(a)) => commands::sessions::run(a, &cli.global),
         Some(Command::Game(a)) => commands::game::run(a, &cli.global),
+        Some(Command::Lanes(a)) => bench::lanes::run(a, &cli.global),
+        Some(Command::LanesPlayers) => bench::lanes::players::serve_process(
+            std::io::BufReader::new(std::io::stdin()),
+            std::io::stdout(),
+        )
+        .map(|()| true),
         Some(Command::ScaleServer) => {
             bench::scale::server::serve_process(std::io::stdin().lock(), std::io::stdout())
                 .map(|()| true)

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use ricochet_testkit::{Impairment, Profile};
 
-use super::{Relay, RelayConfig};
+use super::{BottleneckConfig, RateSchedule, Relay, RelayConfig};
 
 /// Network-condition flags: a named profile, optionally overridden field by field.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
@@ -68,6 +68,39 @@ impl ImpairmentArgs {
     }
 }
 
+/// Bottleneck flags: a rate limit per direction with a drop-tail queue measured in time.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct BottleneckArgs {
+    /// Rate limit of the server-to-client direction, e.g. `1mbit` or `4mbit@0s,1mbit@5s`
+    /// (a schedule: offsets from the relay's start).
+    #[arg(long)]
+    pub down_rate: Option<RateSchedule>,
+    /// Rate limit of the client-to-server direction (same syntax).
+    #[arg(long)]
+    pub up_rate: Option<RateSchedule>,
+    /// Length of each bottleneck's drop-tail queue in milliseconds (bytes = rate × time).
+    #[arg(long, default_value_t = 100.0)]
+    pub buffer_ms: f64,
+    /// All routes share one bottleneck per direction (a server's uplink) instead of each
+    /// route having its own (each player's downlink).
+    #[arg(long)]
+    pub shared_bottleneck: bool,
+}
+
+impl BottleneckArgs {
+    /// The (up, down) bottlenecks the flags ask for.
+    pub fn bottlenecks(
+        &self,
+    ) -> anyhow::Result<(Option<BottleneckConfig>, Option<BottleneckConfig>)> {
+        let buffer = millis("buffer-ms", self.buffer_ms)?;
+        if buffer.is_zero() {
+            bail!("--buffer-ms must be above zero");
+        }
+        let make = |s: &Option<RateSchedule>| s.clone().map(|s| BottleneckConfig::new(s, buffer));
+        Ok((make(&self.up_rate), make(&self.down_rate)))
+    }
+}
+
 /// `bench relay`: relay UDP between clients and a server with impairments, print a status line
 /// every second on stderr and the final counters as JSON on stdout.
 #[derive(Debug, Clone, PartialEq, clap::Args)]
@@ -81,6 +114,9 @@ pub struct RelayArgs {
     /// The network condition, applied to both directions of every route.
     #[command(flatten)]
     pub impairment: ImpairmentArgs,
+    /// Rate limits (bottlenecks), before the impairment.
+    #[command(flatten)]
+    pub bottleneck: BottleneckArgs,
     /// Seed of the impairment streams (one per route and direction).
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -98,7 +134,10 @@ pub fn run(args: &RelayArgs) -> anyhow::Result<()> {
     if !(args.seconds >= 0.0 && args.seconds.is_finite()) {
         bail!("--seconds must be a non-negative number");
     }
-    let mut cfg = RelayConfig::new(args.server, imp).with_seed(args.seed);
+    let (up, down) = args.bottleneck.bottlenecks()?;
+    let mut cfg = RelayConfig::new(args.server, imp)
+        .with_seed(args.seed)
+        .with_bottlenecks(up, down, args.bottleneck.shared_bottleneck);
     cfg.listen = args.listen;
     cfg.nice = args.nice;
     let relay = Relay::start(cfg)?;

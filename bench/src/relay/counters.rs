@@ -4,6 +4,8 @@
 use std::net::SocketAddr;
 
 use ricochet_testkit::LinkCounters;
+
+use super::bottleneck::BottleneckCounters;
 use serde::Serialize;
 
 /// Counters of one direction of one route (or, summed, of several).
@@ -50,6 +52,10 @@ pub struct DirectionCounters {
     pub queue_peak_bytes: u64,
     /// Highest `queue_datagrams` seen.
     pub queue_peak_datagrams: u64,
+    /// This route direction's own bottleneck (rate limit and drop-tail queue), if it has one;
+    /// a bottleneck all routes share is in [`RelayCounters::shared_up`] / `shared_down`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bottleneck: Option<BottleneckCounters>,
 }
 
 impl DirectionCounters {
@@ -73,6 +79,7 @@ impl DirectionCounters {
             queue_datagrams: link.queue_datagrams,
             queue_peak_bytes: link.queue_peak_bytes,
             queue_peak_datagrams: link.queue_peak_datagrams,
+            bottleneck: None,
         }
     }
 
@@ -105,6 +112,11 @@ impl DirectionCounters {
         self.queue_datagrams += other.queue_datagrams;
         self.queue_peak_bytes += other.queue_peak_bytes;
         self.queue_peak_datagrams += other.queue_peak_datagrams;
+        if let Some(o) = &other.bottleneck {
+            self.bottleneck
+                .get_or_insert_with(Default::default)
+                .merge(o);
+        }
     }
 }
 
@@ -228,6 +240,13 @@ pub struct RelayCounters {
     pub thread_cpu_ns: u64,
     /// Wall time since the relay started, in nanoseconds.
     pub elapsed_ns: u64,
+    /// The bottleneck every route's client-to-server direction shares, if configured so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_up: Option<BottleneckCounters>,
+    /// The bottleneck every route's server-to-client direction shares (a server's uplink), if
+    /// configured so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_down: Option<BottleneckCounters>,
 }
 
 impl RelayCounters {

@@ -33,6 +33,17 @@
 //! Queue capacity ([`Impairment::queue_bytes`] / [`Impairment::queue_datagrams`], 8 MiB / 8,192
 //! datagrams by default, as the reference relay) applies to each route direction.
 //!
+//! # Bottleneck
+//!
+//! A direction may have a [`Bottleneck`] in front of its impairment: a rate limit that a
+//! [`RateSchedule`] changes during the run (offsets from the relay's start), with a drop-tail
+//! queue as long as the rate drains in [`BottleneckConfig::buffer`]. Each route direction has
+//! its own ([`RelayConfig::down_bottleneck`]: a player's downlink), or all routes share one per
+//! direction ([`RelayConfig::shared_bottleneck`]: a server's uplink). A datagram leaving the
+//! bottleneck is offered to the impairment at its departure time, so the one-way delay adds to
+//! its queue delay. The relay reports each bottleneck's drops and queue delay (sojourn p50 /
+//! p99 / max).
+//!
 //! # Timing
 //!
 //! The thread sleeps in `ppoll` (Linux; `poll` elsewhere) until the next due time or a socket
@@ -57,6 +68,7 @@
 //! whose cores are all busy the thread may wait for a core, which shows as lateness and, at high
 //! rates, as socket drops; [`RelayConfig::nice`] lets it win that wait.
 
+mod bottleneck;
 mod cli;
 mod counters;
 mod sys;
@@ -71,7 +83,8 @@ use std::time::Duration;
 use anyhow::{anyhow, Context};
 use ricochet_testkit::Impairment;
 
-pub use cli::{run, ImpairmentArgs, RelayArgs};
+pub use bottleneck::{Bottleneck, BottleneckConfig, BottleneckCounters, RateSchedule};
+pub use cli::{run, BottleneckArgs, ImpairmentArgs, RelayArgs};
 pub use counters::{
     DirectionCounters, Lateness, RelayCounters, RelayErrors, RouteCounters, RoutePeaks,
 };
@@ -109,6 +122,14 @@ pub struct RelayConfig {
     /// a busy machine the network model is not the thread that waits for a core. `None` leaves
     /// the thread's priority alone.
     pub nice: Option<i32>,
+    /// A bottleneck (rate limit, drop-tail queue) on the client-to-server direction, before
+    /// the impairment; `None`: no rate limit.
+    pub up_bottleneck: Option<BottleneckConfig>,
+    /// A bottleneck on the server-to-client direction, before the impairment.
+    pub down_bottleneck: Option<BottleneckConfig>,
+    /// Whether all routes share one bottleneck per direction (a server's uplink) rather than
+    /// each route having its own (each player's downlink).
+    pub shared_bottleneck: bool,
 }
 
 impl RelayConfig {
@@ -131,7 +152,23 @@ impl RelayConfig {
             socket_buffer: DEFAULT_SOCKET_BUFFER,
             spin: Duration::from_micros(50),
             nice: None,
+            up_bottleneck: None,
+            down_bottleneck: None,
+            shared_bottleneck: false,
         }
+    }
+
+    /// Puts bottlenecks on the directions given (see [`RelayConfig::shared_bottleneck`]).
+    pub fn with_bottlenecks(
+        mut self,
+        up: Option<BottleneckConfig>,
+        down: Option<BottleneckConfig>,
+        shared: bool,
+    ) -> Self {
+        self.up_bottleneck = up;
+        self.down_bottleneck = down;
+        self.shared_bottleneck = shared;
+        self
     }
 
     /// Sets the seed.
@@ -164,6 +201,16 @@ impl Relay {
     pub fn start(cfg: RelayConfig) -> anyhow::Result<RelayHandle> {
         cfg.up.validate().context("up impairment")?;
         cfg.down.validate().context("down impairment")?;
+        for b in [&cfg.up_bottleneck, &cfg.down_bottleneck]
+            .into_iter()
+            .flatten()
+        {
+            if b.buffer.is_zero() {
+                return Err(anyhow!(
+                    "a relay bottleneck's buffer must be longer than zero"
+                ));
+            }
+        }
         if cfg.max_routes == 0 || cfg.clients > cfg.max_routes {
             return Err(anyhow!(
                 "relay needs 0 < max_routes ({}) and clients ({}) <= max_routes",

@@ -13,6 +13,7 @@ use hdrhistogram::Histogram;
 use ricochet_platform::SocketConfig;
 use ricochet_testkit::{Direction, ImpairedLink, ImpairedQueue, Impairment};
 
+use super::bottleneck::{Bottleneck, BottleneckConfig};
 use super::counters::{DirectionCounters, Lateness, RelayCounters, RelayErrors, RouteCounters};
 use super::sys::{self, PollFd, POLLIN, POLLOUT};
 use super::{RelayConfig, Shared};
@@ -41,6 +42,8 @@ pub(super) fn bind_udp(addr: SocketAddr, buffer: usize) -> anyhow::Result<UdpSoc
 /// One direction of one route.
 #[derive(Debug)]
 struct Dir {
+    /// This direction's own bottleneck, before the impairment.
+    neck: Option<Bottleneck<Vec<u8>>>,
     queue: ImpairedQueue<Vec<u8>>,
     /// A due copy the socket had no room for (with its due time); it goes out before anything
     /// else in this direction, so order is kept.
@@ -51,9 +54,18 @@ struct Dir {
 }
 
 impl Dir {
-    fn new(imp: &Impairment, seed: u64, route: u64, dir: Direction) -> anyhow::Result<Self> {
+    fn new(
+        imp: &Impairment,
+        neck: Option<(&BottleneckConfig, Instant)>,
+        seed: u64,
+        route: u64,
+        dir: Direction,
+    ) -> anyhow::Result<Self> {
         let link = ImpairedLink::new(imp.clone(), seed, route, dir)?;
         Ok(Self {
+            neck: neck
+                .map(|(cfg, start)| Bottleneck::new(cfg.clone(), start))
+                .transpose()?,
             queue: ImpairedQueue::new(link),
             blocked: None,
             sent: 0,
@@ -64,20 +76,45 @@ impl Dir {
 
     /// When this direction next needs the clock (a blocked copy waits for `POLLOUT` instead).
     fn next_due(&self) -> Option<Instant> {
-        if self.blocked.is_some() {
+        let neck = self.neck.as_ref().and_then(Bottleneck::next_departure);
+        let queue = if self.blocked.is_some() {
             None
         } else {
             self.queue.next_due()
+        };
+        neck.into_iter().chain(queue).min()
+    }
+
+    /// A datagram received at `now`: into the bottleneck if there is one, else the impairment.
+    fn offer(&mut self, now: Instant, data: Vec<u8>) {
+        match &mut self.neck {
+            Some(neck) => {
+                neck.offer(now, data.len(), data);
+            }
+            None => {
+                self.queue.push(now, data.len(), data);
+            }
         }
     }
 
-    fn counters(&self) -> DirectionCounters {
-        DirectionCounters::new(
+    /// Moves what left the bottleneck by `now` into the impairment, at its departure time.
+    fn drain_neck(&mut self, now: Instant) {
+        if let Some(neck) = &mut self.neck {
+            while let Some((at, data)) = neck.pop_departed(now) {
+                self.queue.push(at, data.len(), data);
+            }
+        }
+    }
+
+    fn counters(&self, now: Instant) -> DirectionCounters {
+        let mut c = DirectionCounters::new(
             self.queue.counters(),
             self.sent,
             self.sent_bytes,
             self.send_errors,
-        )
+        );
+        c.bottleneck = self.neck.as_ref().map(|n| n.counters(now));
+        c
     }
 
     /// Sends the blocked copy and then every copy due at `now`, until the socket is full.
@@ -139,11 +176,17 @@ pub(super) struct Worker {
     spare: VecDeque<(UdpSocket, SocketAddr)>,
     routes: Vec<Route>,
     by_client: HashMap<SocketAddr, usize>,
+    /// The bottlenecks all routes share (client to server, server to client), holding each
+    /// datagram with its route's index.
+    shared_up: Option<Bottleneck<(usize, Vec<u8>)>>,
+    shared_down: Option<Bottleneck<(usize, Vec<u8>)>>,
     errors: RelayErrors,
     lateness: Histogram<u64>,
     started: Instant,
     /// The last snapshot request answered.
     answered: u64,
+    /// Turns of [`Self::receive_upstreams`], which route it reads first.
+    rotation: usize,
 }
 
 impl Worker {
@@ -165,7 +208,18 @@ impl Worker {
         } else {
             IpAddr::V6(Ipv6Addr::UNSPECIFIED)
         };
+        let started = Instant::now();
+        let shared_neck = |c: &Option<BottleneckConfig>| {
+            c.as_ref()
+                .filter(|_| cfg.shared_bottleneck)
+                .map(|c| Bottleneck::new(c.clone(), started))
+                .transpose()
+        };
+        let shared_up = shared_neck(&cfg.up_bottleneck)?;
+        let shared_down = shared_neck(&cfg.down_bottleneck)?;
         let mut w = Self {
+            shared_up,
+            shared_down,
             spare: VecDeque::with_capacity(cfg.clients),
             routes: Vec::with_capacity(cfg.clients),
             by_client: HashMap::with_capacity(cfg.clients),
@@ -177,8 +231,9 @@ impl Worker {
             errors: RelayErrors::default(),
             lateness: Histogram::new_with_bounds(1, LATENESS_MAX_NS, 2)
                 .context("lateness histogram")?,
-            started: Instant::now(),
+            started,
             answered: 0,
+            rotation: 0,
         };
         for _ in 0..w.cfg.clients {
             let s = w.bind_upstream()?;
@@ -205,7 +260,6 @@ impl Worker {
                 tracing::warn!("relay: could not set the thread's nice value to {nice}: {e}");
             }
         }
-        self.started = Instant::now();
         let result = self.serve();
         let counters = self.snapshot();
         if let Err(e) = &result {
@@ -219,6 +273,7 @@ impl Worker {
     fn serve(&mut self) -> anyhow::Result<()> {
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut fds: Vec<PollFd> = Vec::new();
+        let mut ready: Vec<usize> = Vec::new();
         loop {
             if self.shared.stop.load(Ordering::SeqCst) {
                 return Ok(());
@@ -226,11 +281,15 @@ impl Worker {
             self.answer_snapshot_request();
             self.release_due(Instant::now());
 
+            let shared = [&self.shared_up, &self.shared_down]
+                .into_iter()
+                .flat_map(|n| n.as_ref().and_then(Bottleneck::next_departure));
             let next_due = self
                 .routes
                 .iter()
                 .flat_map(|r| [r.up.next_due(), r.down.next_due()])
                 .flatten()
+                .chain(shared)
                 .min();
             let timeout = next_due.map_or(IDLE_WAIT, |due| {
                 due.saturating_duration_since(Instant::now())
@@ -260,11 +319,15 @@ impl Worker {
             if readable(&fds[1]) {
                 self.receive_front(&mut buf)?;
             }
-            for (i, fd) in fds[2..].iter().enumerate() {
-                if readable(fd) {
-                    self.receive_upstream(i, &mut buf);
-                }
-            }
+            ready.clear();
+            ready.extend(
+                fds[2..]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, fd)| readable(fd))
+                    .map(|(i, _)| i),
+            );
+            self.receive_upstreams(&mut ready, &mut buf);
         }
     }
 
@@ -286,8 +349,24 @@ impl Worker {
     }
 
     fn release_due(&mut self, now: Instant) {
+        if let Some(neck) = &mut self.shared_up {
+            while let Some((at, (i, data))) = neck.pop_departed(now) {
+                if let Some(r) = self.routes.get_mut(i) {
+                    r.up.queue.push(at, data.len(), data);
+                }
+            }
+        }
+        if let Some(neck) = &mut self.shared_down {
+            while let Some((at, (i, data))) = neck.pop_departed(now) {
+                if let Some(r) = self.routes.get_mut(i) {
+                    r.down.queue.push(at, data.len(), data);
+                }
+            }
+        }
         let front = &self.front;
         for r in &mut self.routes {
+            r.up.drain_neck(now);
+            r.down.drain_neck(now);
             let upstream = &r.upstream;
             r.up.release(now, &mut self.errors, &mut self.lateness, |d| {
                 upstream.send(d)
@@ -306,7 +385,13 @@ impl Worker {
                 Ok((n, from)) => {
                     let now = Instant::now();
                     if let Some(i) = self.route_for(from)? {
-                        self.routes[i].up.queue.push(now, n, buf[..n].to_vec());
+                        let data = buf[..n].to_vec();
+                        match &mut self.shared_up {
+                            Some(neck) => {
+                                neck.offer(now, n, (i, data));
+                            }
+                            None => self.routes[i].up.offer(now, data),
+                        }
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -320,23 +405,50 @@ impl Worker {
         Ok(())
     }
 
-    fn receive_upstream(&mut self, i: usize, buf: &mut [u8]) {
-        let Some(r) = self.routes.get_mut(i) else {
+    /// Reads the ready upstream sockets (route indices `ready`) one datagram each in turn,
+    /// starting one route further every call, until each would block or gave `RECV_BURST`.
+    /// Interleaving keeps a shared bottleneck's arrival order close to the server's send
+    /// order: reading each socket to the end in index order would put the first routes'
+    /// datagrams ahead of the others' every turn and give them the room of a full queue.
+    fn receive_upstreams(&mut self, ready: &mut Vec<usize>, buf: &mut [u8]) {
+        if ready.is_empty() {
             return;
-        };
+        }
+        self.rotation = self.rotation.wrapping_add(1);
+        let k = self.rotation % ready.len();
+        ready.rotate_left(k);
         for _ in 0..RECV_BURST {
-            match r.upstream.recv(buf) {
-                Ok(n) => {
-                    let now = Instant::now();
-                    r.down.queue.push(now, n, buf[..n].to_vec());
+            ready.retain(|&i| self.receive_upstream(i, buf));
+            if ready.is_empty() {
+                break;
+            }
+        }
+    }
+
+    /// Reads one datagram from route `i`'s upstream socket; false when there was none (or the
+    /// receive failed).
+    fn receive_upstream(&mut self, i: usize, buf: &mut [u8]) -> bool {
+        let Some(r) = self.routes.get_mut(i) else {
+            return false;
+        };
+        match r.upstream.recv(buf) {
+            Ok(n) => {
+                let now = Instant::now();
+                let data = buf[..n].to_vec();
+                match &mut self.shared_down {
+                    Some(neck) => {
+                        neck.offer(now, n, (i, data));
+                    }
+                    None => r.down.offer(now, data),
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => {
-                    // E.g. ECONNREFUSED after an ICMP port unreachable from a stopped server.
-                    tracing::debug!("relay upstream receive failed (route {}): {e}", r.id);
-                    self.errors.recv_errors += 1;
-                    break;
-                }
+                true
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+            Err(e) => {
+                // E.g. ECONNREFUSED after an ICMP port unreachable from a stopped server.
+                tracing::debug!("relay upstream receive failed (route {}): {e}", r.id);
+                self.errors.recv_errors += 1;
+                false
             }
         }
     }
@@ -364,13 +476,35 @@ impl Worker {
         };
         let id = self.routes.len() as u64;
         let seed = self.cfg.seed;
+        // A route's own bottleneck, unless all routes share one; its schedule runs from the
+        // relay's start, like a shared one's.
+        let (shared, started) = (self.cfg.shared_bottleneck, self.started);
+        fn own(
+            c: &Option<BottleneckConfig>,
+            shared: bool,
+            started: Instant,
+        ) -> Option<(&BottleneckConfig, Instant)> {
+            c.as_ref().filter(|_| !shared).map(|c| (c, started))
+        }
         let route = Route {
             id,
             client: from,
             upstream,
             upstream_addr,
-            up: Dir::new(&self.cfg.up, seed, id, Direction::Forward)?,
-            down: Dir::new(&self.cfg.down, seed, id, Direction::Backward)?,
+            up: Dir::new(
+                &self.cfg.up,
+                own(&self.cfg.up_bottleneck, shared, started),
+                seed,
+                id,
+                Direction::Forward,
+            )?,
+            down: Dir::new(
+                &self.cfg.down,
+                own(&self.cfg.down_bottleneck, shared, started),
+                seed,
+                id,
+                Direction::Backward,
+            )?,
         };
         tracing::debug!("relay route {id}: client {from} via {upstream_addr}");
         self.routes.push(route);
@@ -379,6 +513,7 @@ impl Worker {
     }
 
     fn snapshot(&self) -> RelayCounters {
+        let now = Instant::now();
         let routes = self
             .routes
             .iter()
@@ -386,8 +521,8 @@ impl Worker {
                 route: r.id,
                 client: r.client,
                 upstream: r.upstream_addr,
-                up: r.up.counters(),
-                down: r.down.counters(),
+                up: r.up.counters(now),
+                down: r.down.counters(now),
             })
             .collect();
         let h = &self.lateness;
@@ -408,6 +543,8 @@ impl Worker {
             p999_ns: h.value_at_quantile(0.999),
             max_ns: h.max(),
         };
+        c.shared_up = self.shared_up.as_ref().map(|n| n.counters(now));
+        c.shared_down = self.shared_down.as_ref().map(|n| n.counters(now));
         c.thread_cpu_ns = sys::thread_cpu_ns();
         c.elapsed_ns = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         c
