@@ -97,8 +97,7 @@ fn main() -> ExitCode {
         Some(Command::Sessions(a)) => commands::sessions::run(a, &cli.global),
         Some(Command::Game(a)) => commands::game::run(a, &cli.global),
         Some(Command::ScaleServer) => {
-            bench::scale::server::serve_process(std::io::stdin().lock(), std::io::stdout())
-                .map(|()| true)
+            bench::scale::serve_process(std::io::stdin().lock(), std::io::stdout()).map(|()| true)
         }
         Some(Command::RudpClients) => {
             bench::rudp::fleet::serve_clients_process(std::io::stdin().lock(), std::io::stdout())

@@ -13,9 +13,10 @@ use hdrhistogram::Histogram;
 use ricochet_platform::SocketConfig;
 use ricochet_testkit::{Direction, ImpairedLink, ImpairedQueue, Impairment};
 
+use super::config::RelayConfig;
 use super::counters::{DirectionCounters, Lateness, RelayCounters, RelayErrors, RouteCounters};
+use super::shared::Shared;
 use super::sys::{self, PollFd, POLLIN, POLLOUT};
-use super::{RelayConfig, Shared};
 
 /// Longest sleep without a due copy, so a lost wake-up delays a stop or snapshot at most this.
 const IDLE_WAIT: Duration = Duration::from_millis(50);

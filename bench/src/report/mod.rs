@@ -18,6 +18,8 @@
 //! the reason, in the `refused` section. Files of an unknown kind are listed there too.
 
 mod charts;
+mod ctx;
+mod headline;
 mod reference;
 mod rudp;
 mod scale;
@@ -34,6 +36,9 @@ use crate::output::LOCAL_DIR;
 use crate::schema::ResultFile;
 
 pub use charts::Chart;
+/// Renders every section and chart. `chart_dir` is the charts' path as seen from
+/// `PERFORMANCE.md` (for the image links).
+pub use sections::render_all as render;
 
 /// One input file, parsed by kind.
 // A report reads a few dozen files: the variants' size difference costs nothing.
@@ -46,6 +51,8 @@ pub enum Input {
     Blast(Value),
     /// `bench fec` codec timings.
     Fec(Value),
+    /// `bench crypto` packet protection timings.
+    Crypto(Value),
     /// The gate baseline (simulated echo metrics).
     Gate(Baseline),
 }
@@ -109,6 +116,13 @@ pub fn classify(text: &str) -> Result<Input, String> {
             Err("fec without results".into())
         };
     }
+    if v.get("kind").and_then(Value::as_str) == Some("crypto") {
+        return if v.get("results").and_then(Value::as_array).is_some() {
+            Ok(Input::Crypto(v))
+        } else {
+            Err("crypto without results".into())
+        };
+    }
     let kind = v
         .get("kind")
         .or_else(|| v.get("benchmark"))
@@ -148,6 +162,9 @@ impl Inputs {
     }
 }
 
+/// The section of the front page (`PERFORMANCE.md`); every other section goes to the archive.
+pub const FRONT_SECTION: &str = headline::SECTION;
+
 /// The generated output: markdown sections by name and charts by file name.
 #[derive(Debug, Clone, Default)]
 pub struct Rendered {
@@ -159,10 +176,19 @@ pub struct Rendered {
     pub charts: BTreeMap<String, String>,
 }
 
-/// Renders every section and chart. `chart_dir` is the charts' path as seen from
-/// `PERFORMANCE.md` (for the image links).
-pub fn render(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
-    sections::render_all(inputs, chart_dir)
+impl Rendered {
+    /// The sections whose name `keep` accepts, in order (no charts).
+    pub fn sections_where(&self, keep: impl Fn(&str) -> bool) -> Rendered {
+        let order: Vec<String> = self.order.iter().filter(|n| keep(n)).cloned().collect();
+        Rendered {
+            sections: order
+                .iter()
+                .map(|n| (n.clone(), self.sections[n].clone()))
+                .collect(),
+            order,
+            charts: BTreeMap::new(),
+        }
+    }
 }
 
 /// Replaces the generated sections of `doc`, keeping everything else; appends missing ones.
