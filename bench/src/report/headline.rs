@@ -9,13 +9,10 @@ use serde_json::Value;
 
 use super::charts::bars;
 use super::ctx::Ctx;
-use super::{md_table, Input};
+use super::{md_table, Input, FRONT_SECTION};
 use crate::output::thousands;
 use crate::schema::{GameRun, ResultFile, RudpCase, SessionsRun, UdpRun};
 use crate::stats::median;
-
-/// The front page's one section.
-pub(super) const SECTION: &str = "headline";
 
 fn int(x: f64) -> String {
     thousands(x.max(0.0).round() as u64)
@@ -65,7 +62,7 @@ pub(super) fn render(cx: &mut Ctx) -> Result<()> {
     many_sessions(cx, &mut body);
     game_tick(cx, &mut body)?;
     security_cost(cx, &mut body);
-    cx.section(SECTION, body);
+    cx.section(FRONT_SECTION, body);
     Ok(())
 }
 
