@@ -13,7 +13,7 @@ use anyhow::{bail, Result};
 use ricochet_testkit::Profile;
 use serde::{Deserialize, Serialize};
 
-use super::{Status, Verdict};
+use super::verdict::{Status, Verdict};
 use crate::rudp::protocol::FecPolicy;
 use crate::rudp::run::{config_for, run_round, validate as validate_rudp};
 use crate::schema::{RudpConfig, RudpRun};

@@ -4,9 +4,11 @@
 //! numbers are printed with fixed precision, and nothing records when the report ran, so running
 //! it twice on the same `results/` gives identical bytes (a test checks the committed files).
 //!
-//! `PERFORMANCE.md` holds generated sections between `<!-- BEGIN generated:NAME -->` and
-//! `<!-- END generated:NAME -->`; everything outside the markers is hand-written and kept. A
-//! section missing from the file is appended at the end with its markers.
+//! Two pages hold generated sections between `<!-- BEGIN generated:NAME -->` and
+//! `<!-- END generated:NAME -->`: `PERFORMANCE.md`, the front page ([`FRONT_SECTION`]: how fast,
+//! against what, from the newest side-by-side results), and `docs/perf/archive.md` (every other
+//! section). Everything outside the markers is hand-written and kept. A section missing from
+//! its page is appended at the end with its markers.
 //!
 //! `results/local/` is not read: that is where runs go unless `--archive` is given, so that
 //! trying the benchmark does not change the report.
