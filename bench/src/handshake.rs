@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bench::host::{command_line, BuildInfo, CpuTimes, HostInfo, UtcTime};
-use bench::rudp::run::{mint_token, BENCH_PROTOCOL_ID};
+use bench::rudp::protocol::{mint_token, BENCH_PROTOCOL_ID};
 use bytes::Bytes;
 use ricochet::{
     BackendKind, Client, ClientConfig, ClientEvent, Handler, Server, ServerConfig, ServerContext,

@@ -8,6 +8,7 @@
 //!   the server in a child process.
 //! - [`schema`]: the versioned JSON result schema; [`host`]: host/build metadata and process
 //!   usage; [`kernel`]: kernel counters; [`output`]: result paths and text tables.
+//! - [`stats`]: the median, finite floats and latency summaries every part shares (a leaf).
 //! - [`alloc`]: the counting allocator the binary installs (heap per session, exact);
 //! - [`gate`]: the CI regression gate; [`report`]: `PERFORMANCE.md` from `results/`.
 //! - [`commands`]: one module per subcommand.
@@ -24,6 +25,7 @@ pub mod report;
 pub mod rudp;
 pub mod scale;
 pub mod schema;
+pub mod stats;
 pub mod udp;
 
 /// An error and its causes as one line, `a: b: c`, leaving out a cause whose text the line

@@ -119,8 +119,7 @@ fn main() -> ExitCode {
         )
         .map(|()| true),
         Some(Command::ScaleServer) => {
-            bench::scale::server::serve_process(std::io::stdin().lock(), std::io::stdout())
-                .map(|()| true)
+            bench::scale::serve_process(std::io::stdin().lock(), std::io::stdout()).map(|()| true)
         }
         Some(Command::RudpClients) => {
             bench::rudp::fleet::serve_clients_process(std::io::stdin().lock(), std::io::stdout())

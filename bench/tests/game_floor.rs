@@ -2,8 +2,9 @@
 //! server process, checked against what the server counted.
 #![cfg(target_os = "linux")]
 
-use bench::scale::game::{run, GameConfig};
+use bench::scale::game::run;
 use bench::scale::server::set_server_executable;
+use bench::schema::GameConfig;
 
 fn config(players: usize) -> GameConfig {
     set_server_executable(env!("CARGO_BIN_EXE_bench"));

@@ -36,15 +36,23 @@ fn prose_outside_markers_survives_and_sections_are_refreshed() {
     let dir = std::env::temp_dir().join(format!("ricochet-report-test-{}", std::process::id()));
     let results = dir.join("results").join("host-20260101");
     std::fs::create_dir_all(&results).unwrap();
+    std::fs::create_dir_all(dir.join("docs/perf")).unwrap();
+    std::fs::write(dir.join("PERFORMANCE.md"), "# Perf\n\nFront page.\n").unwrap();
     std::fs::write(
-        dir.join("PERFORMANCE.md"),
+        dir.join("docs/perf/archive.md"),
         "# Perf\n\nHand-written intro.\n\n<!-- BEGIN generated:udp-echo -->\nstale\n<!-- END generated:udp-echo -->\n\nHand-written outro.\n",
     )
     .unwrap();
     // A file of a kind the report cannot render is refused, with its name.
     std::fs::write(results.join("mystery.json"), "{\"kind\": \"mystery\"}").unwrap();
     let files = plan(&dir, None).unwrap();
-    let doc = &files[0].1;
+    // The front page gets the headline section only; the archive gets the rest.
+    let front = &files[0].1;
+    assert!(front.starts_with("# Perf\n\nFront page.\n\n<!-- BEGIN generated:headline -->\n"));
+    assert!(front.contains("No `bench sessions --stack ricochet,kernel` echo yet."));
+    assert!(!front.contains("generated:udp-echo"));
+    assert!(files[1].0.ends_with("docs/perf/archive.md"));
+    let doc = &files[1].1;
     assert!(doc.starts_with("# Perf\n\nHand-written intro.\n\n<!-- BEGIN generated:udp-echo -->\n"));
     assert!(doc.contains("\n<!-- END generated:udp-echo -->\n\nHand-written outro.\n"));
     assert!(!doc.contains("stale"));
@@ -70,7 +78,7 @@ fn runs_under_results_local_are_not_reported() {
     )
     .unwrap();
     let files = plan(&dir, None).unwrap();
-    let doc = &files[0].1;
+    let doc = &files[1].1;
     assert!(doc.contains("results/host-20260101/archived-run.json"));
     assert!(!doc.contains("local-run.json"));
     std::fs::remove_dir_all(&dir).unwrap();

@@ -147,7 +147,7 @@ fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
     // The client reaches the server through the relay's front door; the server checks its own
     // address.
     let token =
-        bench::rudp::run::mint_token(&key, 1, &[relay.addr(), server.local_addr()]).unwrap();
+        bench::rudp::protocol::mint_token(&key, 1, &[relay.addr(), server.local_addr()]).unwrap();
     let mut cc = ClientConfig::new()
         .seed(11)
         .backend(backend.parse().unwrap());

@@ -3,7 +3,8 @@
 #![cfg(target_os = "linux")]
 
 use bench::scale::server::set_server_executable;
-use bench::scale::sessions::{run, SessionsConfig};
+use bench::scale::sessions::run;
+use bench::schema::SessionsConfig;
 
 fn config(mode: &str, clients: usize) -> SessionsConfig {
     set_server_executable(env!("CARGO_BIN_EXE_bench"));
@@ -28,7 +29,7 @@ fn config(mode: &str, clients: usize) -> SessionsConfig {
 }
 
 /// Datagrams the floor server echoed, over its threads.
-fn echoed(r: &bench::scale::sessions::SessionsRun) -> u64 {
+fn echoed(r: &bench::schema::SessionsRun) -> u64 {
     r.server.workers.iter().map(|w| w.datagrams_out).sum()
 }
 
@@ -54,7 +55,7 @@ fn a_floor_churn_session_sends_four_datagrams_and_closes() {
     assert!(r.connected >= 16, "{r:#?}");
     assert_eq!(
         echoed(&r),
-        r.connected as u64 * u64::from(bench::scale::sessions::FLOOR_CHURN_EXCHANGES),
+        r.connected as u64 * u64::from(bench::scale::FLOOR_CHURN_EXCHANGES),
         "every session's four datagrams (three answered, then the close), and nothing else, \
          reached the server"
     );

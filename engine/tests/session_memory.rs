@@ -2,6 +2,10 @@
 //! counting allocator (this test binary's, not the library's): idle sessions, sessions with
 //! 16 × 1 KiB echoes in flight, and the same sessions idle again afterwards (the buffers the
 //! load grew are given back).
+//!
+//! It stays with the runtime although it names only `ricochet_testkit`: its bounds are those of
+//! the runtime's build of `ricochet-proto` (the `aws-lc-rs` feature, whose AEAD contexts are
+//! smaller on the heap than RustCrypto's, which `ricochet-proto` alone uses).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};

@@ -18,6 +18,7 @@ pub mod backend;
 pub mod batch;
 pub mod counters;
 pub mod error;
+mod open;
 #[cfg(unix)]
 pub mod ready;
 pub mod sched;
@@ -42,9 +43,10 @@ pub use batch::{
 };
 pub use counters::KernelCounters;
 pub use error::{Error, Result};
+pub use open::{open, probe, Capabilities, URING_FAIL_ENV};
 #[cfg(unix)]
 pub use ready::{Poller, ReadySet};
-pub use select::{open, probe, Capabilities, Capability};
+pub use select::Capability;
 pub use socket::{
     bind, steer_reuseport, steer_reuseport_by_source_port, BoundSocket, PmtuDiscovery,
     SocketConfig, SocketInfo, SteerRule,

@@ -6,10 +6,11 @@ use anyhow::{bail, Result};
 use clap::Args;
 
 use super::Global;
-use crate::gate::ratio::median;
 use crate::host::{HostInfo, UtcTime};
 use crate::output::{host_line, render_table, result_file, thousands, write_result};
-use crate::scale::game::{run as run_one, GameConfig, GameRun};
+use crate::scale::game::run as run_one;
+use crate::schema::{GameConfig, GameRun};
+use crate::stats::median;
 
 /// Flags of `bench game`.
 #[derive(Debug, Clone, Args)]

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use super::Global;
-use crate::report::{render, splice, Inputs};
+use crate::report::{render, splice, Inputs, FRONT_SECTION};
 
 /// Flags of `bench report`.
 #[derive(Debug, Clone, Args)]
@@ -24,8 +24,15 @@ pub struct ReportArgs {
 /// Where the charts go, relative to the repository root (and to `PERFORMANCE.md`).
 pub const CHART_DIR: &str = "docs/perf";
 
-/// Every file the report writes, with its new content: `PERFORMANCE.md` first, then the charts
-/// in name order. `results` defaults to `<root>/results`.
+/// The archive page (every table, the environment, the refused files), beside the charts.
+pub const ARCHIVE: &str = "docs/perf/archive.md";
+
+/// The archive page's start when it does not exist yet.
+const ARCHIVE_HEAD: &str = "# Ricochet performance: the archive\n\nEvery result under `results/`, \
+rendered by `cargo run --release -p bench -- report`; the front page is `PERFORMANCE.md`.\n";
+
+/// Every file the report writes, with its new content: `PERFORMANCE.md` first, then the
+/// archive page, then the charts in name order. `results` defaults to `<root>/results`.
 pub fn plan(root: &Path, results: Option<&Path>) -> Result<Vec<(PathBuf, String)>> {
     let results = results
         .map(Path::to_path_buf)
@@ -35,7 +42,15 @@ pub fn plan(root: &Path, results: Option<&Path>) -> Result<Vec<(PathBuf, String)
     let doc_path = root.join("PERFORMANCE.md");
     let doc = std::fs::read_to_string(&doc_path)
         .with_context(|| format!("reading {}", doc_path.display()))?;
-    let mut out = vec![(doc_path, splice(&doc, &rendered)?)];
+    let front = rendered.sections_where(|n| n == FRONT_SECTION);
+    let archive = rendered.sections_where(|n| n != FRONT_SECTION);
+    let archive_path = root.join(ARCHIVE);
+    let archive_doc =
+        std::fs::read_to_string(&archive_path).unwrap_or_else(|_| ARCHIVE_HEAD.to_string());
+    let mut out = vec![
+        (doc_path, splice(&doc, &front)?),
+        (archive_path, splice(&archive_doc, &archive)?),
+    ];
     for (file, svg) in &rendered.charts {
         out.push((root.join(CHART_DIR).join(file), svg.clone()));
     }

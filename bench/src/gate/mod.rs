@@ -21,6 +21,7 @@
 pub mod ratio;
 pub mod sim;
 pub mod tail;
+mod verdict;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -34,6 +35,7 @@ use crate::output::render_table;
 pub use ratio::{FecRatioSuite, RatioResult, RatioSuite, FEC_RATIO_NAME};
 pub use sim::{SimResult, SimSuite};
 pub use tail::{compare_tails, TailResult, TailSuite};
+pub use verdict::{Status, Verdict};
 
 /// Version of the gate's baseline and result files.
 pub const GATE_SCHEMA_VERSION: u32 = 1;
@@ -123,51 +125,6 @@ impl Baseline {
     pub fn write(&self, path: &Path) -> Result<()> {
         write_json(self, path)
     }
-}
-
-/// Verdict of one check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Status {
-    /// Within tolerance.
-    Pass,
-    /// A regression (or a correctness failure).
-    Fail,
-    /// Measured, no baseline to compare with.
-    New,
-    /// Not run here, with the reason in the note.
-    Skipped,
-}
-
-impl Status {
-    fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Fail => "FAIL",
-            Status::New => "new",
-            Status::Skipped => "skipped",
-        }
-    }
-}
-
-/// One row of the verdict table.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Verdict {
-    /// `sim/<profile>`, `ratio` or `cpu`.
-    pub group: String,
-    /// Metric name.
-    pub metric: String,
-    /// Baseline value, if any.
-    pub baseline: Option<f64>,
-    /// Measured value, if any.
-    pub measured: Option<f64>,
-    /// The rule applied, in words.
-    pub rule: String,
-    /// The verdict.
-    pub status: Status,
-    /// Why, when it needs saying.
-    pub note: String,
 }
 
 /// The gate's JSON output.

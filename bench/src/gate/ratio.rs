@@ -7,8 +7,10 @@ use anyhow::{anyhow, bail, Result};
 use ricochet_testkit::Profile;
 use serde::{Deserialize, Serialize};
 
-use crate::rudp::run::{config_for, run_round, validate as validate_rudp, FecPolicy};
+use crate::rudp::protocol::FecPolicy;
+use crate::rudp::run::{config_for, run_round, validate as validate_rudp};
 use crate::schema::{RudpConfig, UdpConfig};
+use crate::stats::median;
 use crate::udp::client::ClientIo;
 use crate::udp::run::run_udp;
 
@@ -240,21 +242,6 @@ pub struct RatioResult {
     /// This ratio's own tolerance, when it is not the suite's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_fraction_of_baseline: Option<f64>,
-}
-
-/// Median of `v` (mean of the middle two for an even count); `None` when empty.
-pub fn median(v: &[f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    Some(if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    })
 }
 
 impl RatioSuite {

@@ -13,10 +13,11 @@ use anyhow::{bail, Result};
 use ricochet_testkit::Profile;
 use serde::{Deserialize, Serialize};
 
-use super::ratio::median;
-use super::{Status, Verdict};
-use crate::rudp::run::{config_for, run_round, validate as validate_rudp, FecPolicy};
+use super::verdict::{Status, Verdict};
+use crate::rudp::protocol::FecPolicy;
+use crate::rudp::run::{config_for, run_round, validate as validate_rudp};
 use crate::schema::{RudpConfig, RudpRun};
+use crate::stats::median;
 
 /// What the tail check runs (`ratios.clean_tail` in `ci/gate.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -313,7 +313,7 @@ fn median(v: Vec<f64>) -> Option<f64> {
 fn run_once(sc: &Scenario, arm: Arm, args: &LanesArgs) -> Result<ArmRun> {
     let period = Duration::from_secs(1) / TICK_HZ;
     let counts = Arc::new(Counts::default());
-    let profile = crate::scale::protocol_profile(arm.profile())?;
+    let profile = crate::scale::setup::protocol_profile(arm.profile())?;
     let cfg = ServerConfig::new("127.0.0.1:0".parse::<SocketAddr>()?)
         .insecure()
         .profile(profile)

@@ -17,7 +17,7 @@ use ricochet::ClientEvent;
 use serde::{Deserialize, Serialize};
 
 use crate::scale::server::monotonic_ns;
-use crate::scale::sessions::{connect_all, idle_for};
+use crate::scale::setup::{connect_all, idle_for};
 
 /// The hidden sub-command of the players' process.
 pub const PLAYERS_SUBCOMMAND: &str = "lanes-players";
@@ -100,7 +100,7 @@ pub fn serve_process(input: impl BufRead + Send + 'static, mut output: impl Writ
         spec.players,
         spec.players,
         0,
-        |ip, seed| crate::scale::member_config(&spec.profile, &spec.backend, ip, seed),
+        |ip, seed| crate::scale::setup::member_config(&spec.profile, &spec.backend, ip, seed),
         Duration::from_secs(30),
     );
     let mut set = match connected {

@@ -14,9 +14,10 @@ use ricochet_platform::SocketConfig;
 use ricochet_testkit::{Direction, ImpairedLink, ImpairedQueue, Impairment};
 
 use super::bottleneck::{Bottleneck, BottleneckConfig};
+use super::config::RelayConfig;
 use super::counters::{DirectionCounters, Lateness, RelayCounters, RelayErrors, RouteCounters};
+use super::shared::Shared;
 use super::sys::{self, PollFd, POLLIN, POLLOUT};
-use super::{RelayConfig, Shared};
 
 /// Longest sleep without a due copy, so a lost wake-up delays a stop or snapshot at most this.
 const IDLE_WAIT: Duration = Duration::from_millis(50);

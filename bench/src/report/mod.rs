@@ -4,9 +4,11 @@
 //! numbers are printed with fixed precision, and nothing records when the report ran, so running
 //! it twice on the same `results/` gives identical bytes (a test checks the committed files).
 //!
-//! `PERFORMANCE.md` holds generated sections between `<!-- BEGIN generated:NAME -->` and
-//! `<!-- END generated:NAME -->`; everything outside the markers is hand-written and kept. A
-//! section missing from the file is appended at the end with its markers.
+//! Two pages hold generated sections between `<!-- BEGIN generated:NAME -->` and
+//! `<!-- END generated:NAME -->`: `PERFORMANCE.md`, the front page ([`FRONT_SECTION`]: how fast,
+//! against what, from the newest side-by-side results), and `docs/perf/archive.md` (every other
+//! section). Everything outside the markers is hand-written and kept. A section missing from
+//! its page is appended at the end with its markers.
 //!
 //! `results/local/` is not read: that is where runs go unless `--archive` is given, so that
 //! trying the benchmark does not change the report.
@@ -18,6 +20,8 @@
 //! the reason, in the `refused` section. Files of an unknown kind are listed there too.
 
 mod charts;
+mod ctx;
+mod headline;
 mod reference;
 mod rudp;
 mod scale;
@@ -34,6 +38,9 @@ use crate::output::LOCAL_DIR;
 use crate::schema::ResultFile;
 
 pub use charts::Chart;
+/// Renders every section and chart. `chart_dir` is the charts' path as seen from
+/// `PERFORMANCE.md` (for the image links).
+pub use sections::render_all as render;
 
 /// One input file, parsed by kind.
 // A report reads a few dozen files: the variants' size difference costs nothing.
@@ -46,6 +53,8 @@ pub enum Input {
     Blast(Value),
     /// `bench fec` codec timings.
     Fec(Value),
+    /// `bench crypto` packet protection timings.
+    Crypto(Value),
     /// The gate baseline (simulated echo metrics).
     Gate(Baseline),
 }
@@ -109,6 +118,13 @@ pub fn classify(text: &str) -> Result<Input, String> {
             Err("fec without results".into())
         };
     }
+    if v.get("kind").and_then(Value::as_str) == Some("crypto") {
+        return if v.get("results").and_then(Value::as_array).is_some() {
+            Ok(Input::Crypto(v))
+        } else {
+            Err("crypto without results".into())
+        };
+    }
     let kind = v
         .get("kind")
         .or_else(|| v.get("benchmark"))
@@ -148,6 +164,9 @@ impl Inputs {
     }
 }
 
+/// The section of the front page (`PERFORMANCE.md`); every other section goes to the archive.
+pub const FRONT_SECTION: &str = "headline";
+
 /// The generated output: markdown sections by name and charts by file name.
 #[derive(Debug, Clone, Default)]
 pub struct Rendered {
@@ -159,10 +178,19 @@ pub struct Rendered {
     pub charts: BTreeMap<String, String>,
 }
 
-/// Renders every section and chart. `chart_dir` is the charts' path as seen from
-/// `PERFORMANCE.md` (for the image links).
-pub fn render(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
-    sections::render_all(inputs, chart_dir)
+impl Rendered {
+    /// The sections whose name `keep` accepts, in order (no charts).
+    pub fn sections_where(&self, keep: impl Fn(&str) -> bool) -> Rendered {
+        let order: Vec<String> = self.order.iter().filter(|n| keep(n)).cloned().collect();
+        Rendered {
+            sections: order
+                .iter()
+                .map(|n| (n.clone(), self.sections[n].clone()))
+                .collect(),
+            order,
+            charts: BTreeMap::new(),
+        }
+    }
 }
 
 /// Replaces the generated sections of `doc`, keeping everything else; appends missing ones.

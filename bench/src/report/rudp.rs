@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use anyhow::Result;
 
 use super::charts::bars;
-use super::sections::Ctx;
+use super::ctx::Ctx;
 use super::{md_table, reference, Input};
 use crate::output::thousands;
 use crate::schema::{ResultFile, RudpCase, RudpConfig, Spread};
@@ -749,7 +749,8 @@ fn sustained_section(sustained: &[&Case]) -> String {
 mod tests {
     use super::*;
     use crate::report::{render, Inputs};
-    use crate::rudp::run::{config_for, summarize, FecPolicy};
+    use crate::rudp::protocol::FecPolicy;
+    use crate::rudp::run::{config_for, summarize};
     use crate::schema::{CpuUsage, Latency, RudpCounts, RudpFec, RudpRun, RudpWire};
     use ricochet_testkit::Profile;
 

@@ -6,13 +6,13 @@ use std::fmt::Write as _;
 use anyhow::Result;
 
 use super::charts::bars;
+use super::ctx::Ctx;
 use super::md_table;
-use super::sections::Ctx;
 use super::Input;
-use crate::gate::ratio::median;
 use crate::output::thousands;
-use crate::scale::game::GameRun;
-use crate::scale::sessions::{summary_cells, SessionsRun, SUMMARY_COLUMNS};
+use crate::scale::sessions::{summary_cells, SUMMARY_COLUMNS};
+use crate::schema::{GameRun, SessionsRun};
+use crate::stats::median;
 
 /// Result kinds rendered here.
 pub const KINDS: [&str; 2] = ["sessions", "game"];
@@ -489,7 +489,7 @@ fn same_day_games(inputs: &super::Inputs, newest: &str) -> String {
 }
 
 /// What carried a game run: Ricochet with its security mode, or the kernel floor.
-fn game_stack(c: &crate::scale::game::GameConfig) -> String {
+fn game_stack(c: &crate::schema::GameConfig) -> String {
     if c.is_floor() {
         "kernel floor".into()
     } else {

@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use anyhow::Result;
 use serde_json::Value;
 
-use super::charts::{bars, heat_table, Chart};
+use super::charts::{bars, heat_table};
+use super::ctx::Ctx;
 use super::{md_table, reference, Input, Inputs, Rendered};
 use crate::output::thousands;
 use crate::schema::{ResultFile, UdpRun};
@@ -39,48 +40,9 @@ fn command_line(cmd: &str) -> String {
     format!("Command: `{}`\n", cmd.replace('`', "'"))
 }
 
-/// The renderers' shared state: the inputs, and the output and refusals built so far.
-pub(super) struct Ctx<'a> {
-    pub(super) inputs: &'a Inputs,
-    chart_dir: &'a str,
-    out: Rendered,
-    pub(super) refused: Vec<(String, String)>,
-}
-
-impl Ctx<'_> {
-    /// Adds a section (in document order).
-    pub(super) fn section(&mut self, name: &str, body: String) {
-        self.out.order.push(name.to_string());
-        self.out.sections.insert(name.to_string(), body);
-    }
-
-    /// Keeps a chart and returns its markdown image link.
-    pub(super) fn chart(&mut self, c: Chart, alt: &str) -> String {
-        let link = format!("![{alt}]({}/{})\n", self.chart_dir, c.file);
-        self.out.charts.insert(c.file, c.svg);
-        link
-    }
-
-    fn bench_files(&self, kinds: &[&str]) -> Vec<(&str, &ResultFile)> {
-        self.inputs
-            .files
-            .iter()
-            .filter_map(|(p, i)| match i {
-                Input::Bench(f) if kinds.contains(&f.kind.as_str()) => Some((p.as_str(), f)),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
 /// Renders every section in document order.
 pub fn render_all(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
-    let mut cx = Ctx {
-        inputs,
-        chart_dir,
-        out: Rendered::default(),
-        refused: inputs.refused.clone(),
-    };
+    let mut cx = Ctx::new(inputs, chart_dir);
     for (path, input) in &inputs.files {
         if let Input::Bench(f) = input {
             let known = ["tour", "udp", "udp-limits"].contains(&f.kind.as_str())
@@ -97,6 +59,9 @@ pub fn render_all(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
             }
         }
     }
+    super::headline::render(&mut cx)?;
+    // The archive page sits beside the charts.
+    cx.set_chart_dir(".");
     environment(&mut cx);
     sim_echo(&mut cx)?;
     udp_echo(&mut cx)?;
@@ -120,7 +85,7 @@ pub fn render_all(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
         body.push_str(&md_table(&["source", "why"], 9, &rows));
     }
     cx.section("refused", body);
-    Ok(cx.out)
+    Ok(cx.finish())
 }
 
 fn environment(cx: &mut Ctx) {
@@ -198,6 +163,40 @@ fn environment(cx: &mut Ctx) {
                     }),
                 ]
             }
+            Input::Crypto(v) => vec![
+                format!("`{path}`"),
+                text(v, "created_utc").into(),
+                v.get("host")
+                    .map_or("-".into(), |h| text(h, "hostname").to_string()),
+                v.get("host").map_or("-".into(), |h| {
+                    format!(
+                        "{} {} ({})",
+                        text(h, "os"),
+                        text(h, "kernel"),
+                        text(h, "arch")
+                    )
+                }),
+                v.get("host").map_or("-".into(), |h| {
+                    format!(
+                        "{} × {}",
+                        h.get("cores").and_then(Value::as_u64).unwrap_or(0),
+                        text(h, "cpu_model")
+                    )
+                }),
+                v.get("host")
+                    .and_then(|h| h.get("load_average"))
+                    .and_then(|l| l.get(0))
+                    .and_then(Value::as_f64)
+                    .map_or("-".into(), |l| format!("{l:.2}")),
+                v.get("build").map_or("-".into(), |b| {
+                    format!(
+                        "{} {}, {}",
+                        text(b, "profile"),
+                        text(b, "rustc"),
+                        short(text(b, "git_commit"))
+                    )
+                }),
+            ],
             Input::Gate(b) => vec![
                 format!("`{path}`"),
                 "-".into(),

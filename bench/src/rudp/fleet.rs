@@ -35,7 +35,7 @@ use ricochet_proto::token::ConnectToken;
 use serde::{Deserialize, Serialize};
 
 use super::client::{run_clients, ClientOutcome, ClientPlan};
-use super::run::protocol;
+use super::protocol::protocol;
 use crate::host::{peak_rss_kib, CpuTimes};
 use crate::schema::{finite, ClientProcess, CpuUsage, RudpConfig, RudpCounts, RudpWire};
 use crate::udp::tracker::new_rtt_histogram;

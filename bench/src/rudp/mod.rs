@@ -19,10 +19,12 @@
 pub mod client;
 pub mod fleet;
 pub mod message;
+pub mod protocol;
 pub mod run;
 pub mod server;
 
-pub use run::{label, run_case, run_round, summarize, FecPolicy};
+pub use protocol::FecPolicy;
+pub use run::{label, run_case, run_round, summarize};
 
 /// A connection's wire counters as a round records them, with `app_bytes_sent` application
 /// bytes (the client counts its own; the server sums its sessions elsewhere).

@@ -10,81 +10,20 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use ricochet::runtime::IdleStrategy;
 use ricochet_platform::BackendKind;
-use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
-use ricochet_proto::{Config, EndpointConfig};
 use ricochet_testkit::{BurstLoss, Impairment, Profile};
 
 use super::fleet::{Collected, Fleet};
 use super::message::HEADER_LEN;
+use super::protocol::{mint_token, protocol, FecPolicy};
 use super::server::EchoServer;
-use crate::host::{peak_rss_kib, CpuTimes, SystemCpu};
+use crate::host::{peak_rss_kib, rss_kib, CpuTimes, SystemCpu};
 use crate::relay::{Relay, RelayConfig, RelayCounters};
 use crate::schema::{
     finite, CpuUsage, HostCpu, Latency, RssOverTime, RudpCase, RudpConfig, RudpCounts, RudpFec,
     RudpRelay, RudpRelayDirection, RudpRun, RudpSummary, RudpWire, Spread,
 };
 use crate::udp::tracker::new_rtt_histogram;
-
-/// The FEC policy a round asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FecPolicy {
-    /// ARQ only.
-    Off,
-    /// Fixed parity.
-    Fixed,
-    /// Adaptive parity.
-    Adaptive,
-}
-
-impl FecPolicy {
-    /// Every policy, in the reference's order.
-    pub const ALL: [FecPolicy; 3] = [FecPolicy::Off, FecPolicy::Fixed, FecPolicy::Adaptive];
-
-    /// `off`, `fixed` or `adaptive`.
-    pub fn name(self) -> &'static str {
-        match self {
-            FecPolicy::Off => "off",
-            FecPolicy::Fixed => "fixed",
-            FecPolicy::Adaptive => "adaptive",
-        }
-    }
-
-    /// The table label: `ARQ only`, `fixed FEC`, `adaptive FEC`.
-    pub fn label(self) -> &'static str {
-        match self {
-            FecPolicy::Off => "ARQ only",
-            FecPolicy::Fixed => "fixed FEC",
-            FecPolicy::Adaptive => "adaptive FEC",
-        }
-    }
-
-    /// Whether this build can run the policy (every policy, since FEC is in the protocol).
-    pub fn available(self) -> Result<()> {
-        Ok(())
-    }
-
-    /// The protocol's policy, with the reference's parameters: fixed parity 2, adaptive up to
-    /// 4, per group of up to 8 data shards.
-    pub fn protocol(self) -> ricochet_proto::fec::FecPolicy {
-        match self {
-            FecPolicy::Off => ricochet_proto::fec::FecPolicy::Off,
-            FecPolicy::Fixed => ricochet_proto::fec::FecPolicy::Fixed { parity: 2 },
-            FecPolicy::Adaptive => ricochet_proto::fec::FecPolicy::Adaptive { max_parity: 4 },
-        }
-    }
-}
-
-impl FromStr for FecPolicy {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "off" => Ok(FecPolicy::Off),
-            "fixed" => Ok(FecPolicy::Fixed),
-            "adaptive" => Ok(FecPolicy::Adaptive),
-            other => bail!("FEC policy {other:?}: expected off, fixed or adaptive"),
-        }
-    }
-}
+use ricochet_proto::token::TokenKey;
 
 /// The configuration of a round for a named profile, with the profile's parameters filled in.
 #[allow(clippy::too_many_arguments)]
@@ -133,27 +72,6 @@ pub fn config_for(
     };
     set_impairment(&mut cfg, &profile.impairment());
     cfg
-}
-
-/// The protocol id of the bench's tokens.
-pub const BENCH_PROTOCOL_ID: u64 = 0x0062_656e_6368;
-
-/// A token for client `client_id` to the server at `addresses`, valid for an hour: what a
-/// game's backend would issue.
-pub fn mint_token(
-    key: &TokenKey,
-    client_id: u64,
-    addresses: &[SocketAddr],
-) -> Result<ConnectToken> {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?;
-    let params = TokenParams {
-        protocol_id: BENCH_PROTOCOL_ID,
-        client_id,
-        server_addresses: addresses,
-        expires_unix: now.as_secs() + 3600,
-        user_data: b"",
-    };
-    Ok(ConnectToken::generate(key, &params, &mut rand::rng())?)
 }
 
 /// Security modes a round may ask for: packets sealed, or the insecure mode.
@@ -229,19 +147,6 @@ pub fn impairment(cfg: &RudpConfig) -> Result<Impairment> {
     imp.validate()
         .map_err(|e| anyhow!("network condition: {e}"))?;
     Ok(imp)
-}
-
-/// The protocol settings of a round.
-pub fn protocol(cfg: &RudpConfig) -> Result<EndpointConfig> {
-    let mut connection = match cfg.protocol.as_str() {
-        "competitive" => Config::competitive(),
-        "default" => Config::default(),
-        "bulk" => Config::bulk(),
-        other => bail!("protocol profile {other:?}: expected competitive, default or bulk"),
-    };
-    // The policy is the round's, whatever the profile's default (competitive: adaptive).
-    connection.fec.policy = FecPolicy::from_str(&cfg.fec)?.protocol();
-    Ok(EndpointConfig::default().with(|c| c.connection = Arc::new(connection)))
 }
 
 /// Check a configuration before running it.
@@ -356,13 +261,6 @@ fn failed_run(cfg: &RudpConfig, error: String) -> RudpRun {
 
 /// Interval of the RSS samples, ms.
 const RSS_INTERVAL_MS: u64 = 1000;
-
-/// The process's resident set size now (`VmRSS` of `/proc/self/status`), KiB.
-pub fn rss_kib() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
 
 /// A thread sampling RSS once a second, and exactly at the end of the warm-up and of the
 /// measured phase, until told to stop.

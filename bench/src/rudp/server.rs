@@ -120,7 +120,7 @@ impl EchoServer {
     /// (`balanced`, `park` or `spin`) and asking the scheduler for `slice_us` µs slices (0:
     /// none asked), pinned as `pinning` says (`auto`, `always`, `never`), protocol
     /// `endpoint`, admitting clients by token sealed with `key`
-    /// ([`super::run::BENCH_PROTOCOL_ID`]), or insecurely without one.
+    /// ([`super::protocol::BENCH_PROTOCOL_ID`]), or insecurely without one.
     #[allow(clippy::too_many_arguments)]
     pub fn start(
         addr: SocketAddr,
@@ -136,7 +136,7 @@ impl EchoServer {
     ) -> Result<EchoServer> {
         let mut cfg = ServerConfig::new(addr);
         cfg = match key {
-            Some(k) => cfg.tokens(k, super::run::BENCH_PROTOCOL_ID),
+            Some(k) => cfg.tokens(k, super::protocol::BENCH_PROTOCOL_ID),
             None => cfg.insecure(),
         };
         cfg.udp.io_model = IoModel::from_str(io_model).map_err(|e| anyhow!("{e}"))?;

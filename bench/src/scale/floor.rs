@@ -43,16 +43,20 @@ use anyhow::{bail, Context, Result};
 use ricochet_platform::SocketConfig;
 use socket2::Socket;
 
+use super::echo_meter::{failed, server_spec, EchoMeter, PhaseCpu};
 use super::server::{
     announce, answer_commands, send as tell, FromServer, ServerKind, ServerProcess, ServerSpec,
-    ServerStats, WorkerStats,
 };
-use super::sessions::{
-    failed, group_ip, groups, server_spec, EchoMeter, PhaseCpu, SessionsConfig, SessionsRun,
-    FLOOR_CHURN_EXCHANGES as CHURN_EXCHANGES,
-};
+use super::setup::{group_ip, groups};
 use crate::host::CpuTimes;
-use crate::schema::finite;
+use crate::schema::scale::WorkerStats;
+use crate::schema::{finite, ServerStats, SessionsConfig, SessionsRun};
+
+/// Datagrams a churn session of the kernel floor (`--stack kernel`) sends, the last (its close)
+/// unanswered: a Ricochet session (handshake, first message and its echo, close) moves four
+/// each way, and its client waits for three answers.
+pub const FLOOR_CHURN_EXCHANGES: u32 = 4;
+use FLOOR_CHURN_EXCHANGES as CHURN_EXCHANGES;
 
 /// Datagrams one server thread takes per `recvmmsg`.
 const BATCH: usize = 32;
@@ -349,7 +353,7 @@ pub(super) fn serve_process(
     let stats = |server: &EchoServer, since: &(CpuTimes, Instant)| ServerStats {
         // No sessions: the floor server keeps nothing per client.
         sessions: 0,
-        rss_kib: crate::rudp::run::rss_kib(),
+        rss_kib: crate::host::rss_kib(),
         cpu_s: finite(CpuTimes::now().seconds_since(&since.0)),
         wall_s: finite(since.1.elapsed().as_secs_f64()),
         workers: server

@@ -15,167 +15,20 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use ricochet::ClientEvent;
-use serde::{Deserialize, Serialize};
 
 use super::game_meter::{server_faults, PlayerMeter};
 use super::server::{
-    monotonic_ns, ServerKind, ServerProcess, ServerSpec, ServerStats, INPUT_CHANNEL,
-    SNAPSHOT_CHANNEL,
+    monotonic_ns, ServerKind, ServerProcess, ServerSpec, INPUT_CHANNEL, SNAPSHOT_CHANNEL,
 };
-use super::sessions::{connect_all, idle_for};
+use super::setup::{
+    connect_all, idle_for, member_config, protocol_profile, token_key, unmeasured_stack,
+};
 use crate::relay::{Relay, RelayConfig};
-use crate::schema::{finite, Latency};
-
-/// One `bench game` measurement's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GameConfig {
-    /// Players.
-    pub players: usize,
-    /// Server tick rate (and input rate), Hz.
-    pub tick_hz: f64,
-    /// Snapshot size, bytes.
-    pub snapshot_bytes: usize,
-    /// Input size, bytes.
-    pub input_bytes: usize,
-    /// Network condition through the relay (`None`: direct).
-    pub relay_profile: Option<String>,
-    /// Relay seed.
-    pub seed: u64,
-    /// Players that share one loopback address.
-    pub players_per_ip: usize,
-    /// Server workers.
-    pub io_threads: usize,
-    /// Server idle strategy.
-    pub server_idle: String,
-    /// Server core pinning (`auto`, `always`, `never`); absent in runs before the choice
-    /// existed (workers were always pinned).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_pinning: Option<String>,
-    /// Scheduler time slice the server workers ask for, µs (0: none asked); absent: the
-    /// runtime's default (100 µs since it existed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_slice_us: Option<u64>,
-    /// Server sessions hold input ACKs until the next tick (`bench game --acks-on-tick`);
-    /// absent (false) in runs before it existed.
-    #[serde(default)]
-    pub acks_on_tick: bool,
-    /// Backend of server and clients.
-    pub backend: String,
-    /// Protocol profile of both sides.
-    pub profile: String,
-    /// `secure` (connect tokens, every packet protected) or `insecure`.
-    pub security: String,
-    /// Warm-up, s.
-    pub warmup_s: f64,
-    /// Measured time, s.
-    pub seconds: f64,
-    /// `kernel`: the kernel floor (plain UDP sockets, a plain ticking server, no protocol);
-    /// absent: Ricochet.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stack: Option<String>,
-}
-
-impl GameConfig {
-    /// Whether this run is the kernel floor rather than Ricochet.
-    pub fn is_floor(&self) -> bool {
-        self.stack.as_deref() == Some("kernel")
-    }
-}
-
-/// One `bench game` measurement.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GameRun {
-    /// Settings.
-    pub config: GameConfig,
-    /// Players connected.
-    pub connected: usize,
-    /// Time to connect them all, s.
-    pub connect_s: f64,
-    /// Snapshot latency, server send to player receive.
-    pub snapshot_latency_us: Option<Latency>,
-    /// Snapshots the players received in the measured phase.
-    pub snapshots_received: u64,
-    /// Tick numbers within a player's first and last received snapshot that it never saw.
-    pub snapshots_lost: u64,
-    /// Snapshots older than one already delivered (dropped by the protocol or seen late).
-    pub snapshots_stale: u64,
-    /// Inputs the players sent in the measured phase.
-    pub inputs_sent: u64,
-    /// Inputs the players sent in the whole run (warm-up included).
-    pub inputs_sent_total: u64,
-    /// Inputs sent but not received by the server after the drain (must be 0; a backlog that
-    /// outlasts the drain counts too).
-    pub inputs_lost: u64,
-    /// Inputs the server saw out of order (must be 0).
-    pub input_order_errors: u64,
-    /// Server ticks per second per worker.
-    pub ticks_per_s: f64,
-    /// Ticks more than half a period late, over every worker.
-    pub ticks_late: u64,
-    /// Tick due times skipped, over every worker.
-    pub ticks_skipped: u64,
-    /// Longest tick lateness, µs.
-    pub tick_lateness_max_us: f64,
-    /// Snapshots the server queued.
-    pub snapshots_sent: u64,
-    /// Snapshot sends the server's sessions refused.
-    pub snapshot_send_errors: u64,
-    /// Server process CPU, % of one core.
-    pub server_cpu_percent: f64,
-    /// Server process CPU per tick period (all workers), µs.
-    pub server_cpu_us_per_tick: f64,
-    /// Client process CPU, % of one core.
-    pub client_cpu_percent: f64,
-    /// Server RSS growth per session, bytes (RSS with the players connected, less before).
-    pub server_rss_per_session_bytes: Option<f64>,
-    /// The server's report at the end of the measured phase.
-    pub server: ServerStats,
-    /// Realized loss on the relay, both directions (`None`: direct).
-    pub relay_loss: Option<f64>,
-    /// What went wrong (empty when ok).
-    pub errors: Vec<String>,
-    /// Every player connected, no reliable input lost or reordered, no snapshot refused.
-    pub ok: bool,
-}
+use crate::schema::{finite, GameConfig, GameRun};
 
 /// Longest the players keep their connections serviced after the last input, so the reliable
 /// inputs still in flight arrive before they are counted as lost.
 const DRAIN: Duration = Duration::from_secs(10);
-
-impl GameRun {
-    /// A case that ended before its measurement, with `error`.
-    pub(super) fn failed(cfg: &GameConfig, server: ServerStats, error: String) -> GameRun {
-        GameRun {
-            config: cfg.clone(),
-            connected: 0,
-            connect_s: 0.0,
-            snapshot_latency_us: None,
-            snapshots_received: 0,
-            snapshots_lost: 0,
-            snapshots_stale: 0,
-            inputs_sent: 0,
-            inputs_sent_total: 0,
-            inputs_lost: 0,
-            input_order_errors: 0,
-            ticks_per_s: 0.0,
-            ticks_late: 0,
-            ticks_skipped: 0,
-            tick_lateness_max_us: 0.0,
-            snapshots_sent: 0,
-            snapshot_send_errors: 0,
-            server_cpu_percent: 0.0,
-            server_cpu_us_per_tick: 0.0,
-            client_cpu_percent: 0.0,
-            server_rss_per_session_bytes: None,
-            server,
-            relay_loss: None,
-            errors: vec![error],
-            ok: false,
-        }
-    }
-}
 
 /// Runs one measurement.
 pub fn run(cfg: &GameConfig) -> Result<GameRun> {
@@ -183,11 +36,11 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         None | Some("ricochet") => {}
         #[cfg(target_os = "linux")]
         Some("kernel") => return super::game_floor::run(cfg),
-        Some(other) => return Err(super::unmeasured_stack(other)),
+        Some(other) => return Err(unmeasured_stack(other)),
     }
     let period = Duration::from_secs_f64(1.0 / cfg.tick_hz.max(1.0));
     let relayed = cfg.relay_profile.is_some();
-    let key = super::sessions::token_key(&cfg.security)?;
+    let key = token_key(&cfg.security)?;
     let spec = ServerSpec {
         kind: ServerKind::Game {
             tick_us: period.as_micros() as u64,
@@ -228,7 +81,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         cfg.players,
         cfg.players_per_ip,
         0,
-        |ip, seed| super::member_config(&cfg.profile, &cfg.backend, ip, seed),
+        |ip, seed| member_config(&cfg.profile, &cfg.backend, ip, seed),
         limit,
     ) {
         Ok(x) => x,
@@ -302,7 +155,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     let verdict = if inputs_lost > 0 {
         // Two RTO ceilings and a half second: a sender backing off sends again within it even
         // when the one client thread runs its timers late.
-        let max_rto = super::protocol_profile(&cfg.profile)?.config().max_rto;
+        let max_rto = protocol_profile(&cfg.profile)?.config().max_rto;
         let watch = max_rto * 2 + Duration::from_millis(500);
         Some(drain_verdict(&mut set, kernel_before, watch)?)
     } else {

@@ -37,15 +37,15 @@ use ricochet_platform::Poller;
 use super::floor::{
     client_socket, recv, send, workers, MmsgBatch, ServerThreads, MAX_DATAGRAM, STOP_POLL,
 };
-use super::game::{GameConfig, GameRun};
 use super::game_meter::{server_faults, PlayerMeter};
 use super::server::{
-    announce, answer_commands, monotonic_ns, send as tell, FromServer, GameServerCounts,
-    ServerKind, ServerProcess, ServerSpec, ServerStats, WorkerStats, INPUT_HEADER, SNAPSHOT_HEADER,
+    announce, answer_commands, monotonic_ns, send as tell, FromServer, ServerKind, ServerProcess,
+    ServerSpec, INPUT_HEADER, SNAPSHOT_HEADER,
 };
-use super::sessions::group_ip;
+use super::setup::group_ip;
 use crate::host::CpuTimes;
-use crate::schema::finite;
+use crate::schema::scale::WorkerStats;
+use crate::schema::{finite, GameConfig, GameRun, GameServerCounts, ServerStats};
 
 /// Snapshots per `sendmmsg`.
 const SEND_BATCH: usize = 32;
@@ -282,7 +282,7 @@ pub(super) fn serve_process(
         let t = totals(server);
         ServerStats {
             sessions: 0,
-            rss_kib: crate::rudp::run::rss_kib(),
+            rss_kib: crate::host::rss_kib(),
             cpu_s: finite(CpuTimes::now().seconds_since(&since.0)),
             wall_s: finite(since.1.elapsed().as_secs_f64()),
             game: GameServerCounts {

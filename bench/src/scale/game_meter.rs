@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use hdrhistogram::Histogram;
 
-use super::game::{GameConfig, GameRun};
-use super::server::{ServerProcess, ServerStats, INPUT_HEADER, SNAPSHOT_HEADER};
+use super::server::{ServerProcess, INPUT_HEADER, SNAPSHOT_HEADER};
 use crate::host::CpuTimes;
 use crate::schema::{finite, Latency};
+use crate::schema::{GameConfig, GameRun, ServerStats};
 use crate::udp::tracker::new_rtt_histogram;
 
 // A snapshot starts with its tick number and its send time, 8 bytes each.
@@ -219,6 +219,37 @@ pub(super) fn server_faults(
 }
 
 impl GameRun {
+    /// A case that ended before its measurement, with `error`.
+    pub(super) fn failed(cfg: &GameConfig, server: ServerStats, error: String) -> GameRun {
+        GameRun {
+            config: cfg.clone(),
+            connected: 0,
+            connect_s: 0.0,
+            snapshot_latency_us: None,
+            snapshots_received: 0,
+            snapshots_lost: 0,
+            snapshots_stale: 0,
+            inputs_sent: 0,
+            inputs_sent_total: 0,
+            inputs_lost: 0,
+            input_order_errors: 0,
+            ticks_per_s: 0.0,
+            ticks_late: 0,
+            ticks_skipped: 0,
+            tick_lateness_max_us: 0.0,
+            snapshots_sent: 0,
+            snapshot_send_errors: 0,
+            server_cpu_percent: 0.0,
+            server_cpu_us_per_tick: 0.0,
+            client_cpu_percent: 0.0,
+            server_rss_per_session_bytes: None,
+            server,
+            relay_loss: None,
+            errors: vec![error],
+            ok: false,
+        }
+    }
+
     /// A measured run of `cfg`: what the players saw and the server's figures for ticks every
     /// `period`; the caller fills in the rest.
     pub(super) fn measured(

@@ -3,6 +3,7 @@
 //! server runs in a child process ([`server`]) so that its memory and CPU are its own; the
 //! clients run in the bench, all in one `ClientSet` on one thread.
 
+mod echo_meter;
 #[cfg(target_os = "linux")]
 mod floor;
 pub mod game;
@@ -11,47 +12,30 @@ mod game_floor;
 mod game_meter;
 pub mod server;
 pub mod sessions;
+pub mod setup;
 
-use std::net::{IpAddr, SocketAddr};
+use std::io::{BufRead, Write};
 
-use anyhow::{bail, Result};
-use ricochet::{ClientConfig, Profile};
+use anyhow::Result;
 
-/// The protocol profile named `name` (`default`, `game` or `bulk`).
-pub fn protocol_profile(name: &str) -> Result<Profile> {
-    Ok(match name {
-        "default" => Profile::Default,
-        "game" => Profile::Game,
-        "bulk" => Profile::Bulk,
-        other => bail!("unknown profile {other:?} (default, game or bulk)"),
-    })
-}
+#[cfg(target_os = "linux")]
+pub use floor::FLOOR_CHURN_EXCHANGES;
+use server::ServerKind;
 
-/// The error for a `--stack` this build does not measure.
-fn unmeasured_stack(other: &str) -> anyhow::Error {
-    anyhow::anyhow!(
-        "stack {other:?} is not measured here (ricochet{})",
-        if cfg!(target_os = "linux") {
-            " or kernel"
-        } else {
-            "; the kernel floor is Linux only"
+/// The server process's main: read the spec, start the server it asks for (Ricochet's, or
+/// the kernel floor's), answer until `quit`.
+pub fn serve_process(input: impl BufRead, output: impl Write) -> Result<()> {
+    let mut lines = input.lines();
+    let spec = server::read_spec(&mut lines)?;
+    match spec.kind {
+        #[cfg(target_os = "linux")]
+        ServerKind::KernelEcho => floor::serve_process(&spec, lines, output),
+        #[cfg(target_os = "linux")]
+        ServerKind::KernelGame { .. } => game_floor::serve_process(&spec, lines, output),
+        #[cfg(not(target_os = "linux"))]
+        ServerKind::KernelEcho | ServerKind::KernelGame { .. } => {
+            anyhow::bail!("the kernel floor (recvmmsg, sendmmsg, epoll) is Linux only")
         }
-    )
-}
-
-/// The configuration of one member of a many-client set: `profile`, datagram `backend`, bound
-/// to `ip`. Many members with small messages: a small batch and no GRO buffers (64 KiB each
-/// otherwise), a 256 KiB socket buffer.
-pub fn member_config(profile: &str, backend: &str, ip: IpAddr, seed: u64) -> Result<ClientConfig> {
-    let mut c = ClientConfig::new()
-        .profile(protocol_profile(profile)?)
-        .seed(seed)
-        .bind(SocketAddr::new(ip, 0));
-    c.backend.kind = backend.parse()?;
-    c.backend.batch_size = 8;
-    c.backend.recv_buffers = 8;
-    c.backend.max_datagram = 2048;
-    c.backend.gro = false;
-    c.socket_buffer = Some(256 << 10);
-    Ok(c)
+        ServerKind::Echo | ServerKind::Game { .. } => server::serve_ricochet(&spec, lines, output),
+    }
 }

@@ -31,8 +31,9 @@ use ricochet_platform::BackendKind;
 use serde::{Deserialize, Serialize};
 
 use crate::host::CpuTimes;
-use crate::rudp::run::BENCH_PROTOCOL_ID;
-use crate::schema::{finite, Latency};
+use crate::rudp::protocol::BENCH_PROTOCOL_ID;
+use crate::schema::scale::WorkerStats;
+use crate::schema::{finite, GameServerCounts, Latency, ServerStats};
 use ricochet_proto::token::TokenKey;
 
 /// The hidden sub-command the server process runs.
@@ -130,42 +131,6 @@ pub struct ServerSpec {
     pub token_key: Option<[u8; 32]>,
 }
 
-/// Server-side counters of a game run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GameServerCounts {
-    /// Snapshots queued (one per session per tick).
-    pub snapshots_sent: u64,
-    /// Snapshot sends the session refused (queue full, closed).
-    pub snapshot_send_errors: u64,
-    /// Inputs received since the server started (not cleared by a reset).
-    pub inputs_received: u64,
-    /// Inputs that did not follow their session's previous one, since the start.
-    pub input_order_errors: u64,
-    /// Ticks run, over every worker.
-    pub ticks: u64,
-}
-
-/// One worker's loop counters, as the bench reports them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WorkerStats {
-    /// Loop turns.
-    pub loop_turns: u64,
-    /// Datagrams in.
-    pub datagrams_in: u64,
-    /// Datagrams out.
-    pub datagrams_out: u64,
-    /// Ticks run.
-    pub ticks: u64,
-    /// Ticks more than half a period late.
-    pub ticks_late: u64,
-    /// Tick due times skipped.
-    pub ticks_skipped: u64,
-    /// Longest tick lateness, ns.
-    pub tick_lateness_max_ns: u64,
-}
-
 impl From<&WorkerCounters> for WorkerStats {
     fn from(c: &WorkerCounters) -> Self {
         WorkerStats {
@@ -178,33 +143,6 @@ impl From<&WorkerCounters> for WorkerStats {
             tick_lateness_max_ns: c.tick_lateness_max_ns,
         }
     }
-}
-
-/// What the server process reports.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServerStats {
-    /// Sessions held now.
-    pub sessions: usize,
-    /// Resident set size now, KiB (Linux).
-    pub rss_kib: Option<u64>,
-    /// CPU time since start or the last reset, user + system, s.
-    pub cpu_s: f64,
-    /// Wall time since start or the last reset, s.
-    pub wall_s: f64,
-    /// RTT over every session since start or the last reset (the workers' histograms).
-    pub rtt_us: Option<Latency>,
-    /// Game counters since start or the last reset.
-    pub game: GameServerCounts,
-    /// Per worker, since start (not reset).
-    pub workers: Vec<WorkerStats>,
-    /// Datagrams the server's endpoints dropped, by cause (as of the last tick, from start).
-    #[serde(default)]
-    pub drops: std::collections::BTreeMap<String, u64>,
-    /// Used tokens the endpoints forgot before their expiry to make room (as of the last
-    /// tick, from start): the table is smaller than handshakes/s × token lifetime.
-    #[serde(default)]
-    pub tokens_evicted: u64,
 }
 
 #[derive(Debug, Default)]
@@ -344,7 +282,7 @@ impl Handler for ScaleHandler {
 
 fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
     let bind: SocketAddr = spec.bind.parse().context("server bind address")?;
-    let profile = super::protocol_profile(&spec.profile)?;
+    let profile = super::setup::protocol_profile(&spec.profile)?;
     let cfg = ServerConfig::new(bind);
     let cfg = match spec.token_key {
         Some(k) => cfg.tokens(TokenKey::from_bytes(k), BENCH_PROTOCOL_ID),
@@ -419,28 +357,26 @@ pub(super) enum FromServer {
     Stats(Box<ServerStats>),
 }
 
-/// The server process's main: read the spec, start the server, answer until `quit`.
-pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> {
-    let mut lines = input.lines();
-    let spec: ServerSpec = match lines.next() {
+/// Reads the server spec, the first line the parent sends.
+pub(super) fn read_spec(
+    lines: &mut impl Iterator<Item = std::io::Result<String>>,
+) -> Result<ServerSpec> {
+    match lines.next() {
         Some(line) => {
-            serde_json::from_str(&line.context("reading the spec")?).context("the server spec")?
+            Ok(serde_json::from_str(&line.context("reading the spec")?)
+                .context("the server spec")?)
         }
         None => bail!("no server spec on standard input"),
-    };
-    match spec.kind {
-        #[cfg(target_os = "linux")]
-        ServerKind::KernelEcho => return super::floor::serve_process(&spec, lines, output),
-        #[cfg(target_os = "linux")]
-        ServerKind::KernelGame { .. } => {
-            return super::game_floor::serve_process(&spec, lines, output)
-        }
-        #[cfg(not(target_os = "linux"))]
-        ServerKind::KernelEcho | ServerKind::KernelGame { .. } => {
-            bail!("the kernel floor (recvmmsg, sendmmsg, epoll) is Linux only")
-        }
-        ServerKind::Echo | ServerKind::Game { .. } => {}
     }
+}
+
+/// The Ricochet server of a `spec` of kind `Echo` or `Game`: start it, answer until `quit`.
+pub(super) fn serve_ricochet(
+    spec: &ServerSpec,
+    lines: impl Iterator<Item = std::io::Result<String>>,
+    mut output: impl Write,
+) -> Result<()> {
+    let spec = spec.clone();
     let shared = Arc::new(GameShared::default());
     let server = announce(&mut output, start_server(&spec, &shared), |s| {
         s.local_addr()
@@ -452,7 +388,7 @@ pub fn serve_process(input: impl BufRead, mut output: impl Write) -> Result<()> 
         let (drops, tokens_evicted) = shared.endpoint_totals();
         ServerStats {
             sessions: server.session_count(),
-            rss_kib: crate::rudp::run::rss_kib(),
+            rss_kib: crate::host::rss_kib(),
             cpu_s: finite(cpu.seconds_since(&since.0)),
             wall_s: finite(since.1.elapsed().as_secs_f64()),
             rtt_us: (rtt.samples > 0).then(|| {

@@ -308,9 +308,9 @@ impl UringBackend {
         cfg: &BackendConfig,
         reason: String,
     ) -> std::result::Result<Self, Box<(Error, BoundSocket)>> {
-        let caps = crate::select::probe_cached();
-        let gro = cfg.gro && caps.gro.available;
-        Self::with_offloads(sock, cfg, reason, caps.gso.available, gro)
+        // The offload probe alone: the full one sets up an io_uring of its own.
+        let (gso, gro) = crate::select::offloads_cached();
+        Self::with_offloads(sock, cfg, reason, gso.available, cfg.gro && gro.available)
     }
 
     fn with_offloads(
@@ -1288,7 +1288,7 @@ mod tests {
     /// These tests need a working io_uring; where the host has none (old kernel, io_uring
     /// disabled, memlock 0) they say so and pass, and the conformance suite covers `mmsg`.
     fn uring_works() -> bool {
-        let caps = crate::select::probe_cached();
+        let caps = crate::probe();
         if !caps.uring_usable() {
             eprintln!("skipping: io_uring unusable here: {caps:#?}");
         }

@@ -11,6 +11,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::host::{BuildInfo, HostInfo};
 
+pub mod scale;
+
+pub use crate::stats::{finite, Latency};
+pub use scale::{
+    ClientTotals, GameConfig, GameRun, GameServerCounts, ServerStats, SessionsConfig, SessionsRun,
+};
+
 /// Version of the result schema written by this build. Version 2 added `rudp_cases` (absent
 /// from version 1 files, which still read: see [`MIN_SCHEMA_VERSION`]); version 3 added the
 /// RUDP config's `client_threads` and `server_idle`, and the RUDP server's
@@ -23,15 +30,6 @@ pub const SCHEMA_VERSION: u32 = 6;
 
 /// Oldest schema version this build reads (every later change so far only added fields).
 pub const MIN_SCHEMA_VERSION: u32 = 1;
-
-/// Replace a non-finite float by 0 (JSON has no NaN or infinity).
-pub fn finite(x: f64) -> f64 {
-    if x.is_finite() {
-        x
-    } else {
-        0.0
-    }
-}
 
 /// One result file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,10 +58,10 @@ pub struct ResultFile {
     pub rudp_cases: Vec<RudpCase>,
     /// `bench sessions` runs (schema 6), in the order they ran; absent when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sessions_runs: Vec<crate::scale::sessions::SessionsRun>,
+    pub sessions_runs: Vec<SessionsRun>,
     /// `bench game` runs (schema 6), in the order they ran; absent when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub game_runs: Vec<crate::scale::game::GameRun>,
+    pub game_runs: Vec<GameRun>,
 }
 
 impl ResultFile {
@@ -208,45 +206,6 @@ pub struct Phases {
     pub measured: PhaseCounts,
     /// Messages sent after the measured deadline to keep the load steady while draining.
     pub drain: PhaseCounts,
-}
-
-/// Round-trip time summary, microseconds, from an HDR histogram (3 significant digits).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Latency {
-    /// Samples.
-    pub count: u64,
-    /// Mean, µs.
-    pub mean: f64,
-    /// Median, µs.
-    pub p50: f64,
-    /// 90th percentile, µs.
-    pub p90: f64,
-    /// 99th percentile, µs.
-    pub p99: f64,
-    /// 99.9th percentile, µs.
-    pub p999: f64,
-    /// Maximum, µs.
-    pub max: f64,
-}
-
-impl Latency {
-    /// Summarize a histogram of nanoseconds; `None` when it is empty.
-    pub fn from_ns(h: &hdrhistogram::Histogram<u64>) -> Option<Latency> {
-        if h.is_empty() {
-            return None;
-        }
-        let us = |ns: u64| finite(ns as f64 / 1_000.0);
-        Some(Latency {
-            count: h.len(),
-            mean: finite(h.mean() / 1_000.0),
-            p50: us(h.value_at_quantile(0.50)),
-            p90: us(h.value_at_quantile(0.90)),
-            p99: us(h.value_at_quantile(0.99)),
-            p999: us(h.value_at_quantile(0.999)),
-            max: us(h.max()),
-        })
-    }
 }
 
 /// Process CPU time over the measured phase (clients and server share the process).

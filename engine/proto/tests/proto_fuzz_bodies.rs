@@ -1,7 +1,7 @@
 //! The cargo-fuzz target bodies (`engine/fuzz/src/bodies.rs`) run over proptest inputs, so CI
 //! exercises them on stable without libFuzzer.
 
-#[path = "../fuzz/src/bodies.rs"]
+#[path = "../../fuzz/src/bodies.rs"]
 mod bodies;
 
 use proptest::prelude::*;
