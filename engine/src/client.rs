@@ -81,6 +81,10 @@ pub struct ClientConfig {
     /// GSO (on by default; `false` sends datagram by datagram). GRO receive is
     /// `backend.gro`, also on by default.
     pub gso: bool,
+    /// A `.session(..)` change has been made through the builder (channels aside).
+    tuned: bool,
+    /// The builder was given a contradiction; connecting refuses it with this message.
+    conflict: Option<&'static str>,
 }
 
 impl Default for ClientConfig {
@@ -101,6 +105,8 @@ impl Default for ClientConfig {
             seed: None,
             connect_timeout: None,
             gso: true,
+            tuned: false,
+            conflict: None,
         }
     }
 }
@@ -112,10 +118,18 @@ impl ClientConfig {
     }
 
     /// Tune the session for `profile` (use the server's). Replaces every session setting
-    /// except the channels, so call it before `.session(..)`, whose changes it would
-    /// otherwise undo.
-    pub fn profile(self, profile: Profile) -> Self {
-        self.session(|c| *c = with_channels(profile.config(), c))
+    /// except the channels: call it before `.session(..)`. Called after a `.session(..)`
+    /// change it would discard that change, so the builder refuses the order instead:
+    /// connecting then fails with [`ClientError::Conflict`] (`.channels(..)` may come in
+    /// either order).
+    pub fn profile(mut self, profile: Profile) -> Self {
+        if self.tuned {
+            self.conflict = Some(
+                "ClientConfig::profile after ClientConfig::session would discard the session \
+                 changes: call .profile(..) first",
+            );
+        }
+        self.tune(|c| *c = with_channels(profile.config(), c))
     }
 
     /// The session's channels, by id: the same kinds in the same order as the server's.
@@ -129,11 +143,17 @@ impl ClientConfig {
     /// in step through the token's protocol id.
     pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
         let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
-        self.session(|c| c.channels = kinds)
+        self.tune(|c| c.channels = kinds)
     }
 
-    /// Change any protocol setting of the session (see [`Config`]).
+    /// Change any protocol setting of the session (see [`Config`]), on top of the profile
+    /// ([`ClientConfig::profile`] comes first).
     pub fn session(mut self, tune: impl FnOnce(&mut Config)) -> Self {
+        self.tuned = true;
+        self.tune(tune)
+    }
+
+    fn tune(mut self, tune: impl FnOnce(&mut Config)) -> Self {
         tune(Arc::make_mut(&mut self.endpoint.connection));
         self
     }
@@ -233,6 +253,11 @@ pub enum ClientError {
     /// A session setting is out of range ([`ClientConfig::session`]); it names the field.
     #[error("{0} (ClientConfig::session)")]
     Config(#[from] ConfigError),
+    /// The [`ClientConfig`] builder was given a contradiction (such as
+    /// [`ClientConfig::profile`] after [`ClientConfig::session`], which would discard the
+    /// session changes); the message says which and what to do instead.
+    #[error("{0}")]
+    Conflict(&'static str),
 }
 
 /// What happened on the connection.
@@ -382,6 +407,9 @@ impl Client {
         config: ClientConfig,
         open: impl FnOnce(&mut Endpoint, Instant) -> ConnectionHandle,
     ) -> Result<Client, ClientError> {
+        if let Some(conflict) = config.conflict {
+            return Err(ClientError::Conflict(conflict));
+        }
         config.endpoint.connection.validate()?;
         let backend = open_backend(server, &config)?;
         let now = Instant::now();

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
+use ricochet::{Client, ClientConfig, ClientError, Profile};
 
 /// Records each tick's index and lateness; tick 3 blocks the worker for `BLOCK`.
 struct LateTicks(Arc<Mutex<Vec<(u64, Duration)>>>);
@@ -49,4 +50,32 @@ fn a_handler_reads_how_late_its_tick_is() {
         late4 >= BLOCK - PERIOD,
         "tick 4 was {late4:?} late: {ticks:?}"
     );
+}
+
+/// A socket standing in for a server: clients may send their first datagram to it.
+fn sink() -> (std::net::UdpSocket, SocketAddr) {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let a = s.local_addr().unwrap();
+    (s, a)
+}
+
+#[test]
+fn profile_after_session_is_refused_not_silently_discarding_the_session_change() {
+    let (_sink, addr) = sink();
+    let tuned = |c: &mut ricochet::Config| c.idle_timeout = Duration::from_secs(7);
+    // Profile first: the change stands on top of the profile.
+    let ok = ClientConfig::new().profile(Profile::Game).session(tuned);
+    assert_eq!(ok.endpoint.connection.idle_timeout, Duration::from_secs(7));
+    Client::connect_insecure(addr, ok).expect("profile, then session");
+    // Channels and profile in either order.
+    let kinds = [ricochet::ChannelKind::Unreliable];
+    let either = ClientConfig::new().channels(kinds).profile(Profile::Game);
+    assert_eq!(either.endpoint.connection.channels, kinds);
+    Client::connect_insecure(addr, either).expect("channels, then profile");
+    // The other order would lose the change: refused with a message that says so.
+    let late = ClientConfig::new().session(tuned).profile(Profile::Game);
+    match Client::connect_insecure(addr, late) {
+        Err(ClientError::Conflict(why)) => assert!(why.contains("profile"), "{why}"),
+        other => panic!("session, then profile: {other:?}"),
+    }
 }
