@@ -674,8 +674,10 @@ impl Client {
         self.detail().map(|d| SessionStats::from(&d))
     }
 
-    /// Every counter the protocol core keeps for the session (for benchmarks and diagnostics;
-    /// its shape follows the protocol core, not this crate's API promise).
+    /// Every counter the protocol core keeps for the session (for the `bench` binary; its
+    /// shape follows the protocol core, not this crate's API promise). The counters an
+    /// application reads are in [`Client::stats`], the loss-recovery ones in
+    /// [`SessionStats::recovery`].
     #[doc(hidden)]
     pub fn detail(&self) -> Option<ConnectionStats> {
         self.endpoint.connection(self.handle).map(|c| c.stats())

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
-use ricochet::{Client, ClientConfig, ClientError, Profile};
+use ricochet::{Client, ClientConfig, ClientError, ClientEvent, Profile, RecoveryStats};
 
 /// Records each tick's index and lateness; tick 3 blocks the worker for `BLOCK`.
 struct LateTicks(Arc<Mutex<Vec<(u64, Duration)>>>);
@@ -78,4 +78,49 @@ fn profile_after_session_is_refused_not_silently_discarding_the_session_change()
         Err(ClientError::Conflict(why)) => assert!(why.contains("profile"), "{why}"),
         other => panic!("session, then profile: {other:?}"),
     }
+}
+
+/// Echoes every message.
+struct Echo;
+impl Handler for Echo {
+    fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
+        let _ = ctx.send(s, channel, data);
+    }
+}
+
+fn echo_server() -> Server {
+    let mut cfg = ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0))).insecure();
+    cfg.udp.io_threads = 1;
+    Server::start(cfg, |_| Echo).unwrap()
+}
+
+/// Sends `n` reliable messages of `len` bytes and waits for their echoes.
+fn echo(c: &mut Client, n: usize, len: usize) {
+    for i in 0..n {
+        c.send(0, vec![i as u8; len]).unwrap();
+    }
+    let (mut got, deadline) = (0, std::time::Instant::now() + Duration::from_secs(10));
+    while got < n {
+        assert!(std::time::Instant::now() < deadline, "{got} of {n} echoes");
+        for e in c.wait(Duration::from_millis(5)).unwrap() {
+            if matches!(e, ClientEvent::Message { .. }) {
+                got += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn the_loss_recovery_counters_are_public() {
+    let srv = echo_server();
+    let mut c = Client::connect_insecure_blocking(srv.local_addr(), ClientConfig::new()).unwrap();
+    echo(&mut c, 5, 100);
+    let st = c.stats().expect("open");
+    let r: RecoveryStats = st.recovery;
+    // Five one-fragment messages: five first transmissions, whatever was sent again.
+    assert_eq!(r.fragments_first_sent, 5, "{r:?}");
+    assert!(r.tail_loss_probes <= st.retransmitted, "{r:?} {st:?}");
+    // FEC is off in the default profile.
+    assert_eq!(r.fec_groups_unrecoverable, 0, "{r:?}");
+    srv.shutdown().unwrap();
 }
