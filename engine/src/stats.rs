@@ -20,9 +20,12 @@ pub struct SessionStats {
     pub packets_sent: u64,
     /// Datagrams received and accepted.
     pub packets_received: u64,
-    /// UDP payload bytes sent.
+    /// Wire bytes sent: the UDP payload of every datagram sent (handshake, sealed data with
+    /// its authentication tag, FEC parity), IP and UDP headers excluded.
     pub bytes_sent: u64,
-    /// UDP payload bytes received (accepted datagrams).
+    /// Wire bytes received: the UDP payload of every datagram the session accepted, counted
+    /// as [`SessionStats::bytes_sent`] counts on the other side (tag and FEC framing
+    /// included); dropped datagrams are in [`SessionStats::datagrams_dropped`].
     pub bytes_received: u64,
     /// Packets declared lost.
     pub packets_lost: u64,

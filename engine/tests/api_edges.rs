@@ -124,3 +124,71 @@ fn the_loss_recovery_counters_are_public() {
     assert_eq!(r.fec_groups_unrecoverable, 0, "{r:?}");
     srv.shutdown().unwrap();
 }
+
+/// A UDP relay between one client and `server` that counts the UDP payload bytes it carries
+/// each way: (client to server, server to client).
+struct Relay {
+    addr: SocketAddr,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(u64, u64)>,
+}
+
+impl Relay {
+    fn start(server: SocketAddr) -> Relay {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(5)))
+            .unwrap();
+        let addr = sock.local_addr().unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let (mut up, mut down, mut client) = (0u64, 0u64, None);
+            let mut buf = vec![0u8; 65_536];
+            while !stop2.load(std::sync::atomic::Ordering::SeqCst) {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    continue;
+                };
+                if from == server {
+                    if let Some(c) = client {
+                        down += n as u64;
+                        sock.send_to(&buf[..n], c).unwrap();
+                    }
+                } else {
+                    client = Some(from);
+                    up += n as u64;
+                    sock.send_to(&buf[..n], server).unwrap();
+                }
+            }
+            (up, down)
+        });
+        Relay { addr, stop, thread }
+    }
+
+    fn finish(self) -> (u64, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().unwrap()
+    }
+}
+
+#[test]
+fn byte_counters_count_wire_bytes_both_ways() {
+    let srv = echo_server();
+    let relay = Relay::start(srv.local_addr());
+    let mut c = Client::connect_insecure_blocking(relay.addr, ClientConfig::new()).unwrap();
+    echo(&mut c, 20, 300);
+    // Let the last acknowledgements cross before the counts are read.
+    let until = std::time::Instant::now() + Duration::from_millis(300);
+    while std::time::Instant::now() < until {
+        let _ = c.wait(Duration::from_millis(5));
+    }
+    let st = c.stats().expect("open");
+    let (up, down) = relay.finish();
+    srv.shutdown().unwrap();
+    assert_eq!(st.bytes_sent, up, "{st:?}");
+    if st.datagrams_dropped == 0 {
+        // Every datagram the relay carried to the client was accepted.
+        assert_eq!(st.bytes_received, down, "{st:?}");
+    } else {
+        assert!(st.bytes_received < down, "{st:?}");
+    }
+}
