@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
-use ricochet::{Client, ClientConfig, ClientError, ClientEvent, Profile, RecoveryStats};
+use ricochet::{Client, ClientConfig, ClientError, ClientEvent, ClientSet, Profile, RecoveryStats};
 
 /// Records each tick's index and lateness; tick 3 blocks the worker for `BLOCK`.
 struct LateTicks(Arc<Mutex<Vec<(u64, Duration)>>>);
@@ -191,4 +191,67 @@ fn byte_counters_count_wire_bytes_both_ways() {
     } else {
         assert!(st.bytes_received < down, "{st:?}");
     }
+}
+
+/// Refuses the 2nd and the 4th client it is asked to admit; echoes the rest.
+struct RefuseSome(u32);
+impl Handler for RefuseSome {
+    fn on_accept(
+        &mut self,
+        _: &mut ServerContext<'_>,
+        _: &ricochet::proto::Peer,
+    ) -> Result<(), ricochet::proto::Refusal> {
+        self.0 += 1;
+        if self.0 == 2 || self.0 == 4 {
+            return Err(ricochet::proto::Refusal::new(9, "not you"));
+        }
+        Ok(())
+    }
+    fn on_message(&mut self, _: &mut ServerContext<'_>, _: SessionId, _: u8, _: Bytes) {}
+}
+
+#[test]
+fn client_set_connect_reports_every_member_and_closes_the_ones_it_gives_up_on() {
+    let mut cfg = ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .insecure()
+        // Sessions left open would stay far longer than the test.
+        .session(|c| c.idle_timeout = Duration::from_secs(60));
+    cfg.udp.io_threads = 1;
+    let srv = Server::start(cfg, |_| RefuseSome(0)).unwrap();
+    let client = ClientConfig::new().session(|c| c.idle_timeout = Duration::from_secs(60));
+    let err = ClientSet::connect_insecure(srv.local_addr(), &client, 5, Duration::from_secs(10))
+        .expect_err("two members are refused");
+    // Both refusals, each with its member's index.
+    let mut failed: Vec<usize> = err.other_failures.iter().map(|&(i, _)| i).collect();
+    failed.push(err.index.expect("a member"));
+    assert_eq!(failed.len(), 2, "{err}");
+    for (_, why) in &err.other_failures {
+        assert!(
+            matches!(why, ClientError::Rejected { code: 9, .. }),
+            "{why}"
+        );
+    }
+    assert!(
+        matches!(err.source, ClientError::Rejected { code: 9, .. }),
+        "{err}"
+    );
+    // The message names the member by number.
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("client {} of the set", err.index.unwrap())),
+        "{text}"
+    );
+    assert!(!text.contains("Some("), "{text}");
+    // The three that connected were closed: the server lets them go at once, not after its
+    // idle timeout.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while srv.session_count() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} sessions left open",
+            srv.session_count()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    srv.shutdown().unwrap();
 }
