@@ -255,3 +255,39 @@ fn client_set_connect_reports_every_member_and_closes_the_ones_it_gives_up_on() 
     }
     srv.shutdown().unwrap();
 }
+
+#[test]
+fn client_set_get_mut_is_an_accessor_and_sending_is_explicit() {
+    let srv = echo_server();
+    let mut set = ClientSet::connect_insecure(
+        srv.local_addr(),
+        &ClientConfig::new(),
+        1,
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    // Let the handshake's last datagrams settle: nothing left to send or to answer.
+    for _ in 0..5 {
+        set.step(Duration::from_millis(10)).unwrap();
+    }
+    let sent = |set: &ClientSet| set.get(0).unwrap().stats().unwrap().packets_sent;
+    let before = sent(&set);
+    // A message queued through the accessor stays queued at the next turn...
+    set.get_mut(0).unwrap().send(0, &b"quiet"[..]).unwrap();
+    set.step(Duration::ZERO).unwrap();
+    assert_eq!(sent(&set), before, "get_mut queued the member for sending");
+    assert!(set.get(0).unwrap().queued_bytes() > 0);
+    // ...until the set is told; `ClientSet::send` tells it.
+    set.mark_changed(0);
+    set.step(Duration::ZERO).unwrap();
+    let marked = sent(&set);
+    assert!(marked > before, "{marked} datagrams sent, {before} before");
+    set.send(0, 0, &b"loud"[..]).unwrap();
+    set.step(Duration::ZERO).unwrap();
+    assert!(
+        sent(&set) > marked,
+        "{} datagrams sent, {marked} before",
+        sent(&set)
+    );
+    srv.shutdown().unwrap();
+}

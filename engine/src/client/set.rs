@@ -94,13 +94,13 @@ struct Member {
 /// // connect at once from this thread.
 /// let mut set = ClientSet::connect(&tokens, &ClientConfig::new(), Duration::from_secs(10))?;
 /// for i in 0..set.len() {
-///     set.get_mut(i).expect("member").send(0, &b"hello"[..])?;
+///     set.send(i, 0, &b"hello"[..])?;
 /// }
 /// loop {
 ///     set.step(Duration::from_millis(5))?;
 ///     while let Some((i, event)) = set.poll_event() {
 ///         if let ClientEvent::Message { data, .. } = event {
-///             set.get_mut(i).expect("member").send(0, data)?; // keep it going
+///             set.send(i, 0, data)?; // keep it going
 ///         }
 ///     }
 /// }
@@ -390,22 +390,57 @@ impl ClientSet {
         self.clients.get(index)
     }
 
-    /// Member `index`, to send on it, read its stats, close it. The set submits what the
-    /// member queued at its next turn.
+    /// Member `index`, to read or change. Only an accessor: the set does not look at what
+    /// changed through it. A message queued or a close made through it leaves when the set
+    /// next serves the member for another reason (an arrival, a timer); to have it go with
+    /// the next turn, use [`ClientSet::send`] and [`ClientSet::close`], or call
+    /// [`ClientSet::mark_changed`] after the change (needed too after a rebind or after
+    /// replacing the member in place, so the set registers its new socket).
     pub fn get_mut(&mut self, index: usize) -> Option<&mut Client> {
-        if index < self.clients.len() {
-            self.touch(index);
-        }
         self.clients.get_mut(index)
     }
 
-    /// Every member, by index (each is submitted for at the next turn: prefer
-    /// [`ClientSet::get_mut`] for the few that changed).
+    /// Every member, by index: an accessor like [`ClientSet::get_mut`] (call
+    /// [`ClientSet::mark_changed`] for the members changed through it).
     pub fn clients_mut(&mut self) -> &mut [Client] {
-        for i in 0..self.clients.len() {
-            self.touch(i);
-        }
         &mut self.clients
+    }
+
+    /// Queue a message on member `index`'s `channel`; it leaves with the set's next turn
+    /// ([`Client::send`] through the set).
+    pub fn send(
+        &mut self,
+        index: usize,
+        channel: u8,
+        data: impl Into<bytes::Bytes>,
+    ) -> Result<(), ClientSetError> {
+        let c = self.clients.get_mut(index).ok_or_else(|| {
+            fail(Some(index))(ClientError::Send(
+                ricochet_proto::SendError::UnknownConnection,
+            ))
+        })?;
+        c.send(channel, data).map_err(fail(Some(index)))?;
+        self.touch(index);
+        Ok(())
+    }
+
+    /// Close member `index` gracefully ([`Client::close`] through the set); the close leaves
+    /// with the set's next turn. Nothing happens for an index past the set.
+    pub fn close(&mut self, index: usize) {
+        if let Some(c) = self.clients.get_mut(index) {
+            c.close();
+            self.touch(index);
+        }
+    }
+
+    /// Have the set serve member `index` at its next turn: submit what it queued, look at its
+    /// state afresh and register its socket if it changed. Call it after changing a member
+    /// through [`ClientSet::get_mut`] or [`ClientSet::clients_mut`]. Nothing happens for an
+    /// index past the set.
+    pub fn mark_changed(&mut self, index: usize) {
+        if index < self.clients.len() {
+            self.touch(index);
+        }
     }
 
     /// The members, by index.
@@ -636,8 +671,8 @@ impl ClientSet {
     }
 
     /// Whether member `i`'s client has a backend the set has not registered: it rebound, or
-    /// another client took its place (through [`ClientSet::get_mut`]; generations are unique
-    /// in the process).
+    /// another client took its place (through [`ClientSet::get_mut`], then
+    /// [`ClientSet::mark_changed`]; generations are unique in the process).
     fn backend_changed(&self, i: usize) -> bool {
         self.members[i].registered.map(|(_, generation)| generation)
             != Some(self.clients[i].backend_generation)
