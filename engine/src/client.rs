@@ -85,6 +85,8 @@ pub struct ClientConfig {
     tuned: bool,
     /// The builder was given a contradiction; connecting refuses it with this message.
     conflict: Option<&'static str>,
+    /// A [`ClientSet`] turned `auto` into the readiness backend for this member.
+    auto_in_set: bool,
 }
 
 impl Default for ClientConfig {
@@ -107,6 +109,7 @@ impl Default for ClientConfig {
             gso: true,
             tuned: false,
             conflict: None,
+            auto_in_set: false,
         }
     }
 }
@@ -161,6 +164,14 @@ impl ClientConfig {
     /// The datagram I/O backend (automatic by default). A non-empty `RICOCHET_BACKEND`
     /// environment variable overrides it, and a value that names no backend makes connecting
     /// fail with [`ClientError::Platform`].
+    ///
+    /// `auto` picks for a lone [`Client`] the fastest backend the system offers (io_uring on
+    /// Linux when available). For the members of a [`ClientSet`] it picks the readiness
+    /// backend (`mmsg` on Linux, `kqueue` on macOS): the set waits on its members' sockets
+    /// itself, and a ring per member would cost its memory for nothing. So the same config
+    /// may run on another backend in a set; [`Client::backend_kind`] and
+    /// [`Client::selection_reason`] say which and why. Name a backend to have the same one
+    /// everywhere.
     pub fn backend(mut self, backend: BackendKind) -> Self {
         self.backend.kind = backend;
         self
@@ -730,9 +741,20 @@ impl Client {
         self.backend.kind()
     }
 
-    /// Why that backend was chosen (including any fallback reason).
-    pub fn selection_reason(&self) -> &str {
-        self.backend.selection_reason()
+    /// Why that backend was chosen (including any fallback reason, and the [`ClientSet`]
+    /// rule for `auto`; see [`ClientConfig::backend`]).
+    pub fn selection_reason(&self) -> std::borrow::Cow<'_, str> {
+        let reason = self.backend.selection_reason();
+        if self.config.auto_in_set {
+            format!(
+                "{reason}; `auto` in a ClientSet: the set waits on its members' sockets \
+                 itself, so members take the readiness backend (a lone Client may pick \
+                 io_uring)"
+            )
+            .into()
+        } else {
+            reason.into()
+        }
     }
 
     /// Move to a new local socket (as when a NAT rebinding or a network change gives the client

@@ -291,3 +291,34 @@ fn client_set_get_mut_is_an_accessor_and_sending_is_explicit() {
     );
     srv.shutdown().unwrap();
 }
+
+/// The set's rule for `auto` (the readiness backend; a lone client may take io_uring) is
+/// reported where a user looks for the backend.
+#[test]
+fn a_set_member_on_auto_says_why_its_backend_differs_from_a_lone_client() {
+    let srv = echo_server();
+    let lone = Client::connect_insecure_blocking(srv.local_addr(), ClientConfig::new()).unwrap();
+    let set = ClientSet::connect_insecure(
+        srv.local_addr(),
+        &ClientConfig::new(),
+        1,
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let member = set.get(0).unwrap();
+    assert!(
+        member.selection_reason().contains("ClientSet"),
+        "{}",
+        member.selection_reason()
+    );
+    assert!(
+        !lone.selection_reason().contains("ClientSet"),
+        "{}",
+        lone.selection_reason()
+    );
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("RICOCHET_BACKEND").is_none_or(|v| v.is_empty()) {
+        assert_eq!(member.backend_kind(), ricochet::platform::BackendKind::Mmsg);
+    }
+    srv.shutdown().unwrap();
+}

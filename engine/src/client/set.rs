@@ -156,7 +156,8 @@ impl ClientSet {
     /// holds them until its idle timeout (closing takes up to two more seconds). Members have `config`, with the seed (if set) advanced by
     /// their index; [`BackendKind::Auto`](platform::BackendKind::Auto) picks the readiness
     /// backend (epoll with `recvmmsg`/`sendmmsg`, kqueue on macOS), since the set waits on the
-    /// members' sockets itself. The `Connected` events are not queued: returning `Ok` says it.
+    /// members' sockets itself, where a lone [`Client`] on `auto` may pick io_uring
+    /// ([`Client::selection_reason`] of a member says so; see [`ClientConfig::backend`]). The `Connected` events are not queued: returning `Ok` says it.
     pub fn connect(
         tokens: &[ConnectToken],
         config: &ClientConfig,
@@ -293,6 +294,7 @@ impl ClientSet {
         #[cfg(target_os = "linux")]
         if config.backend.kind == platform::BackendKind::Auto {
             config.backend.kind = platform::BackendKind::Mmsg;
+            config.auto_in_set = true;
         }
         let seed = config.seed;
         // Room for them at once: growing by doubling would move every member made so far
