@@ -81,6 +81,12 @@ pub struct ClientConfig {
     /// GSO (on by default; `false` sends datagram by datagram). GRO receive is
     /// `backend.gro`, also on by default.
     pub gso: bool,
+    /// A `.session(..)` change has been made through the builder (channels aside).
+    tuned: bool,
+    /// The builder was given a contradiction; connecting refuses it with this message.
+    conflict: Option<&'static str>,
+    /// A [`ClientSet`] turned `auto` into the readiness backend for this member.
+    auto_in_set: bool,
 }
 
 impl Default for ClientConfig {
@@ -101,6 +107,9 @@ impl Default for ClientConfig {
             seed: None,
             connect_timeout: None,
             gso: true,
+            tuned: false,
+            conflict: None,
+            auto_in_set: false,
         }
     }
 }
@@ -112,10 +121,18 @@ impl ClientConfig {
     }
 
     /// Tune the session for `profile` (use the server's). Replaces every session setting
-    /// except the channels, so call it before `.session(..)`, whose changes it would
-    /// otherwise undo.
-    pub fn profile(self, profile: Profile) -> Self {
-        self.session(|c| *c = with_channels(profile.config(), c))
+    /// except the channels: call it before `.session(..)`. Called after a `.session(..)`
+    /// change it would discard that change, so the builder refuses the order instead:
+    /// connecting then fails with [`ClientError::Conflict`] (`.channels(..)` may come in
+    /// either order).
+    pub fn profile(mut self, profile: Profile) -> Self {
+        if self.tuned {
+            self.conflict = Some(
+                "ClientConfig::profile after ClientConfig::session would discard the session \
+                 changes: call .profile(..) first",
+            );
+        }
+        self.tune(|c| *c = with_channels(profile.config(), c))
     }
 
     /// The session's channels, by id: the same kinds in the same order as the server's.
@@ -129,11 +146,17 @@ impl ClientConfig {
     /// in step through the token's protocol id.
     pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
         let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
-        self.session(|c| c.channels = kinds)
+        self.tune(|c| c.channels = kinds)
     }
 
-    /// Change any protocol setting of the session (see [`Config`]).
+    /// Change any protocol setting of the session (see [`Config`]), on top of the profile
+    /// ([`ClientConfig::profile`] comes first).
     pub fn session(mut self, tune: impl FnOnce(&mut Config)) -> Self {
+        self.tuned = true;
+        self.tune(tune)
+    }
+
+    fn tune(mut self, tune: impl FnOnce(&mut Config)) -> Self {
         tune(Arc::make_mut(&mut self.endpoint.connection));
         self
     }
@@ -141,6 +164,14 @@ impl ClientConfig {
     /// The datagram I/O backend (automatic by default). A non-empty `RICOCHET_BACKEND`
     /// environment variable overrides it, and a value that names no backend makes connecting
     /// fail with [`ClientError::Platform`].
+    ///
+    /// `auto` picks for a lone [`Client`] the fastest backend the system offers (io_uring on
+    /// Linux when available). For the members of a [`ClientSet`] it picks the readiness
+    /// backend (`mmsg` on Linux, `kqueue` on macOS): the set waits on its members' sockets
+    /// itself, and a ring per member would cost its memory for nothing. So the same config
+    /// may run on another backend in a set; [`Client::backend_kind`] and
+    /// [`Client::selection_reason`] say which and why. Name a backend to have the same one
+    /// everywhere.
     pub fn backend(mut self, backend: BackendKind) -> Self {
         self.backend.kind = backend;
         self
@@ -233,6 +264,11 @@ pub enum ClientError {
     /// A session setting is out of range ([`ClientConfig::session`]); it names the field.
     #[error("{0} (ClientConfig::session)")]
     Config(#[from] ConfigError),
+    /// The [`ClientConfig`] builder was given a contradiction (such as
+    /// [`ClientConfig::profile`] after [`ClientConfig::session`], which would discard the
+    /// session changes); the message says which and what to do instead.
+    #[error("{0}")]
+    Conflict(&'static str),
 }
 
 /// What happened on the connection.
@@ -382,6 +418,9 @@ impl Client {
         config: ClientConfig,
         open: impl FnOnce(&mut Endpoint, Instant) -> ConnectionHandle,
     ) -> Result<Client, ClientError> {
+        if let Some(conflict) = config.conflict {
+            return Err(ClientError::Conflict(conflict));
+        }
         config.endpoint.connection.validate()?;
         let backend = open_backend(server, &config)?;
         let now = Instant::now();
@@ -646,8 +685,10 @@ impl Client {
         self.detail().map(|d| SessionStats::from(&d))
     }
 
-    /// Every counter the protocol core keeps for the session (for benchmarks and diagnostics;
-    /// its shape follows the protocol core, not this crate's API promise).
+    /// Every counter the protocol core keeps for the session (for the `bench` binary; its
+    /// shape follows the protocol core, not this crate's API promise). The counters an
+    /// application reads are in [`Client::stats`], the loss-recovery ones in
+    /// [`SessionStats::recovery`].
     #[doc(hidden)]
     pub fn detail(&self) -> Option<ConnectionStats> {
         self.endpoint.connection(self.handle).map(|c| c.stats())
@@ -700,9 +741,20 @@ impl Client {
         self.backend.kind()
     }
 
-    /// Why that backend was chosen (including any fallback reason).
-    pub fn selection_reason(&self) -> &str {
-        self.backend.selection_reason()
+    /// Why that backend was chosen (including any fallback reason, and the [`ClientSet`]
+    /// rule for `auto`; see [`ClientConfig::backend`]).
+    pub fn selection_reason(&self) -> std::borrow::Cow<'_, str> {
+        let reason = self.backend.selection_reason();
+        if self.config.auto_in_set {
+            format!(
+                "{reason}; `auto` in a ClientSet: the set waits on its members' sockets \
+                 itself, so members take the readiness backend (a lone Client may pick \
+                 io_uring)"
+            )
+            .into()
+        } else {
+            reason.into()
+        }
     }
 
     /// Move to a new local socket (as when a NAT rebinding or a network change gives the client

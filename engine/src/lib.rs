@@ -41,4 +41,4 @@ pub use runtime::{
     CorePinning, Handler, IdleStrategy, IoModel, RuntimeError, Server, ServerConfig, ServerContext,
     SessionId,
 };
-pub use stats::SessionStats;
+pub use stats::{RecoveryStats, SessionStats};

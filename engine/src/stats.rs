@@ -20,9 +20,12 @@ pub struct SessionStats {
     pub packets_sent: u64,
     /// Datagrams received and accepted.
     pub packets_received: u64,
-    /// UDP payload bytes sent.
+    /// Wire bytes sent: the UDP payload of every datagram sent (handshake, sealed data with
+    /// its authentication tag, FEC parity), IP and UDP headers excluded.
     pub bytes_sent: u64,
-    /// UDP payload bytes received (accepted datagrams).
+    /// Wire bytes received: the UDP payload of every datagram the session accepted, counted
+    /// as [`SessionStats::bytes_sent`] counts on the other side (tag and FEC framing
+    /// included); dropped datagrams are in [`SessionStats::datagrams_dropped`].
     pub bytes_received: u64,
     /// Packets declared lost.
     pub packets_lost: u64,
@@ -43,6 +46,30 @@ pub struct SessionStats {
     pub congestion_window: usize,
     /// Bytes in flight.
     pub bytes_in_flight: usize,
+    /// How loss was detected and repaired: what a benchmark or a game tuning its settings
+    /// reads beside [`SessionStats::retransmitted`] and [`SessionStats::fec_recovered`].
+    pub recovery: RecoveryStats,
+}
+
+/// A session's loss-recovery counters ([`SessionStats::recovery`]): how much reliable data
+/// went out for the first time, and by which means losses were found and repaired.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecoveryStats {
+    /// Reliable fragments sent for the first time ([`SessionStats::retransmitted`] counts
+    /// the ones sent again).
+    pub fragments_first_sent: u64,
+    /// Packets declared lost and then acknowledged after all (spurious loss declarations;
+    /// their retransmissions were not needed).
+    pub spurious_losses: u64,
+    /// Tail-loss probes sent (a retransmission that asks for an acknowledgement when the last
+    /// packets of a burst went unanswered).
+    pub tail_loss_probes: u64,
+    /// Retransmission timeouts that fired (each backs the timeout off).
+    pub retransmission_timeouts: u64,
+    /// Forward error correction groups this side could not rebuild (ARQ retransmitted their
+    /// lost packets); [`SessionStats::fec_recovered`] counts the rebuilt packets.
+    pub fec_groups_unrecoverable: u64,
 }
 
 impl From<&ConnectionStats> for SessionStats {
@@ -64,6 +91,13 @@ impl From<&ConnectionStats> for SessionStats {
             fec_recovered: s.fec.data_recovered,
             congestion_window: s.cwnd,
             bytes_in_flight: s.bytes_in_flight,
+            recovery: RecoveryStats {
+                fragments_first_sent: s.segments_sent,
+                spurious_losses: s.packets_spurious_lost,
+                tail_loss_probes: s.tail_loss_probes,
+                retransmission_timeouts: s.rto_count,
+                fec_groups_unrecoverable: s.fec.groups_unrecoverable,
+            },
         }
     }
 }

@@ -659,9 +659,8 @@ fn client_set_drives_several_clients_from_one_thread() {
                 "{backend}: echoed {got:?} of {total} each"
             );
             for i in 0..n {
-                let c = set.get_mut(i).expect("member");
                 while sent[i] < total && sent[i] - got[i] < window {
-                    c.send(0, Bytes::from(message(i * 1000 + sent[i], 900)))
+                    set.send(i, 0, Bytes::from(message(i * 1000 + sent[i], 900)))
                         .unwrap();
                     sent[i] += 1;
                 }
@@ -830,10 +829,7 @@ fn client_set_connects_many_at_once() {
         "Connected events are not queued"
     );
     for i in 0..n {
-        set.get_mut(i)
-            .unwrap()
-            .send(0, Bytes::from(message(i, 64)))
-            .unwrap();
+        set.send(i, 0, Bytes::from(message(i, 64))).unwrap();
     }
     let mut got = vec![false; n];
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -1053,7 +1049,8 @@ fn client_falls_back_across_address_families() {
     srv.shutdown().unwrap();
 }
 
-/// A member that failed to connect, replaced in place (`*set.get_mut(i) = client`) by one
+/// A member that failed to connect, replaced in place (`*set.get_mut(i) = client`, then
+/// `set.mark_changed(i)`) by one
 /// that connects: the set forgets the failure (before, `wait_connected` kept reporting the
 /// replaced client's refusal), and a client added next, which may take the replaced client's
 /// descriptor number, is served too.
@@ -1078,6 +1075,7 @@ fn client_set_forgets_a_failed_member_replaced_in_place() {
     assert_eq!(refused.index, Some(0), "{refused}");
     let fresh = Client::connect(&token(addr), cfg.clone().seed(rand_seed(addr) + 1)).unwrap();
     *set.get_mut(0).unwrap() = fresh;
+    set.mark_changed(0);
     let c = Client::connect(&token(addr), cfg.clone().seed(rand_seed(addr) + 2)).unwrap();
     let b = set.push(c);
     set.wait_connected(Duration::from_secs(10))
@@ -1090,10 +1088,7 @@ fn client_set_forgets_a_failed_member_replaced_in_place() {
 /// Members `ids` of `set` each send a message, and each gets its echo before `deadline`.
 fn echo_members(set: &mut ClientSet, ids: [usize; 2], deadline: Instant) {
     for i in ids {
-        set.get_mut(i)
-            .unwrap()
-            .send(0, Bytes::from(message(i, 64)))
-            .unwrap();
+        set.send(i, 0, Bytes::from(message(i, 64))).unwrap();
     }
     let mut echoed = [false; 2];
     while !echoed.iter().all(|e| *e) {
@@ -1117,6 +1112,7 @@ fn client_set_keeps_a_new_member_whose_descriptor_a_rebind_freed() {
     let cfg = ClientConfig::new().seed(rand_seed(addr));
     let mut set = ClientSet::connect(&[token(addr)], &cfg, Duration::from_secs(10)).unwrap();
     set.get_mut(0).unwrap().rebind().unwrap();
+    set.mark_changed(0);
     // Its old descriptor is free now: the next socket opened takes its number.
     let c = Client::connect(&token(addr), cfg.clone().seed(rand_seed(addr) + 1)).unwrap();
     let b = set.push(c);

@@ -247,7 +247,11 @@ impl Clients {
     fn get_mut(&mut self, i: usize) -> Option<&mut Client> {
         match self {
             Clients::One(c) => (i == 0).then_some(&mut **c),
-            Clients::Set(s) => s.get_mut(i),
+            Clients::Set(s) => {
+                // What the caller queues leaves with the next turn.
+                s.mark_changed(i);
+                s.get_mut(i)
+            }
         }
     }
 

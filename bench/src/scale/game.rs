@@ -110,6 +110,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
             break stats;
         }
         meter.send_due(Instant::now(), |i, body| {
+            set.mark_changed(i);
             if let Some(c) = set.get_mut(i) {
                 c.send(INPUT_CHANNEL, Bytes::copy_from_slice(body))
                     .with_context(|| format!("player {i} input"))?;

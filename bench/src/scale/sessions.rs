@@ -232,6 +232,7 @@ fn churn(
         let t0 = Instant::now();
         let n = set.len();
         for i in 0..n {
+            set.mark_changed(i);
             if let Some(c) = set.get_mut(i) {
                 c.send(0, message(i, 0, cfg.payload))?;
             }
@@ -248,6 +249,7 @@ fn churn(
                         left -= 1;
                         // Its session is done: close it now (the close leaves with the next
                         // turn's submission).
+                        set.mark_changed(i);
                         if let Some(c) = set.get_mut(i) {
                             c.close();
                         }
@@ -301,6 +303,7 @@ fn echo(
     let n = set.len();
     let mut meter = EchoMeter::start(cfg, n);
     for i in 0..n {
+        set.mark_changed(i);
         if let Some(c) = set.get_mut(i) {
             for seq in 0..meter.window() {
                 c.send(0, message(i, seq, cfg.payload))?;
@@ -318,6 +321,7 @@ fn echo(
                         .and_then(|b| <[u8; 8]>::try_from(b).ok())
                         .map(u64::from_le_bytes);
                     let next = meter.echoed(i, got, now);
+                    set.mark_changed(i);
                     if let Some(c) = set.get_mut(i) {
                         c.send(0, message(i, next, cfg.payload))?;
                     }

@@ -197,11 +197,14 @@ pub struct ConnectionStats {
     pub rtt: RttSummary,
     /// Datagrams sent.
     pub packets_sent: u64,
-    /// UDP payload bytes sent.
+    /// UDP payload bytes sent: every datagram as it went onto the wire (handshake, sealed
+    /// data with its tag, FEC parity).
     pub bytes_sent: u64,
     /// Datagrams received and accepted.
     pub packets_received: u64,
-    /// UDP payload bytes received (accepted datagrams).
+    /// UDP payload bytes received: every datagram the connection accepted, as it came off
+    /// the wire (handshake, sealed data with its tag, FEC framing and parity), the
+    /// counterpart of `bytes_sent`. Dropped datagrams are not counted.
     pub bytes_received: u64,
     /// Packets declared lost.
     pub packets_lost: u64,

@@ -14,22 +14,51 @@ use ricochet_proto::{PrefetchStage, TimerQueue};
 use super::{Client, ClientConfig, ClientError, ClientEvent, ConnectLimit};
 
 /// A member of a [`ClientSet`] failed, or the set's wait did.
-#[derive(Debug, thiserror::Error)]
-#[error("client {index:?} of the set: {source}")]
+#[derive(Debug)]
 #[non_exhaustive]
 pub struct ClientSetError {
     /// The member's index in the set; `None` when the wait over every member failed.
     pub index: Option<usize>,
     /// What failed.
-    #[source]
     pub source: ClientError,
+    /// From [`ClientSet::connect`] and [`ClientSet::connect_insecure`]: every other member
+    /// that did not connect, by index, with why (empty otherwise). With `index` and `source`,
+    /// each member's outcome: the members named nowhere had connected, and were closed when
+    /// the call gave up.
+    pub other_failures: Vec<(usize, ClientError)>,
 }
+
+impl std::fmt::Display for ClientSetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.index {
+            Some(i) => write!(f, "client {i} of the set: {}", self.source)?,
+            None => write!(f, "the client set: {}", self.source)?,
+        }
+        match self.other_failures.len() {
+            0 => Ok(()),
+            n => write!(f, " (and {n} more members failed)"),
+        }
+    }
+}
+
+impl std::error::Error for ClientSetError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// How long [`ClientSet::connect`] drives the closes of the members it gives up on, at most.
+const CLOSE_LIMIT: Duration = Duration::from_secs(2);
 
 /// How long a turn waits at most while a socket has refused part of a submission.
 const SEND_RETRY: Duration = Duration::from_millis(1);
 
 fn fail(index: Option<usize>) -> impl Fn(ClientError) -> ClientSetError {
-    move |source| ClientSetError { index, source }
+    move |source| ClientSetError {
+        index,
+        source,
+        other_failures: Vec::new(),
+    }
 }
 
 /// What the set tracks about each member besides the client itself.
@@ -65,13 +94,13 @@ struct Member {
 /// // connect at once from this thread.
 /// let mut set = ClientSet::connect(&tokens, &ClientConfig::new(), Duration::from_secs(10))?;
 /// for i in 0..set.len() {
-///     set.get_mut(i).expect("member").send(0, &b"hello"[..])?;
+///     set.send(i, 0, &b"hello"[..])?;
 /// }
 /// loop {
 ///     set.step(Duration::from_millis(5))?;
 ///     while let Some((i, event)) = set.poll_event() {
 ///         if let ClientEvent::Message { data, .. } = event {
-///             set.get_mut(i).expect("member").send(0, data)?; // keep it going
+///             set.send(i, 0, data)?; // keep it going
 ///         }
 ///     }
 /// }
@@ -119,11 +148,16 @@ impl ClientSet {
     /// Connect one client per token at once (each with its own socket) and wait until every
     /// handshake completed, up to `timeout`. The clients start their handshakes one after
     /// another without waiting for each other, so a thousand connect in about the time one
-    /// does. A member's refusal, its handshake's own timeout or `timeout` fail the whole call
-    /// (with the member's index). Members have `config`, with the seed (if set) advanced by
+    /// does. The call waits for each member's outcome; if any member is refused, its
+    /// handshake times out or `timeout` passes first, the call fails, reporting every member
+    /// that did not connect (the first as [`ClientSetError::index`] and
+    /// [`ClientSetError::source`], the others in [`ClientSetError::other_failures`]), and
+    /// first closes the members that did connect or still were connecting, so no server
+    /// holds them until its idle timeout (closing takes up to two more seconds). Members have `config`, with the seed (if set) advanced by
     /// their index; [`BackendKind::Auto`](platform::BackendKind::Auto) picks the readiness
     /// backend (epoll with `recvmmsg`/`sendmmsg`, kqueue on macOS), since the set waits on the
-    /// members' sockets itself. The `Connected` events are not queued: returning `Ok` says it.
+    /// members' sockets itself, where a lone [`Client`] on `auto` may pick io_uring
+    /// ([`Client::selection_reason`] of a member says so; see [`ClientConfig::backend`]). The `Connected` events are not queued: returning `Ok` says it.
     pub fn connect(
         tokens: &[ConnectToken],
         config: &ClientConfig,
@@ -149,8 +183,49 @@ impl ClientSet {
         Ok(set)
     }
 
+    /// Waits until each member connected or failed, up to `timeout`. If any did not connect,
+    /// closes the others (a server would otherwise hold their sessions until its idle
+    /// timeout) and reports every member that failed.
     fn finish_connect(&mut self, timeout: Duration) -> Result<(), ClientSetError> {
-        self.wait_connected(timeout)?;
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let failed = self.members.iter().filter(|m| m.closed).count();
+            if self.connected + failed == self.clients.len() {
+                break;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break;
+            }
+            let left = deadline.map_or(Duration::MAX, |d| d - now);
+            if let Err(e) = self.turn(left.min(Duration::from_millis(50)), true) {
+                self.close_all();
+                return Err(e);
+            }
+        }
+        let mut failures: Vec<(usize, ClientError)> = (0..self.clients.len())
+            .filter(|&i| !self.clients[i].connected)
+            .map(|i| {
+                let why = if self.members[i].closed {
+                    self.failure(i)
+                } else {
+                    ClientError::TimedOut {
+                        limit: timeout,
+                        which: ConnectLimit::Caller,
+                    }
+                };
+                (i, why)
+            })
+            .collect();
+        if !failures.is_empty() {
+            self.close_all();
+            let (index, source) = failures.remove(0);
+            return Err(ClientSetError {
+                index: Some(index),
+                source,
+                other_failures: failures,
+            });
+        }
         for c in &mut self.clients {
             c.events.retain(|e| *e != ClientEvent::Connected);
         }
@@ -161,6 +236,26 @@ impl ClientSet {
             keep
         });
         Ok(())
+    }
+
+    /// Closes every member still open (connected or connecting) and drives the set until the
+    /// closes are done: each server answers its close, or the close gives up after three RTOs.
+    fn close_all(&mut self) {
+        for i in 0..self.clients.len() {
+            if self.clients[i].closed.is_none() {
+                self.clients[i].close();
+                self.touch(i);
+            }
+        }
+        // Bounded whatever the closes do: a close ends by itself after three RTOs (RTOs back
+        // off from the handshake's, a few hundred milliseconds at most here).
+        let deadline = Instant::now() + CLOSE_LIMIT;
+        while self.clients.iter().any(|c| c.closed.is_none()) && Instant::now() < deadline {
+            if self.turn(Duration::from_millis(20), true).is_err() {
+                // A socket error: what could be sent was sent.
+                break;
+            }
+        }
     }
 
     /// Add one member per token, each connecting (see [`ClientSet::connect`] for their
@@ -199,6 +294,7 @@ impl ClientSet {
         #[cfg(target_os = "linux")]
         if config.backend.kind == platform::BackendKind::Auto {
             config.backend.kind = platform::BackendKind::Mmsg;
+            config.auto_in_set = true;
         }
         let seed = config.seed;
         // Room for them at once: growing by doubling would move every member made so far
@@ -229,47 +325,40 @@ impl ClientSet {
         }
         loop {
             if let Some(i) = self.first_failed {
-                let c = &self.clients[i];
-                let source = match c.closed {
-                    Some((ricochet_proto::CloseReason::HandshakeTimeout, _)) => {
-                        ClientError::TimedOut {
-                            limit: c.config.endpoint.connection.handshake_timeout,
-                            which: ConnectLimit::Handshake,
-                        }
-                    }
-                    Some((ricochet_proto::CloseReason::VersionMismatch, _)) => {
-                        ClientError::VersionMismatch
-                    }
-                    Some((ricochet_proto::CloseReason::Rejected(code), _)) => {
-                        ClientError::Rejected {
-                            code,
-                            message: c.refusal_message(),
-                        }
-                    }
-                    Some((reason, _)) => ClientError::Refused(reason),
-                    None => ClientError::Refused(ricochet_proto::CloseReason::Application),
-                };
-                return Err(ClientSetError {
-                    index: Some(i),
-                    source,
-                });
+                let source = self.failure(i);
+                return Err(fail(Some(i))(source));
             }
             if self.connected == self.clients.len() {
                 return Ok(());
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                return Err(ClientSetError {
-                    index: None,
-                    source: ClientError::TimedOut {
-                        limit: timeout,
-                        which: ConnectLimit::Caller,
-                    },
-                });
+                return Err(fail(None)(ClientError::TimedOut {
+                    limit: timeout,
+                    which: ConnectLimit::Caller,
+                }));
             }
             // Handshake replies call for no acknowledgement: `update` sends what they did.
             let left = deadline.map_or(Duration::MAX, |d| d - now);
             self.turn(left.min(Duration::from_millis(50)), true)?;
+        }
+    }
+
+    /// Why member `i`, closed before it connected, did not connect.
+    fn failure(&self, i: usize) -> ClientError {
+        let c = &self.clients[i];
+        match c.closed {
+            Some((ricochet_proto::CloseReason::HandshakeTimeout, _)) => ClientError::TimedOut {
+                limit: c.config.endpoint.connection.handshake_timeout,
+                which: ConnectLimit::Handshake,
+            },
+            Some((ricochet_proto::CloseReason::VersionMismatch, _)) => ClientError::VersionMismatch,
+            Some((ricochet_proto::CloseReason::Rejected(code), _)) => ClientError::Rejected {
+                code,
+                message: c.refusal_message(),
+            },
+            Some((reason, _)) => ClientError::Refused(reason),
+            None => ClientError::Refused(ricochet_proto::CloseReason::Application),
         }
     }
 
@@ -303,22 +392,57 @@ impl ClientSet {
         self.clients.get(index)
     }
 
-    /// Member `index`, to send on it, read its stats, close it. The set submits what the
-    /// member queued at its next turn.
+    /// Member `index`, to read or change. Only an accessor: the set does not look at what
+    /// changed through it. A message queued or a close made through it leaves when the set
+    /// next serves the member for another reason (an arrival, a timer); to have it go with
+    /// the next turn, use [`ClientSet::send`] and [`ClientSet::close`], or call
+    /// [`ClientSet::mark_changed`] after the change (needed too after a rebind or after
+    /// replacing the member in place, so the set registers its new socket).
     pub fn get_mut(&mut self, index: usize) -> Option<&mut Client> {
-        if index < self.clients.len() {
-            self.touch(index);
-        }
         self.clients.get_mut(index)
     }
 
-    /// Every member, by index (each is submitted for at the next turn: prefer
-    /// [`ClientSet::get_mut`] for the few that changed).
+    /// Every member, by index: an accessor like [`ClientSet::get_mut`] (call
+    /// [`ClientSet::mark_changed`] for the members changed through it).
     pub fn clients_mut(&mut self) -> &mut [Client] {
-        for i in 0..self.clients.len() {
-            self.touch(i);
-        }
         &mut self.clients
+    }
+
+    /// Queue a message on member `index`'s `channel`; it leaves with the set's next turn
+    /// ([`Client::send`] through the set).
+    pub fn send(
+        &mut self,
+        index: usize,
+        channel: u8,
+        data: impl Into<bytes::Bytes>,
+    ) -> Result<(), ClientSetError> {
+        let c = self.clients.get_mut(index).ok_or_else(|| {
+            fail(Some(index))(ClientError::Send(
+                ricochet_proto::SendError::UnknownConnection,
+            ))
+        })?;
+        c.send(channel, data).map_err(fail(Some(index)))?;
+        self.touch(index);
+        Ok(())
+    }
+
+    /// Close member `index` gracefully ([`Client::close`] through the set); the close leaves
+    /// with the set's next turn. Nothing happens for an index past the set.
+    pub fn close(&mut self, index: usize) {
+        if let Some(c) = self.clients.get_mut(index) {
+            c.close();
+            self.touch(index);
+        }
+    }
+
+    /// Have the set serve member `index` at its next turn: submit what it queued, look at its
+    /// state afresh and register its socket if it changed. Call it after changing a member
+    /// through [`ClientSet::get_mut`] or [`ClientSet::clients_mut`]. Nothing happens for an
+    /// index past the set.
+    pub fn mark_changed(&mut self, index: usize) {
+        if index < self.clients.len() {
+            self.touch(index);
+        }
     }
 
     /// The members, by index.
@@ -549,8 +673,8 @@ impl ClientSet {
     }
 
     /// Whether member `i`'s client has a backend the set has not registered: it rebound, or
-    /// another client took its place (through [`ClientSet::get_mut`]; generations are unique
-    /// in the process).
+    /// another client took its place (through [`ClientSet::get_mut`], then
+    /// [`ClientSet::mark_changed`]; generations are unique in the process).
     fn backend_changed(&self, i: usize) -> bool {
         self.members[i].registered.map(|(_, generation)| generation)
             != Some(self.clients[i].backend_generation)

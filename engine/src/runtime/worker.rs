@@ -45,6 +45,8 @@ pub struct UdpContext<'a> {
     pub(crate) send_errors: &'a mut u64,
     /// The index of the tick being run (`Service::on_tick` only).
     pub(crate) tick: Option<u64>,
+    /// How long after its due time the tick being run started (zero outside `on_tick`).
+    pub(crate) tick_late: Duration,
 }
 
 impl UdpContext<'_> {
@@ -121,6 +123,13 @@ impl UdpContext<'_> {
     /// advances by the difference from the last index it saw. `None` outside `on_tick`.
     pub fn tick_index(&self) -> Option<u64> {
         self.tick
+    }
+
+    /// In `on_tick`, how long after its due time the tick being run started (this turn's
+    /// [`UdpContext::now`] minus the due time of tick [`UdpContext::tick_index`]); `None`
+    /// outside `on_tick`.
+    pub fn tick_lateness(&self) -> Option<Duration> {
+        self.tick.map(|_| self.tick_late)
     }
 
     /// The time the current loop turn started (one clock read per turn).
@@ -350,6 +359,7 @@ impl<S: Service> Worker<S> {
                     backend: Some(self.backend.as_mut()),
                     send_errors: &mut self.counters.send_errors,
                     tick: None,
+                    tick_late: Duration::ZERO,
                 };
                 self.service.on_turn_end(&mut ctx);
                 stopping && self.service.on_stop(&mut ctx)
@@ -424,6 +434,7 @@ impl<S: Service> Worker<S> {
                     backend: None,
                     send_errors: &mut self.counters.send_errors,
                     tick: None,
+                    tick_late: Duration::ZERO,
                 };
                 // Hints for the next two, so their connections' state is in cache by their turn.
                 for (ahead, stage) in [(1, PrefetchStage::Parts), (2, PrefetchStage::Connection)] {
@@ -457,6 +468,9 @@ impl<S: Service> Worker<S> {
             backend: Some(self.backend.as_mut()),
             send_errors: &mut self.counters.send_errors,
             tick: self.tick.as_ref().map(|g| g.next),
+            tick_late: self.tick.as_ref().map_or(Duration::ZERO, |g| {
+                now.saturating_duration_since(g.due(g.next))
+            }),
         };
         self.service.on_tick(&mut ctx);
         self.cell.tick_duration.record(now.elapsed());

@@ -425,8 +425,11 @@ impl Connection {
         datagram: &[u8],
     ) -> Result<(), DropCause> {
         let res = self.dispatch(now, from, datagram);
-        if let Err(cause) = res {
-            self.counters.drops.add(cause);
+        match res {
+            // The datagram as it came off the wire (tag and FEC framing included), as
+            // `bytes_sent` counts what went onto it.
+            Ok(()) => self.counters.bytes_received += datagram.len() as u64,
+            Err(cause) => self.counters.drops.add(cause),
         }
         res
     }
@@ -621,7 +624,6 @@ impl Connection {
             self.note_data(now);
         }
         self.counters.packets_received += 1;
-        self.counters.bytes_received += datagram.len() as u64;
         self.ack.report.received += 1;
         if self.ack.report.base.is_none() {
             self.ack.report.base = Some(pn);

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ricochet_platform::Waker;
@@ -163,6 +163,8 @@ pub struct ServerContext<'a> {
     pub(super) sessions: &'a HashSet<ConnectionHandle>,
     /// The index of the tick being run ([`Handler::on_tick`] only).
     pub(super) tick: Option<u64>,
+    /// How late that tick started (zero outside [`Handler::on_tick`]).
+    pub(super) tick_late: Duration,
 }
 
 impl ServerContext<'_> {
@@ -271,6 +273,15 @@ impl ServerContext<'_> {
     /// index it saw. `None` outside `on_tick`.
     pub fn tick_index(&self) -> Option<u64> {
         self.tick
+    }
+
+    /// In [`Handler::on_tick`], how late the tick being run started: [`ServerContext::now`]
+    /// minus the due time of tick [`ServerContext::tick_index`] (a busy worker or a late
+    /// wake-up). The next tick is still due on the grid, so a handler that runs a fixed-step
+    /// simulation can use it to see how far behind real time its step is. `None` outside
+    /// `on_tick`.
+    pub fn tick_lateness(&self) -> Option<Duration> {
+        self.tick.map(|_| self.tick_late)
     }
 }
 

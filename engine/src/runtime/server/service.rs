@@ -236,6 +236,7 @@ impl<H: Handler> RudpService<H> {
                 directory: &self.directory,
                 sessions: &core.sessions,
                 tick: None,
+                tick_late: Duration::ZERO,
             };
             self.handler.on_drain(&mut sctx);
         }
@@ -268,6 +269,7 @@ impl<H: Handler> RudpService<H> {
                 directory: &self.directory,
                 sessions: &core.sessions,
                 tick: None,
+                tick_late: Duration::ZERO,
             };
             match event {
                 Event::Incoming(peer) => {
@@ -391,6 +393,7 @@ impl<H: Handler> Service for RudpService<H> {
             directory: &self.directory,
             sessions: &core.sessions,
             tick: ctx.tick_index(),
+            tick_late: ctx.tick_lateness().unwrap_or_default(),
         };
         self.handler.on_tick(&mut sctx);
     }
