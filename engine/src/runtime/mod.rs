@@ -10,7 +10,7 @@
 //!   [`CorePinning`] says);
 //! - `shared`: one socket served by N unpinned threads (the baseline it is measured against).
 
-mod conditioner;
+pub(crate) mod conditioner;
 mod config;
 mod counters;
 mod error;
