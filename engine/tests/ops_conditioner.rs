@@ -151,3 +151,75 @@ fn a_conditioner_set_at_start_applies_and_bad_settings_are_refused() {
         Client::connect_insecure(srv.local_addr(), ClientConfig::new().conditioner(bad)).is_err()
     );
 }
+
+struct RawEcho;
+impl ricochet::runtime::DatagramHandler for RawEcho {
+    fn on_datagram(
+        &mut self,
+        ctx: &mut ricochet::runtime::UdpContext<'_>,
+        from: SocketAddr,
+        data: &[u8],
+    ) {
+        let _ = ctx.send(from, data);
+    }
+}
+
+/// Send `n` numbered datagrams to `server` and collect the echoes for `wait`.
+fn raw_round(sock: &std::net::UdpSocket, server: SocketAddr, n: u32, wait: Duration) -> Vec<u32> {
+    for i in 0..n {
+        sock.send_to(&i.to_le_bytes(), server).unwrap();
+    }
+    let mut got = Vec::new();
+    let end = Instant::now() + wait;
+    let mut buf = [0u8; 64];
+    while Instant::now() < end {
+        if let Ok((len, _)) = sock.recv_from(&mut buf) {
+            if len == 4 {
+                got.push(u32::from_le_bytes(buf[..4].try_into().unwrap()));
+            }
+        }
+    }
+    got
+}
+
+#[test]
+fn a_raw_udp_server_duplicates_and_delays_then_turns_off_cleanly() {
+    use ricochet::runtime::{UdpServer, UdpServerConfig};
+    let mut cfg = UdpServerConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.io_threads = 1;
+    let srv = UdpServer::start(cfg, |_| RawEcho).unwrap();
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let addr = srv.local_addr();
+    // Off: one echo each, at once.
+    let got = raw_round(&sock, addr, 50, Duration::from_millis(300));
+    assert_eq!(got.len(), 50);
+    // Every datagram duplicated on the way in and delayed 40 ms on the way out: four echoes.
+    let c = LinkConditioner::new(
+        Impairment::new().duplicate(1.0),
+        Impairment::new()
+            .duplicate(1.0)
+            .delay(Duration::from_millis(40)),
+    );
+    srv.set_conditioner(Some(c)).unwrap();
+    let start = Instant::now();
+    sock.send_to(&[0u8; 4], addr).unwrap();
+    let mut buf = [0u8; 8];
+    while sock.recv_from(&mut buf).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(2), "no echo");
+    }
+    let first = start.elapsed();
+    let got = raw_round(&sock, addr, 50, Duration::from_millis(500));
+    assert!(first >= Duration::from_millis(40), "echo after {first:?}");
+    let mut counts = std::collections::HashMap::new();
+    for k in &got {
+        *counts.entry(*k).or_insert(0u32) += 1;
+    }
+    // The probe's other three copies may land in this round.
+    assert!(counts.get(&0).copied().unwrap_or(0) >= 4, "{counts:?}");
+    assert!((1..50).all(|k| counts[&k] == 4), "{counts:?}");
+    srv.set_conditioner(None).unwrap();
+    let got = raw_round(&sock, addr, 50, Duration::from_millis(300));
+    assert_eq!(got.len(), 50, "off again: one echo each");
+}

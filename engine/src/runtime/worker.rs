@@ -300,6 +300,8 @@ impl<S: Service> Worker<S> {
             // Waiting from here until the poll returns: not a stuck turn.
             self.cell.set_busy(None);
             let stopping = self.stop.load(Ordering::Acquire);
+            // Before the timeout: what the conditioner takes from the batch sets its next due.
+            self.condition_sends(now);
             let mut timeout = if stopping {
                 Some(Duration::ZERO)
             } else {
@@ -309,7 +311,6 @@ impl<S: Service> Worker<S> {
                 if drained {
                     // Sleep past arriving datagrams (a backend wait would return for each);
                     // the worker's waker unparks the thread for a stop or a mailbox message.
-                    self.condition_sends(now);
                     self.backend.flush(&mut self.send)?;
                     // Live counters stay current although a tick makes only a few turns.
                     self.sync_counters();
@@ -323,7 +324,6 @@ impl<S: Service> Worker<S> {
                 // Then read what came meanwhile, batch after batch, without waiting.
                 timeout = Some(Duration::ZERO);
             }
-            self.condition_sends(now);
             let outcome = self.backend.poll(&mut self.send, timeout)?;
             drained = outcome.received == 0;
             now = Instant::now();
