@@ -150,6 +150,18 @@ fn a_conditioner_set_at_start_applies_and_bad_settings_are_refused() {
     assert!(
         Client::connect_insecure(srv.local_addr(), ClientConfig::new().conditioner(bad)).is_err()
     );
+    // The worker's last turn sends the held closes at once: the client is told.
+    srv.shutdown().unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut told = false;
+    while !told && Instant::now() < end {
+        for ev in c.wait(Duration::from_millis(10)).unwrap() {
+            if let ClientEvent::Disconnected { by_peer, .. } = ev {
+                told = by_peer;
+            }
+        }
+    }
+    assert!(told, "the client saw the server's close");
 }
 
 struct RawEcho;

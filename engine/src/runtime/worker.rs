@@ -387,6 +387,15 @@ impl<S: Service> Worker<S> {
                 // Leave once the socket queue is drained, every received datagram was handled
                 // and the service is done, or when the stop takes too long.
                 if (outcome.received == 0 && service_done) || now >= limit {
+                    if let Some(mut cond) = self.cond.take() {
+                        self.send_all_held(&mut cond);
+                        let (lost, queue) = cond.drops();
+                        self.cond_base = (self.cond_base.0 + lost, self.cond_base.1 + queue);
+                        (
+                            self.counters.conditioner_lost,
+                            self.counters.conditioner_queue_drops,
+                        ) = self.cond_base;
+                    }
                     self.finish_sends(limit)?;
                     self.sync_counters();
                     return Ok(self.counters);
@@ -530,18 +539,26 @@ impl<S: Service> Worker<S> {
                 };
                 self.service.on_datagram(&mut ctx, h.addr, &h.data);
             }
-            while let Some(h) = old.outbound.pop_due(far) {
-                if self.send.is_full() {
-                    let _ = self.backend.flush(&mut self.send);
-                }
-                let _ = self.send.push(h.addr, &h.data);
-            }
+            self.send_all_held(&mut old);
         }
         self.cond = next;
         (
             self.counters.conditioner_lost,
             self.counters.conditioner_queue_drops,
         ) = self.cond_base;
+    }
+
+    /// Put every outbound datagram `cond` holds into the batch now, due or not (a change of
+    /// settings, or the worker's last turn: the closes it sends must not be left behind).
+    fn send_all_held(&mut self, cond: &mut Conditioner) {
+        let far = Instant::now() + Duration::from_secs(3600);
+        cond.capture(Instant::now(), &mut self.send);
+        while let Some(h) = cond.outbound.pop_due(far) {
+            if self.send.is_full() {
+                let _ = self.backend.flush(&mut self.send);
+            }
+            let _ = self.send.push(h.addr, &h.data);
+        }
     }
 
     fn fire_timers(&mut self, now: Instant) {
