@@ -7,15 +7,23 @@
 //! cargo run --release --example game_server -- --clients 8 --seconds 5
 //! # with metrics and health on 127.0.0.1:9100 (/metrics, /healthz, /readyz, /sessions):
 //! cargo run --release --example game_server -- --seconds 60 --metrics 127.0.0.1:9100
+//! # played under a bad link (the server's link conditioner, each way):
+//! cargo run --release --example game_server -- --loss 5 --delay-ms 50 --jitter-ms 10
 //! ```
+//!
+//! Link conditioner flags, each applied to both directions of the server: `--loss PCT`,
+//! `--burst-enter PCT --burst-exit PCT` (bursts of loss, two-state model), `--delay-ms MS`,
+//! `--jitter-ms MS`, `--reorder PCT --reorder-ms MS`, `--dup PCT`, `--rate-kbit KBIT/S`,
+//! `--seed N`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ricochet::{
-    backend, ChannelKind, Client, ClientConfig, ClientEvent, Handler, Peer, Profile, Refusal,
-    Server, ServerConfig, ServerContext, SessionId, TokenKey,
+    backend, ChannelKind, Client, ClientConfig, ClientEvent, GilbertElliott, Handler, Impairment,
+    LinkConditioner, Peer, Profile, RateLimit, Refusal, Server, ServerConfig, ServerContext,
+    SessionId, TokenKey,
 };
 
 /// Channel ids, into [`CHANNELS`].
@@ -107,6 +115,53 @@ struct Seen {
     chat: u32,
 }
 
+/// The link conditioner the flags ask for (the same each way), or `None` without any.
+fn conditioner_from_flags<'a>(
+    flag: &dyn Fn(&str) -> Option<&'a String>,
+) -> Result<Option<LinkConditioner>, Box<dyn std::error::Error>> {
+    let num = |name: &str| -> Result<Option<f64>, Box<dyn std::error::Error>> {
+        match flag(name) {
+            Some(v) => Ok(Some(
+                v.parse::<f64>().map_err(|e| format!("{name} {v}: {e}"))?,
+            )),
+            None => Ok(None),
+        }
+    };
+    let ms = |v: f64| Duration::from_secs_f64(v.max(0.0) / 1000.0);
+    let mut imp = Impairment::new();
+    if let Some(p) = num("--loss")? {
+        imp = imp.loss(p / 100.0);
+    }
+    if let Some(enter) = num("--burst-enter")? {
+        let exit = num("--burst-exit")?.unwrap_or(25.0);
+        imp = imp.bursts(GilbertElliott::new(enter / 100.0, exit / 100.0));
+    }
+    if let Some(d) = num("--delay-ms")? {
+        imp = imp.delay(ms(d));
+    }
+    if let Some(j) = num("--jitter-ms")? {
+        imp = imp.jitter(ms(j));
+    }
+    if let Some(p) = num("--reorder")? {
+        imp = imp.reorder(p / 100.0, ms(num("--reorder-ms")?.unwrap_or(20.0)));
+    }
+    if let Some(p) = num("--dup")? {
+        imp = imp.duplicate(p / 100.0);
+    }
+    if let Some(kbit) = num("--rate-kbit")? {
+        imp = imp.rate(RateLimit::new((kbit * 1000.0 / 8.0) as u64));
+    }
+    if imp.is_none() {
+        return Ok(None);
+    }
+    let mut c = LinkConditioner::symmetric(imp);
+    if let Some(seed) = num("--seed")? {
+        c = c.seed(seed as u64);
+    }
+    c.validate()?;
+    Ok(Some(c))
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let flag = |name: &str| {
@@ -117,6 +172,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let seconds: f64 = flag("--seconds").map_or(Ok(3.0), |s| s.parse())?;
     let n: usize = flag("--clients").map_or(Ok(4), |s| s.parse())?;
     let metrics: Option<std::net::SocketAddr> = flag("--metrics").map(|s| s.parse()).transpose()?;
+    let conditioner = conditioner_from_flags(&flag)?;
 
     // In a real deployment the key comes from a secret store the backend shares.
     let key = TokenKey::generate(&mut rand::rng());
@@ -128,6 +184,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tick(Duration::from_millis(50));
     let cfg = match metrics {
         Some(addr) => cfg.metrics(addr),
+        None => cfg,
+    };
+    let cfg = match conditioner {
+        Some(c) => {
+            println!("link conditioner, each way: {:?}", c.inbound);
+            cfg.conditioner(c)
+        }
         None => cfg,
     };
     let server = Server::start(cfg, |_| World::default())?;

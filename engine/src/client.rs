@@ -45,6 +45,8 @@ use ricochet_proto::{
 };
 
 use crate::profile::{with_channels, Profile};
+use crate::runtime::conditioner::Conditioner;
+use crate::runtime::LinkConditioner;
 use crate::stats::SessionStats;
 
 mod set;
@@ -87,6 +89,8 @@ pub struct ClientConfig {
     conflict: Option<&'static str>,
     /// A [`ClientSet`] turned `auto` into the readiness backend for this member.
     auto_in_set: bool,
+    /// A link conditioner impairing this client's traffic (off, `None`, by default).
+    pub conditioner: Option<LinkConditioner>,
 }
 
 impl Default for ClientConfig {
@@ -110,6 +114,7 @@ impl Default for ClientConfig {
             tuned: false,
             conflict: None,
             auto_in_set: false,
+            conditioner: None,
         }
     }
 }
@@ -180,6 +185,13 @@ impl ClientConfig {
     /// Bind this local address instead of an ephemeral port.
     pub fn bind(mut self, local: SocketAddr) -> Self {
         self.bind = Some(local);
+        self
+    }
+
+    /// Impair this client's traffic with a link conditioner (off by default); change it
+    /// while running with [`Client::set_conditioner`].
+    pub fn conditioner(mut self, conditioner: LinkConditioner) -> Self {
+        self.conditioner = Some(conditioner);
         self
     }
 
@@ -269,6 +281,9 @@ pub enum ClientError {
     /// session changes); the message says which and what to do instead.
     #[error("{0}")]
     Conflict(&'static str),
+    /// The link conditioner's settings are out of range; the message names the field.
+    #[error(transparent)]
+    Conditioner(crate::runtime::RuntimeError),
 }
 
 /// What happened on the connection.
@@ -331,6 +346,8 @@ pub struct Client {
     backend_generation: u64,
     /// The server application's message with its refusal, once refused.
     refusal_message: Bytes,
+    /// The link conditioner: `None` when off.
+    cond: Option<Box<Conditioner>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -422,6 +439,9 @@ impl Client {
             return Err(ClientError::Conflict(conflict));
         }
         config.endpoint.connection.validate()?;
+        if let Some(c) = &config.conditioner {
+            c.validate().map_err(ClientError::Conditioner)?;
+        }
         let backend = open_backend(server, &config)?;
         let now = Instant::now();
         let mut endpoint = crate::runtime::new_endpoint(config.endpoint.clone(), now, config.seed);
@@ -429,6 +449,9 @@ impl Client {
         let mut send_batch = SendBatch::new(config.backend.batch_size.max(8));
         send_batch.set_coalescing(config.gso && platform::select::gso_supported());
         Ok(Client {
+            cond: config
+                .conditioner
+                .and_then(|c| Conditioner::new(&c, u64::MAX)),
             backend,
             endpoint,
             handle,
@@ -553,7 +576,7 @@ impl Client {
     fn drive(&mut self, timeout: Option<Duration>, send_replies: bool) -> Result<(), ClientError> {
         let now = Instant::now();
         self.transmit(now);
-        let timeout = match (timeout, self.endpoint.poll_timeout()) {
+        let timeout = match (timeout, self.poll_deadline()) {
             (Some(t), Some(d)) => Some(t.min(d.saturating_duration_since(now))),
             (t, _) => t,
         };
@@ -575,8 +598,18 @@ impl Client {
         let batch = self.backend.received();
         for d in batch.iter() {
             for segment in d.segments() {
+                if let Some(cond) = self.cond.as_deref_mut() {
+                    cond.inbound.offer(now, d.src, segment);
+                    continue;
+                }
                 // Malformed or foreign datagrams are counted by the endpoint and dropped.
                 let _ = self.endpoint.handle_datagram(now, d.src, segment);
+            }
+        }
+        if let Some(cond) = self.cond.as_deref_mut() {
+            while let Some(held) = cond.inbound.pop_due(now) {
+                let _ = self.endpoint.handle_datagram(now, held.addr, &held.data);
+                cond.inbound.recycle(held);
             }
         }
         self.run_timers(now);
@@ -616,9 +649,13 @@ impl Client {
     fn transmit(&mut self, now: Instant) {
         self.follow_address_family();
         loop {
-            if self.send_batch.is_full() && self.backend.flush(&mut self.send_batch).is_err() {
-                // No room and the socket refuses: leave the rest queued in the protocol.
-                return;
+            if self.send_batch.is_full() {
+                if let Some(cond) = self.cond.as_deref_mut() {
+                    cond.capture(now, &mut self.send_batch);
+                } else if self.backend.flush(&mut self.send_batch).is_err() {
+                    // No room and the socket refuses: leave the rest queued in the protocol.
+                    return;
+                }
             }
             let endpoint = &mut self.endpoint;
             // Room for the largest datagram this endpoint writes, not for any UDP payload: the
@@ -632,13 +669,39 @@ impl Client {
             });
             match sent {
                 Ok(Some(_)) => {}
-                Ok(None) => return,
+                Ok(None) => break,
                 // Oversize: lost like a datagram the network dropped; ARQ repairs it.
                 Err(ricochet_platform::Error::PayloadTooLarge { .. }) => {}
                 // Still full (a flush that sent nothing): as above.
-                Err(_) => return,
+                Err(_) => break,
             }
         }
+        if let Some(cond) = self.cond.as_deref_mut() {
+            cond.capture(now, &mut self.send_batch);
+            cond.release(now, &mut self.send_batch);
+        }
+    }
+
+    /// The protocol's next deadline, or the link conditioner's next due datagram if earlier.
+    fn poll_deadline(&self) -> Option<Instant> {
+        let t = self.endpoint.poll_timeout();
+        match self.cond.as_ref().and_then(|c| c.next_due()) {
+            Some(due) => Some(t.map_or(due, |t| t.min(due))),
+            None => t,
+        }
+    }
+
+    /// Turn this client's link conditioner on with new settings, or off with `None`.
+    /// Datagrams held under the previous settings are dropped (as a link change would).
+    pub fn set_conditioner(
+        &mut self,
+        conditioner: Option<LinkConditioner>,
+    ) -> Result<(), ClientError> {
+        if let Some(c) = &conditioner {
+            c.validate().map_err(ClientError::Conditioner)?;
+        }
+        self.cond = conditioner.and_then(|c| Conditioner::new(&c, u64::MAX));
+        Ok(())
     }
 
     /// When the handshake moved on to a server address of the other family (a token that

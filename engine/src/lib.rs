@@ -38,7 +38,7 @@ pub use ricochet_platform::BackendKind;
 pub use ricochet_proto::token::{ConnectToken, TokenKey};
 pub use ricochet_proto::{ChannelKind, CloseReason, Config, Peer, Refusal, SendError};
 pub use runtime::{
-    CorePinning, Handler, IdleStrategy, IoModel, RuntimeError, Server, ServerConfig, ServerContext,
-    SessionId,
+    CorePinning, GilbertElliott, Handler, IdleStrategy, Impairment, IoModel, LinkConditioner,
+    RateLimit, RuntimeError, Server, ServerConfig, ServerContext, SessionId,
 };
 pub use stats::{RecoveryStats, SessionStats};

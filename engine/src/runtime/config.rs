@@ -245,6 +245,9 @@ pub struct UdpServerConfig {
     /// sends (one kernel send for up to 64 datagrams) where the capability probe reports GSO.
     /// On by default; `false` sends datagram by datagram. What the peer receives is the same.
     pub gso: bool,
+    /// A link conditioner impairing every worker's traffic (off, `None`, by default); changed
+    /// at run time with `set_conditioner` on the server.
+    pub conditioner: Option<super::conditioner::LinkConditioner>,
 }
 
 impl UdpServerConfig {
@@ -271,6 +274,7 @@ impl UdpServerConfig {
             send_batch: 1024,
             steer_by_source_port: true,
             gso: true,
+            conditioner: None,
         }
     }
 
@@ -286,6 +290,9 @@ impl UdpServerConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<(), RuntimeError> {
+        if let Some(c) = &self.conditioner {
+            c.validate()?;
+        }
         if self.send_batch == 0 {
             return Err(RuntimeError::Config("send_batch must be at least 1".into()));
         }

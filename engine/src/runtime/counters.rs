@@ -48,6 +48,10 @@ pub struct WorkerCounters {
     /// Time spent working (loop turns, after each wait), in nanoseconds: its rate is the
     /// worker's busy fraction.
     pub busy_ns: u64,
+    /// Datagrams the link conditioner lost on purpose (at random or in bursts), both ways.
+    pub conditioner_lost: u64,
+    /// Datagrams the link conditioner dropped because its queue was full, both ways.
+    pub conditioner_queue_drops: u64,
 }
 
 /// Live counters of one worker, padded to its own cache lines.
@@ -70,6 +74,8 @@ pub(crate) struct CounterCell {
     ticks_late: AtomicU64,
     ticks_skipped: AtomicU64,
     tick_lateness_max_ns: AtomicU64,
+    conditioner_lost: AtomicU64,
+    conditioner_queue_drops: AtomicU64,
     /// How long each tick's handler ran.
     pub(crate) tick_duration: Hist<{ TICK_BOUNDS.len() }>,
     /// How late each tick ran after its due time.
@@ -101,6 +107,8 @@ impl Default for CounterCell {
             ticks_late: AtomicU64::new(0),
             ticks_skipped: AtomicU64::new(0),
             tick_lateness_max_ns: AtomicU64::new(0),
+            conditioner_lost: AtomicU64::new(0),
+            conditioner_queue_drops: AtomicU64::new(0),
             tick_duration: Hist::new(&TICK_BOUNDS),
             tick_lateness: Hist::new(&TICK_BOUNDS),
             busy_since: AtomicU64::new(0),
@@ -157,6 +165,9 @@ impl CounterCell {
         self.ticks_skipped.store(c.ticks_skipped, Relaxed);
         self.tick_lateness_max_ns
             .store(c.tick_lateness_max_ns, Relaxed);
+        self.conditioner_lost.store(c.conditioner_lost, Relaxed);
+        self.conditioner_queue_drops
+            .store(c.conditioner_queue_drops, Relaxed);
     }
 
     /// Read the last published snapshot.
@@ -180,6 +191,8 @@ impl CounterCell {
             ticks_late: self.ticks_late.load(Relaxed),
             ticks_skipped: self.ticks_skipped.load(Relaxed),
             tick_lateness_max_ns: self.tick_lateness_max_ns.load(Relaxed),
+            conditioner_lost: self.conditioner_lost.load(Relaxed),
+            conditioner_queue_drops: self.conditioner_queue_drops.load(Relaxed),
         }
     }
 }

@@ -10,6 +10,7 @@
 //!   [`CorePinning`] says);
 //! - `shared`: one socket served by N unpinned threads (the baseline it is measured against).
 
+pub(crate) mod conditioner;
 mod config;
 mod counters;
 mod error;
@@ -21,6 +22,7 @@ pub mod timer;
 mod udp;
 mod worker;
 
+pub use conditioner::{GilbertElliott, Impairment, LinkConditioner, RateLimit};
 pub use config::{CorePinning, IdleStrategy, IoModel, UdpServerConfig};
 pub use counters::WorkerCounters;
 pub use error::RuntimeError;

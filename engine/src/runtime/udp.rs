@@ -127,6 +127,15 @@ impl UdpServer {
         &self.workers.socket_info
     }
 
+    /// Turn the link conditioner on with new settings, or off with `None`, on every worker
+    /// (see [`UdpServerConfig::conditioner`]). Fails on invalid settings.
+    pub fn set_conditioner(
+        &self,
+        conditioner: Option<super::conditioner::LinkConditioner>,
+    ) -> Result<(), RuntimeError> {
+        self.workers.set_conditioner(conditioner)
+    }
+
     /// True while every worker runs. False once one has ended on its own: its handler
     /// panicked or its socket failed. The datagrams its socket receives are no longer
     /// handled, while the other workers carry on; [`Self::shutdown`] then returns why. A

@@ -20,6 +20,7 @@ use ricochet_platform::{
 
 use ricochet_proto::PrefetchStage;
 
+use super::conditioner::{Conditioner, ConditionerControl};
 use super::config::{IdleStrategy, IoModel, UdpServerConfig};
 use super::counters::{CounterCell, WorkerCounters};
 use super::error::RuntimeError;
@@ -47,6 +48,8 @@ pub struct UdpContext<'a> {
     pub(crate) tick: Option<u64>,
     /// How long after its due time the tick being run started (zero outside `on_tick`).
     pub(crate) tick_late: Duration,
+    /// The link conditioner, when on: a full batch is moved into its queue, not submitted.
+    pub(crate) cond: Option<&'a mut Conditioner>,
 }
 
 impl UdpContext<'_> {
@@ -104,7 +107,9 @@ impl UdpContext<'_> {
 
     fn make_room(&mut self) -> Result<(), platform::Error> {
         if self.send.is_full() {
-            if let Some(backend) = self.backend.as_deref_mut() {
+            if let Some(cond) = self.cond.as_deref_mut() {
+                cond.capture(self.now, self.send);
+            } else if let Some(backend) = self.backend.as_deref_mut() {
                 backend.flush(self.send)?;
             }
         }
@@ -273,6 +278,12 @@ struct Worker<S> {
     cell: Arc<CounterCell>,
     counters: WorkerCounters,
     settings: WorkerSettings,
+    /// The link conditioner: `None` when off (the hot path then pays one branch).
+    cond: Option<Box<Conditioner>>,
+    cond_ctl: Arc<ConditionerControl>,
+    cond_generation: u64,
+    /// Drops counted by earlier conditioners (lost, over the queue limit).
+    cond_base: (u64, u64),
 }
 
 impl<S: Service> Worker<S> {
@@ -298,6 +309,8 @@ impl<S: Service> Worker<S> {
             // Waiting from here until the poll returns: not a stuck turn.
             self.cell.set_busy(None);
             let stopping = self.stop.load(Ordering::Acquire);
+            // Before the timeout: what the conditioner takes from the batch sets its next due.
+            self.condition_sends(now);
             let mut timeout = if stopping {
                 Some(Duration::ZERO)
             } else {
@@ -323,6 +336,9 @@ impl<S: Service> Worker<S> {
             let outcome = self.backend.poll(&mut self.send, timeout)?;
             drained = outcome.received == 0;
             now = Instant::now();
+            if self.cond_ctl.generation() != self.cond_generation {
+                self.reload_conditioner();
+            }
             self.cell.set_busy(Some(now));
             self.counters.loop_turns += 1;
             if outcome.received > 0 {
@@ -350,6 +366,9 @@ impl<S: Service> Worker<S> {
                 std::thread::yield_now();
             }
             drain_batches = 0;
+            if self.cond.is_some() {
+                self.deliver_held(now);
+            }
             self.fire_timers(now);
             let service_done = {
                 let mut ctx = UdpContext {
@@ -360,6 +379,7 @@ impl<S: Service> Worker<S> {
                     send_errors: &mut self.counters.send_errors,
                     tick: None,
                     tick_late: Duration::ZERO,
+                    cond: self.cond.as_deref_mut(),
                 };
                 self.service.on_turn_end(&mut ctx);
                 stopping && self.service.on_stop(&mut ctx)
@@ -377,6 +397,15 @@ impl<S: Service> Worker<S> {
                 // Leave once the socket queue is drained, every received datagram was handled
                 // and the service is done, or when the stop takes too long.
                 if (outcome.received == 0 && service_done) || now >= limit {
+                    if let Some(mut cond) = self.cond.take() {
+                        self.send_all_held(&mut cond);
+                        let (lost, queue) = cond.drops();
+                        self.cond_base = (self.cond_base.0 + lost, self.cond_base.1 + queue);
+                        (
+                            self.counters.conditioner_lost,
+                            self.counters.conditioner_queue_drops,
+                        ) = self.cond_base;
+                    }
                     self.finish_sends(limit)?;
                     self.sync_counters();
                     return Ok(self.counters);
@@ -405,10 +434,13 @@ impl<S: Service> Worker<S> {
         {
             return Some(Duration::ZERO);
         }
-        let deadline = match (self.timers.next_deadline(), self.service.next_deadline()) {
+        let mut deadline = match (self.timers.next_deadline(), self.service.next_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        if let Some(due) = self.cond.as_ref().and_then(|c| c.next_due()) {
+            deadline = Some(deadline.map_or(due, |d| d.min(due)));
+        }
         deadline.map(|d| d.saturating_duration_since(now))
     }
 
@@ -435,6 +467,7 @@ impl<S: Service> Worker<S> {
                     send_errors: &mut self.counters.send_errors,
                     tick: None,
                     tick_late: Duration::ZERO,
+                    cond: self.cond.as_deref_mut(),
                 };
                 // Hints for the next two, so their connections' state is in cache by their turn.
                 for (ahead, stage) in [(1, PrefetchStage::Parts), (2, PrefetchStage::Connection)] {
@@ -443,16 +476,102 @@ impl<S: Service> Worker<S> {
                     }
                 }
                 for segment in d.segments() {
+                    if let Some(cond) = ctx.cond.as_deref_mut() {
+                        // Held, and handed to the service when due (`deliver_held`).
+                        cond.inbound.offer(now, d.src, segment);
+                        continue;
+                    }
                     self.service.on_datagram(&mut ctx, d.src, segment);
                     self.counters.datagrams_in += 1;
                     self.counters.bytes_in += segment.len() as u64;
                 }
             }
             if self.send.len() >= high_water {
+                self.condition_sends(now);
                 self.backend.flush(&mut self.send)?;
             }
         }
         Ok(())
+    }
+
+    /// With the conditioner on: move what the turn queued into its outbound queue and put
+    /// what is due back into the batch. Off: one branch.
+    fn condition_sends(&mut self, now: Instant) {
+        if let Some(cond) = self.cond.as_deref_mut() {
+            cond.capture(now, &mut self.send);
+            cond.release(now, &mut self.send);
+        }
+    }
+
+    /// Hand the held received datagrams that are due to the service.
+    fn deliver_held(&mut self, now: Instant) {
+        let Some(mut cond) = self.cond.take() else {
+            return;
+        };
+        while let Some(held) = cond.inbound.pop_due(now) {
+            let mut ctx = UdpContext {
+                worker: self.index,
+                now,
+                send: &mut self.send,
+                backend: Some(self.backend.as_mut()),
+                send_errors: &mut self.counters.send_errors,
+                tick: None,
+                tick_late: Duration::ZERO,
+                cond: Some(&mut cond),
+            };
+            self.service.on_datagram(&mut ctx, held.addr, &held.data);
+            self.counters.datagrams_in += 1;
+            self.counters.bytes_in += held.data.len() as u64;
+            cond.inbound.recycle(held);
+        }
+        self.cond = Some(cond);
+    }
+
+    /// Take the settings the server set since the last turn. Held datagrams of the previous
+    /// settings are delivered or sent at once (a change must not strand them).
+    fn reload_conditioner(&mut self) {
+        self.cond_generation = self.cond_ctl.generation();
+        let next = self
+            .cond_ctl
+            .get()
+            .and_then(|s| Conditioner::new(&s, self.index as u64));
+        if let Some(mut old) = self.cond.take() {
+            let far = Instant::now() + Duration::from_secs(3600);
+            let (lost, queue) = old.drops();
+            self.cond_base = (self.cond_base.0 + lost, self.cond_base.1 + queue);
+            while let Some(h) = old.inbound.pop_due(far) {
+                let mut ctx = UdpContext {
+                    worker: self.index,
+                    now: Instant::now(),
+                    send: &mut self.send,
+                    backend: Some(self.backend.as_mut()),
+                    send_errors: &mut self.counters.send_errors,
+                    tick: None,
+                    tick_late: Duration::ZERO,
+                    cond: None,
+                };
+                self.service.on_datagram(&mut ctx, h.addr, &h.data);
+            }
+            self.send_all_held(&mut old);
+        }
+        self.cond = next;
+        (
+            self.counters.conditioner_lost,
+            self.counters.conditioner_queue_drops,
+        ) = self.cond_base;
+    }
+
+    /// Put every outbound datagram `cond` holds into the batch now, due or not (a change of
+    /// settings, or the worker's last turn: the closes it sends must not be left behind).
+    fn send_all_held(&mut self, cond: &mut Conditioner) {
+        let far = Instant::now() + Duration::from_secs(3600);
+        cond.capture(Instant::now(), &mut self.send);
+        while let Some(h) = cond.outbound.pop_due(far) {
+            if self.send.is_full() {
+                let _ = self.backend.flush(&mut self.send);
+            }
+            let _ = self.send.push(h.addr, &h.data);
+        }
     }
 
     fn fire_timers(&mut self, now: Instant) {
@@ -471,6 +590,7 @@ impl<S: Service> Worker<S> {
             tick_late: self.tick.as_ref().map_or(Duration::ZERO, |g| {
                 now.saturating_duration_since(g.due(g.next))
             }),
+            cond: self.cond.as_deref_mut(),
         };
         self.service.on_tick(&mut ctx);
         self.cell.tick_duration.record(now.elapsed());
@@ -521,6 +641,11 @@ impl<S: Service> Worker<S> {
         if let Some(d) = self.backend.socket_drops() {
             self.counters.socket_drops = d;
         }
+        if let Some(c) = &self.cond {
+            let (lost, queue) = c.drops();
+            self.counters.conditioner_lost = self.cond_base.0 + lost;
+            self.counters.conditioner_queue_drops = self.cond_base.1 + queue;
+        }
         self.cell.publish(&self.counters);
     }
 }
@@ -541,6 +666,8 @@ pub(crate) struct WorkerSet {
     pub socket_info: Vec<SocketInfo>,
     stop: Arc<AtomicBool>,
     workers: Vec<WorkerHandle>,
+    /// The link conditioner's settings, read by every worker.
+    pub conditioner: Arc<ConditionerControl>,
 }
 
 /// Bind the sockets a configuration asks for: one per worker (`SO_REUSEPORT`, same port) for
@@ -611,6 +738,7 @@ impl WorkerSet {
             socket_info: sockets.iter().map(|s| s.info().clone()).collect(),
             stop: stop.clone(),
             workers: Vec::with_capacity(n),
+            conditioner: ConditionerControl::new(config.conditioner),
         };
         let settings = WorkerSettings::from_config(config);
         for (index, socket) in sockets.into_iter().enumerate() {
@@ -626,6 +754,7 @@ impl WorkerSet {
                 stop: stop.clone(),
                 cell: cell.clone(),
                 settings: settings.clone(),
+                cond_ctl: set.conditioner.clone(),
             };
             let thread = std::thread::Builder::new()
                 .name(format!("ricochet-w{index}"))
@@ -666,6 +795,22 @@ impl WorkerSet {
             }
         }
         Ok(set)
+    }
+
+    /// New link conditioner settings (or none) for every worker, from their next turn.
+    pub(crate) fn set_conditioner(
+        &self,
+        conditioner: Option<super::conditioner::LinkConditioner>,
+    ) -> Result<(), RuntimeError> {
+        if let Some(c) = &conditioner {
+            c.validate()?;
+        }
+        self.conditioner.set(conditioner);
+        for w in &self.workers {
+            // A worker asleep until its next deadline takes the change now.
+            let _ = w.waker.wake();
+        }
+        Ok(())
     }
 
     /// Number of workers.
@@ -770,6 +915,7 @@ struct SpawnArgs {
     stop: Arc<AtomicBool>,
     cell: Arc<CounterCell>,
     settings: WorkerSettings,
+    cond_ctl: Arc<ConditionerControl>,
 }
 
 /// Wakes a worker of the tick strategy, which sleeps parked until its tick.
@@ -851,6 +997,13 @@ impl SpawnArgs {
                 ..WorkerCounters::default()
             },
             settings: self.settings,
+            cond: self
+                .cond_ctl
+                .get()
+                .and_then(|c| Conditioner::new(&c, self.index as u64)),
+            cond_generation: self.cond_ctl.generation(),
+            cond_ctl: self.cond_ctl,
+            cond_base: (0, 0),
         }
         .run()
     }

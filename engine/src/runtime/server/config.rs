@@ -11,6 +11,7 @@ use ricochet_proto::{
 };
 
 use crate::profile::{with_channels, Profile};
+use crate::runtime::conditioner::LinkConditioner;
 use crate::runtime::config::{CorePinning, IdleStrategy, IoModel, UdpServerConfig};
 #[cfg(doc)]
 use {
@@ -152,6 +153,13 @@ impl ServerConfig {
     /// Change any protocol setting of every session (see [`Config`]).
     pub fn session(mut self, tune: impl FnOnce(&mut Config)) -> Self {
         tune(Arc::make_mut(&mut self.endpoint.connection));
+        self
+    }
+
+    /// Impair every session's traffic with a link conditioner (off by default); change it
+    /// while running with [`Server::set_conditioner`](super::Server::set_conditioner).
+    pub fn conditioner(mut self, conditioner: LinkConditioner) -> Self {
+        self.udp.conditioner = Some(conditioner);
         self
     }
 

@@ -83,6 +83,7 @@ pub struct Capacity {
 /// How often a drain looks at the session count.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
 use self::service::{unix_now, Core, EndpointSlot, RudpService, RTT_SAMPLE_BUFFER};
+use super::conditioner::LinkConditioner;
 use super::config::IoModel;
 use super::counters::WorkerCounters;
 use super::error::RuntimeError;
@@ -443,6 +444,16 @@ impl Server {
             previous: Some((old.clone(), until)),
         });
         Ok(())
+    }
+
+    /// Turn the link conditioner on with new settings, or off with `None`, on every worker
+    /// (endpoint-wide: every session alike). Datagrams held under the previous settings are
+    /// delivered or sent at once. Fails on invalid settings.
+    pub fn set_conditioner(
+        &self,
+        conditioner: Option<LinkConditioner>,
+    ) -> Result<(), RuntimeError> {
+        self.workers.set_conditioner(conditioner)
     }
 
     /// Token admission: the addresses clients reach this server at from now on (a token must

@@ -1,0 +1,726 @@
+//! A link conditioner: impairs a live endpoint's traffic (loss, bursts of loss, delay, jitter,
+//! reordering, duplication, a rate limit) so that a game can be played and tested under a bad
+//! link without a relay.
+//!
+//! The settings ([`LinkConditioner`]) are plain data; each worker (and each client) turns them
+//! into a [`Conditioner`] that holds the datagrams it delays in one time-ordered queue per
+//! direction. Off (the default) there is no conditioner at all: the hot path pays one branch on
+//! an `Option` and allocates nothing.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ricochet_platform::SendBatch;
+
+use super::error::RuntimeError;
+
+/// Bursts of loss after the Gilbert-Elliott two-state model: the link is either good (the
+/// direction's random [`Impairment::loss`] applies) or bad (`loss_in_burst` applies); each
+/// datagram first moves the link from good to bad with probability `enter`, or from bad to good
+/// with probability `exit`. The mean burst lasts `1 / exit` datagrams; the link is bad for a
+/// share `enter / (enter + exit)` of them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct GilbertElliott {
+    /// Probability per datagram of a good link turning bad (0.0 to 1.0).
+    pub enter: f64,
+    /// Probability per datagram of a bad link turning good (0.0 to 1.0; above 0).
+    pub exit: f64,
+    /// Loss probability while the link is bad (0.0 to 1.0).
+    pub loss_in_burst: f64,
+}
+
+impl GilbertElliott {
+    /// Bursts entered with probability `enter` per datagram, left with probability `exit`,
+    /// losing every datagram while they last.
+    pub fn new(enter: f64, exit: f64) -> Self {
+        GilbertElliott {
+            enter,
+            exit,
+            loss_in_burst: 1.0,
+        }
+    }
+
+    /// The loss probability while in a burst (1.0 unless set).
+    pub fn loss_in_burst(mut self, p: f64) -> Self {
+        self.loss_in_burst = p;
+        self
+    }
+}
+
+/// A token-bucket rate limit: datagrams leave at `bytes_per_second` once a burst of
+/// `burst_bytes` is spent; those that must wait are held, up to the conditioner's queue limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RateLimit {
+    /// Sustained rate in bytes per second (above 0).
+    pub bytes_per_second: u64,
+    /// Bytes that may pass at once after an idle time (the bucket's size).
+    pub burst_bytes: u64,
+}
+
+impl RateLimit {
+    /// `bytes_per_second` with a bucket of 16 KiB.
+    pub fn new(bytes_per_second: u64) -> Self {
+        RateLimit {
+            bytes_per_second,
+            burst_bytes: 16 * 1024,
+        }
+    }
+
+    /// The bucket's size in bytes.
+    pub fn burst_bytes(mut self, bytes: u64) -> Self {
+        self.burst_bytes = bytes;
+        self
+    }
+}
+
+/// The impairments of one direction. The default impairs nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[non_exhaustive]
+pub struct Impairment {
+    /// Probability that a datagram is lost at random (0.0 to 1.0).
+    pub loss: f64,
+    /// Bursts of loss (two-state model), on top of the random loss.
+    pub bursts: Option<GilbertElliott>,
+    /// Delay added to every datagram.
+    pub delay: Duration,
+    /// Extra delay drawn uniformly from zero to this, per datagram (which reorders datagrams
+    /// closer together than the jitter).
+    pub jitter: Duration,
+    /// Probability that a datagram is held `reorder_delay` longer than the others.
+    pub reorder: f64,
+    /// The extra delay of a reordered datagram.
+    pub reorder_delay: Duration,
+    /// Probability that a datagram is delivered twice (each copy delayed on its own).
+    pub duplicate: f64,
+    /// A rate limit, applied before the delay (a bottleneck, then the path).
+    pub rate: Option<RateLimit>,
+}
+
+impl Impairment {
+    /// Nothing impaired.
+    pub fn new() -> Self {
+        Impairment::default()
+    }
+    /// Random loss probability (0.0 to 1.0).
+    pub fn loss(mut self, p: f64) -> Self {
+        self.loss = p;
+        self
+    }
+    /// Bursts of loss.
+    pub fn bursts(mut self, bursts: GilbertElliott) -> Self {
+        self.bursts = Some(bursts);
+        self
+    }
+    /// Added delay.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+    /// Jitter: extra delay from zero to `jitter`.
+    pub fn jitter(mut self, jitter: Duration) -> Self {
+        self.jitter = jitter;
+        self
+    }
+    /// A share `p` of the datagrams held `extra` longer.
+    pub fn reorder(mut self, p: f64, extra: Duration) -> Self {
+        self.reorder = p;
+        self.reorder_delay = extra;
+        self
+    }
+    /// Duplication probability.
+    pub fn duplicate(mut self, p: f64) -> Self {
+        self.duplicate = p;
+        self
+    }
+    /// A rate limit.
+    pub fn rate(mut self, rate: RateLimit) -> Self {
+        self.rate = Some(rate);
+        self
+    }
+
+    /// True when this direction changes nothing.
+    pub fn is_none(&self) -> bool {
+        *self == Impairment::default()
+    }
+
+    fn validate(&self, direction: &str) -> Result<(), RuntimeError> {
+        let mut probs = vec![
+            ("loss", self.loss),
+            ("reorder", self.reorder),
+            ("duplicate", self.duplicate),
+        ];
+        if let Some(b) = self.bursts {
+            probs.extend([
+                ("bursts.enter", b.enter),
+                ("bursts.exit", b.exit),
+                ("bursts.loss_in_burst", b.loss_in_burst),
+            ]);
+            if b.exit <= 0.0 {
+                return Err(invalid(format!(
+                    "{direction}: bursts.exit must be above 0 (a burst must end)"
+                )));
+            }
+        }
+        for (name, p) in probs {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(invalid(format!(
+                    "{direction}: {name} is a probability from 0.0 to 1.0, got {p}"
+                )));
+            }
+        }
+        if let Some(r) = self.rate {
+            if r.bytes_per_second == 0 {
+                return Err(invalid(format!(
+                    "{direction}: rate.bytes_per_second must be above 0"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn invalid(message: String) -> RuntimeError {
+    RuntimeError::Config(format!("link conditioner: {message}"))
+}
+
+/// Link conditioner settings: the impairments of what an endpoint receives (`inbound`) and of
+/// what it sends (`outbound`), a seed for their random draws, and the most datagrams held per
+/// direction (beyond it a datagram is dropped and counted).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
+pub struct LinkConditioner {
+    /// What the endpoint receives.
+    pub inbound: Impairment,
+    /// What the endpoint sends.
+    pub outbound: Impairment,
+    /// Seed of the random draws (each worker adds its index).
+    pub seed: u64,
+    /// Most datagrams held per direction; more are dropped (counted as queue drops).
+    pub queue_limit: usize,
+}
+
+impl Default for LinkConditioner {
+    fn default() -> Self {
+        LinkConditioner {
+            inbound: Impairment::default(),
+            outbound: Impairment::default(),
+            seed: 0x5eed,
+            queue_limit: 16_384,
+        }
+    }
+}
+
+impl LinkConditioner {
+    /// The same impairment both ways (so an added delay counts twice in a round trip).
+    pub fn symmetric(each_way: Impairment) -> Self {
+        LinkConditioner {
+            inbound: each_way,
+            outbound: each_way,
+            ..LinkConditioner::default()
+        }
+    }
+
+    /// Different impairments for what is received and what is sent.
+    pub fn new(inbound: Impairment, outbound: Impairment) -> Self {
+        LinkConditioner {
+            inbound,
+            outbound,
+            ..LinkConditioner::default()
+        }
+    }
+
+    /// The seed of the random draws.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// The most datagrams held per direction.
+    pub fn queue_limit(mut self, datagrams: usize) -> Self {
+        self.queue_limit = datagrams;
+        self
+    }
+
+    /// True when neither direction changes anything.
+    pub fn is_none(&self) -> bool {
+        self.inbound.is_none() && self.outbound.is_none()
+    }
+
+    /// Check the settings: probabilities within 0.0 to 1.0, a burst that ends, a rate above 0.
+    pub fn validate(&self) -> Result<(), RuntimeError> {
+        self.inbound.validate("inbound")?;
+        self.outbound.validate("outbound")?;
+        if self.queue_limit == 0 {
+            return Err(invalid("queue_limit must be above 0".into()));
+        }
+        Ok(())
+    }
+}
+
+/// What a conditioner did to one direction's datagrams.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ConditionerStats {
+    /// Datagrams that came in.
+    pub(crate) offered: u64,
+    /// Lost at random or in a burst.
+    pub(crate) lost: u64,
+    /// Dropped because the queue was full.
+    pub(crate) queue_drops: u64,
+    /// Extra copies made.
+    pub(crate) duplicated: u64,
+    /// Released (delivered or handed to the send batch).
+    pub(crate) released: u64,
+}
+
+/// SplitMix64: small, seedable, and good enough for impairment draws (not for secrets).
+#[derive(Debug, Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.unit() < p
+    }
+    fn upto(&mut self, d: Duration) -> Duration {
+        if d.is_zero() {
+            Duration::ZERO
+        } else {
+            d.mul_f64(self.unit())
+        }
+    }
+}
+
+/// One datagram held until `due`.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub due: Instant,
+    seq: u64,
+    pub addr: SocketAddr,
+    pub data: Vec<u8>,
+}
+
+impl PartialEq for Held {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due, self.seq) == (other.due, other.seq)
+    }
+}
+impl Eq for Held {}
+impl PartialOrd for Held {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Held {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.due, self.seq).cmp(&(other.due, other.seq))
+    }
+}
+
+/// One direction's state: its settings, random draws, burst state, bucket and queue.
+#[derive(Debug)]
+pub(crate) struct Direction {
+    imp: Impairment,
+    rng: Rng,
+    in_burst: bool,
+    /// The rate limit's theoretical arrival time (GCRA form of the token bucket).
+    tat: Option<Instant>,
+    queue: BinaryHeap<Reverse<Held>>,
+    limit: usize,
+    seq: u64,
+    /// Buffers of released datagrams, reused for the next held ones.
+    spare: Vec<Vec<u8>>,
+    pub stats: ConditionerStats,
+}
+
+impl Direction {
+    fn new(imp: Impairment, seed: u64, limit: usize) -> Self {
+        Direction {
+            imp,
+            rng: Rng(seed),
+            in_burst: false,
+            tat: None,
+            queue: BinaryHeap::new(),
+            limit,
+            seq: 0,
+            spare: Vec::new(),
+            stats: ConditionerStats::default(),
+        }
+    }
+
+    /// Take one datagram at `now`: drop it, or hold it (and maybe a copy) until it is due.
+    pub fn offer(&mut self, now: Instant, addr: SocketAddr, data: &[u8]) {
+        self.stats.offered += 1;
+        let imp = self.imp;
+        let mut p_loss = imp.loss;
+        if let Some(b) = imp.bursts {
+            let flip = if self.in_burst { b.exit } else { b.enter };
+            if self.rng.chance(flip) {
+                self.in_burst = !self.in_burst;
+            }
+            if self.in_burst {
+                // Both causes act independently: lost if either loses it.
+                p_loss = 1.0 - (1.0 - p_loss) * (1.0 - b.loss_in_burst);
+            }
+        }
+        if self.rng.chance(p_loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        let copies = if self.rng.chance(imp.duplicate) { 2 } else { 1 };
+        for copy in 0..copies {
+            if self.queue.len() >= self.limit {
+                self.stats.queue_drops += 1;
+                return;
+            }
+            let mut leave = now;
+            if let Some(r) = imp.rate {
+                let per_byte_ns = 1e9 / r.bytes_per_second as f64;
+                let cost = Duration::from_nanos((data.len() as f64 * per_byte_ns) as u64);
+                let tau = Duration::from_nanos((r.burst_bytes as f64 * per_byte_ns) as u64);
+                let tat = self.tat.unwrap_or(now).max(now);
+                leave = now.max(tat.checked_sub(tau).unwrap_or(now));
+                self.tat = Some(tat + cost);
+            }
+            let mut due = leave + imp.delay + self.rng.upto(imp.jitter);
+            if self.rng.chance(imp.reorder) {
+                due += imp.reorder_delay;
+            }
+            if copy == 1 {
+                self.stats.duplicated += 1;
+            }
+            let mut buf = self.spare.pop().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(data);
+            self.seq += 1;
+            self.queue.push(Reverse(Held {
+                due,
+                seq: self.seq,
+                addr,
+                data: buf,
+            }));
+        }
+    }
+
+    /// The next datagram due at or before `now`, oldest due first.
+    pub fn pop_due(&mut self, now: Instant) -> Option<Held> {
+        if self.queue.peek()?.0.due > now {
+            return None;
+        }
+        self.stats.released += 1;
+        self.queue.pop().map(|r| r.0)
+    }
+
+    /// Give a released datagram's buffer back for reuse.
+    pub fn recycle(&mut self, held: Held) {
+        if self.spare.len() < 256 {
+            self.spare.push(held.data);
+        }
+    }
+
+    /// When the next held datagram is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.queue.peek().map(|r| r.0.due)
+    }
+
+    /// Datagrams held.
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+/// A live conditioner: both directions' state, for one worker or one client.
+#[derive(Debug)]
+pub(crate) struct Conditioner {
+    pub inbound: Direction,
+    pub outbound: Direction,
+}
+
+impl Conditioner {
+    /// The conditioner for `settings`, with `salt` mixed into the seed (a worker's index); `None`
+    /// when the settings impair nothing.
+    pub fn new(settings: &LinkConditioner, salt: u64) -> Option<Box<Conditioner>> {
+        if settings.is_none() {
+            return None;
+        }
+        let seed = settings.seed ^ salt.wrapping_mul(0xA24B_AED4_963E_E407);
+        Some(Box::new(Conditioner {
+            inbound: Direction::new(settings.inbound, seed, settings.queue_limit),
+            outbound: Direction::new(
+                settings.outbound,
+                seed ^ 0x0F0F_0F0F_0F0F_0F0F,
+                settings.queue_limit,
+            ),
+        }))
+    }
+
+    /// Move every datagram queued in `batch` into the outbound queue (GSO runs datagram by
+    /// datagram), leaving `batch` empty.
+    pub fn capture(&mut self, now: Instant, batch: &mut SendBatch) {
+        for i in 0..batch.pending().len() {
+            let e = batch.pending()[i];
+            let payload = batch.payload(&e);
+            match e.segment_size {
+                Some(s) if s > 0 => {
+                    for seg in payload.chunks(s as usize) {
+                        self.outbound.offer(now, e.dst, seg);
+                    }
+                }
+                _ => self.outbound.offer(now, e.dst, payload),
+            }
+        }
+        batch.clear();
+    }
+
+    /// Put the outbound datagrams due by `now` into `batch`, as many as it takes.
+    pub fn release(&mut self, now: Instant, batch: &mut SendBatch) {
+        while !batch.is_full() {
+            let Some(h) = self.outbound.pop_due(now) else {
+                break;
+            };
+            // A datagram the batch refuses (too large for its destination) is dropped, as the
+            // socket would have refused it.
+            let _ = batch.push(h.addr, &h.data);
+            self.outbound.recycle(h);
+        }
+    }
+
+    /// The earliest time a held datagram (either way) is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        match (self.inbound.next_due(), self.outbound.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Datagrams dropped so far: lost (at random or in bursts) and over the queue limit.
+    pub fn drops(&self) -> (u64, u64) {
+        (
+            self.inbound.stats.lost + self.outbound.stats.lost,
+            self.inbound.stats.queue_drops + self.outbound.stats.queue_drops,
+        )
+    }
+}
+
+/// Settings shared between a server and its workers: a change bumps the generation, which
+/// each worker compares once per loop turn.
+#[derive(Debug, Default)]
+pub(crate) struct ConditionerControl {
+    generation: AtomicU64,
+    settings: Mutex<Option<LinkConditioner>>,
+}
+
+impl ConditionerControl {
+    pub fn new(initial: Option<LinkConditioner>) -> Arc<Self> {
+        Arc::new(ConditionerControl {
+            generation: AtomicU64::new(0),
+            settings: Mutex::new(initial),
+        })
+    }
+
+    pub fn set(&self, settings: Option<LinkConditioner>) {
+        if let Ok(mut s) = self.settings.lock() {
+            *s = settings;
+        }
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn get(&self) -> Option<LinkConditioner> {
+        self.settings.lock().ok().and_then(|s| *s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr() -> SocketAddr {
+        "127.0.0.1:9".parse().unwrap()
+    }
+
+    /// Offer `n` datagrams one per millisecond of virtual time, then drain; returns the delays
+    /// of the released ones in release order (as the sequence numbers carried in the payload).
+    fn run(imp: Impairment, n: u32) -> (Direction, Vec<(u32, Duration)>) {
+        let mut d = Direction::new(imp, 42, 1 << 20);
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        let mut sent_at = Vec::new();
+        for i in 0..n {
+            let now = t0 + Duration::from_millis(i as u64);
+            sent_at.push(now);
+            d.offer(now, addr(), &i.to_le_bytes());
+            while let Some(h) = d.pop_due(now) {
+                let k = u32::from_le_bytes(h.data[..4].try_into().unwrap());
+                out.push((k, now - sent_at[k as usize]));
+                d.recycle(h);
+            }
+        }
+        let mut now = t0 + Duration::from_millis(n as u64);
+        while let Some(due) = d.next_due() {
+            now = now.max(due);
+            while let Some(h) = d.pop_due(now) {
+                let k = u32::from_le_bytes(h.data[..4].try_into().unwrap());
+                out.push((k, h.due - sent_at[k as usize]));
+                d.recycle(h);
+            }
+        }
+        (d, out)
+    }
+
+    #[test]
+    fn off_settings_build_no_conditioner() {
+        assert!(LinkConditioner::default().is_none());
+        assert!(Conditioner::new(&LinkConditioner::default(), 0).is_none());
+        assert!(Conditioner::new(&LinkConditioner::default().seed(7), 3).is_none());
+    }
+
+    #[test]
+    fn random_loss_matches_its_probability() {
+        let (d, out) = run(Impairment::new().loss(0.05), 20_000);
+        let lost = d.stats.lost as f64 / 20_000.0;
+        assert!((0.045..0.055).contains(&lost), "lost {lost}");
+        assert_eq!(out.len() as u64 + d.stats.lost, 20_000);
+    }
+
+    #[test]
+    fn delay_and_jitter_bound_every_datagram() {
+        let imp = Impairment::new()
+            .delay(Duration::from_millis(50))
+            .jitter(Duration::from_millis(10));
+        let (_, out) = run(imp, 2_000);
+        assert_eq!(out.len(), 2_000);
+        for &(_, delay) in &out {
+            assert!(delay >= Duration::from_millis(50) && delay <= Duration::from_millis(60));
+        }
+        // 10 ms of jitter at one datagram per ms reorders some.
+        assert!(out.windows(2).any(|w| w[1].0 < w[0].0));
+    }
+
+    #[test]
+    fn without_jitter_order_is_kept_and_reorder_moves_a_share_back() {
+        let (_, out) = run(Impairment::new().delay(Duration::from_millis(5)), 1_000);
+        assert!(out.windows(2).all(|w| w[0].0 < w[1].0));
+        let imp = Impairment::new()
+            .delay(Duration::from_millis(5))
+            .reorder(0.1, Duration::from_millis(20));
+        let (_, out) = run(imp, 10_000);
+        let late = out
+            .iter()
+            .filter(|(_, d)| *d == Duration::from_millis(25))
+            .count();
+        assert!((900..1_100).contains(&late), "late {late}");
+    }
+
+    #[test]
+    fn duplication_makes_copies() {
+        let (d, out) = run(Impairment::new().duplicate(0.1), 10_000);
+        assert_eq!(out.len() as u64, 10_000 + d.stats.duplicated);
+        assert!((900..1_100).contains(&d.stats.duplicated));
+    }
+
+    #[test]
+    fn bursts_follow_the_two_state_model() {
+        // Mean burst 1/0.25 = 4 datagrams; bad for 0.01/(0.01+0.25) ≈ 3.8 % of them.
+        let (d, out) = run(
+            Impairment::new().bursts(GilbertElliott::new(0.01, 0.25)),
+            50_000,
+        );
+        let lost = d.stats.lost as f64 / 50_000.0;
+        assert!((0.03..0.047).contains(&lost), "lost {lost}");
+        // Losses come in runs: the mean run of consecutive losses is well above one.
+        let got: Vec<u32> = out.iter().map(|o| o.0).collect();
+        let mut runs = 0;
+        let mut prev = 0u32;
+        for &k in &got {
+            if k > prev + 1 {
+                runs += 1;
+            }
+            prev = k;
+        }
+        let mean_run = d.stats.lost as f64 / runs as f64;
+        assert!(mean_run > 3.0, "mean run {mean_run}");
+    }
+
+    #[test]
+    fn rate_limit_spaces_datagrams_after_the_burst_and_bounds_the_queue() {
+        // 100-byte datagrams at 10 kB/s: one per 10 ms once the 1000-byte bucket is spent.
+        let mut d = Direction::new(
+            Impairment::new().rate(RateLimit::new(10_000).burst_bytes(1_000)),
+            1,
+            50,
+        );
+        let t0 = Instant::now();
+        for _ in 0..100 {
+            d.offer(t0, addr(), &[0u8; 100]);
+        }
+        assert_eq!(d.held(), 50);
+        assert_eq!(d.stats.queue_drops, 50);
+        let mut dues = Vec::new();
+        while let Some(due) = d.next_due() {
+            let h = d.pop_due(due).unwrap();
+            dues.push(h.due - t0);
+        }
+        assert!(dues[..11].iter().all(|d| d.is_zero()));
+        assert_eq!(dues[11], Duration::from_millis(10));
+        assert_eq!(dues[49], Duration::from_millis(390));
+    }
+
+    #[test]
+    fn capture_and_release_keep_the_bytes_and_destination() {
+        let c = LinkConditioner::new(
+            Impairment::new(),
+            Impairment::new().delay(Duration::from_millis(1)),
+        );
+        let mut cond = Conditioner::new(&c, 0).unwrap();
+        let mut batch = SendBatch::new(8);
+        batch.push(addr(), b"hello").unwrap();
+        let t0 = Instant::now();
+        cond.capture(t0, &mut batch);
+        assert!(batch.is_empty());
+        cond.release(t0, &mut batch);
+        assert!(batch.is_empty());
+        assert_eq!(cond.next_due(), Some(t0 + Duration::from_millis(1)));
+        cond.release(t0 + Duration::from_millis(1), &mut batch);
+        let e = batch.pending()[0];
+        assert_eq!((e.dst, batch.payload(&e)), (addr(), &b"hello"[..]));
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        assert!(LinkConditioner::symmetric(Impairment::new().loss(1.5))
+            .validate()
+            .is_err());
+        assert!(LinkConditioner::symmetric(
+            Impairment::new().bursts(GilbertElliott::new(0.1, 0.0))
+        )
+        .validate()
+        .is_err());
+        assert!(LinkConditioner::default()
+            .queue_limit(0)
+            .validate()
+            .is_err());
+        assert!(LinkConditioner::symmetric(Impairment::new().loss(0.05))
+            .validate()
+            .is_ok());
+    }
+}
