@@ -62,6 +62,7 @@ pub(super) fn render(cx: &mut Ctx) -> Result<()> {
     many_sessions(cx, &mut body);
     game_tick(cx, &mut body)?;
     security_cost(cx, &mut body);
+    other_languages(cx, &mut body);
     cx.section(FRONT_SECTION, body);
     Ok(())
 }
@@ -482,5 +483,48 @@ fn security_cost(cx: &mut Ctx, body: &mut String) {
         1,
         &rows,
     ));
+    body.push('\n');
+}
+
+/// The C and C# clients (through the C ABI) against the Rust client, one server, one run.
+fn other_languages(cx: &mut Ctx, body: &mut String) {
+    body.push_str("## Clients in C and C# (the C ABI)\n\n");
+    let newest = cx.inputs.files.iter().rev().find_map(|(p, i)| match i {
+        Input::Ffi(v) => Some((p.clone(), v.clone())),
+        _ => None,
+    });
+    let Some((path, v)) = newest else {
+        body.push_str("No `bench ffi` result yet.\n\n");
+        return;
+    };
+    let _ = write!(
+        body,
+        "{} clients × {} in flight × {} B echoed by one Rust server, direct; each client kind \
+         in a process of its own, the kinds alternated, median of the rounds.\n\n",
+        num(&v, "clients").map_or("-".into(), int),
+        num(&v, "window").map_or("-".into(), int),
+        num(&v, "payload").map_or("-".into(), int),
+    );
+    body.push_str(&source(
+        &path,
+        v.get("command").and_then(Value::as_str).unwrap_or(""),
+    ));
+    let rows: Vec<Vec<String>> = v
+        .get("kinds")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|k| {
+            vec![
+                k.get("kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or("-")
+                    .to_string(),
+                num(k, "median_round_trips_per_s").map_or("-".into(), int),
+                num(k, "ratio_to_rust").map_or("-".into(), |r| format!("{r:.2}×")),
+            ]
+        })
+        .collect();
+    body.push_str(&md_table(&["client", "round trips/s", "× Rust"], 1, &rows));
     body.push('\n');
 }

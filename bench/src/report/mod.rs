@@ -55,6 +55,8 @@ pub enum Input {
     Fec(Value),
     /// `bench crypto` packet protection timings.
     Crypto(Value),
+    /// `bench ffi`: the Rust, C and C# clients side by side.
+    Ffi(Value),
     /// The gate baseline (simulated echo metrics).
     Gate(Baseline),
 }
@@ -123,6 +125,13 @@ pub fn classify(text: &str) -> Result<Input, String> {
             Ok(Input::Crypto(v))
         } else {
             Err("crypto without results".into())
+        };
+    }
+    if v.get("kind").and_then(Value::as_str) == Some("ffi") {
+        return if v.get("kinds").and_then(Value::as_array).is_some() {
+            Ok(Input::Ffi(v))
+        } else {
+            Err("ffi without kinds".into())
         };
     }
     let kind = v

@@ -163,7 +163,7 @@ fn environment(cx: &mut Ctx) {
                     }),
                 ]
             }
-            Input::Crypto(v) => vec![
+            Input::Crypto(v) | Input::Ffi(v) => vec![
                 format!("`{path}`"),
                 text(v, "created_utc").into(),
                 v.get("host")
