@@ -322,3 +322,35 @@ fn a_real_prometheus_scrapes_sessions_and_the_rtt_histogram() {
     srv.shutdown().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client that trickles its request a byte at a time holds the one-at-a-time endpoint for
+/// its request deadline at most, not for as long as it keeps sending: probes still answer.
+#[test]
+fn a_trickling_client_does_not_hold_the_probes() {
+    let srv = server(1);
+    let addr = srv.metrics_addr().expect("metrics on");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let trickle = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        // 20 s of one byte every 250 ms, never finishing the head (well under 8 KiB).
+        for _ in 0..80 {
+            if flag.load(std::sync::atomic::Ordering::Relaxed) || s.write_all(b"X").is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300)); // the trickler is being served now
+    let started = Instant::now();
+    let (status, _) = get(addr, "/healthz");
+    let waited = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    trickle.join().unwrap();
+    assert_eq!(status, 200);
+    // The request deadline is 2 s; without it the probe waited the whole 20 s.
+    assert!(
+        waited < Duration::from_secs(8),
+        "the probe waited {waited:?}"
+    );
+}

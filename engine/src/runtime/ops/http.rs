@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::registry::Registry;
 
@@ -17,7 +17,7 @@ use super::{Ops, SessionRow};
 
 /// How often the accept loop looks at its stop flag while no one connects.
 const ACCEPT_POLL: Duration = Duration::from_millis(50);
-/// Longest a client may take to send its request (or read the answer).
+/// Longest a client may take to send its whole request head (and, again, to read the answer).
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest request head read; longer ones are answered 431.
 const MAX_HEAD: usize = 8192;
@@ -82,11 +82,18 @@ impl Drop for MetricsServer {
     }
 }
 
-/// Read one request head; `None` when it is too long or the client went away.
-fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
+/// Read one request head; `None` when it is too long or the client went away. The whole head
+/// must arrive by `deadline` (not each read: a client trickling a byte a second would otherwise
+/// hold this one-at-a-time thread, and with it every probe and scrape, for hours).
+fn read_head(stream: &mut TcpStream, deadline: Instant) -> std::io::Result<Option<String>> {
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        stream.set_read_timeout(Some(left))?;
         let n = stream.read(&mut chunk)?;
         if n == 0 {
             return Ok(None);
@@ -103,9 +110,9 @@ fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<String>> {
 
 fn serve(mut stream: TcpStream, registry: &Registry, ops: &Ops) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    let deadline = Instant::now() + IO_TIMEOUT;
     stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let Some(head) = read_head(&mut stream)? else {
+    let Some(head) = read_head(&mut stream, deadline)? else {
         return respond(&mut stream, 431, "text/plain", "request head too large\n");
     };
     let mut parts = head.split_whitespace();
