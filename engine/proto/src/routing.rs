@@ -45,13 +45,13 @@ pub trait Router: Send + fmt::Debug {
     /// default) lets the endpoint apply `limits` to its own sessions; `Some(Ok(()))` admits the
     /// session and counts it, `Some(Err(reason))` refuses it with `reason` (which the client
     /// receives). An embedder that serves one address with several endpoints counts here
-    /// across all of them, so [`ServerConfig::max_sessions`](crate::ServerConfig::max_sessions)
-    /// and [`ServerConfig::max_sessions_per_address`](crate::ServerConfig::max_sessions_per_address)
+    /// across all of them, so [`ListenConfig::max_sessions`](crate::ListenConfig::max_sessions)
+    /// and [`ListenConfig::max_sessions_per_address`](crate::ListenConfig::max_sessions_per_address)
     /// hold per server rather than per endpoint.
     fn admit_session(
         &mut self,
         ip: IpAddr,
-        limits: &crate::ServerConfig,
+        limits: &crate::ListenConfig,
     ) -> Option<Result<(), CloseReason>> {
         let _ = (ip, limits);
         None

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use ricochet_platform as platform;
 use ricochet_proto::wire::{self, PacketType};
-use ricochet_proto::{CloseReason, ConnectionId, Router, ServerConfig as ListenConfig};
+use ricochet_proto::{CloseReason, ConnectionId, ListenConfig, Router};
 
 /// Offset in a connection packet of the byte whose bit 0 says the destination cid carries its
 /// owner worker's index (bit 8 of the cid's upper half).
@@ -306,7 +306,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Instant;
 
-    use ricochet_proto::{Config, DropCause, Endpoint, EndpointConfig, ServerConfig};
+    use ricochet_proto::{Config, DropCause, Endpoint, EndpointConfig, ListenConfig};
 
     use super::*;
 
@@ -319,7 +319,7 @@ mod tests {
             w,
             placement,
             &SessionLimits::default(),
-            ServerConfig::insecure(),
+            ListenConfig::insecure(),
             now,
         )
     }
@@ -328,7 +328,7 @@ mod tests {
         w: u8,
         placement: &Placement,
         admission: &SessionLimits,
-        limits: ServerConfig,
+        limits: ListenConfig,
         now: Instant,
     ) -> Endpoint {
         let cfg = EndpointConfig::default().with(|c| {
@@ -400,7 +400,7 @@ mod tests {
         let now = Instant::now();
         let placement = Placement::new(2);
         let admission = SessionLimits::default();
-        let mut limits = ServerConfig::insecure();
+        let mut limits = ListenConfig::insecure();
         limits.max_sessions_per_address = 3;
         limits.max_sessions = 4;
         let mut workers: Vec<Endpoint> = (0..2u8)

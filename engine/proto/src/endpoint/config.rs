@@ -1,4 +1,4 @@
-//! The endpoint's settings ([`EndpointConfig`], and [`ServerConfig`] for the listening side)
+//! The endpoint's settings ([`EndpointConfig`], and [`ListenConfig`] for the listening side)
 //! and its counters ([`EndpointStats`]).
 
 use std::sync::Arc;
@@ -9,17 +9,20 @@ use crate::admission::Admission;
 use crate::{CloseReason, Endpoint, Event, Router, SessionKeys};
 use crate::{Config, DropCounters};
 
-/// Listening-side settings. There is no default: a server admits clients by connect token
-/// ([`ServerConfig::tokens`]) or, for LAN play and local tests, insecurely
-/// ([`ServerConfig::insecure`]), and says which. The default limits admit a thousand players
+/// Listening-side settings of one [`Endpoint`] (in [`EndpointConfig::server`]): admission,
+/// session limits, the handshake budget and the cookie keys. The `ricochet` runtime's
+/// `ServerConfig` (sockets, workers and all) holds one, and writes its builder's limits into
+/// it. There is no default: a server admits clients by connect token
+/// ([`ListenConfig::tokens`]) or, for LAN play and local tests, insecurely
+/// ([`ListenConfig::insecure`]), and says which. The default limits admit a thousand players
 /// behind one address (a NAT, a LAN event, a load test) connecting at once, twice over.
 ///
-/// `#[non_exhaustive]`: start from [`ServerConfig::tokens`], [`ServerConfig::insecure`] or
-/// [`ServerConfig::new`] and change fields (or use [`ServerConfig::with`]), so a new setting
+/// `#[non_exhaustive]`: start from [`ListenConfig::tokens`], [`ListenConfig::insecure`] or
+/// [`ListenConfig::new`] and change fields (or use [`ListenConfig::with`]), so a new setting
 /// is not a breaking change.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
-pub struct ServerConfig {
+pub struct ListenConfig {
     /// How clients are admitted.
     pub admission: Admission,
     /// When true, a client that passed every check waits for the application: the endpoint
@@ -50,12 +53,12 @@ pub struct ServerConfig {
     pub key_rotation: Duration,
 }
 
-impl ServerConfig {
+impl ListenConfig {
     /// A server that admits clients as `admission` says, with the default limits: 16,384
     /// sessions, 2,048 per source IP, 4,096 proven handshakes per IP per second, 10 s cookies,
     /// 30 s cookie key rotation, no accept hook.
     pub fn new(admission: Admission) -> Self {
-        ServerConfig {
+        ListenConfig {
             admission,
             accept_hook: false,
             max_sessions: 16_384,
@@ -77,7 +80,7 @@ impl ServerConfig {
     }
 
     /// This configuration with `tune` applied:
-    /// `ServerConfig::insecure().with(|s| s.accept_hook = true)`.
+    /// `ListenConfig::insecure().with(|s| s.accept_hook = true)`.
     pub fn with(mut self, tune: impl FnOnce(&mut Self)) -> Self {
         tune(&mut self);
         self
@@ -89,10 +92,10 @@ impl ServerConfig {
 /// [`EndpointConfig::with`].
 ///
 /// ```
-/// use ricochet_proto::{Config, EndpointConfig, ServerConfig};
+/// use ricochet_proto::{Config, EndpointConfig, ListenConfig};
 /// use std::sync::Arc;
 ///
-/// let server = EndpointConfig::server(ServerConfig::insecure())
+/// let server = EndpointConfig::server(ListenConfig::insecure())
 ///     .with(|e| e.connection = Arc::new(Config::competitive()));
 /// assert!(server.server.is_some());
 /// ```
@@ -102,7 +105,7 @@ pub struct EndpointConfig {
     /// Settings of every connection.
     pub connection: Arc<Config>,
     /// `Some` to accept incoming handshakes.
-    pub server: Option<ServerConfig>,
+    pub server: Option<ListenConfig>,
     /// Bytes all connections together may hold in reassembly, beyond the first 16 KiB each
     /// connection holds of its own: a few sessions that fill this budget (peers that send
     /// fragments and never the message they wait for) still leave every other session room
@@ -135,7 +138,7 @@ pub struct EndpointConfig {
 
 impl EndpointConfig {
     /// The defaults, accepting handshakes as `server` says.
-    pub fn server(server: ServerConfig) -> Self {
+    pub fn server(server: ListenConfig) -> Self {
         Self::default().with(|e| e.server = Some(server))
     }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::Rng;
 
-use super::{ConnectionHandle, Endpoint, ServerConfig};
+use super::{ConnectionHandle, Endpoint, ListenConfig};
 use crate::admission::{
     tags_equal, HandshakeKeys, LedgerRefusal, Peer, Recorded, Refusal, ResetKey, TokenLedger,
 };
@@ -91,7 +91,7 @@ impl Endpoint {
     ///
     /// The endpoints of one server's workers share both, so a cookie echo that reaches another
     /// worker than the one that issued the challenge is still accepted. Keys rotate as before:
-    /// each [`ServerConfig::key_rotation`] period derives its own key from the secret, and the
+    /// each [`ListenConfig::key_rotation`] period derives its own key from the secret, and the
     /// previous period's key stays valid for one more period.
     pub fn set_cookie_secret(&mut self, base: Instant, secret: [u8; 32]) {
         self.base = base;
@@ -100,7 +100,7 @@ impl Endpoint {
     }
 
     /// Accept a client the endpoint reported with [`Event::Incoming`] (with
-    /// [`ServerConfig::accept_hook`]): it learns it is in, and [`Event::Connected`] follows.
+    /// [`ListenConfig::accept_hook`]): it learns it is in, and [`Event::Connected`] follows.
     pub fn accept(&mut self, h: ConnectionHandle) {
         if let Some(idx) = self.index_of(h) {
             if let Some(c) = self.slots[idx as usize].conn.as_mut() {
@@ -217,7 +217,7 @@ impl Endpoint {
     }
 
     /// The listening side's settings; `handle_hello` has checked there are some.
-    fn listening(&self) -> Result<&ServerConfig, DropCause> {
+    fn listening(&self) -> Result<&ListenConfig, DropCause> {
         self.cfg.server.as_ref().ok_or(DropCause::NotListening)
     }
 
@@ -621,7 +621,7 @@ impl Endpoint {
         (e == current || e + 1 == current).then(|| self.epoch_key(e))
     }
 
-    fn key_period(server: &ServerConfig) -> u64 {
+    fn key_period(server: &ListenConfig) -> u64 {
         server.key_rotation.as_millis().max(1) as u64
     }
 

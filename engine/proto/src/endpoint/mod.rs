@@ -8,7 +8,7 @@
 //! the stateless reply queue), the datagram dispatch, `poll_transmit` and the bookkeeping after
 //! each call into a connection. The rooms:
 //!
-//! - `config`: `EndpointConfig`, `ServerConfig` (the listening side's limits), `EndpointStats`.
+//! - `config`: `EndpointConfig`, `ListenConfig` (the listening side's limits), `EndpointStats`.
 //! - `handshake`: the stateless cookie (hello, challenge, cookie echo), token admission, the
 //!   session limits and the per-address handshake budget, the accept and refusals, the
 //!   application's accept hook.
@@ -46,7 +46,7 @@ mod slots;
 mod tests;
 mod timer;
 
-pub use config::{EndpointConfig, EndpointStats, ServerConfig, DEFAULT_TRANSMIT_BURST};
+pub use config::{EndpointConfig, EndpointStats, ListenConfig, DEFAULT_TRANSMIT_BURST};
 use handshake::TokenState;
 use slots::{Slot, MAX_SLOTS};
 
