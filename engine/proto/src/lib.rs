@@ -155,7 +155,7 @@ pub type ServerConfig = ListenConfig;
 pub use keys::SessionKeys;
 pub use prefetch::{prefetch, PrefetchStage};
 pub use protect::{NumberSpace, PacketKey, ReplayWindow, Unauthenticated, REPLAY_WINDOW};
-pub use routing::{NoRouting, Router};
+pub use routing::{NoRouting, Router, SessionCounts};
 pub use stats::{ConnectionStats, DropCause, DropCounters, RttSummary, RTT_BUCKETS};
 pub use timers::TimerQueue;
 pub use validate::{ConfigError, MAX_CONFIG_DURATION};

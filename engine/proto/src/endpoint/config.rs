@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::admission::Admission;
 #[cfg(doc)]
-use crate::{CloseReason, Endpoint, Event, Router, SessionKeys};
+use crate::{CloseReason, Endpoint, Event, NoRouting, Router, SessionKeys};
 use crate::{Config, DropCounters};
 
 /// Listening-side settings of one [`Endpoint`] (in [`EndpointConfig::server`]): admission,
@@ -32,9 +32,10 @@ pub struct ListenConfig {
     /// false, it is accepted at once and [`Event::Connected`] follows.
     pub accept_hook: bool,
     /// Sessions at most (default 16,384); more are refused with [`CloseReason::ServerFull`].
-    /// Counted per endpoint, or across all the endpoints of a server where its [`Router`]
-    /// counts them ([`Router::admit_session`]; the `ricochet` runtime does, so the limit is the
-    /// server's whatever its worker count).
+    /// Enforced by the endpoint's [`Router`] ([`Router::admit_session`]), which sees every
+    /// session of the server: a lone endpoint's [`NoRouting`] counts its own; the `ricochet`
+    /// runtime's routers count across all its workers, so the limit is the server's whatever
+    /// its worker count.
     pub max_sessions: usize,
     /// Sessions per source IP (default 2,048: players behind one NAT share an address); more
     /// are refused with [`CloseReason::TooManyFromAddress`]. Counted like `max_sessions`.

@@ -328,8 +328,6 @@ impl Endpoint {
         admitted: Option<Admitted>,
     ) -> Result<(), DropCause> {
         let server = self.listening()?;
-        let max_sessions = server.max_sessions;
-        let max_per_ip = server.max_sessions_per_address;
         let accept_hook = server.accept_hook;
         let hk = admitted.as_ref().map(|a| &a.hk);
         // Every slot of this endpoint taken is far beyond any default limit.
@@ -343,27 +341,18 @@ impl Endpoint {
             return Ok(());
         }
         let ip = from.ip();
-        let routed = self
-            .cfg
-            .server
-            .as_ref()
-            .and_then(|limits| self.router.admit_session(ip, limits));
-        let verdict = match routed {
-            Some(v) => v,
-            None if self.sessions >= max_sessions => Err(CloseReason::ServerFull),
-            None if self.per_ip.get(&ip).copied().unwrap_or(0) >= max_per_ip => {
-                Err(CloseReason::TooManyFromAddress)
-            }
-            None => Ok(()),
+        // The session limits: the router counts every session of the server (see
+        // `Router::admit_session`).
+        let verdict = match self.cfg.server.as_ref() {
+            Some(limits) => self.router.admit_session(ip, limits),
+            None => Err(CloseReason::ServerFull),
         };
         if let Err(reason) = verdict {
             self.refuse_with(from, client_cid, nonce, reason, &[], hk);
             return Ok(());
         }
         if let Some(a) = admitted.as_ref() {
-            if let ControlFlow::Break(r) =
-                self.record_token(now, from, client_cid, nonce, a, routed.is_some())
-            {
+            if let ControlFlow::Break(r) = self.record_token(now, from, client_cid, nonce, a) {
                 return r;
             }
         }
@@ -375,8 +364,8 @@ impl Endpoint {
 
     /// Records the token of an echo that would open a session in the used-token ledger:
     /// `Break` with the echo's outcome when the token was used (refused) or this client's
-    /// own echo was admitted elsewhere (dropped); `routed`: the router counted the session,
-    /// and hears it will not open.
+    /// own echo was admitted elsewhere (dropped); the router, which counted the session, then
+    /// hears it will not open.
     fn record_token(
         &mut self,
         now: Instant,
@@ -384,7 +373,6 @@ impl Endpoint {
         client_cid: ConnectionId,
         nonce: u64,
         a: &Admitted,
-        routed: bool,
     ) -> ControlFlow<Result<(), DropCause>> {
         let ip = from.ip();
         let now_unix = self.unix_now(now).unwrap_or(0);
@@ -395,9 +383,7 @@ impl Endpoint {
         if recorded == Err(LedgerRefusal::Duplicate) {
             // This client's own echo, admitted by another endpoint of the server, which
             // answers it: no refusal that would end its handshake.
-            if routed {
-                self.router.release_session(ip);
-            }
+            self.router.release_session(ip);
             return ControlFlow::Break(Err(DropCause::Duplicate));
         }
         if recorded == Ok(Recorded::Evicted) {
@@ -412,10 +398,8 @@ impl Endpoint {
             if reason == CloseReason::TokenReused {
                 self.stats.token_refusals += 1;
             }
-            if routed {
-                // The router counted the session it will not get.
-                self.router.release_session(ip);
-            }
+            // The router counted the session it will not get.
+            self.router.release_session(ip);
             self.refuse_with(from, client_cid, nonce, reason, &[], Some(&a.hk));
             return ControlFlow::Break(Ok(()));
         }
@@ -586,8 +570,6 @@ impl Endpoint {
         slot.accepted_for = Some((from, client_cid));
         self.by_client
             .insert((from, client_cid), ConnectionHandle(cid.0));
-        *self.per_ip.entry(from.ip()).or_insert(0) += 1;
-        self.sessions += 1;
         self.router.session_opened();
         self.stats.connections += 1;
         self.stats.accepted += 1;

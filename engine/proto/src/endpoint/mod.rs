@@ -17,7 +17,7 @@
 //! - `timer`: the timer queue over connections (`poll_timeout`, `handle_timeout`).
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -77,8 +77,6 @@ pub struct Endpoint {
     /// Freed slots, reused oldest first: a slot's reuse count then wraps as late as it can.
     free: VecDeque<u32>,
     by_client: HashMap<(SocketAddr, ConnectionId), ConnectionHandle>,
-    per_ip: HashMap<IpAddr, usize>,
-    sessions: usize,
     /// Set by [`Self::stop_accepting`]: new clients are refused with `Shutdown`.
     stopped_accepting: bool,
     /// Handshake counters per hashed source address (allocated by the first hello: a client
@@ -135,12 +133,10 @@ impl Drop for Endpoint {
         // The sessions still open end with the endpoint: its router hears so, as it does when
         // one closes, so that counts it shares (a multi-worker server's limits and placement)
         // do not keep an endpoint's sessions after it is gone (its worker's handler panicked).
-        for _ in 0..self.sessions {
-            self.router.session_closed();
-        }
-        for (&ip, &n) in &self.per_ip {
-            for _ in 0..n {
-                self.router.release_session(ip);
+        for slot in &self.slots {
+            if let Some((from, _)) = slot.accepted_for {
+                self.router.session_closed();
+                self.router.release_session(from.ip());
             }
         }
     }
@@ -234,8 +230,6 @@ impl Endpoint {
             slots: Vec::new(),
             free: VecDeque::new(),
             by_client: HashMap::new(),
-            per_ip: HashMap::new(),
-            sessions: 0,
             stopped_accepting: false,
             rate: Box::default(),
             rate_salt,
@@ -249,7 +243,7 @@ impl Endpoint {
             events: VecDeque::new(),
             rtt_samples: Vec::new(),
             stats: EndpointStats::default(),
-            router: Box::new(NoRouting),
+            router: Box::new(NoRouting::default()),
             id_key,
             slot_mask,
             tokens,
@@ -625,13 +619,6 @@ impl Endpoint {
             }
             if let Some(key) = slot.accepted_for.take() {
                 self.by_client.remove(&key);
-                if let Some(n) = self.per_ip.get_mut(&key.0.ip()) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.per_ip.remove(&key.0.ip());
-                    }
-                }
-                self.sessions -= 1;
                 self.router.session_closed();
                 self.router.release_session(key.0.ip());
             }

@@ -79,3 +79,58 @@ fn freed_slots_are_reused_oldest_first() {
     ep.free.push_back(a);
     assert_eq!(ep.alloc().map(|x| x.0), Some(b));
 }
+
+/// A lone endpoint's router ([`NoRouting`]) enforces the per-address and total session limits:
+/// with 2 per address and 3 in all, the third client from one address is refused with
+/// `TooManyFromAddress`, a client from another address gets the last session, and the next is
+/// refused with `ServerFull`.
+#[test]
+fn a_lone_endpoint_enforces_its_session_limits_through_its_router() {
+    use std::net::SocketAddr;
+    let now = Instant::now();
+    let server_addr = SocketAddr::from(([10, 0, 0, 1], 1));
+    let mut limits = ListenConfig::insecure();
+    limits.max_sessions_per_address = 2;
+    limits.max_sessions = 3;
+    let mut server = Endpoint::new(EndpointConfig::server(limits), now, 7);
+    let mut outcomes = Vec::new();
+    for k in 0..5u16 {
+        let ip = if k < 3 { [10, 0, 0, 2] } else { [10, 0, 0, 3] };
+        let from = SocketAddr::from((ip, 1000 + k));
+        let mut client = Endpoint::new(EndpointConfig::default(), now, 50 + u64::from(k));
+        let _ = client.connect(now, server_addr);
+        let mut buf = vec![0u8; 2048];
+        // hello, challenge, echo, then the accept or refusal.
+        for to_server in [true, false, true, false] {
+            let (src, dst, at) = if to_server {
+                (&mut client, &mut server, from)
+            } else {
+                (&mut server, &mut client, server_addr)
+            };
+            let t = src
+                .poll_transmit(now, &mut buf)
+                .expect("a handshake packet");
+            let _ = dst.handle_datagram(now, at, &buf[..t.size]);
+        }
+        let mut outcome = None;
+        while let Some((_, e)) = client.poll_event() {
+            match e {
+                Event::Connected => outcome = Some(Ok(())),
+                Event::Closed { reason, .. } => outcome = Some(Err(reason)),
+                _ => {}
+            }
+        }
+        outcomes.push(outcome.expect("the handshake ended"));
+    }
+    assert_eq!(
+        outcomes,
+        [
+            Ok(()),
+            Ok(()),
+            Err(CloseReason::TooManyFromAddress),
+            Ok(()),
+            Err(CloseReason::ServerFull),
+        ]
+    );
+    assert_eq!(server.connection_count(), 3);
+}
