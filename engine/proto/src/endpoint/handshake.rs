@@ -20,6 +20,8 @@ use crate::connection::ServerAdmit;
 use crate::token::{PrivateToken, SealedToken, TokenKey, NONCE_LEN, TAG_LEN};
 use crate::wire::{self, Packet, TokenSection, COOKIE_LEN, HANDSHAKE_TAG_LEN};
 use crate::{CloseReason, Connection, ConnectionId, DropCause, SessionKeys};
+#[cfg(doc)]
+use crate::{Config, Event};
 
 /// What a token-admitting endpoint keeps from its [`crate::TokenAdmission`].
 #[derive(Debug)]
