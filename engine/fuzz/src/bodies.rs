@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::SeedableRng;
 use ricochet_proto::wire::{self, Frame, Packet};
-use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ListenConfig};
 
 /// Every decoder on arbitrary bytes: packet header, frames, ACK ranges; re-encode what decoded.
 pub fn decode_packet(data: &[u8]) {
@@ -68,7 +68,7 @@ fn connected_with(
     let mut server = Endpoint::new(
         EndpointConfig::default().with(|c| {
             c.connection = cfg.clone();
-            c.server = Some(ServerConfig::insecure());
+            c.server = Some(ListenConfig::insecure());
             c.reassembly_budget = 1 << 20;
             c.test_session_secret = secret;
         }),
@@ -157,7 +157,7 @@ pub fn connection(data: &[u8]) {
 pub fn endpoint_handshake(data: &[u8]) {
     let base = Instant::now();
     let mut server = Endpoint::new(
-        EndpointConfig::default().with(|c| c.server = Some(ServerConfig::insecure())),
+        EndpointConfig::default().with(|c| c.server = Some(ListenConfig::insecure())),
         base,
         3,
     );
@@ -245,7 +245,7 @@ pub fn token_handshake(data: &[u8]) -> u64 {
     let server_addr = addr(1, SERVER);
     let mut server = Endpoint::new(
         EndpointConfig::default().with(|c| {
-            c.server = Some(ServerConfig::tokens(TokenAdmission::new(
+            c.server = Some(ListenConfig::tokens(TokenAdmission::new(
                 key.clone(),
                 9,
                 vec![server_addr],

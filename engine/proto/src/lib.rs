@@ -144,12 +144,18 @@ pub use admission::{
 pub use connection::fec_link::{FecStats, FEC_ARQ_OVERHEAD};
 pub use connection::{Connection, ConnectionState};
 pub use endpoint::{
-    ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ServerConfig, DEFAULT_TRANSMIT_BURST,
+    ConnectionHandle, Endpoint, EndpointConfig, EndpointStats, ListenConfig, DEFAULT_TRANSMIT_BURST,
 };
+
+/// The listening side's settings, under their old name.
+#[deprecated(
+    note = "renamed `ListenConfig`: `ServerConfig` is the `ricochet` runtime's server configuration"
+)]
+pub type ServerConfig = ListenConfig;
 pub use keys::SessionKeys;
 pub use prefetch::{prefetch, PrefetchStage};
 pub use protect::{NumberSpace, PacketKey, ReplayWindow, Unauthenticated, REPLAY_WINDOW};
-pub use routing::{NoRouting, Router};
+pub use routing::{NoRouting, Router, SessionCounts};
 pub use stats::{ConnectionStats, DropCause, DropCounters, RttSummary, RTT_BUCKETS};
 pub use timers::TimerQueue;
 pub use validate::{ConfigError, MAX_CONFIG_DURATION};
@@ -451,7 +457,7 @@ pub(crate) const ACK_RESERVE: usize = 96;
 /// handle every event, and a new one is a breaking change it should see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// Server with [`ServerConfig::accept_hook`]: a client passed every check and waits for
+    /// Server with [`ListenConfig::accept_hook`]: a client passed every check and waits for
     /// the application's [`Endpoint::accept`] or [`Endpoint::refuse`].
     Incoming(Peer),
     /// The handshake completed.

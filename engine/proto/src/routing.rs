@@ -1,5 +1,6 @@
 //! How the embedder routes a server's sessions when several endpoints serve one address.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 
@@ -41,20 +42,22 @@ pub trait Router: Send + fmt::Debug {
     /// A session this endpoint accepted has ended.
     fn session_closed(&mut self) {}
 
-    /// Server side: a client at `ip` proved its address and would open a session. `None` (the
-    /// default) lets the endpoint apply `limits` to its own sessions; `Some(Ok(()))` admits the
-    /// session and counts it, `Some(Err(reason))` refuses it with `reason` (which the client
-    /// receives). An embedder that serves one address with several endpoints counts here
-    /// across all of them, so [`ServerConfig::max_sessions`](crate::ServerConfig::max_sessions)
-    /// and [`ServerConfig::max_sessions_per_address`](crate::ServerConfig::max_sessions_per_address)
-    /// hold per server rather than per endpoint.
+    /// Server side: a client at `ip` proved its address and would open a session. `Ok(())`
+    /// admits the session and counts it, `Err(reason)` refuses it with `reason` (which the
+    /// client receives). The one place the session limits
+    /// ([`ListenConfig::max_sessions`](crate::ListenConfig::max_sessions),
+    /// [`ListenConfig::max_sessions_per_address`](crate::ListenConfig::max_sessions_per_address))
+    /// are enforced: the router sees every session of the server, whether the endpoint is
+    /// alone ([`NoRouting`] counts its sessions) or one of several (an embedder counts across
+    /// all of them, with a [`SessionCounts`] they share). The default admits every session:
+    /// a router that does not override it enforces no session limit.
     fn admit_session(
         &mut self,
         ip: IpAddr,
-        limits: &crate::ServerConfig,
-    ) -> Option<Result<(), CloseReason>> {
+        limits: &crate::ListenConfig,
+    ) -> Result<(), CloseReason> {
         let _ = (ip, limits);
-        None
+        Ok(())
     }
 
     /// A session that [`Router::admit_session`] admitted has ended.
@@ -63,14 +66,71 @@ pub trait Router: Send + fmt::Debug {
     }
 }
 
-/// The router of a lone endpoint: random connection ids, no routes.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct NoRouting;
+/// The sessions a server holds, in total and per client IP, and the session limits checked
+/// against them: what a [`Router`] counts in [`Router::admit_session`] and
+/// [`Router::release_session`].
+#[derive(Debug, Default, Clone)]
+pub struct SessionCounts {
+    total: usize,
+    per_ip: HashMap<IpAddr, usize>,
+}
+
+impl SessionCounts {
+    /// Counts a session from `ip` if `limits` allow it; refuses it with
+    /// [`CloseReason::ServerFull`] or [`CloseReason::TooManyFromAddress`] otherwise.
+    pub fn admit(&mut self, ip: IpAddr, limits: &crate::ListenConfig) -> Result<(), CloseReason> {
+        if self.total >= limits.max_sessions {
+            return Err(CloseReason::ServerFull);
+        }
+        let from_ip = self.per_ip.get(&ip).copied().unwrap_or(0);
+        if from_ip >= limits.max_sessions_per_address {
+            return Err(CloseReason::TooManyFromAddress);
+        }
+        self.total += 1;
+        *self.per_ip.entry(ip).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// A session from `ip` that [`SessionCounts::admit`] counted has ended.
+    pub fn release(&mut self, ip: IpAddr) {
+        self.total = self.total.saturating_sub(1);
+        if let Some(n) = self.per_ip.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_ip.remove(&ip);
+            }
+        }
+    }
+
+    /// Sessions counted now.
+    pub fn sessions(&self) -> usize {
+        self.total
+    }
+}
+
+/// The router of a lone endpoint: random connection ids, no routes, and the endpoint's
+/// sessions counted against its limits.
+#[derive(Debug, Default, Clone)]
+pub struct NoRouting {
+    counts: SessionCounts,
+}
 
 impl Router for NoRouting {
     fn connection_id_bits(&mut self, random: u32) -> u32 {
         // Bit 8 is what the ricochet runtime sets on ids that carry a worker index; a lone
         // endpoint's ids leave it clear so they never read as routed (bits 0..=7 stay random).
         random & !0x100
+    }
+
+    fn admit_session(
+        &mut self,
+        ip: IpAddr,
+        limits: &crate::ListenConfig,
+    ) -> Result<(), CloseReason> {
+        self.counts.admit(ip, limits)
+    }
+
+    fn release_session(&mut self, ip: IpAddr) {
+        self.counts.release(ip);
     }
 }

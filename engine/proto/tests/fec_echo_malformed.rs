@@ -13,7 +13,7 @@ use proto_util::{addr, Impair, Net};
 use ricochet_proto::fec::{FecPolicy, FecScheme};
 use ricochet_proto::wire::{self, ConnectionId, Packet};
 use ricochet_proto::{
-    Config, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, ServerConfig,
+    Config, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, ListenConfig,
 };
 
 fn config(policy: FecPolicy) -> Arc<Config> {
@@ -37,7 +37,7 @@ fn setup(
         Endpoint::new(
             EndpointConfig::default().with(|c| {
                 c.connection = config(server);
-                c.server = Some(ServerConfig::insecure());
+                c.server = Some(ListenConfig::insecure());
             }),
             net.now,
             1,

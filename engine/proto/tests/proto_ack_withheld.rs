@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proto_util::{addr, Net};
-use ricochet_proto::{CloseReason, Config, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_proto::{CloseReason, Config, Endpoint, EndpointConfig, Event, ListenConfig};
 
 const TICK: Duration = Duration::from_micros(16_667);
 
@@ -28,7 +28,7 @@ fn withheld(client_idle: Duration, span: Duration) -> Option<(Duration, CloseRea
     let mut net = Net::delayed(Duration::from_millis(1), 5);
     let server = EndpointConfig::default().with(|c| {
         c.connection = server_cfg;
-        c.server = Some(ServerConfig::insecure());
+        c.server = Some(ListenConfig::insecure());
     });
     let client = EndpointConfig::default().with(|c| c.connection = client_cfg);
     let now = net.now;

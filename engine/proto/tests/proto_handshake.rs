@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use proto_util::{addr, Impair, Net};
-use ricochet_proto::{CloseReason, Config, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_proto::{CloseReason, Config, Endpoint, EndpointConfig, Event, ListenConfig};
 
 fn server_cfg() -> EndpointConfig {
     EndpointConfig::default().with(|c| {
         c.connection = Arc::new(Config::default());
-        c.server = Some(ServerConfig::insecure());
+        c.server = Some(ListenConfig::insecure());
     })
 }
 

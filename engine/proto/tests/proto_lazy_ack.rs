@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use proto_util::{addr, Net};
 use ricochet_proto::{
-    Config, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, ServerConfig,
+    Config, ConnectionHandle, ConnectionStats, Endpoint, EndpointConfig, Event, ListenConfig,
 };
 
 const ONE_WAY: Duration = Duration::from_millis(10);
@@ -43,7 +43,7 @@ fn game_ticks_with(server: Config, client: Config) -> Run {
     let mut net = Net::delayed(ONE_WAY, 3);
     let server = EndpointConfig::default().with(|c| {
         c.connection = Arc::new(server);
-        c.server = Some(ServerConfig::insecure());
+        c.server = Some(ListenConfig::insecure());
     });
     let client = EndpointConfig::default().with(|c| c.connection = Arc::new(client));
     let now = net.now;

@@ -14,10 +14,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use ricochet_proto::wire::{self, frame_type, ConnectionId, Frame, Packet, Writer, VERSION};
 use ricochet_proto::{
-    CloseReason, Config, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, ServerConfig,
+    CloseReason, Config, ConnectionHandle, DropCause, Endpoint, EndpointConfig, Event, ListenConfig,
 };
 
-fn server(now: std::time::Instant, sc: ServerConfig) -> Endpoint {
+fn server(now: std::time::Instant, sc: ListenConfig) -> Endpoint {
     Endpoint::new(
         EndpointConfig::default().with(|c| {
             c.connection = Arc::new(Config::default());
@@ -37,7 +37,7 @@ fn setup() -> (Net, usize, usize, ConnectionHandle) {
         },
         3,
     );
-    let s = net.add(addr(1), server(net.now, ServerConfig::insecure()));
+    let s = net.add(addr(1), server(net.now, ListenConfig::insecure()));
     let c = net.add(
         addr(2),
         Endpoint::new(EndpointConfig::default(), net.now, 2),
@@ -358,7 +358,7 @@ fn version_mismatch_and_server_full_are_refused_with_reason() {
         addr(1),
         server(
             net.now,
-            ServerConfig::insecure().with(|c| c.max_sessions = 1),
+            ListenConfig::insecure().with(|c| c.max_sessions = 1),
         ),
     );
     let c1 = net.add(
@@ -459,7 +459,7 @@ fn keepalive_keeps_an_idle_connection_open() {
 #[test]
 fn handshake_flood_leaves_no_state_and_never_amplifies() {
     let start = std::time::Instant::now();
-    let mut ep = server(start, ServerConfig::insecure());
+    let mut ep = server(start, ListenConfig::insecure());
     let mut rng = ChaCha8Rng::seed_from_u64(99);
     let mut buf = vec![0u8; 2048];
     let mut hello = vec![0u8; 2048];

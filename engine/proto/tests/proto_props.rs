@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use proptest::prelude::*;
 use proto_util::{App, EpNode};
-use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ListenConfig};
 use ricochet_testkit::{Impairment, Simulation};
 
 const CONN_LIMIT: usize = 512 << 10;
@@ -155,7 +155,7 @@ fn run_case(
     let ecfg = |server: bool| {
         EndpointConfig::default().with(|c| {
             c.connection = cfg.clone();
-            c.server = server.then(ServerConfig::insecure);
+            c.server = server.then(ListenConfig::insecure);
             c.reassembly_budget = ENDPOINT_BUDGET;
         })
     };

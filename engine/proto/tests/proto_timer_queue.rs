@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use proto_util::{addr, Impair, Net};
-use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ListenConfig};
 
 const CLIENTS: u16 = 40;
 
@@ -40,7 +40,7 @@ fn endpoint_deadline_is_the_earliest_connection_deadline() {
     let cfg = Arc::new(Config::default());
     let server = EndpointConfig::default().with(|c| {
         c.connection = cfg.clone();
-        c.server = Some(ServerConfig::insecure());
+        c.server = Some(ListenConfig::insecure());
     });
     let now = net.now;
     let s = net.add(addr(1), Endpoint::new(server, now, 1));

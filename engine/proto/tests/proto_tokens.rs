@@ -18,7 +18,7 @@ use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet_proto::wire::{self, ConnectionId, Packet};
 use ricochet_proto::{
     CloseReason, Config, ConnectionHandle, ConnectionState, DropCause, Endpoint, EndpointConfig,
-    Event, Refusal, ServerConfig, TokenAdmission,
+    Event, ListenConfig, Refusal, TokenAdmission,
 };
 
 const PROTOCOL_ID: u64 = 0x7465_7374;
@@ -34,7 +34,7 @@ fn admission() -> TokenAdmission {
 }
 
 /// A token server endpoint with `server` settings, told the wall clock.
-fn token_server(net: &Net, server: ServerConfig, seed: u64) -> Endpoint {
+fn token_server(net: &Net, server: ListenConfig, seed: u64) -> Endpoint {
     let mut ep = Endpoint::new(
         EndpointConfig::default().with(|c| c.server = Some(server)),
         net.now,
@@ -115,7 +115,7 @@ fn a_token_admits_its_player_with_its_keys_and_identity() {
     let mut net = new_net();
     let s = net.add(
         addr(1),
-        token_server(&net, ServerConfig::tokens(admission()), 1),
+        token_server(&net, ListenConfig::tokens(admission()), 1),
     );
     let c = net.add(addr(2), client(&net, 2));
     let token = good_token(42);
@@ -177,7 +177,7 @@ fn a_token_session_works_at_the_smallest_valid_datagram_size() {
         assert_eq!(config.validate(), Ok(()));
         let mut net = new_net();
         let server_cfg = EndpointConfig::default().with(|c| {
-            c.server = Some(ServerConfig::tokens(admission()));
+            c.server = Some(ListenConfig::tokens(admission()));
             c.connection = config.clone();
         });
         let mut server = Endpoint::new(server_cfg, net.now, 1);
@@ -233,7 +233,7 @@ fn expired_reused_foreign_and_wrong_server_tokens_are_refused_with_their_reason(
         if let Some(p) = public {
             adm.public_addresses = p;
         }
-        let s = net.add(addr(1), token_server(&net, ServerConfig::tokens(adm), 1));
+        let s = net.add(addr(1), token_server(&net, ListenConfig::tokens(adm), 1));
         let c = net.add(addr(2), client(&net, 2));
         let now = net.now;
         let h = net.ep(c).connect_with_token(now, &token);
@@ -247,7 +247,7 @@ fn expired_reused_foreign_and_wrong_server_tokens_are_refused_with_their_reason(
     let mut net = new_net();
     let mut adm = admission();
     adm.protocol_id = PROTOCOL_ID + 1;
-    net.add(addr(1), token_server(&net, ServerConfig::tokens(adm), 1));
+    net.add(addr(1), token_server(&net, ListenConfig::tokens(adm), 1));
     let c = net.add(addr(2), client(&net, 2));
     let now = net.now;
     let h = net.ep(c).connect_with_token(now, &good_token(4));
@@ -259,7 +259,7 @@ fn expired_reused_foreign_and_wrong_server_tokens_are_refused_with_their_reason(
     let mut net = new_net();
     let s = net.add(
         addr(1),
-        token_server(&net, ServerConfig::tokens(admission()), 1),
+        token_server(&net, ListenConfig::tokens(admission()), 1),
     );
     let a = net.add(addr(2), client(&net, 2));
     let b = net.add(addr(3), client(&net, 3));
@@ -309,7 +309,7 @@ fn a_full_used_token_table_admits_new_players_and_forgets_the_soonest_to_expire(
     let mut net = new_net();
     let mut adm = admission();
     adm.used_token_capacity = 2;
-    let s = net.add(addr(1), token_server(&net, ServerConfig::tokens(adm), 1));
+    let s = net.add(addr(1), token_server(&net, ListenConfig::tokens(adm), 1));
     let tokens = [
         mint(&key(), 0, &[addr(1)], UNIX + 90),
         mint(&key(), 1, &[addr(1)], UNIX + 30),
@@ -367,7 +367,7 @@ fn a_mode_mismatch_is_refused_with_its_reason() {
     let mut net = new_net();
     net.add(
         addr(1),
-        token_server(&net, ServerConfig::tokens(admission()), 1),
+        token_server(&net, ListenConfig::tokens(admission()), 1),
     );
     let c = net.add(addr(2), client(&net, 2));
     let now = net.now;
@@ -376,7 +376,7 @@ fn a_mode_mismatch_is_refused_with_its_reason() {
     assert_eq!(r, refused(CloseReason::TokenRequired));
     // A token for an insecure server.
     let mut net = new_net();
-    net.add(addr(1), token_server(&net, ServerConfig::insecure(), 1));
+    net.add(addr(1), token_server(&net, ListenConfig::insecure(), 1));
     let c = net.add(addr(2), client(&net, 2));
     let now = net.now;
     let h = net.ep(c).connect_with_token(now, &good_token(1));
@@ -387,7 +387,7 @@ fn a_mode_mismatch_is_refused_with_its_reason() {
 #[test]
 fn the_accept_hook_sees_who_connects_and_its_refusal_reaches_the_client() {
     let mut net = new_net();
-    let server = ServerConfig::tokens(admission()).with(|c| c.accept_hook = true);
+    let server = ListenConfig::tokens(admission()).with(|c| c.accept_hook = true);
     let s = net.add(addr(1), token_server(&net, server, 1));
     let a = net.add(addr(2), client(&net, 2));
     let b = net.add(addr(3), client(&net, 3));
@@ -490,14 +490,14 @@ fn handshake_with(
 fn forged_or_altered_handshake_replies_are_dropped_and_counted() {
     let net = new_net();
     let now = net.now;
-    let mut server = token_server(&net, ServerConfig::tokens(admission()), 1);
+    let mut server = token_server(&net, ListenConfig::tokens(admission()), 1);
     let mut reference = client(&net, 2);
     let (_, [_, challenge, _, accept]) =
         handshake_by_hand(&mut server, &mut reference, &good_token(1), now, addr(2));
     // A second client (same seed: same cid and nonce) gets every reply altered in one bit.
     for (name, packet, at) in [("challenge", &challenge, 30), ("accept", &accept, 40)] {
         let mut c = client(&net, 2);
-        let mut s = token_server(&net, ServerConfig::tokens(admission()), 1);
+        let mut s = token_server(&net, ListenConfig::tokens(admission()), 1);
         let mut buf = vec![0u8; 2048];
         let h = c.connect_with_token(now, &good_token(1));
         let t = c.poll_transmit(now, &mut buf).unwrap();
@@ -553,7 +553,7 @@ fn forged_or_altered_handshake_replies_are_dropped_and_counted() {
 fn a_captured_token_cannot_be_used_from_another_address() {
     let net = new_net();
     let now = net.now;
-    let mut server = token_server(&net, ServerConfig::tokens(admission()), 1);
+    let mut server = token_server(&net, ListenConfig::tokens(admission()), 1);
     let token = good_token(7);
     // The attacker saw the player's hello and echo (token and proof) and replays them from
     // its own address.
@@ -614,7 +614,7 @@ fn a_spoofed_hello_flood_from_the_players_address_does_not_stop_the_player() {
     let mut net = new_net();
     let s = net.add(
         addr(1),
-        token_server(&net, ServerConfig::tokens(admission()), 1),
+        token_server(&net, ListenConfig::tokens(admission()), 1),
     );
     let c = net.add(addr(2), client(&net, 2));
     // Hellos with the player's own address as source, 100 per millisecond (far above the
@@ -665,7 +665,7 @@ fn a_restarted_server_resets_its_old_sessions_and_only_it_can() {
     let mut net = new_net();
     let s = net.add(
         addr(1),
-        token_server(&net, ServerConfig::tokens(admission()), 1),
+        token_server(&net, ListenConfig::tokens(admission()), 1),
     );
     let c = net.add(addr(2), client(&net, 2));
     let now = net.now;
@@ -692,7 +692,7 @@ fn a_restarted_server_resets_its_old_sessions_and_only_it_can() {
     );
     // The server restarts: same key, same address, no state. The client's next packet draws
     // a reset, and the client closes with `Reset` one path round trip later.
-    net.eps[s].1 = token_server(&net, ServerConfig::tokens(admission()), 77);
+    net.eps[s].1 = token_server(&net, ListenConfig::tokens(admission()), 77);
     let now = net.now;
     net.ep(c)
         .send(h, 0, Bytes::from_static(b"anyone?"))
@@ -713,11 +713,11 @@ fn a_restarted_server_resets_its_old_sessions_and_only_it_can() {
     // none. This one answers its own ids, rate-limited.
     let mut other = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
     other.max_resets_per_second = 10;
-    let mut elsewhere = token_server(&net, ServerConfig::tokens(other), 5);
-    let mut insecure = token_server(&net, ServerConfig::insecure(), 6);
+    let mut elsewhere = token_server(&net, ListenConfig::tokens(other), 5);
+    let mut insecure = token_server(&net, ListenConfig::insecure(), 6);
     let mut adm = admission();
     adm.max_resets_per_second = 10;
-    let mut restarted = token_server(&net, ServerConfig::tokens(adm), 78);
+    let mut restarted = token_server(&net, ListenConfig::tokens(adm), 78);
     // A ping padded to 48 bytes (a reset only answers packets larger than itself).
     let ping_to = |cid: ConnectionId| {
         let mut data = vec![0u8; 48];
@@ -773,14 +773,14 @@ fn reset_of(server: &mut Endpoint, now: Instant) -> Vec<u8> {
 fn a_client_takes_a_reset_only_of_its_size_from_its_servers_address() {
     let net = new_net();
     let now = net.now;
-    let mut server = token_server(&net, ServerConfig::tokens(admission()), 1);
+    let mut server = token_server(&net, ListenConfig::tokens(admission()), 1);
     let mut client = client(&net, 2);
     let (h, [.., accept]) =
         handshake_by_hand(&mut server, &mut client, &good_token(7), now, addr(2));
     client.handle_datagram(now, addr(1), &accept).unwrap();
     assert!(matches!(client.poll_event(), Some((_, Event::Connected))));
     // The server restarts; the client's next packet draws a genuine reset.
-    let mut restarted = token_server(&net, ServerConfig::tokens(admission()), 77);
+    let mut restarted = token_server(&net, ListenConfig::tokens(admission()), 77);
     client.send(h, 0, Bytes::from_static(b"anyone?")).unwrap();
     let mut buf = vec![0u8; 2048];
     let t = client.poll_transmit(now, &mut buf).expect("a data packet");
@@ -822,7 +822,7 @@ fn a_client_takes_a_reset_only_of_its_size_from_its_servers_address() {
 fn replayed_hellos_from_the_players_address_do_not_spend_its_handshake_budget() {
     let net = new_net();
     let now = net.now;
-    let limits = ServerConfig::tokens(admission()).with(|s| s.max_handshakes_per_address = 2);
+    let limits = ListenConfig::tokens(admission()).with(|s| s.max_handshakes_per_address = 2);
     let mut server = token_server(&net, limits, 1);
     let player_at = addr(2);
     let neighbour = SocketAddr::new(player_at.ip(), 9999);
@@ -898,7 +898,7 @@ fn a_client_tries_the_tokens_next_server_when_the_first_does_not_answer() {
     // addr(7) has nobody; the server at addr(1) is the token's second address.
     let mut adm = admission();
     adm.public_addresses = vec![addr(1)];
-    let s = net.add(addr(1), token_server(&net, ServerConfig::tokens(adm), 1));
+    let s = net.add(addr(1), token_server(&net, ListenConfig::tokens(adm), 1));
     let c = net.add(addr(2), client(&net, 2));
     let token = mint(&key(), 1, &[addr(7), addr(1)], UNIX + 60);
     let now = net.now;
@@ -919,7 +919,7 @@ fn a_client_tries_the_tokens_next_server_when_the_first_does_not_answer() {
 fn without_the_wall_clock_a_token_server_drops_token_handshakes() {
     let mut net = new_net();
     let ep = Endpoint::new(
-        EndpointConfig::default().with(|c| c.server = Some(ServerConfig::tokens(admission()))),
+        EndpointConfig::default().with(|c| c.server = Some(ListenConfig::tokens(admission()))),
         net.now,
         1,
     );
@@ -943,7 +943,7 @@ fn without_the_wall_clock_a_token_server_drops_token_handshakes() {
 fn a_late_copy_of_the_clients_own_hello_does_not_refuse_it() {
     let net = new_net();
     let now = net.now;
-    let mut server = token_server(&net, ServerConfig::tokens(admission()), 1);
+    let mut server = token_server(&net, ListenConfig::tokens(admission()), 1);
     let mut c = client(&net, 2);
     let token = good_token(1);
     let h = c.connect_with_token(now, &token);
@@ -1020,7 +1020,7 @@ fn two_sessions_from_one_token_never_share_packet_keys() {
     let mut sessions = Vec::new();
     for (at, seed) in [(addr(1), 1), (addr(5), 5), (addr(1), 77)] {
         let adm = TokenAdmission::new(key(), PROTOCOL_ID, vec![at]);
-        let mut server = token_server(&net, ServerConfig::tokens(adm), seed);
+        let mut server = token_server(&net, ListenConfig::tokens(adm), seed);
         let mut c = client(&net, 2);
         let (h, [.., accept]) = handshake_with(&mut server, at, &mut c, &token, now, addr(2));
         c.handle_datagram(now, at, &accept).expect("accept taken");
@@ -1087,7 +1087,7 @@ fn two_sessions_from_one_token_never_share_packet_keys() {
 /// server: it does not open under that session's keys.
 #[test]
 fn after_falling_back_to_the_next_server_nothing_from_the_first_is_accepted() {
-    let (mut net, a, b, c, token) = two_servers(ServerConfig::tokens(admission()));
+    let (mut net, a, b, c, token) = two_servers(ListenConfig::tokens(admission()));
     // Every accept server A sends is lost.
     net.drop_if = Some(Box::new(|from, _, bytes| {
         from == addr(1) && bytes.first() == Some(&(wire::PacketType::SealedAccept as u8))
@@ -1170,7 +1170,7 @@ fn after_falling_back_to_the_next_server_nothing_from_the_first_is_accepted() {
 fn a_late_refusal_from_a_server_left_behind_is_ignored() {
     use std::cell::RefCell;
     use std::rc::Rc;
-    let full = ServerConfig::tokens(admission()).with(|s| s.max_sessions = 0);
+    let full = ListenConfig::tokens(admission()).with(|s| s.max_sessions = 0);
     let (mut net, _, b, c, token) = two_servers(full);
     // Hold server A's refusals back until the client has sent two echoes.
     let held: Rc<RefCell<Vec<Vec<u8>>>> = Rc::default();
@@ -1210,7 +1210,7 @@ fn a_late_refusal_from_a_server_left_behind_is_ignored() {
 /// on to the next server its token lists instead of giving up.
 #[test]
 fn a_server_shutting_down_sends_the_client_to_the_next_one() {
-    let (mut net, a, b, c, token) = two_servers(ServerConfig::tokens(admission()));
+    let (mut net, a, b, c, token) = two_servers(ListenConfig::tokens(admission()));
     net.ep(a).stop_accepting();
     let now = net.now;
     let h = net.ep(c).connect_with_token(now, &token);
@@ -1223,11 +1223,11 @@ fn a_server_shutting_down_sends_the_client_to_the_next_one() {
 
 /// Server A at `addr(1)` with settings `a`, server B at `addr(5)` (defaults), a client at
 /// `addr(2)`, and a token listing A then B: (net, a, b, client, token).
-fn two_servers(a: ServerConfig) -> (Net, usize, usize, usize, ConnectToken) {
+fn two_servers(a: ListenConfig) -> (Net, usize, usize, usize, ConnectToken) {
     let mut net = new_net();
     let a = net.add(addr(1), token_server(&net, a, 1));
     let adm_b = TokenAdmission::new(key(), PROTOCOL_ID, vec![addr(5)]);
-    let b = net.add(addr(5), token_server(&net, ServerConfig::tokens(adm_b), 5));
+    let b = net.add(addr(5), token_server(&net, ListenConfig::tokens(adm_b), 5));
     let c = net.add(addr(2), client(&net, 2));
     let token = mint(&key(), 1, &[addr(1), addr(5)], UNIX + 60);
     (net, a, b, c, token)

@@ -7,14 +7,13 @@
 //! packet). A challenge's cookie names the least-loaded worker as its route: flag byte
 //! [`ROUTE_PLACED`] then the worker index, at [`wire::ECHO_ROUTE_OFFSET`] of the echo.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ricochet_platform as platform;
 use ricochet_proto::wire::{self, PacketType};
-use ricochet_proto::{CloseReason, ConnectionId, Router, ServerConfig as ListenConfig};
+use ricochet_proto::{CloseReason, ConnectionId, ListenConfig, Router, SessionCounts};
 
 /// Offset in a connection packet of the byte whose bit 0 says the destination cid carries its
 /// owner worker's index (bit 8 of the cid's upper half).
@@ -117,50 +116,27 @@ impl Placement {
 /// server, not per worker. Touched once when a session opens and once when it ends, under a
 /// lock (never on the datagram path).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct SessionLimits(Arc<Mutex<LimitsTable>>);
-
-#[derive(Debug, Default)]
-struct LimitsTable {
-    total: usize,
-    per_ip: HashMap<IpAddr, usize>,
-}
+pub(crate) struct SessionLimits(Arc<Mutex<SessionCounts>>);
 
 impl SessionLimits {
-    fn table(&self) -> std::sync::MutexGuard<'_, LimitsTable> {
+    fn table(&self) -> std::sync::MutexGuard<'_, SessionCounts> {
         // Every update is a single step: a poisoned table is still consistent.
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Counts a session from `ip` if the limits allow it.
     pub(crate) fn admit(&self, ip: IpAddr, limits: &ListenConfig) -> Result<(), CloseReason> {
-        let mut t = self.table();
-        if t.total >= limits.max_sessions {
-            return Err(CloseReason::ServerFull);
-        }
-        let from_ip = t.per_ip.get(&ip).copied().unwrap_or(0);
-        if from_ip >= limits.max_sessions_per_address {
-            return Err(CloseReason::TooManyFromAddress);
-        }
-        t.total += 1;
-        t.per_ip.insert(ip, from_ip + 1);
-        Ok(())
+        self.table().admit(ip, limits)
     }
 
     /// A session from `ip` that [`SessionLimits::admit`] counted has ended.
     pub(crate) fn release(&self, ip: IpAddr) {
-        let mut t = self.table();
-        t.total = t.total.saturating_sub(1);
-        if let Some(n) = t.per_ip.get_mut(&ip) {
-            *n -= 1;
-            if *n == 0 {
-                t.per_ip.remove(&ip);
-            }
-        }
+        self.table().release(ip);
     }
 
     /// Sessions counted now.
     pub(crate) fn sessions(&self) -> usize {
-        self.table().total
+        self.table().sessions()
     }
 }
 
@@ -179,15 +155,11 @@ impl CountingRouter {
 
 impl Router for CountingRouter {
     fn connection_id_bits(&mut self, random: u32) -> u32 {
-        ricochet_proto::NoRouting.connection_id_bits(random)
+        ricochet_proto::NoRouting::default().connection_id_bits(random)
     }
 
-    fn admit_session(
-        &mut self,
-        ip: IpAddr,
-        limits: &ListenConfig,
-    ) -> Option<Result<(), CloseReason>> {
-        Some(self.admission.admit(ip, limits))
+    fn admit_session(&mut self, ip: IpAddr, limits: &ListenConfig) -> Result<(), CloseReason> {
+        self.admission.admit(ip, limits)
     }
 
     fn release_session(&mut self, ip: IpAddr) {
@@ -242,12 +214,8 @@ impl Router for WorkerRouter {
         }
     }
 
-    fn admit_session(
-        &mut self,
-        ip: IpAddr,
-        limits: &ListenConfig,
-    ) -> Option<Result<(), CloseReason>> {
-        Some(self.admission.admit(ip, limits))
+    fn admit_session(&mut self, ip: IpAddr, limits: &ListenConfig) -> Result<(), CloseReason> {
+        self.admission.admit(ip, limits)
     }
 
     fn release_session(&mut self, ip: IpAddr) {
@@ -306,7 +274,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Instant;
 
-    use ricochet_proto::{Config, DropCause, Endpoint, EndpointConfig, ServerConfig};
+    use ricochet_proto::{Config, DropCause, Endpoint, EndpointConfig, ListenConfig};
 
     use super::*;
 
@@ -319,7 +287,7 @@ mod tests {
             w,
             placement,
             &SessionLimits::default(),
-            ServerConfig::insecure(),
+            ListenConfig::insecure(),
             now,
         )
     }
@@ -328,7 +296,7 @@ mod tests {
         w: u8,
         placement: &Placement,
         admission: &SessionLimits,
-        limits: ServerConfig,
+        limits: ListenConfig,
         now: Instant,
     ) -> Endpoint {
         let cfg = EndpointConfig::default().with(|c| {
@@ -400,7 +368,7 @@ mod tests {
         let now = Instant::now();
         let placement = Placement::new(2);
         let admission = SessionLimits::default();
-        let mut limits = ServerConfig::insecure();
+        let mut limits = ListenConfig::insecure();
         limits.max_sessions_per_address = 3;
         limits.max_sessions = 4;
         let mut workers: Vec<Endpoint> = (0..2u8)
@@ -464,7 +432,7 @@ mod tests {
             worker_of_cid(ConnectionId(u64::from(bits) << 32 | 7)),
             Some(5)
         );
-        let plain = ricochet_proto::NoRouting.connection_id_bits(0xffff_ffff);
+        let plain = ricochet_proto::NoRouting::default().connection_id_bits(0xffff_ffff);
         assert_eq!(
             worker_of_cid(ConnectionId(u64::from(plain) << 32 | 7)),
             None

@@ -56,7 +56,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet_proto::{
-    ChannelKind, Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig,
+    ChannelKind, Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ListenConfig,
     TokenAdmission,
 };
 
@@ -143,9 +143,9 @@ impl EchoScenario {
         let mut backend = ChaCha20Rng::seed_from_u64(seed_for(self.seed, u64::MAX));
         let key = TokenKey::generate(&mut backend);
         let server = if !self.secure {
-            ServerConfig::insecure()
+            ListenConfig::insecure()
         } else {
-            ServerConfig::tokens(TokenAdmission::new(
+            ListenConfig::tokens(TokenAdmission::new(
                 key.clone(),
                 SIM_PROTOCOL_ID,
                 vec![server_addr],

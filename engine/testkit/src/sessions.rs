@@ -38,7 +38,7 @@ use rand_chacha::ChaCha8Rng;
 use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet_proto::{Admission, TokenAdmission};
 use ricochet_proto::{CloseReason, Config, ConnectionHandle, Endpoint, EndpointConfig, Event};
-use ricochet_proto::{ServerConfig, Transmit};
+use ricochet_proto::{ListenConfig, Transmit};
 
 /// The protocol id of the scenario's tokens.
 const PROTOCOL_ID: u64 = 0x7365_7373_696f_6e73;
@@ -71,7 +71,7 @@ pub struct SessionsScenario {
     /// Connection settings of both sides.
     pub config: Config,
     /// The server's limits.
-    pub server: ServerConfig,
+    pub server: ListenConfig,
     /// Protect every session's packets with keys derived from this secret
     /// ([`EndpointConfig::test_session_secret`]); `None`: the insecure mode.
     pub test_session_secret: Option<[u8; 32]>,
@@ -96,7 +96,7 @@ impl SessionsScenario {
             load_for: Duration::from_micros(1500),
             settle_after_load: Duration::ZERO,
             config: Config::default(),
-            server: ServerConfig::insecure(),
+            server: ListenConfig::insecure(),
             test_session_secret: None,
             tokens: false,
         }
@@ -409,7 +409,7 @@ mod tests {
             clients: 40,
             clients_per_ip: 40,
             server: {
-                let mut s = ServerConfig::insecure();
+                let mut s = ListenConfig::insecure();
                 s.max_sessions_per_address = 30;
                 s
             },

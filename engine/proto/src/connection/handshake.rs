@@ -1,7 +1,7 @@
 //! The handshake room: the client's hello and cookie echo (with their retransmission), the
 //! server connection's accept and the application's accept hook, and what a connect token
 //! gives a connection (its keys, the reset token, the next server to try). The cookie itself is
-//! minted and checked by the endpoint (`endpoint.rs`, `admission.rs`): a server connection only
+//! minted and checked by the endpoint (`endpoint/handshake.rs`): a server connection only
 //! exists once the client proved its address.
 
 use std::net::SocketAddr;

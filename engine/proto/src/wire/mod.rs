@@ -309,7 +309,7 @@ pub enum CloseReason {
     VersionMismatch,
     /// The server has no room for another session (or for another used token).
     ServerFull,
-    /// Too many sessions from this source address (`ServerConfig::max_sessions_per_address`).
+    /// Too many sessions from this source address (`ListenConfig::max_sessions_per_address`).
     /// Cookie echoes over the per-address handshake rate get no refusal: they are dropped
     /// silently (`DropCause::RateLimited`) and the client retries.
     TooManyFromAddress,
@@ -354,11 +354,11 @@ impl fmt::Display for CloseReason {
             // The settings behind a refusal are named, so the error says what the server's
             // operator can raise.
             Self::ServerFull => {
-                f.write_str("the server is full (its session limit, ServerConfig::max_sessions)")
+                f.write_str("the server is full (its session limit, ListenConfig::max_sessions)")
             }
             Self::TooManyFromAddress => f.write_str(
                 "too many sessions from this address (the server's \
-                 ServerConfig::max_sessions_per_address)",
+                 ListenConfig::max_sessions_per_address)",
             ),
             Self::HandshakeTimeout => {
                 f.write_str("the handshake did not complete in time (Config::handshake_timeout)")

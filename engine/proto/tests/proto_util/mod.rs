@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ServerConfig};
+use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event, ListenConfig};
 
 /// Impairments applied to every datagram (both directions).
 #[derive(Debug, Clone, Copy, Default)]
@@ -94,7 +94,7 @@ impl Net {
     pub fn add_pair(&mut self, cfg: Arc<Config>) -> (usize, usize) {
         let server = EndpointConfig::default().with(|c| {
             c.connection = cfg.clone();
-            c.server = Some(ServerConfig::insecure());
+            c.server = Some(ListenConfig::insecure());
         });
         let client = EndpointConfig::default().with(|c| c.connection = cfg);
         let s = self.add(addr(1), Endpoint::new(server, self.now, 1));

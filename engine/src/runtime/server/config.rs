@@ -7,7 +7,7 @@ use std::time::Duration;
 use ricochet_platform::BackendKind;
 use ricochet_proto::token::TokenKey;
 use ricochet_proto::{
-    Admission, ChannelKind, Config, EndpointConfig, ServerConfig as ListenConfig, TokenAdmission,
+    Admission, ChannelKind, Config, EndpointConfig, ListenConfig, TokenAdmission,
 };
 
 use crate::profile::{with_channels, Profile};
@@ -40,9 +40,9 @@ use {
 pub struct ServerConfig {
     /// Sockets, IO model, workers, backend, idle strategy, tick.
     pub udp: UdpServerConfig,
-    /// Protocol settings (connection config, session limits, handshake limits, budgets).
-    /// Its `server.admission` is replaced by [`ServerConfig::admission`] when the server
-    /// starts.
+    /// Protocol settings (connection config, session limits, handshake limits, budgets; the
+    /// listening side's are its `server`, a [`ListenConfig`]). Its `server.admission` is
+    /// replaced by [`ServerConfig::admission`] when the server starts.
     pub endpoint: EndpointConfig,
     /// How clients are admitted: by connect token ([`ServerConfig::tokens`]) or insecurely
     /// ([`ServerConfig::insecure`]). No default: [`Server::start`] refuses a config that does

@@ -59,8 +59,7 @@ use rand_chacha::ChaCha8Rng;
 use ricochet_platform::{BackendKind, SocketInfo};
 use ricochet_proto::token::{TokenKey, TAG_LEN};
 use ricochet_proto::{
-    Admission, EndpointConfig, LedgerRefusal, Recorded, ServerConfig as ListenConfig, TokenLedger,
-    UsedTokens,
+    Admission, EndpointConfig, LedgerRefusal, ListenConfig, Recorded, TokenLedger, UsedTokens,
 };
 
 pub use config::ServerConfig;
