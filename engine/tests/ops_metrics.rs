@@ -13,6 +13,9 @@ use ricochet::{Client, ClientConfig, ClientEvent};
 struct Echo;
 impl Handler for Echo {
     fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
+        if &data[..] == b"die" {
+            panic!("a handler bug (test)");
+        }
         if &data[..] == b"block" {
             // A handler that holds its worker (a deadlock, a slow call) for 2 s.
             std::thread::sleep(Duration::from_secs(2));
@@ -353,4 +356,28 @@ fn a_trickling_client_does_not_hold_the_probes() {
         waited < Duration::from_secs(8),
         "the probe waited {waited:?}"
     );
+}
+
+/// A server one of whose workers has ended (a panicking handler) serves part of its players no
+/// more: `/readyz` turns 503 so a load balancer or matchmaker stops sending players to it.
+#[test]
+fn readyz_fails_once_a_worker_has_ended() {
+    let srv = server(2);
+    let addr = srv.metrics_addr().expect("metrics on");
+    assert_eq!(get(addr, "/readyz").0, 200);
+    let mut c = client(srv.local_addr());
+    c.send(0, &b"die"[..]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = c.update();
+        if get(addr, "/readyz").0 == 503 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz still passes with an ended worker"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!srv.health().ready);
 }

@@ -140,7 +140,8 @@ pub enum WorkerHealth {
 pub struct Health {
     /// Each worker's state, by index.
     pub workers: Vec<WorkerHealth>,
-    /// Bound and admitting new clients (false while draining or stopping).
+    /// Bound, admitting new clients and every worker running (false while draining or
+    /// stopping, and once a worker has ended).
     pub ready: bool,
 }
 
@@ -181,7 +182,7 @@ pub(crate) struct Ops {
 impl Ops {
     pub(crate) fn health(&self) -> Health {
         let now = Instant::now();
-        let workers = self
+        let workers: Vec<WorkerHealth> = self
             .cells
             .iter()
             .map(|c| {
@@ -195,9 +196,9 @@ impl Ops {
                 }
             })
             .collect();
-        Health {
-            workers,
-            ready: self.admitting.load(Ordering::Relaxed),
-        }
+        // A server with a worker that ended serves part of its players no more: not ready.
+        let ready = self.admitting.load(Ordering::Relaxed)
+            && !workers.iter().any(|w| matches!(w, WorkerHealth::Ended));
+        Health { workers, ready }
     }
 }
