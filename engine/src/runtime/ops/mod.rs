@@ -206,3 +206,44 @@ impl Ops {
         Health { workers, ready }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ricochet_proto::ConnectionHandle;
+
+    /// The selection keeps what a full sort kept: the 64 highest RTTs, then the 64 highest
+    /// loss shares of the rest.
+    #[test]
+    fn keep_top_keeps_the_highest_rtt_then_the_highest_loss() {
+        // Distinct RTTs and losses in scrambled orders (multiplications modulo a prime).
+        let rows: Vec<SessionRow> = (0..1000u64)
+            .map(|i| SessionRow {
+                id: SessionId {
+                    worker: 0,
+                    handle: ConnectionHandle(i),
+                },
+                addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+                rtt_us: (i * 389) % 1009,
+                packets_sent: 10_000,
+                packets_lost: (i * 577) % 1013,
+                bytes_sent: 0,
+                bytes_received: 0,
+            })
+            .collect();
+        let mut sorted = rows.clone();
+        sorted.sort_by_key(|r| std::cmp::Reverse(r.rtt_us));
+        let mut rest = sorted.split_off(TOP_SESSIONS);
+        rest.sort_by_key(|r| std::cmp::Reverse(r.packets_lost));
+        rest.truncate(TOP_SESSIONS);
+        sorted.extend(rest);
+        let mut want: Vec<u64> = sorted.iter().map(|r| r.id.handle.0).collect();
+        let mut kept = rows;
+        keep_top(&mut kept);
+        let mut got: Vec<u64> = kept.iter().map(|r| r.id.handle.0).collect();
+        want.sort_unstable();
+        got.sort_unstable();
+        assert_eq!(got.len(), 2 * TOP_SESSIONS);
+        assert_eq!(got, want);
+    }
+}
