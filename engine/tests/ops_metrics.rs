@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
-use ricochet::{Client, ClientConfig, ClientEvent};
+use ricochet::{Client, ClientConfig, ClientEvent, Impairment, IoModel, LinkConditioner};
 
 struct Echo;
 impl Handler for Echo {
@@ -154,6 +154,86 @@ fn the_endpoint_exposes_sessions_rtt_and_health() {
     assert!(h.is_healthy() && h.ready);
     drop(clients);
     srv.shutdown().unwrap();
+}
+
+/// The sum of `name` over workers 0 and 1, and each worker's value.
+fn per_worker_values(text: &str, name: &str) -> [f64; 2] {
+    [0, 1].map(|w| sample(text, name, &[&format!("worker=\"{w}\"")]).unwrap_or(0.0))
+}
+
+/// With the shared IO model every thread serves the one endpoint: each session counts once in
+/// the per-worker series and in `/sessions`, and a session counter never goes down while
+/// sessions close (whichever thread sees the close).
+#[test]
+fn the_shared_io_model_counts_each_session_once_and_counters_never_go_down() {
+    // 10 % loss on the server's sends (seeded), so that its sessions declare losses.
+    let lossy = LinkConditioner::new(Impairment::new(), Impairment::new().loss(0.1)).seed(5);
+    let cfg = ServerConfig::new("127.0.0.1:0".parse().unwrap())
+        .insecure()
+        .workers(2)
+        .io_model(IoModel::Shared)
+        .conditioner(lossy)
+        .metrics("127.0.0.1:0".parse().unwrap());
+    let srv = Server::start(cfg, |_| Echo).unwrap();
+    let addr = srv.metrics_addr().expect("metrics on");
+    let mut clients: Vec<Client> = (0..6).map(|_| client(srv.local_addr())).collect();
+    for c in &mut clients {
+        exchange(c, 30);
+    }
+    std::thread::sleep(Duration::from_millis(1_300));
+    let (_, text) = get(addr, "/metrics");
+    assert_eq!(sample(&text, "ricochet_sessions", &[]), Some(6.0), "{text}");
+    let sessions = per_worker_values(&text, "ricochet_worker_sessions");
+    assert_eq!(sessions.iter().sum::<f64>(), 6.0, "{sessions:?}");
+    let (_, listing) = get(addr, "/sessions");
+    assert_eq!(listing.matches("\"rtt_us\"").count(), 6, "{listing}");
+    let mut lost = per_worker_values(&text, "ricochet_packets_lost_total");
+    assert!(lost.iter().sum::<f64>() > 0.0, "no loss declared: {text}");
+
+    // Close five of the six, scraping while the closes go through and once more after the
+    // next snapshot: no worker's series may go down (Prometheus would read a reset).
+    for c in &mut clients[1..] {
+        c.close();
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut closed_at = None;
+    loop {
+        for c in &mut clients {
+            let _ = c.update();
+        }
+        let (_, text) = get(addr, "/metrics");
+        let now = per_worker_values(&text, "ricochet_packets_lost_total");
+        for w in 0..2 {
+            assert!(
+                now[w] >= lost[w],
+                "worker {w}: packets lost went from {} to {}",
+                lost[w],
+                now[w]
+            );
+        }
+        lost = now;
+        let sessions = per_worker_values(&text, "ricochet_worker_sessions");
+        if closed_at.is_none() && sessions.iter().sum::<f64>() == 1.0 {
+            closed_at = Some(Instant::now());
+        }
+        // One more snapshot after the closes were seen.
+        if closed_at.is_some_and(|t| t.elapsed() > Duration::from_millis(1_200)) {
+            assert_eq!(sessions.iter().sum::<f64>(), 1.0, "{sessions:?}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "sessions left: {sessions:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(sample(&text_of(addr), "ricochet_sessions", &[]), Some(1.0));
+    let (_, listing) = get(addr, "/sessions");
+    assert_eq!(listing.matches("\"rtt_us\"").count(), 1, "{listing}");
+    drop(clients);
+    srv.shutdown().unwrap();
+}
+
+/// The exposition `/metrics` serves.
+fn text_of(addr: SocketAddr) -> String {
+    get(addr, "/metrics").1
 }
 
 #[test]

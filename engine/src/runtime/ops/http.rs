@@ -239,7 +239,7 @@ pub(crate) fn sessions_json(ops: &Ops) -> String {
         let _ = write!(
             out,
             "{{\"id\":\"{}\",\"worker\":{},\"addr\":\"{}\",\"rtt_us\":{},\"packets_sent\":{},\"packets_lost\":{},\"bytes_sent\":{},\"bytes_received\":{}}}",
-            r.id, r.worker, r.addr, r.rtt_us, r.packets_sent, r.packets_lost, r.bytes_sent, r.bytes_received
+            r.id, r.id.worker, r.addr, r.rtt_us, r.packets_sent, r.packets_lost, r.bytes_sent, r.bytes_received
         );
     }
     out.push_str("]}");

@@ -208,7 +208,7 @@ impl Server {
                 rtt,
                 ops,
                 next_publish: build.now,
-                retired: SessionTotals::default(),
+                publishes_endpoint: !build.is_shared || i == 0,
                 bytes_out: 0,
             }
         })?;
@@ -759,6 +759,7 @@ impl Build {
                 Arc::new(Mutex::new(Core {
                     endpoint,
                     sessions: HashSet::new(),
+                    retired: SessionTotals::default(),
                 }))
             });
             return EndpointSlot::Shared(core.clone());
@@ -779,6 +780,7 @@ impl Build {
         EndpointSlot::Owned(Box::new(Core {
             endpoint,
             sessions: HashSet::new(),
+            retired: SessionTotals::default(),
         }))
     }
 }

@@ -36,6 +36,10 @@ const UNIX_REFRESH: Duration = Duration::from_secs(10);
 pub(super) struct Core {
     pub(super) endpoint: Endpoint,
     pub(super) sessions: HashSet<ConnectionHandle>,
+    /// With metrics: counters of the sessions that ended. Kept here, not per thread, so that
+    /// with the shared endpoint a session's counters stay in the totals whichever thread saw
+    /// it close (the totals never go down).
+    pub(super) retired: SessionTotals,
 }
 
 /// The endpoint a worker drives: its own (per-core) or the one every thread shares.
@@ -114,8 +118,9 @@ pub(super) struct RudpService<H> {
     pub(super) ops: Option<Arc<ServiceCell>>,
     /// With metrics: when the next snapshot is due.
     pub(super) next_publish: Instant,
-    /// With metrics: counters of the sessions that ended.
-    pub(super) retired: SessionTotals,
+    /// With metrics: this thread publishes the endpoint's figures (always with an endpoint of
+    /// its own; with the shared one, only the first thread, so they are counted once).
+    pub(super) publishes_endpoint: bool,
     /// UDP payload bytes written for sending.
     pub(super) bytes_out: u64,
 }
@@ -138,9 +143,16 @@ impl<H: Handler> RudpService<H> {
             return;
         };
         self.next_publish = now + ops::PUBLISH_EVERY;
+        if !self.publishes_endpoint {
+            cell.publish(ServiceSnapshot {
+                bytes_out: self.bytes_out,
+                ..ServiceSnapshot::default()
+            });
+            return;
+        }
         let guard = self.endpoint.lock();
         let ep = &guard.endpoint;
-        let mut totals = self.retired;
+        let mut totals = guard.retired;
         let mut top = Vec::with_capacity(guard.sessions.len().min(4 * ops::TOP_SESSIONS));
         for &handle in &guard.sessions {
             let Some(c) = ep.connection(handle) else {
@@ -152,9 +164,7 @@ impl<H: Handler> RudpService<H> {
                 id: SessionId {
                     worker: self.worker,
                     handle,
-                }
-                .to_string(),
-                worker: self.worker,
+                },
                 addr: c
                     .peer()
                     .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |p| p.address),
@@ -256,7 +266,7 @@ impl<H: Handler> RudpService<H> {
                 Event::Closed { .. } => {
                     if core.sessions.remove(&handle) && self.ops.is_some() {
                         if let Some(c) = ep.connection(handle) {
-                            self.retired.add(&c.stats());
+                            core.retired.add(&c.stats());
                         }
                     }
                 }
