@@ -143,7 +143,7 @@ impl Collector for ServerCollector {
         gauge(
             e.encode_descriptor(
                 "ricochet_ready",
-                "1 while the server admits new clients, 0 while draining or stopping",
+                "1 while the server admits new clients with every worker running, else 0",
                 None,
                 MetricType::Gauge,
             )?,
