@@ -258,9 +258,9 @@ impl ServerConfig {
     /// Serve metrics and health over HTTP on `addr` (off by default): `/metrics` in the
     /// OpenMetrics text format for Prometheus, `/healthz` (503 naming each stalled or ended
     /// worker), `/readyz` (503 while draining or stopping, or once a worker has ended) and
-    /// `/sessions` (JSON, the sessions with the highest RTT and loss, for `ricochet-top`). Port 0 picks a free port
-    /// ([`Server::metrics_addr`] tells which). Keep it off public networks: it has no
-    /// authentication.
+    /// `/sessions` (JSON, the sessions with the highest RTT and loss, for `ricochet-top`).
+    /// Port 0 picks a free port ([`Server::metrics_addr`] tells which). Keep it off public
+    /// networks: it has no authentication.
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
         self.metrics = Some(addr);
         self
