@@ -225,4 +225,7 @@ fn empty_queues_are_refused() {
     let config = ServerConfig::new("127.0.0.1:0".parse().unwrap()).insecure();
     let err = RicochetServer::start_with(config, ServerQueues::new().events(0)).unwrap_err();
     assert!(err.to_string().contains("at least one"), "{err}");
+    let config = ServerConfig::new("127.0.0.1:0".parse().unwrap()).insecure();
+    let err = RicochetServer::start_with(config, ServerQueues::new().bytes(0)).unwrap_err();
+    assert!(err.to_string().contains("at least one"), "{err}");
 }
