@@ -1,8 +1,9 @@
 //! The server plugin: a [`Server`] whose workers report to the app over bounded queues.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use bevy_app::{App, Plugin, PreUpdate};
@@ -62,6 +63,9 @@ pub struct ServerQueues {
     pub events: usize,
     /// Messages the app queues for one worker at most. Default 4,096.
     pub sends: usize,
+    /// Message bytes all the workers queue for the app at most (a larger message still goes
+    /// into an empty queue): past it a worker waits as for a full event queue. Default 64 MiB.
+    pub bytes: usize,
 }
 
 impl Default for ServerQueues {
@@ -69,6 +73,7 @@ impl Default for ServerQueues {
         ServerQueues {
             events: 16_384,
             sends: 4_096,
+            bytes: 64 << 20,
         }
     }
 }
@@ -90,6 +95,12 @@ impl ServerQueues {
         self.sends = sends;
         self
     }
+
+    /// Set [`ServerQueues::bytes`].
+    pub fn bytes(mut self, bytes: usize) -> Self {
+        self.bytes = bytes;
+        self
+    }
 }
 
 /// A running Ricochet server, as a resource: what its workers report reaches the app through
@@ -104,6 +115,7 @@ pub struct RicochetServer {
     // Declared before `server`, so dropped first: a worker waiting on a full queue then stops
     // waiting, and the server's shutdown (which joins the workers) cannot wait for it.
     events: Mutex<Receiver<Inbound>>,
+    gate: GateOwner,
     server: Server,
     sends: Vec<SyncSender<Outbound>>,
     max_events: usize,
@@ -132,7 +144,7 @@ impl RicochetServer {
         mut config: ServerConfig,
         queues: ServerQueues,
     ) -> Result<Self, RuntimeError> {
-        if queues.events == 0 || queues.sends == 0 {
+        if queues.events == 0 || queues.sends == 0 || queues.bytes == 0 {
             return Err(RuntimeError::Config(format!(
                 "ServerQueues {queues:?}: each queue holds at least one entry"
             )));
@@ -142,11 +154,18 @@ impl RicochetServer {
         let channels = config.endpoint.connection.channels.len();
         let max_message_size = config.endpoint.connection.max_message_size;
         let (events_tx, events) = mpsc::sync_channel(queues.events);
+        let gate = Arc::new(Gate {
+            bytes: Mutex::new(0),
+            room: Condvar::new(),
+            cap: queues.bytes,
+            closed: AtomicBool::new(false),
+        });
         let mut sends = Vec::new();
         let server = Server::start(config, |worker| {
             let (tx, rx) = mpsc::sync_channel(queues.sends);
             sends.push((worker, tx));
             Bridge {
+                gate: gate.clone(),
                 events: events_tx.clone(),
                 sends: rx,
             }
@@ -156,6 +175,7 @@ impl RicochetServer {
         let sends = sends.into_iter().map(|(_, tx)| tx).collect();
         Ok(RicochetServer {
             events: Mutex::new(events),
+            gate: GateOwner(gate),
             server,
             sends,
             max_events: queues.events,
@@ -225,8 +245,14 @@ impl RicochetServer {
     /// Stop the server, telling every client, and return the workers' counters. Events the
     /// app has not taken are dropped.
     pub fn shutdown(self) -> Result<Vec<WorkerCounters>, RuntimeError> {
-        let RicochetServer { events, server, .. } = self;
+        let RicochetServer {
+            events,
+            gate,
+            server,
+            ..
+        } = self;
         drop(events);
+        drop(gate);
         server.shutdown()
     }
 }
@@ -303,8 +329,57 @@ enum Outbound {
     },
 }
 
+/// The message bytes queued for the app, which the workers wait on past `cap`.
+struct Gate {
+    bytes: Mutex<usize>,
+    /// Signalled when the app takes a message, or is gone.
+    room: Condvar,
+    cap: usize,
+    /// Set when the app's end is dropped: nothing waits any more.
+    closed: AtomicBool,
+}
+
+impl Gate {
+    fn lock(&self) -> MutexGuard<'_, usize> {
+        // Nothing panics while holding it; a poisoned one still holds a sound count.
+        self.bytes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Count `size` bytes in, first waiting while they would overflow a non-empty queue.
+    fn enter(&self, size: usize) {
+        let mut bytes = self.lock();
+        while *bytes > 0 && *bytes + size > self.cap && !self.closed.load(Ordering::Relaxed) {
+            bytes = self
+                .room
+                .wait_timeout(bytes, Duration::from_millis(10))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        *bytes += size;
+    }
+
+    /// The app took `size` bytes.
+    fn leave(&self, size: usize) {
+        let mut bytes = self.lock();
+        *bytes = bytes.saturating_sub(size);
+        drop(bytes);
+        self.room.notify_all();
+    }
+}
+
+/// The app's hold on the [`Gate`]: dropping it releases every waiting worker.
+struct GateOwner(Arc<Gate>);
+
+impl Drop for GateOwner {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::Relaxed);
+        self.0.room.notify_all();
+    }
+}
+
 /// The handler every worker runs: passes events to the app and the app's sends on.
 struct Bridge {
+    gate: Arc<Gate>,
     events: SyncSender<Inbound>,
     sends: Receiver<Outbound>,
 }
@@ -313,6 +388,9 @@ impl Bridge {
     /// Queue `event` for the app, waiting while the queue is full. Once the app is gone
     /// (its end dropped) there is nobody to tell, and nothing waits.
     fn tell(&self, event: Inbound) {
+        if let Inbound::Message(_, _, data) = &event {
+            self.gate.enter(data.len());
+        }
         let _ = self.events.send(event);
     }
 
@@ -390,6 +468,7 @@ fn receive(
         };
         match event {
             Inbound::Message(session, channel, data) => {
+                this.gate.0.leave(data.len());
                 received.write(ServerReceived {
                     session,
                     channel,

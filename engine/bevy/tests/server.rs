@@ -131,6 +131,13 @@ fn tiny_queues_hold_the_workers_back_and_lose_nothing() {
     echo_for_rust_clients(ServerQueues::new().events(4).sends(16));
 }
 
+/// An event queue capped at a few messages' bytes: the workers wait for the app, and nothing
+/// is lost.
+#[test]
+fn a_small_byte_cap_holds_the_workers_back_and_loses_nothing() {
+    echo_for_rust_clients(ServerQueues::new().bytes(100));
+}
+
 fn echo_for_rust_clients(queues: ServerQueues) {
     let config = ServerConfig::new("127.0.0.1:0".parse().unwrap())
         .tokens(TokenKey::from_bytes(KEY), PROTOCOL_ID)
@@ -217,5 +224,8 @@ fn echo_for_rust_clients(queues: ServerQueues) {
 fn empty_queues_are_refused() {
     let config = ServerConfig::new("127.0.0.1:0".parse().unwrap()).insecure();
     let err = RicochetServer::start_with(config, ServerQueues::new().events(0)).unwrap_err();
+    assert!(err.to_string().contains("at least one"), "{err}");
+    let config = ServerConfig::new("127.0.0.1:0".parse().unwrap()).insecure();
+    let err = RicochetServer::start_with(config, ServerQueues::new().bytes(0)).unwrap_err();
     assert!(err.to_string().contains("at least one"), "{err}");
 }

@@ -343,6 +343,12 @@ typedef struct ricochet_server_config {
    * 0: the default (65,536).
    */
   uint32_t event_queue_capacity;
+  /**
+   * Message bytes each worker's queue holds before that worker waits for the host to drain
+   * it (a message larger than this still goes into an empty queue); 0: the default
+   * (64 MiB).
+   */
+  uint64_t event_queue_bytes;
 } ricochet_server_config;
 
 /**
@@ -636,8 +642,11 @@ enum ricochet_status ricochet_server_poll(struct ricochet_server server,
  * Queue the `len` bytes at `data` (copied during the call; null allowed when `len` is 0) as
  * one message to `session` on `channel`. The owning worker sends it on its next turn.
  * `RICOCHET_ERROR_CLOSED` when the session has ended (its disconnected event may still be
- * queued) or was closed with [`ricochet_server_close_session`]; a message to a session that
- * ends before its worker takes it, or whose send queue is full then, is dropped.
+ * queued) or was closed with [`ricochet_server_close_session`];
+ * `RICOCHET_ERROR_UNKNOWN_CHANNEL` for a channel the sessions do not have;
+ * `RICOCHET_ERROR_MESSAGE_TOO_LARGE` over the profile's maximum message size. A message to a
+ * session that ends before its worker takes it, or whose send queue is full then, is dropped
+ * and counted (see [`ricochet_server_send_drops`]).
  *
  * # Safety
  *
@@ -648,6 +657,16 @@ enum ricochet_status ricochet_server_send(struct ricochet_server server,
                                           uint8_t channel,
                                           const uint8_t *data,
                                           size_t len);
+
+/**
+ * Write into `*drops` the messages [`ricochet_server_send`] accepted that their worker then
+ * dropped (the session had ended, or its send queue was full), since the server started.
+ *
+ * # Safety
+ *
+ * `drops` null or one writable `uint64_t`.
+ */
+enum ricochet_status ricochet_server_send_drops(struct ricochet_server server, uint64_t *drops);
 
 /**
  * Close `session` gracefully (its queued reliable data first); the client learns

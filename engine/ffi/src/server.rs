@@ -31,6 +31,8 @@ pub const RICOCHET_ANY_WORKER: u32 = 0xFFFF_FFFF;
 
 /// Events a worker's queue holds by default before its worker waits for the host to drain it.
 const DEFAULT_QUEUE: usize = 65_536;
+/// Message bytes a worker's queue holds by default before its worker waits for the host.
+const DEFAULT_QUEUE_BYTES: u64 = 64 << 20;
 
 /// A running server. Opaque; 0 is the null handle.
 #[repr(C)]
@@ -79,6 +81,10 @@ pub struct ricochet_server_config {
     /// Events each worker's queue holds before that worker waits for the host to drain it;
     /// 0: the default (65,536).
     pub event_queue_capacity: u32,
+    /// Message bytes each worker's queue holds before that worker waits for the host to drain
+    /// it (a message larger than this still goes into an empty queue); 0: the default
+    /// (64 MiB).
+    pub event_queue_bytes: u64,
 }
 
 /// One server event. `len` is the message's size (also when the buffer was too small).
@@ -109,9 +115,26 @@ enum Item {
     Disconnected(SessionId, CloseReason, bool),
 }
 
+impl Item {
+    /// What the item counts against its queue's byte cap.
+    fn bytes(&self) -> usize {
+        match self {
+            Item::Message(_, _, data) => data.len(),
+            _ => 0,
+        }
+    }
+}
+
+/// A worker's queued events and the message bytes they hold.
+#[derive(Default)]
+struct Items {
+    list: VecDeque<Item>,
+    bytes: usize,
+}
+
 /// One worker's event queue.
 struct Queue {
-    items: Mutex<VecDeque<Item>>,
+    items: Mutex<Items>,
     /// Signalled when the host takes an item (a worker waiting for room).
     room: Condvar,
 }
@@ -120,6 +143,12 @@ struct Queue {
 struct Shared {
     queues: Vec<Queue>,
     capacity: usize,
+    /// Message bytes a queue holds at most (but one message always fits an empty queue).
+    byte_capacity: usize,
+    /// Channels the sessions have: a send on another is refused in the call.
+    channels: usize,
+    /// Largest message a send accepts: a larger one is refused in the call.
+    max_message_size: usize,
     /// Set when the host stops the server: waiting workers stop waiting and drop events.
     stopping: AtomicBool,
     /// Sessions connected and not yet ended or closed by the host: a send to any other is
@@ -140,9 +169,12 @@ impl Shared {
             return;
         };
         let mut items = lock(&q.items);
-        // A full queue holds its worker back (as a full socket would) rather than lose a
-        // message: the host drains it, or stops the server.
-        while items.len() >= self.capacity {
+        let size = item.bytes();
+        // A full queue (by count or by bytes) holds its worker back (as a full socket would)
+        // rather than lose a message: the host drains it, or stops the server.
+        while items.list.len() >= self.capacity
+            || (items.bytes > 0 && items.bytes + size > self.byte_capacity)
+        {
             if self.stopping.load(Ordering::Relaxed) {
                 return;
             }
@@ -152,7 +184,8 @@ impl Shared {
                 .map(|(g, _)| g)
                 .unwrap_or_else(|p| p.into_inner().0);
         }
-        items.push_back(item);
+        items.bytes += size;
+        items.list.push_back(item);
     }
 }
 
@@ -247,6 +280,7 @@ pub unsafe extern "C" fn ricochet_server_config_default(
             max_sessions: 0,
             max_sessions_per_address: 0,
             event_queue_capacity: 0,
+            event_queue_bytes: 0,
         };
         // SAFETY: non-null, writable (caller's contract).
         unsafe { out.write(c) };
@@ -321,15 +355,23 @@ pub unsafe extern "C" fn ricochet_server_start(
             0 => DEFAULT_QUEUE,
             n => n as usize,
         };
+        let byte_capacity = match c.event_queue_bytes {
+            0 => DEFAULT_QUEUE_BYTES,
+            n => n,
+        };
+        let byte_capacity = usize::try_from(byte_capacity).unwrap_or(usize::MAX);
         let workers = sc.udp.resolved_threads();
         let shared = Arc::new(Shared {
             queues: (0..workers.max(1))
                 .map(|_| Queue {
-                    items: Mutex::new(VecDeque::new()),
+                    items: Mutex::new(Items::default()),
                     room: Condvar::new(),
                 })
                 .collect(),
             capacity,
+            byte_capacity,
+            channels: sc.endpoint.connection.channels.len(),
+            max_message_size: sc.endpoint.connection.max_message_size,
             stopping: AtomicBool::new(false),
             live: Mutex::new(HashSet::new()),
             cursor: AtomicUsize::new(0),
@@ -370,22 +412,21 @@ pub unsafe extern "C" fn ricochet_server_local_address(
     cap: usize,
     len: *mut usize,
 ) -> ricochet_status {
-    let mut status = ricochet_status::RICOCHET_OK;
-    let outer = guard(|| {
+    guard(|| {
         let cell = cell(server)?;
         let guard = cell.server.read().unwrap_or_else(|p| p.into_inner());
         let s = guard
             .as_ref()
             .ok_or_else(|| Error::invalid_handle("server"))?;
+        let addr = s.local_addr().to_string();
         // SAFETY: the caller's contract.
-        status = unsafe { write_str(&s.local_addr().to_string(), buf.cast(), cap, len) };
-        Ok(())
-    });
-    if outer == ricochet_status::RICOCHET_OK {
-        status
-    } else {
-        outer
-    }
+        match unsafe { write_str(&addr, buf.cast(), cap, len) } {
+            ricochet_status::RICOCHET_OK => Ok(()),
+            // Through `guard`, so that `ricochet_last_error` says what failed.
+            ricochet_status::RICOCHET_ERROR_NULL_POINTER => Err(Error::null("buf")),
+            _ => Err(Error::too_small(addr.len() + 1)),
+        }
+    })
 }
 
 /// Write the number of workers (event queues) into `*workers`.
@@ -460,7 +501,7 @@ pub unsafe extern "C" fn ricochet_server_poll(
         for w in order {
             let q = &shared.queues[w];
             let mut items = lock(&q.items);
-            let Some(front) = items.front() else {
+            let Some(front) = items.list.front() else {
                 continue;
             };
             match front {
@@ -486,7 +527,9 @@ pub unsafe extern "C" fn ricochet_server_poll(
                 }
             }
             if result.is_ok() {
-                items.pop_front();
+                if let Some(taken) = items.list.pop_front() {
+                    items.bytes -= taken.bytes();
+                }
                 drop(items);
                 q.room.notify_one();
             }
@@ -501,8 +544,11 @@ pub unsafe extern "C" fn ricochet_server_poll(
 /// Queue the `len` bytes at `data` (copied during the call; null allowed when `len` is 0) as
 /// one message to `session` on `channel`. The owning worker sends it on its next turn.
 /// `RICOCHET_ERROR_CLOSED` when the session has ended (its disconnected event may still be
-/// queued) or was closed with [`ricochet_server_close_session`]; a message to a session that
-/// ends before its worker takes it, or whose send queue is full then, is dropped.
+/// queued) or was closed with [`ricochet_server_close_session`];
+/// `RICOCHET_ERROR_UNKNOWN_CHANNEL` for a channel the sessions do not have;
+/// `RICOCHET_ERROR_MESSAGE_TOO_LARGE` over the profile's maximum message size. A message to a
+/// session that ends before its worker takes it, or whose send queue is full then, is dropped
+/// and counted (see [`ricochet_server_send_drops`]).
 ///
 /// # Safety
 ///
@@ -520,6 +566,12 @@ pub unsafe extern "C" fn ricochet_server_send(
         let bytes = unsafe { read_bytes(data, len, "data") }?;
         let cell = cell(server)?;
         let id = session_id(session);
+        if usize::from(channel) >= cell.shared.channels {
+            return Err(ricochet::SendError::UnknownChannel(channel).into());
+        }
+        if bytes.len() > cell.shared.max_message_size {
+            return Err(ricochet::SendError::TooLarge(bytes.len()).into());
+        }
         if !lock(&cell.shared.live).contains(&id) {
             return Err(Error::new(
                 ricochet_status::RICOCHET_ERROR_CLOSED,
@@ -532,6 +584,32 @@ pub unsafe extern "C" fn ricochet_server_send(
             .ok_or_else(|| Error::invalid_handle("server"))?;
         s.send(id, channel, Bytes::copy_from_slice(bytes))
             .map_err(Error::from)
+    })
+}
+
+/// Write into `*drops` the messages [`ricochet_server_send`] accepted that their worker then
+/// dropped (the session had ended, or its send queue was full), since the server started.
+///
+/// # Safety
+///
+/// `drops` null or one writable `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn ricochet_server_send_drops(
+    server: ricochet_server,
+    drops: *mut u64,
+) -> ricochet_status {
+    guard(|| {
+        if drops.is_null() {
+            return Err(Error::null("drops"));
+        }
+        let cell = cell(server)?;
+        let guard = cell.server.read().unwrap_or_else(|p| p.into_inner());
+        let s = guard
+            .as_ref()
+            .ok_or_else(|| Error::invalid_handle("server"))?;
+        // SAFETY: non-null, writable (caller's contract).
+        unsafe { drops.write(s.remote_send_drops()) };
+        Ok(())
     })
 }
 

@@ -25,6 +25,13 @@ fn last_error() -> String {
 }
 
 fn insecure_server(workers: u32) -> ricochet_server {
+    insecure_server_with(workers, |_| {})
+}
+
+fn insecure_server_with(
+    workers: u32,
+    tune: impl FnOnce(&mut ricochet_server_config),
+) -> ricochet_server {
     let mut cfg = std::mem::MaybeUninit::uninit();
     assert_eq!(
         // SAFETY: writable config.
@@ -36,6 +43,7 @@ fn insecure_server(workers: u32) -> ricochet_server {
     cfg.bind = c"127.0.0.1:0".as_ptr();
     cfg.admission = RICOCHET_ADMISSION_INSECURE;
     cfg.workers = workers;
+    tune(&mut cfg);
     let mut server = ricochet_server { id: 0 };
     assert_eq!(
         // SAFETY: valid config and out slot.
@@ -528,4 +536,108 @@ fn a_panic_inside_the_library_returns_panic() {
         ricochet_client_update(ricochet_client { id: 0 }, 0),
         RICOCHET_ERROR_INVALID_HANDLE
     );
+}
+
+/// Connect an insecure client to `server` and return it with its session there.
+fn connect(server: ricochet_server) -> (ricochet_client, ricochet_session) {
+    let addr = local_address(server);
+    let mut client = ricochet_client { id: 0 };
+    assert_eq!(
+        // SAFETY: valid pointers.
+        unsafe { ricochet_client_connect_insecure(addr.as_ptr(), null(), &mut client) },
+        RICOCHET_OK
+    );
+    client_event(client, ricochet_event_kind::RICOCHET_EVENT_CONNECTED);
+    let mut buf = [0u8; 64];
+    let ev = server_event(
+        server,
+        ricochet_event_kind::RICOCHET_EVENT_CONNECTED,
+        &mut buf,
+    );
+    (client, ev.session)
+}
+
+#[test]
+fn a_send_on_an_unknown_channel_or_too_large_is_refused_in_the_call() {
+    let server = insecure_server(1);
+    let (client, session) = connect(server);
+    // SAFETY: 1 readable byte.
+    let s = unsafe { ricochet_server_send(server, session, 200, b"x".as_ptr(), 1) };
+    assert_eq!(s, RICOCHET_ERROR_UNKNOWN_CHANNEL);
+    assert!(last_error().contains("200"), "{}", last_error());
+    let big = vec![0u8; (1 << 20) + 1];
+    // SAFETY: big.len() readable bytes.
+    let s = unsafe { ricochet_server_send(server, session, 0, big.as_ptr(), big.len()) };
+    assert_eq!(s, RICOCHET_ERROR_MESSAGE_TOO_LARGE);
+    assert!(!last_error().is_empty());
+    // The largest message is still accepted.
+    // SAFETY: 1 MiB readable bytes.
+    let s = unsafe { ricochet_server_send(server, session, 0, big.as_ptr(), 1 << 20) };
+    assert_eq!(s, RICOCHET_OK);
+    let mut drops = u64::MAX;
+    // SAFETY: one writable u64.
+    let s = unsafe { ricochet_server_send_drops(server, &mut drops) };
+    assert_eq!((s, drops), (RICOCHET_OK, 0));
+    // SAFETY: null is refused, never written.
+    let s = unsafe { ricochet_server_send_drops(server, null_mut()) };
+    assert_eq!(s, RICOCHET_ERROR_NULL_POINTER);
+    assert_eq!(ricochet_client_destroy(client), RICOCHET_OK);
+    assert_eq!(ricochet_server_stop(server), RICOCHET_OK);
+}
+
+#[test]
+fn local_address_too_small_says_why_in_the_last_error() {
+    let server = insecure_server(1);
+    let mut buf = [0 as c_char; 4];
+    let mut len = 0usize;
+    // SAFETY: a buffer of 4 bytes and a length slot.
+    let s = unsafe { ricochet_server_local_address(server, buf.as_mut_ptr(), 4, &mut len) };
+    assert_eq!(s, RICOCHET_ERROR_BUFFER_TOO_SMALL);
+    assert_eq!(len, local_address(server).as_bytes().len() + 1);
+    // SAFETY: a buffer of 4 bytes.
+    let s = unsafe { ricochet_server_local_address(server, buf.as_mut_ptr(), 4, &mut len) };
+    assert_eq!(s, RICOCHET_ERROR_BUFFER_TOO_SMALL);
+    assert!(last_error().contains("too small"), "{}", last_error());
+    assert_eq!(ricochet_server_stop(server), RICOCHET_OK);
+}
+
+#[test]
+fn a_small_byte_cap_on_the_event_queue_still_delivers_every_message() {
+    const MESSAGES: usize = 40;
+    // Room for two of the 1,000-byte messages: the worker waits for the host to drain.
+    let server = insecure_server_with(1, |c| c.event_queue_bytes = 2_500);
+    let (client, session) = connect(server);
+    for i in 0..MESSAGES {
+        let msg = vec![i as u8; 1_000];
+        // SAFETY: msg.len() readable bytes.
+        let s = unsafe { ricochet_client_send(client, 0, msg.as_ptr(), msg.len()) };
+        assert_eq!(s, RICOCHET_OK);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut got = 0;
+    let mut buf = [0u8; 2048];
+    while got < MESSAGES {
+        assert!(Instant::now() < deadline, "only {got} messages arrived");
+        assert_eq!(ricochet_client_update(client, 1), RICOCHET_OK);
+        loop {
+            let mut ev = empty_server_event();
+            // SAFETY: event slot and buffer of buf.len() bytes.
+            let s =
+                unsafe { ricochet_server_poll(server, 0, &mut ev, buf.as_mut_ptr(), buf.len()) };
+            assert_eq!(s, RICOCHET_OK);
+            match ev.kind {
+                ricochet_event_kind::RICOCHET_EVENT_NONE => break,
+                ricochet_event_kind::RICOCHET_EVENT_MESSAGE => {
+                    assert_eq!(ev.session, session);
+                    assert_eq!(ev.len, 1_000);
+                    // Reliable ordered: in order, none lost.
+                    assert!(buf[..1_000].iter().all(|&b| b == got as u8));
+                    got += 1;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+    assert_eq!(ricochet_client_destroy(client), RICOCHET_OK);
+    assert_eq!(ricochet_server_stop(server), RICOCHET_OK);
 }

@@ -73,6 +73,7 @@ namespace Ricochet.Native
         public uint MaxSessions;
         public uint MaxSessionsPerAddress;
         public uint EventQueueCapacity;
+        public ulong EventQueueBytes;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -152,6 +153,7 @@ namespace Ricochet.Native
 
         [DllImport(Name)] public static extern Status ricochet_server_config_default(ServerConfig* outConfig);
         [DllImport(Name)] public static extern Status ricochet_server_start(ServerConfig* config, ServerHandle* outServer);
+        [DllImport(Name)] public static extern Status ricochet_server_send_drops(ServerHandle server, ulong* drops);
         [DllImport(Name)] public static extern Status ricochet_server_local_address(ServerHandle server, byte* buf, UIntPtr cap, UIntPtr* len);
         [DllImport(Name)] public static extern Status ricochet_server_workers(ServerHandle server, uint* workers);
         [DllImport(Name)] public static extern Status ricochet_server_poll(ServerHandle server, uint worker, ServerEvent* ev, byte* buf, UIntPtr cap);

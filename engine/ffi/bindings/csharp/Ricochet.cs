@@ -268,6 +268,8 @@ namespace Ricochet
         public uint MaxSessions;
         public uint MaxSessionsPerAddress;
         public uint EventQueueCapacity;
+        /// <summary>Message bytes each worker's queue holds; 0: the default (64 MiB).</summary>
+        public ulong EventQueueBytes;
     }
 
     /// <summary>A running server; drain its events with Poll every frame. Dispose stops it.</summary>
@@ -303,6 +305,7 @@ namespace Ricochet
             c.MaxSessions = o.MaxSessions;
             c.MaxSessionsPerAddress = o.MaxSessionsPerAddress;
             c.EventQueueCapacity = o.EventQueueCapacity;
+            c.EventQueueBytes = o.EventQueueBytes;
             ServerHandle h;
             using (var s = new Utf8Strings(new[] { o.Bind ?? "", o.PublicAddress ?? "" }))
             {

@@ -92,7 +92,7 @@ static int run_client(struct worker *w) {
             at_stop = received;
         }
         if (connected) {
-            while (more && sent - received < o->window) {
+            while (more && (o->seconds > 0 || sent < o->messages) && sent - received < o->window) {
                 fill_message(out, o->size, sent, w->index);
                 ricochet_status s = ricochet_client_send(client, 0, out, o->size);
                 if (s == RICOCHET_ERROR_QUEUE_FULL) {

@@ -99,7 +99,7 @@ static class EchoClient
                 }
                 if (connected)
                 {
-                    while (more && sent - received < o.Window)
+                    while (more && (o.Seconds > 0 || sent < o.Messages) && sent - received < o.Window)
                     {
                         Fill(output, sent, index);
                         if (!client.TrySend(0, output))
