@@ -227,7 +227,8 @@ struct Waiting<T> {
     item: T,
 }
 
-/// The bottleneck; see the [module docs](self).
+/// The bottleneck of one route and direction (or of all routes, shared): a rate limit in
+/// front of a drop-tail queue measured in time.
 #[derive(Debug)]
 pub struct Bottleneck<T> {
     cfg: BottleneckConfig,

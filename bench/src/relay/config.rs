@@ -29,7 +29,7 @@ pub struct RelayConfig {
     /// datagram.
     pub clients: usize,
     /// Most routes (client addresses); datagrams from further new clients are dropped and
-    /// counted ([`RelayErrors::route_limit`]).
+    /// counted ([`RelayErrors::route_limit`](super::RelayErrors::route_limit)).
     pub max_routes: usize,
     /// Receive and send buffer size to ask for on every relay socket.
     pub socket_buffer: usize,

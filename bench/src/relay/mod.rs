@@ -30,7 +30,7 @@
 //! order drop, duplicate and delay the same datagrams. Route ids follow the order of the clients'
 //! first datagrams.
 //!
-//! Queue capacity ([`Impairment::queue_bytes`] / [`Impairment::queue_datagrams`], 8 MiB / 8,192
+//! Queue capacity ([`Impairment::queue_bytes`](ricochet_testkit::Impairment::queue_bytes) / [`Impairment::queue_datagrams`](ricochet_testkit::Impairment::queue_datagrams), 8 MiB / 8,192
 //! datagrams by default, as the reference relay) applies to each route direction.
 //!
 //! # Bottleneck
