@@ -18,6 +18,7 @@ mod ops;
 pub(crate) mod placement;
 mod rtt;
 mod server;
+mod session;
 pub mod timer;
 mod udp;
 mod worker;
@@ -28,7 +29,8 @@ pub use counters::WorkerCounters;
 pub use error::RuntimeError;
 pub use ops::{Health, WorkerHealth};
 pub use rtt::RttPercentiles;
-pub use server::{Capacity, Handler, Server, ServerConfig, ServerContext, SessionId};
+pub use server::{Capacity, Handler, Server, ServerConfig, ServerContext};
+pub use session::SessionId;
 pub use timer::{TimerId, TimerWheel};
 pub use udp::{DatagramHandler, UdpContext, UdpServer};
 
