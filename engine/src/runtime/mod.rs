@@ -8,7 +8,8 @@
 //! Two [`IoModel`]s run the same worker loop:
 //! - `per-core`: one worker per core, each with its own `SO_REUSEPORT` socket (pinned as
 //!   [`CorePinning`] says);
-//! - `shared`: one socket served by N unpinned threads (the baseline it is measured against).
+//! - `shared`: one socket served by N unpinned threads: the baseline `per-core` is measured
+//!   against, not a production choice.
 
 pub(crate) mod conditioner;
 mod config;
@@ -19,7 +20,7 @@ pub(crate) mod placement;
 mod rtt;
 mod server;
 mod session;
-pub mod timer;
+mod timer;
 mod udp;
 mod worker;
 
@@ -31,7 +32,6 @@ pub use ops::{Health, WorkerHealth};
 pub use rtt::RttPercentiles;
 pub use server::{Capacity, Handler, Server, ServerConfig, ServerContext};
 pub use session::SessionId;
-pub use timer::{TimerId, TimerWheel};
 pub use udp::{DatagramHandler, UdpContext, UdpServer};
 
 /// A protocol endpoint seeded with `seed` when one is configured (reproducible tests), else

@@ -199,13 +199,18 @@ impl ServerContext<'_> {
     /// Counters and path estimates of a session on this worker (RTT, loss, retransmissions,
     /// congestion window); `None` for an unknown session or one owned by another worker.
     pub fn session_stats(&self, session: SessionId) -> Option<SessionStats> {
-        self.session_detail(session).map(|d| SessionStats::from(&d))
+        self.connection_stats(session)
+            .map(|d| SessionStats::from(&d))
     }
 
     /// Every counter the protocol core keeps for a session on this worker (for benchmarks
     /// and diagnostics; its shape follows the protocol core, not this crate's API promise).
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn session_detail(&self, session: SessionId) -> Option<ConnectionStats> {
+        self.connection_stats(session)
+    }
+
+    fn connection_stats(&self, session: SessionId) -> Option<ConnectionStats> {
         if session.worker != self.worker {
             return None;
         }

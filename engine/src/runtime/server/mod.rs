@@ -542,15 +542,22 @@ impl Server {
     /// ```
     #[cfg(unix)]
     pub fn serve_until_signal(self) -> Result<Vec<WorkerCounters>, RuntimeError> {
-        self.serve_until_signal_then(|| {})
+        self.serve_until_signal_and(|| {})
     }
 
     /// [`Server::serve_until_signal`], calling `listening` once the signal handlers are in
     /// place: a test that raises the signal itself must not raise it before (the default
     /// action would end the process).
-    #[cfg(unix)]
-    #[doc(hidden)]
+    #[cfg(all(unix, feature = "test-util"))]
     pub fn serve_until_signal_then(
+        self,
+        listening: impl FnOnce(),
+    ) -> Result<Vec<WorkerCounters>, RuntimeError> {
+        self.serve_until_signal_and(listening)
+    }
+
+    #[cfg(unix)]
+    fn serve_until_signal_and(
         mut self,
         listening: impl FnOnce(),
     ) -> Result<Vec<WorkerCounters>, RuntimeError> {
