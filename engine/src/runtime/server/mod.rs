@@ -63,7 +63,7 @@ use ricochet_proto::{
 };
 
 pub use config::ServerConfig;
-pub use handler::{Handler, ServerContext, SessionId};
+pub use handler::{Handler, ServerContext};
 
 use self::handler::{Command, Directory, Mailbox};
 
@@ -89,6 +89,7 @@ use super::error::RuntimeError;
 use super::ops::{Health, MetricsServer, Ops, ServiceCell, SessionTotals};
 use super::placement::{steer_rules, CountingRouter, Placement, SessionLimits, WorkerRouter};
 use super::rtt::{self, RttPercentiles, WorkerRtt};
+use super::session::SessionId;
 use super::worker::WorkerSet;
 use bytes::Bytes;
 use ricochet_proto::{CloseReason, SendError};
@@ -541,15 +542,22 @@ impl Server {
     /// ```
     #[cfg(unix)]
     pub fn serve_until_signal(self) -> Result<Vec<WorkerCounters>, RuntimeError> {
-        self.serve_until_signal_then(|| {})
+        self.serve_until_signal_and(|| {})
     }
 
     /// [`Server::serve_until_signal`], calling `listening` once the signal handlers are in
     /// place: a test that raises the signal itself must not raise it before (the default
     /// action would end the process).
-    #[cfg(unix)]
-    #[doc(hidden)]
+    #[cfg(all(unix, feature = "test-util"))]
     pub fn serve_until_signal_then(
+        self,
+        listening: impl FnOnce(),
+    ) -> Result<Vec<WorkerCounters>, RuntimeError> {
+        self.serve_until_signal_and(listening)
+    }
+
+    #[cfg(unix)]
+    fn serve_until_signal_and(
         mut self,
         listening: impl FnOnce(),
     ) -> Result<Vec<WorkerCounters>, RuntimeError> {
@@ -607,6 +615,9 @@ impl Server {
 /// The endpoint configuration every worker starts from: the admission chosen and checked, the
 /// session settings validated.
 fn endpoint_config(config: &ServerConfig) -> Result<EndpointConfig, RuntimeError> {
+    if let Some(conflict) = config.conflict {
+        return Err(RuntimeError::Conflict(conflict));
+    }
     let mut endpoint_cfg = config.endpoint.clone();
     let Some(mut admission) = config.admission.clone() else {
         return Err(RuntimeError::Config(

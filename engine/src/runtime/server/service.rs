@@ -16,10 +16,11 @@ use ricochet_proto::{
 };
 
 use super::handler::{forward_cost, Command, Directory, FORWARD_QUEUE_BYTES};
-use super::{Handler, ServerContext, SessionId};
+use super::{Handler, ServerContext};
 use crate::runtime::ops::{self, ServiceCell, ServiceSnapshot, SessionRow, SessionTotals};
 use crate::runtime::placement::worker_of_datagram;
 use crate::runtime::rtt::WorkerRtt;
+use crate::runtime::session::SessionId;
 use crate::runtime::worker::{Service, UdpContext};
 
 /// Time since the Unix epoch, for token expiry (zero if the clock is before 1970).
