@@ -16,6 +16,7 @@ use ricochet_proto::{
     SendError,
 };
 
+use crate::runtime::conditioner::ConditionerControl;
 use crate::runtime::session::SessionId;
 #[cfg(doc)]
 use crate::runtime::{RuntimeError, UdpServerConfig};
@@ -110,6 +111,13 @@ pub(super) enum Command {
     },
     /// Token admission: the addresses tokens must list.
     SetPublicAddresses(Vec<SocketAddr>),
+    /// Condition one session on its own (`None`: back to the endpoint-wide settings); the
+    /// owning worker resolves the session's address and sets it in `control`.
+    SetConditioner {
+        handle: ConnectionHandle,
+        conditioner: Option<Box<crate::runtime::LinkConditioner>>,
+        control: Arc<ConditionerControl>,
+    },
 }
 
 /// One worker's queue, as seen by the others.

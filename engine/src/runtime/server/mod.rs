@@ -456,6 +456,31 @@ impl Server {
         self.workers.set_conditioner(conditioner)
     }
 
+    /// Condition one session on its own, or `None` to put it back under the endpoint-wide
+    /// settings ([`Server::set_conditioner`]); the other sessions are not touched. For
+    /// playing one client under a bad link beside others on a good one. The session's worker
+    /// takes the change at its next turn, keyed by the session's address at that time (a
+    /// client that moves to another address leaves it behind; a later session from the same
+    /// address meets it until it is set back to `None`). Datagrams that worker holds are then
+    /// delivered or sent at once, as for any change. Fails on invalid settings; a session
+    /// that has ended by then is ignored.
+    pub fn set_session_conditioner(
+        &self,
+        session: SessionId,
+        conditioner: Option<LinkConditioner>,
+    ) -> Result<(), RuntimeError> {
+        if let Some(c) = &conditioner {
+            c.validate()?;
+        }
+        let cmd = Command::SetConditioner {
+            handle: session.handle,
+            conditioner: conditioner.map(Box::new),
+            control: self.workers.conditioner.clone(),
+        };
+        handler::post(&self.directory, session.worker, cmd)
+            .map_err(|_| RuntimeError::Config(format!("no worker {} running", session.worker)))
+    }
+
     /// Token admission: the addresses clients reach this server at from now on (a token must
     /// list one of them), e.g. after a NAT or load balancer change. Fails on an insecure
     /// server or with no address.
@@ -486,7 +511,7 @@ impl Server {
     }
 
     /// Start draining and return at once: admit no new client (refused with
-    /// [`CloseReason::Shutdown`], so a token client moves on to the next server its token
+    /// [`CloseReason::Draining`], so a token client moves on to the next server its token
     /// lists), keep every session running, and call [`Handler::on_drain`] on each worker.
     /// [`Server::health`] and `/readyz` say not ready from now on. [`Server::drain`] also
     /// waits for the sessions and stops the server.
