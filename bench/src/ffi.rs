@@ -22,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use bench::commands::Global;
 use bench::host::{command_line, BuildInfo, HostInfo, UtcTime};
 use bytes::Bytes;
-use ricochet::backend::TokenIssuer;
+use ricochet::TokenIssuer;
 use ricochet::{
     Client, ClientConfig, ClientEvent, Handler, Server, ServerConfig, ServerContext, SessionId,
     TokenKey,

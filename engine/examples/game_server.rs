@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ricochet::{
-    backend, ChannelKind, Client, ClientConfig, ClientEvent, GilbertElliott, Handler, Impairment,
+    ChannelKind, Client, ClientConfig, ClientEvent, GilbertElliott, Handler, Impairment,
     LinkConditioner, Peer, Profile, RateLimit, Refusal, Server, ServerConfig, ServerContext,
-    SessionId, TokenKey,
+    SessionId, TokenIssuer, TokenKey,
 };
 
 /// Channel ids, into [`CHANNELS`].
@@ -203,19 +203,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .channels(CHANNELS);
     // What the backend does for each player who logs in: a token for this server, with the
     // player's name for the server application.
+    let issuer = TokenIssuer::new(key, PROTOCOL_ID).valid_for(Duration::from_secs(30));
     let mut players = Vec::with_capacity(n);
     for i in 0..n {
         let name = format!("player {i}");
-        let valid_for = Duration::from_secs(30);
         let servers = [server.local_addr()];
-        let token = backend::issue_token(
-            &key,
-            PROTOCOL_ID,
-            i as u64,
-            &servers,
-            valid_for,
-            name.as_bytes(),
-        )?;
+        let token = issuer.issue_with_data(i as u64, &servers, name.as_bytes())?;
         players.push(Client::connect_blocking(&token, client_cfg.clone())?);
     }
     let mut seen: Vec<Seen> = (0..n).map(|_| Seen::default()).collect();

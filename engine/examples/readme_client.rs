@@ -3,7 +3,7 @@
 //! what happens until the server leaves.
 //! `cargo run --release -p ricochet --example readme_client` (with `readme_server` running)
 
-use ricochet::{backend::TokenIssuer, Client, ClientConfig, Profile, TokenKey};
+use ricochet::{Client, ClientConfig, Profile, TokenIssuer, TokenKey};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Local development: mint the token here. In production your backend issues it (HTTPS).

@@ -9,19 +9,25 @@
 //!   raw-UDP and RUDP servers.
 //! - [`client`]: the game client, driven from a game loop; [`ClientSet`] drives many clients
 //!   (a load tester, a bot farm) from one thread with one wait.
-//! - [`backend`]: what the game's backend does to let a player in: issue a [`ConnectToken`]
-//!   sealed with the [`TokenKey`] it shares with its servers.
+//! - [`tokens`]: what the game's backend does to let a player in: a [`TokenIssuer`] issues a
+//!   [`ConnectToken`] sealed with the [`TokenKey`] it shares with its servers.
+//!
+//! Names: the runtime API says *session* for one client's stay on a server ([`SessionId`],
+//! [`SessionStats`]); `ricochet_proto::Connection` (with its `ConnectionHandle` and
+//! `ConnectionStats`) is the protocol object that carries one session.
 //!
 //! Cargo features: `fec` (default) compiles in forward error correction; without it
 //! (`default-features = false`) sessions send no FEC whatever their [`Profile`], and still
 //! take the data out of a peer's FEC packets (see `ricochet-proto`'s features).
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+#[deprecated(note = "renamed `ricochet::tokens`; use `ricochet::TokenIssuer`")]
 pub mod backend;
 pub mod client;
 mod profile;
 pub mod runtime;
 mod stats;
+pub mod tokens;
 
 pub use ricochet_platform as platform;
 
@@ -42,3 +48,4 @@ pub use runtime::{
     RateLimit, RuntimeError, Server, ServerConfig, ServerContext, SessionId,
 };
 pub use stats::{RecoveryStats, SessionStats};
+pub use tokens::TokenIssuer;

@@ -54,13 +54,20 @@ impl std::fmt::Display for Profile {
     }
 }
 
+/// Parses the names [`Profile::as_str`] gives; `"competitive"`, the old name of `"game"`,
+/// still parses for one release and logs a deprecation warning.
 impl std::str::FromStr for Profile {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "default" => Ok(Profile::Default),
-            "game" | "competitive" => Ok(Profile::Game),
+            "game" => Ok(Profile::Game),
+            "competitive" => {
+                // The old name of `game` (the proto's `Config::competitive`): one release more.
+                tracing::warn!("profile \"competitive\" is deprecated: it is called \"game\"");
+                Ok(Profile::Game)
+            }
             "bulk" => Ok(Profile::Bulk),
             other => Err(format!(
                 "unknown profile {other:?}; expected default, game or bulk"
@@ -73,4 +80,19 @@ impl std::str::FromStr for Profile {
 pub(crate) fn with_channels(mut base: Config, current: &Config) -> Config {
     base.channels = current.channels.clone();
     base
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Profile;
+
+    #[test]
+    fn one_name_per_profile_and_the_old_one_still_parses() {
+        for p in [Profile::Default, Profile::Game, Profile::Bulk] {
+            assert_eq!(p.as_str().parse::<Profile>(), Ok(p));
+        }
+        assert_eq!("competitive".parse::<Profile>(), Ok(Profile::Game));
+        assert_eq!(Profile::Game.to_string(), "game");
+        assert!("fast".parse::<Profile>().is_err());
+    }
 }

@@ -354,3 +354,24 @@ fn a_set_member_on_auto_says_why_its_backend_differs_from_a_lone_client() {
     }
     srv.shutdown().unwrap();
 }
+
+/// `ricochet::backend` was renamed `ricochet::tokens` (it sat beside `BackendKind`, the I/O
+/// backend): the old paths still issue the same tokens for one release, deprecated.
+#[test]
+#[allow(deprecated)]
+fn the_old_token_issuer_paths_still_work() {
+    let key = ricochet::TokenKey::from_bytes([9; 32]);
+    let servers = [SocketAddr::from(([127, 0, 0, 1], 7777))];
+    let new = ricochet::TokenIssuer::new(key.clone(), 7)
+        .issue_with_data(1, &servers, b"x")
+        .unwrap();
+    let old = ricochet::backend::issue_token(&key, 7, 1, &servers, Duration::from_secs(30), b"x")
+        .unwrap();
+    let alias = ricochet::backend::TokenIssuer::new(key, 7)
+        .issue(1, &servers)
+        .unwrap();
+    for t in [&old, &alias] {
+        assert_eq!(t.server_addresses, new.server_addresses);
+        assert!(t.expires_unix.abs_diff(new.expires_unix) <= 1);
+    }
+}

@@ -108,15 +108,10 @@ fn connect(to: SocketAddr, server: SocketAddr, fec: FecPolicy, seed: u64) -> Cli
     } else {
         vec![to, server]
     };
-    let token = ricochet::backend::issue_token(
-        &TokenKey::from_bytes(TOKEN_KEY),
-        PROTOCOL_ID,
-        seed,
-        &servers,
-        Duration::from_secs(60),
-        b"",
-    )
-    .expect("a token");
+    let token = ricochet::TokenIssuer::new(TokenKey::from_bytes(TOKEN_KEY), PROTOCOL_ID)
+        .valid_for(Duration::from_secs(60))
+        .issue(seed, &servers)
+        .expect("a token");
     let c = Client::connect_blocking(&token, cfg.connect_timeout(Duration::from_secs(10)))
         .expect("connects");
     assert!(c.stats().is_some());

@@ -127,15 +127,10 @@ impl Drop for ServerProcess {
 }
 
 fn token(client_id: u64, servers: &[SocketAddr]) -> ricochet::ConnectToken {
-    ricochet::backend::issue_token(
-        &TokenKey::from_bytes(TOKEN_KEY),
-        PROTOCOL_ID,
-        client_id,
-        servers,
-        Duration::from_secs(300),
-        b"",
-    )
-    .expect("a token")
+    ricochet::TokenIssuer::new(TokenKey::from_bytes(TOKEN_KEY), PROTOCOL_ID)
+        .valid_for(Duration::from_secs(300))
+        .issue(client_id, servers)
+        .expect("a token")
 }
 
 // ---------------------------------------------------------------------------------------------

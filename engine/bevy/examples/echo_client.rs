@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bevy_app::{prelude::*, AppExit, ScheduleRunnerPlugin};
 use bevy_ecs::prelude::*;
-use ricochet::backend::TokenIssuer;
+use ricochet::TokenIssuer;
 use ricochet::{
     Bytes, ClientConfig, Handler, Profile, Server, ServerConfig, ServerContext, SessionId, TokenKey,
 };

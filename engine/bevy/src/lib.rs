@@ -20,7 +20,7 @@
 //! ```no_run
 //! use bevy_app::prelude::*;
 //! use bevy_ecs::prelude::*;
-//! use ricochet::{backend::TokenIssuer, ClientConfig, TokenKey};
+//! use ricochet::{TokenIssuer, ClientConfig, TokenKey};
 //! use ricochet_bevy::{ClientReceived, RicochetClient, RicochetClientPlugin};
 //!
 //! fn echo(mut received: MessageReader<ClientReceived>, mut client: ResMut<RicochetClient>) {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bevy_app::prelude::*;
 use bevy_ecs::prelude::*;
-use ricochet::backend::TokenIssuer;
+use ricochet::TokenIssuer;
 use ricochet::{
     Bytes, ClientConfig, CloseReason, Handler, Server, ServerConfig, ServerContext, SessionId,
     TokenKey,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use bevy_app::prelude::*;
 use bevy_ecs::prelude::*;
-use ricochet::backend::TokenIssuer;
+use ricochet::TokenIssuer;
 use ricochet::{
     Client, ClientConfig, ClientEvent, CloseReason, SendError, ServerConfig, SessionId, TokenKey,
 };

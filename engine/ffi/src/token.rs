@@ -7,9 +7,9 @@ use std::ffi::{c_char, CStr};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ricochet::backend::TokenIssuer;
 use ricochet::proto::token::{ConnectToken, PrivateToken, NONCE_LEN};
 use ricochet::proto::SessionKeys;
+use ricochet::TokenIssuer;
 use ricochet::{Bytes, TokenKey};
 
 use crate::handles::{self, Object};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ricochet::backend::TokenIssuer;
+use ricochet::TokenIssuer;
 use ricochet::{Client, ClientConfig, ClientEvent, Server, ServerConfig, TokenKey};
 
 const MESSAGES: u64 = 10_000;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::vectors::{lines, load};
 use common::*;
-use ricochet::backend::TokenIssuer;
+use ricochet::TokenIssuer;
 use ricochet::{Server, ServerConfig, TokenKey};
 
 fn check(out: &std::process::Output, expect: &str) {
