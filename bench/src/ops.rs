@@ -64,7 +64,7 @@ pub struct OpsArgs {
     #[command(flatten)]
     pub shape: EchoShape,
     /// Rounds of the metrics and conditioner arms (each runs both sides).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 7)]
     pub rounds: usize,
     /// Sessions the scrape arm's server holds.
     #[arg(long, default_value_t = 10_000)]
@@ -488,10 +488,12 @@ fn idle_sessions(
     let thread = std::thread::spawn(move || -> Result<()> {
         let t = Instant::now();
         let mut set = ClientSet::new();
-        let cfg = ClientConfig::new();
+        // A loaded host answers slowly: a longer handshake limit than a player's, and
+        // batches small enough that one batch's handshakes are not queued behind each other.
+        let cfg = ClientConfig::new().session(|c| c.handshake_timeout = Duration::from_secs(30));
         let mut made = 0;
         while made < n {
-            let k = (n - made).min(500);
+            let k = (n - made).min(200);
             let connected = set
                 .start_connecting_insecure(server, &cfg, k)
                 .map_err(|e| anyhow::anyhow!("idle sessions: {e}"))

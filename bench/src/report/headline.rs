@@ -63,6 +63,7 @@ pub(super) fn render(cx: &mut Ctx) -> Result<()> {
     game_tick(cx, &mut body)?;
     security_cost(cx, &mut body);
     other_languages(cx, &mut body);
+    super::ops::render(cx, &mut body);
     cx.section(FRONT_SECTION, body);
     Ok(())
 }

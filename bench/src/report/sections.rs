@@ -70,7 +70,6 @@ pub fn render_all(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
     fec_codecs(&mut cx);
     super::rudp::render(&mut cx)?;
     super::scale::render(&mut cx)?;
-    super::ops::render(&mut cx);
     let mut body = String::new();
     if cx.refused.is_empty() {
         body.push_str("Every measurement under `results/` was complete and is shown above.\n");

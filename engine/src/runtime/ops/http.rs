@@ -15,8 +15,8 @@ use prometheus_client::registry::Registry;
 use super::metrics::ServerCollector;
 use super::{Ops, SessionRow};
 
-/// How often the accept loop looks at its stop flag while no one connects.
-const ACCEPT_POLL: Duration = Duration::from_millis(50);
+/// How long the accept loop rests after a failed accept (out of descriptors: don't spin).
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// Longest a client may take to send its whole request head (and, again, to read the answer).
 const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest request head read; longer ones are answered 431.
@@ -33,8 +33,9 @@ pub(crate) struct MetricsServer {
 impl MetricsServer {
     /// Bind `addr` and serve on a thread of its own.
     pub(crate) fn start(addr: SocketAddr, ops: Arc<Ops>) -> std::io::Result<Self> {
+        // A blocking accept: a scrape or probe is answered at once (polling a non-blocking
+        // listener every 50 ms made each wait 25 ms on average). Drop wakes it.
         let listener = TcpListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut registry = Registry::default();
@@ -43,19 +44,21 @@ impl MetricsServer {
         let thread = std::thread::Builder::new()
             .name("ricochet-metrics".into())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    match listener.accept() {
+                loop {
+                    let accepted = listener.accept();
+                    // The wake-up connection of `Drop`, or any that came with it.
+                    if flag.load(Ordering::Acquire) {
+                        break;
+                    }
+                    match accepted {
                         Ok((stream, _)) => {
                             if let Err(e) = serve(stream, &registry, &ops) {
                                 tracing::debug!(error = %e, "metrics request failed");
                             }
                         }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(ACCEPT_POLL)
-                        }
                         Err(e) => {
                             tracing::debug!(error = %e, "metrics accept failed");
-                            std::thread::sleep(ACCEPT_POLL)
+                            std::thread::sleep(ACCEPT_RETRY)
                         }
                     }
                 }
@@ -75,9 +78,23 @@ impl MetricsServer {
 
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::Release);
+        // Wake the blocking accept with a connection of our own (to loopback when bound to
+        // every address).
+        let mut wake = self.addr;
+        if wake.ip().is_unspecified() {
+            wake.set_ip(match wake {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let woke = TcpStream::connect_timeout(&wake, IO_TIMEOUT).is_ok();
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // Unwoken, the thread would block the join for good: leave it (it holds only the
+            // listener and the shared counters).
+            if woke {
+                let _ = t.join();
+            }
         }
     }
 }
