@@ -111,23 +111,25 @@ pub struct Config {
     /// retransmits), so reliable data is never lost to the cap; keep it above
     /// `send_window x max_datagram_size` or a full buffer can stall the connection.
     pub reassembly_limit: usize,
-    /// Bytes of not-yet-sent messages `send` accepts before returning [`SendError::QueueFull`].
+    /// Bytes of not-yet-sent messages `send` accepts before returning
+    /// [`SendError::QueueFull`](crate::SendError::QueueFull).
     pub send_queue_limit: usize,
-    /// Bytes of not-yet-sent messages an unreliable channel holds (256 KiB by default). Past
-    /// it, `send` drops that channel's oldest queued messages (counted in
-    /// [`ConnectionStats::unreliable_unsent`]) instead of letting them wait: behind a closed
-    /// congestion window a snapshot only grows staler, and a peer that stops acknowledging
-    /// would otherwise make the queue grow to `send_queue_limit`. Reliable channels are
-    /// bounded by `send_queue_limit` alone.
+    /// Bytes of not-yet-sent messages an unreliable channel holds (256 KiB by default). Past it,
+    /// `send` drops that channel's oldest queued messages (counted in
+    /// [`ConnectionStats::unreliable_unsent`](crate::ConnectionStats::unreliable_unsent)) instead
+    /// of letting them wait: behind a closed congestion window a snapshot only grows staler, and a
+    /// peer that stops acknowledging would otherwise make the queue grow to `send_queue_limit`.
+    /// Reliable channels are bounded by `send_queue_limit` alone.
     pub unreliable_queue_limit: usize,
     /// An incomplete unreliable message is dropped after this long, or earlier when 64 newer
-    /// incomplete messages wait on its channel (an unreliable channel holds at most 64; the
-    /// one that arrived first gives way, counted in [`ConnectionStats::unreliable_dropped`]).
+    /// incomplete messages wait on its channel (an unreliable channel holds at most 64; the one
+    /// that arrived first gives way, counted in
+    /// [`ConnectionStats::unreliable_dropped`](crate::ConnectionStats::unreliable_dropped)).
     pub unreliable_timeout: Duration,
     /// Close when nothing arrives for this long, or when packets arrive but nothing this side
     /// sent has been acknowledged for this long (a peer that withholds its ACKs would
     /// otherwise keep its session, and this side's queues, alive). Either way the close
-    /// reason is [`CloseReason::IdleTimeout`].
+    /// reason is [`CloseReason::IdleTimeout`](crate::CloseReason::IdleTimeout).
     pub idle_timeout: Duration,
     /// Send a ping when nothing was sent for this long (keeps the peer's idle timer quiet).
     pub keepalive_interval: Option<Duration>,

@@ -12,8 +12,9 @@ use crate::wire::CloseReason;
 /// handle every event, and a new one is a breaking change it should see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// Server with [`ListenConfig::accept_hook`]: a client passed every check and waits for
-    /// the application's [`Endpoint::accept`] or [`Endpoint::refuse`].
+    /// Server with [`ListenConfig::accept_hook`](crate::ListenConfig::accept_hook): a client passed
+    /// every check and waits for the application's [`Endpoint::accept`](crate::Endpoint::accept) or
+    /// [`Endpoint::refuse`](crate::Endpoint::refuse).
     Incoming(Peer),
     /// The handshake completed.
     Connected,
@@ -52,10 +53,10 @@ pub enum SendError {
     /// No such channel.
     #[error("unknown channel {0}")]
     UnknownChannel(u8),
-    /// Message larger than [`Config::max_message_size`].
+    /// Message larger than [`Config::max_message_size`](crate::Config::max_message_size).
     #[error("message of {0} bytes exceeds the maximum message size")]
     TooLarge(usize),
-    /// The send queue is full ([`Config::send_queue_limit`]).
+    /// The send queue is full ([`Config::send_queue_limit`](crate::Config::send_queue_limit)).
     #[error("send queue full")]
     QueueFull,
     /// The connection is closing or closed.

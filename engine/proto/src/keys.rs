@@ -27,11 +27,18 @@ impl Drop for SessionKeys {
 }
 
 impl SessionKeys {
-    /// Keys for the test path ([`crate::EndpointConfig::test_session_secret`]): derived from a
-    /// secret both endpoints hold and the handshake's client connection id and nonce. Not for
+    /// Keys for the test path (`EndpointConfig::test_session_secret`): derived from a secret
+    /// both endpoints hold and the handshake's client connection id and nonce. Not for
     /// production: the cid and nonce travel in clear, so the secret alone yields every
-    /// session's keys.
+    /// session's keys. With the `test-util` feature only.
+    #[cfg(feature = "test-util")]
     pub fn derive_for_test(secret: &[u8; 32], client_cid: ConnectionId, nonce: u64) -> Self {
+        Self::test_path(secret, client_cid, nonce)
+    }
+
+    /// What `derive_for_test` derives, for the endpoint's test path (whose secret only the
+    /// `test-util` feature lets an embedder set).
+    pub(crate) fn test_path(secret: &[u8; 32], client_cid: ConnectionId, nonce: u64) -> Self {
         let key = |label: &[u8; 4]| {
             let mut msg = [0u8; 4 + 8 + 8];
             msg[..4].copy_from_slice(label);

@@ -111,6 +111,10 @@
 //!   peer that sends FEC. The configuration and statistics types exist either way.
 //! - `aws-lc-rs`: packet protection with aws-lc-rs instead of RustCrypto's `aes-gcm` (same
 //!   algorithm and bytes; the `ricochet` runtime turns it on).
+//! - `test-util`: test, benchmark and fuzz hooks, not for production: the shared-secret key
+//!   path (`EndpointConfig::test_session_secret`, `SessionKeys::derive_for_test`), `fec::fuzz`,
+//!   and the packet protection internals (`PacketKey`, `NumberSpace`, `Unauthenticated`,
+//!   `REPLAY_WINDOW`).
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 pub mod fec;
@@ -153,7 +157,9 @@ pub use event::{Event, SendError, Transmit};
 pub type ServerConfig = ListenConfig;
 pub use keys::SessionKeys;
 pub use prefetch::{prefetch, PrefetchStage};
-pub use protect::{NumberSpace, PacketKey, ReplayWindow, Unauthenticated, REPLAY_WINDOW};
+// Packet protection internals, public for benchmarks and attack tests only.
+#[cfg(feature = "test-util")]
+pub use protect::{NumberSpace, PacketKey, Unauthenticated, REPLAY_WINDOW};
 pub use routing::{NoRouting, Router, SessionCounts};
 pub use stats::{ConnectionStats, DropCause, DropCounters, RttSummary, RTT_BUCKETS};
 pub use timers::TimerQueue;

@@ -32,7 +32,8 @@ pub enum PrefetchStage {
 /// other than x86-64. An embedder that walks many cold states (a runtime's clients) issues it
 /// for the next one while it works on the current one. It costs one instruction per 64-byte
 /// line of `value`: meant for a struct, not for a large buffer, whose lines would evict what
-/// the hint was for.
+/// the hint was for. Public for the `ricochet` runtime, whose `ClientSet` walks its members'
+/// endpoints with it.
 #[inline]
 pub fn prefetch<T: ?Sized>(value: &T) {
     bytes(

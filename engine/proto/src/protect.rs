@@ -85,6 +85,9 @@ use std::time::{Duration, Instant};
 pub const TAG_LEN: usize = 16;
 
 /// Packets the replay window remembers below the largest authenticated number.
+///
+/// Internal: re-exported at the crate root with the `test-util` feature only (benchmarks and
+/// attack tests seal and open packets with it directly).
 pub const REPLAY_WINDOW: u64 = 1024;
 
 /// Packets one key seals at most: numbers `g << 22 .. (g + 1) << 22` of a space use key
@@ -100,6 +103,9 @@ pub const HOLD_AFTER: u8 = 8;
 pub const HOLD_WINDOW: Duration = Duration::from_secs(1);
 
 /// The two packet-number spaces of a direction (one replay window each).
+///
+/// Internal: re-exported at the crate root with the `test-util` feature only (benchmarks and
+/// attack tests seal and open packets with it directly).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NumberSpace {
     /// `Data` and `FecData` packets: the ARQ packet number.
@@ -130,11 +136,17 @@ impl NumberSpace {
 }
 
 /// A packet's tag did not verify (wrong key, forged or damaged packet).
+///
+/// Internal: re-exported at the crate root with the `test-util` feature only (benchmarks and
+/// attack tests seal and open packets with it directly).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("packet failed authentication")]
 pub struct Unauthenticated;
 
 /// One direction's packet key: seals what one side sends and opens it at the other.
+///
+/// Internal: re-exported at the crate root with the `test-util` feature only (benchmarks and
+/// attack tests seal and open packets with it directly).
 pub struct PacketKey {
     key: Aes128Gcm,
     iv: [u8; NONCE_LEN],
@@ -148,10 +160,12 @@ impl std::fmt::Debug for PacketKey {
 
 impl PacketKey {
     /// The AEAD, as `bench crypto` names it.
+    #[cfg(any(test, feature = "test-util"))]
     pub const ALGORITHM: &'static str = "AES-128-GCM";
 
     /// The key of one direction's data space, generation 0, from that direction's packet
     /// secret (what `bench crypto` measures).
+    #[cfg(any(test, feature = "test-util"))]
     pub fn new(secret: &[u8; 32]) -> Self {
         Self::derive(secret, NumberSpace::Data, 0)
     }
@@ -199,6 +213,7 @@ impl PacketKey {
 
     /// Verifies `tag` over `aad` and `body` and decrypts `body` in place. On failure `body` is
     /// unspecified and must be discarded.
+    #[cfg(any(test, feature = "test-util"))]
     pub fn open(
         &self,
         number: u64,
@@ -291,7 +306,7 @@ impl PacketKey {
 /// new unless its bit is set; one below the window is refused as too old (ARQ retransmits
 /// what it carried in a new packet).
 #[derive(Debug, Clone)]
-pub struct ReplayWindow {
+pub(crate) struct ReplayWindow {
     largest: Option<u64>,
     bits: [u64; (REPLAY_WINDOW / 64) as usize],
 }
@@ -641,6 +656,7 @@ mod aes128gcm {
             out
         }
 
+        #[cfg(any(test, feature = "test-util"))]
         pub(super) fn open(
             &self,
             nonce: &[u8; NONCE_LEN],

@@ -1,8 +1,10 @@
 //! Linux backends: `uring` (io_uring) and `mmsg` (epoll + `recvmmsg`/`sendmmsg`), and what they
-//! share: the eventfd waker, control-message encoding and parsing, GSO/GRO socket options. Also
-//! [`SlotBatch`], batched `sendmmsg` / `recvmmsg` on a connected socket without a backend.
+//! share: the eventfd waker, control-message encoding and parsing, GSO/GRO socket options. With
+//! the `test-util` feature also `SlotBatch`, batched `sendmmsg` / `recvmmsg` on a connected
+//! socket without a backend (the benchmark's raw UDP client).
 
 pub mod mmsg;
+#[cfg(feature = "test-util")]
 pub mod slots;
 pub mod uring;
 
@@ -16,6 +18,7 @@ use crate::backend::Wake;
 use crate::sys::CmsgBuf;
 
 pub use mmsg::MmsgBackend;
+#[cfg(feature = "test-util")]
 pub use slots::SlotBatch;
 pub use uring::UringBackend;
 

@@ -40,7 +40,9 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::cc::Congestion;
-use crate::config::{Config, FEC_ARQ_OVERHEAD};
+use crate::config::Config;
+#[cfg(feature = "fec")]
+use crate::config::FEC_ARQ_OVERHEAD;
 #[cfg(feature = "fec")]
 use crate::fec::scheme::{Rx, Tx};
 #[cfg(feature = "fec")]

@@ -132,12 +132,18 @@ pub struct EndpointConfig {
     pub rtt_sample_buffer: usize,
     /// **Test and benchmark path, not for production.** `Some`: every session's packets are
     /// protected with keys derived from this secret and the session's client connection id and
-    /// nonce ([`SessionKeys::derive_for_test`](crate::SessionKeys::derive_for_test)); client and
+    /// nonce (`SessionKeys::derive_for_test`); client and
     /// server endpoints must hold the same secret. Both of those inputs cross the network in clear,
     /// so whoever holds the secret can read and forge every session of every endpoint that shares
     /// it; connect tokens, which hand each session its own random keys, are the production path.
     /// `None` (the default): the insecure mode, no packet protection.
+    ///
+    /// Public with the `test-util` feature only.
+    #[cfg(feature = "test-util")]
     pub test_session_secret: Option<[u8; 32]>,
+    /// The test path's secret: set only through the `test-util` feature's public field.
+    #[cfg(not(feature = "test-util"))]
+    pub(crate) test_session_secret: Option<[u8; 32]>,
 }
 
 impl EndpointConfig {

@@ -558,7 +558,7 @@ impl Endpoint {
                     None => self
                         .cfg
                         .test_session_secret
-                        .map(|s| SessionKeys::derive_for_test(&s, client_cid, nonce)),
+                        .map(|s| SessionKeys::test_path(&s, client_cid, nonce)),
                 },
                 secure: secure.map(|(keys, hk, _)| (keys, hk)),
                 hook: accept_hook,

@@ -215,7 +215,7 @@ impl Endpoint {
         let keys = self
             .cfg
             .test_session_secret
-            .map(|s| SessionKeys::derive_for_test(&s, cid, nonce));
+            .map(|s| SessionKeys::test_path(&s, cid, nonce));
         let conn = Connection::client(self.cfg.connection.clone(), cid, server, nonce, now, keys);
         self.start_client(idx, conn)
     }

@@ -64,7 +64,8 @@
 pub mod codec;
 mod config;
 mod error;
-#[cfg(feature = "fec")]
+// Fuzz drivers (the fuzz crate and this crate's tests): with the `test-util` feature only.
+#[cfg(all(feature = "fec", feature = "test-util"))]
 pub mod fuzz;
 #[cfg(feature = "fec")]
 mod gf;

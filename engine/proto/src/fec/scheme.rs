@@ -135,6 +135,7 @@ impl Rx {
     }
 
     /// Repair equations waiting for more sources (always 0 for the block code).
+    #[cfg(any(test, feature = "test-util"))]
     pub(crate) fn pending_repairs(&self) -> usize {
         match self {
             Rx::Block(_) => 0,
