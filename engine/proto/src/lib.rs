@@ -127,6 +127,7 @@ mod admission;
 mod connection;
 mod endpoint;
 mod keys;
+mod lanes;
 mod prefetch;
 mod protect;
 mod routing;
@@ -153,6 +154,7 @@ pub use endpoint::{
 )]
 pub type ServerConfig = ListenConfig;
 pub use keys::SessionKeys;
+pub use lanes::{Lane, LaneStats, SendOptions, UnsentDrops};
 pub use prefetch::{prefetch, PrefetchStage};
 pub use protect::{NumberSpace, PacketKey, ReplayWindow, Unauthenticated, REPLAY_WINDOW};
 pub use routing::{NoRouting, Router, SessionCounts};
@@ -256,6 +258,15 @@ pub struct Config {
     pub min_window_packets: usize,
     /// Channel kinds, indexed by channel id.
     pub channels: Vec<ChannelKind>,
+    /// How the channels share the send rate: lanes by priority, then by weight ([`Lane`]).
+    /// Empty (the default): one lane of every channel, served in turn. Otherwise every
+    /// channel is in exactly one lane. A sending decision only: the peer need not agree.
+    pub lanes: Vec<Lane>,
+    /// Unreliable channels that keep only the newest queued message: a send replaces the
+    /// channel's queued messages not yet begun (counted in [`UnsentDrops::replaced`]); a
+    /// message already partly sent is finished. For snapshots, where a stale one is worth
+    /// nothing once a newer one exists.
+    pub newest_only: Vec<u8>,
     /// Largest message `send` accepts and the receiver reassembles.
     pub max_message_size: usize,
     /// Bytes this connection may hold in incomplete or out-of-order received messages.
@@ -329,6 +340,8 @@ impl Default for Config {
                 ChannelKind::Unreliable,
                 ChannelKind::UnreliableSequenced,
             ],
+            lanes: Vec::new(),
+            newest_only: Vec::new(),
             max_message_size: 1 << 20,
             reassembly_limit: 4 << 20,
             send_queue_limit: 16 << 20,
@@ -509,4 +522,8 @@ pub enum SendError {
     /// No connection with this handle.
     #[error("unknown connection")]
     UnknownConnection,
+    /// A deadline ([`SendOptions::deadline`]) on a reliable channel: reliable messages are
+    /// never dropped.
+    #[error("channel {0} is reliable: a deadline is for unreliable messages")]
+    DeadlineOnReliable(u8),
 }

@@ -226,6 +226,9 @@ pub struct ConnectionStats {
     /// channel's queue passed [`crate::Config::unreliable_queue_limit`] (the congestion window
     /// held them back: a slow path, or a peer that stopped acknowledging).
     pub unreliable_unsent: u64,
+    /// [`ConnectionStats::unreliable_unsent`] by cause: the channel's queue limit, a lane's
+    /// cap, a deadline, a newer message on a newest-only channel.
+    pub unsent: crate::UnsentDrops,
     /// Drops by cause.
     pub drops: DropCounters,
     /// Current congestion window, bytes.
