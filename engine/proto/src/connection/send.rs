@@ -217,27 +217,31 @@ impl Connection {
             return Ok(());
         };
         if lanes.newest_only(ci) {
-            let ch = &self.send.channels[ci];
+            let ch = &mut self.send.channels[ci];
             // A message whose first fragment left is finished; every later one is replaced.
             let keep = match ch.queue.front() {
-                Some(f) if f.index > 0 => ch
-                    .queue
-                    .iter()
-                    .take_while(|g| g.message_id == f.message_id)
-                    .count(),
+                Some(f) if f.index > 0 => {
+                    let id = f.message_id;
+                    ch.queue.iter().take_while(|g| g.message_id == id).count()
+                }
                 _ => 0,
             };
-            let ids: Vec<u64> = {
-                let mut ids: Vec<u64> = ch.queue.iter().skip(keep).map(|f| f.message_id).collect();
-                ids.dedup();
-                ids
-            };
-            for id in &ids {
-                self.send.drop_message(ci, *id);
+            let (mut replaced, mut bytes, mut last) = (0u64, 0usize, None);
+            for f in ch.queue.iter().skip(keep) {
+                if last != Some(f.message_id) {
+                    replaced += 1;
+                    last = Some(f.message_id);
+                }
+                bytes += f.data.len();
             }
-            self.counters.unreliable_unsent += ids.len() as u64;
+            ch.queue.truncate(keep);
+            ch.queued = ch
+                .queued
+                .saturating_sub(u32::try_from(bytes).unwrap_or(u32::MAX));
+            self.send.queued_bytes -= bytes;
+            self.counters.unreliable_unsent += replaced;
             if let Some(l) = self.send.lanes.as_deref_mut() {
-                l.drops.replaced += ids.len() as u64;
+                l.drops.replaced += replaced;
             }
         }
         if self.send.channels[ci].kind.is_reliable() {
