@@ -41,7 +41,7 @@ use ricochet_platform::{
 use ricochet_proto::token::ConnectToken;
 use ricochet_proto::{
     ChannelKind, CloseReason, Config, ConfigError, ConnectionHandle, ConnectionStats, Endpoint,
-    EndpointConfig, Event, SendError,
+    EndpointConfig, Event, Lane, LaneStats, SendError, SendOptions,
 };
 
 use crate::profile::{with_channels, Profile};
@@ -126,7 +126,7 @@ impl ClientConfig {
     }
 
     /// Tune the session for `profile` (use the server's). Replaces every session setting
-    /// except the channels: call it before `.session(..)`. Called after a `.session(..)`
+    /// except the channels (and their lanes): call it before `.session(..)`. Called after a `.session(..)`
     /// change it would discard that change, so the builder refuses the order instead:
     /// connecting then fails with [`ClientError::Conflict`] (`.channels(..)` may come in
     /// either order).
@@ -152,6 +152,20 @@ impl ClientConfig {
     pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
         let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
         self.tune(|c| c.channels = kinds)
+    }
+
+    /// How the session's channels share its send rate ([`Lane`]; see
+    /// [`crate::ServerConfig::lanes`]). Only this side's sending: the server's lanes may
+    /// differ.
+    pub fn lanes(self, lanes: impl IntoIterator<Item = Lane>) -> Self {
+        let lanes: Vec<Lane> = lanes.into_iter().collect();
+        self.tune(|c| c.lanes = lanes)
+    }
+
+    /// Unreliable channels that keep only their newest queued message ([`Config::newest_only`]).
+    pub fn newest_only(self, channels: impl IntoIterator<Item = u8>) -> Self {
+        let channels: Vec<u8> = channels.into_iter().collect();
+        self.tune(|c| c.newest_only = channels)
     }
 
     /// Change any protocol setting of the session (see [`Config`]), on top of the profile
@@ -538,11 +552,31 @@ impl Client {
 
     /// Queue a message on `channel`.
     pub fn send(&mut self, channel: u8, data: impl Into<Bytes>) -> Result<(), ClientError> {
+        self.send_with(channel, data, SendOptions::default())
+    }
+
+    /// [`Client::send`] with `options`: an unreliable message with a deadline (on the clock
+    /// of [`std::time::Instant::now`]) is dropped unsent once it passes.
+    pub fn send_with(
+        &mut self,
+        channel: u8,
+        data: impl Into<Bytes>,
+        options: SendOptions,
+    ) -> Result<(), ClientError> {
         if let Some((reason, by_peer)) = self.closed {
             return Err(ClientError::Closed { reason, by_peer });
         }
-        self.endpoint.send(self.handle, channel, data.into())?;
+        self.endpoint
+            .send_with(self.handle, channel, data.into(), options)?;
         Ok(())
+    }
+
+    /// Lane `lane` of the session ([`ClientConfig::lanes`]): bytes queued and the expected
+    /// queue time; `None` for a lane that does not exist or once the session is gone.
+    pub fn lane_stats(&self, lane: usize) -> Option<LaneStats> {
+        self.endpoint
+            .connection(self.handle)
+            .and_then(|c| c.lane_stats(lane))
     }
 
     /// Do all pending work without blocking: receive what arrived, run due timers, send what

@@ -42,7 +42,10 @@ pub use client::{
 pub use profile::Profile;
 pub use ricochet_platform::BackendKind;
 pub use ricochet_proto::token::{ConnectToken, TokenKey};
-pub use ricochet_proto::{ChannelKind, CloseReason, Config, Peer, Refusal, SendError};
+pub use ricochet_proto::{
+    ChannelKind, CloseReason, Config, Lane, LaneStats, Peer, Refusal, SendError, SendOptions,
+    UnsentDrops,
+};
 pub use runtime::{
     CorePinning, GilbertElliott, Handler, IdleStrategy, Impairment, IoModel, LinkConditioner,
     RateLimit, RuntimeError, Server, ServerConfig, ServerContext, SessionId,

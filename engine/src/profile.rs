@@ -76,9 +76,12 @@ impl std::str::FromStr for Profile {
     }
 }
 
-/// `base` with the channel list of `current` (a profile sets tuning, not channels).
+/// `base` with the channel list of `current`, its lanes and newest-only channels (a profile
+/// sets tuning, not channels).
 pub(crate) fn with_channels(mut base: Config, current: &Config) -> Config {
     base.channels = current.channels.clone();
+    base.lanes = current.lanes.clone();
+    base.newest_only = current.newest_only.clone();
     base
 }
 

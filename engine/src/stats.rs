@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ricochet_proto::ConnectionStats;
+use ricochet_proto::{ConnectionStats, UnsentDrops};
 
 /// A session's counters and path estimates at one moment: a small `Copy` value, cheap to read
 /// every frame ([`Client::stats`](crate::Client::stats),
@@ -35,9 +35,13 @@ pub struct SessionStats {
     pub messages_delivered: u64,
     /// Unreliable messages dropped incomplete or stale.
     pub unreliable_dropped: u64,
-    /// Unreliable messages dropped unsent, oldest first, because their channel's queue passed
-    /// `Config::unreliable_queue_limit` (a slow path, or a peer that stopped acknowledging).
+    /// Unreliable messages dropped unsent: their channel's queue passed
+    /// `Config::unreliable_queue_limit` (a slow path, or a peer that stopped acknowledging),
+    /// their lane's cap, their deadline, or a newer message replaced them
+    /// ([`SessionStats::unsent`] has them by cause).
     pub unreliable_unsent: u64,
+    /// [`SessionStats::unreliable_unsent`] by cause.
+    pub unsent: UnsentDrops,
     /// Datagrams dropped (malformed, duplicate, unauthenticated, ...).
     pub datagrams_dropped: u64,
     /// Datagrams forward error correction rebuilt before ARQ had to.
@@ -87,6 +91,7 @@ impl From<&ConnectionStats> for SessionStats {
             messages_delivered: s.messages_delivered,
             unreliable_dropped: s.unreliable_dropped,
             unreliable_unsent: s.unreliable_unsent,
+            unsent: s.unsent,
             datagrams_dropped: s.drops.total(),
             fec_recovered: s.fec.data_recovered,
             congestion_window: s.cwnd,

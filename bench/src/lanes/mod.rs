@@ -6,9 +6,10 @@
 //! the relay's queue delay at the bottleneck, reliable events lost, snapshots delivered, and
 //! the session's rate estimate (none exists yet: `null`).
 //!
-//! An *arm* is how the server and players configure their sessions. Today there is one, the
-//! baseline (one channel list as today, the game profile); the lanes arm of issue 38 is another
-//! entry of [`Arm`] with its own session settings.
+//! An *arm* is how the server configures its sessions: the baseline (one lane, the game
+//! profile as it is) or lanes (the game profile with the event channel in a lane of its own
+//! ahead of the snapshot lane, whose channel keeps only the newest snapshot). Both arms of a
+//! run alternate, so they share the host's conditions.
 
 pub mod players;
 
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
+use ricochet::Lane;
 use serde::Serialize;
 
 use crate::commands::Global;
@@ -43,8 +45,8 @@ pub struct LanesArgs {
     /// Scenarios to run (default: all three).
     #[arg(long, value_delimiter = ',')]
     pub scenario: Vec<String>,
-    /// Arms to run, alternated per repetition: only `baseline` exists until lanes land.
-    #[arg(long, value_delimiter = ',', default_value = "baseline")]
+    /// Arms to run, alternated per repetition (`baseline`, `lanes`).
+    #[arg(long, value_delimiter = ',', default_value = "lanes,baseline")]
     pub arms: Vec<String>,
     /// Runs per scenario and arm (medians reported).
     #[arg(long, default_value_t = 1)]
@@ -66,27 +68,44 @@ pub struct LanesArgs {
 pub enum Arm {
     /// Today's sending: one queue for all channels, the game profile's congestion control.
     Baseline,
+    /// The game profile with two lanes: the event channel first (priority 0), every other
+    /// channel after it (priority 1), the snapshot channel newest-only.
+    Lanes,
 }
 
 impl Arm {
     fn parse(s: &str) -> Result<Arm> {
         match s {
             "baseline" => Ok(Arm::Baseline),
-            "lanes" => bail!("the lanes arm needs the lanes of issue 38, which do not exist yet"),
-            other => bail!("unknown arm {other:?} (baseline)"),
+            "lanes" => Ok(Arm::Lanes),
+            other => bail!("unknown arm {other:?} (baseline, lanes)"),
         }
     }
 
     fn name(self) -> &'static str {
         match self {
             Arm::Baseline => "baseline",
+            Arm::Lanes => "lanes",
         }
     }
 
     /// The protocol profile of both sides.
     fn profile(self) -> &'static str {
         match self {
-            Arm::Baseline => "game",
+            Arm::Baseline | Arm::Lanes => "game",
+        }
+    }
+
+    /// The server's session settings of this arm on top of the profile.
+    fn configure(self, cfg: ServerConfig) -> ServerConfig {
+        match self {
+            Arm::Baseline => cfg,
+            Arm::Lanes => cfg
+                .lanes([
+                    Lane::new([EVENT_CHANNEL]),
+                    Lane::new((0..4u8).filter(|&c| c != EVENT_CHANNEL)).priority(1),
+                ])
+                .newest_only([SNAPSHOT_CHANNEL]),
         }
     }
 }
@@ -174,6 +193,12 @@ pub struct ArmRun {
     pub reliable_lost: u64,
     /// Snapshot or event sends the server's session refused (queue full).
     pub send_refused: u64,
+    /// Snapshots the server's sessions dropped unsent because a newer one replaced them
+    /// (newest-only channel, lanes arm).
+    pub snapshots_replaced: u64,
+    /// Snapshots the server's sessions dropped unsent at a queue limit (the channel's
+    /// `unreliable_queue_limit` or a lane's cap).
+    pub snapshots_shed: u64,
     /// The session's own estimate of the available rate, bits per second (none exists yet).
     pub rate_estimate_bps: Option<f64>,
     /// Its error against the bottleneck's rate at the end, percent (none yet).
@@ -187,7 +212,8 @@ pub struct ArmRun {
 pub struct ScenarioResult {
     /// `downlink-1mbit`, `step-4-to-1` or `uplink-shared`.
     pub scenario: String,
-    /// The arm the headline keys below describe: `lanes` once it exists, else `baseline`.
+    /// The arm the headline keys below describe: `lanes` when the run has it, else
+    /// `baseline`.
     pub measured_arm: String,
     /// Event latency p99 of the measured arm, µs (median over runs).
     pub event_p99_us: Option<f64>,
@@ -240,6 +266,10 @@ struct Counts {
     snapshots: AtomicU64,
     events: AtomicU64,
     refused: AtomicU64,
+    /// The server sessions' unsent snapshots so far, summed: replaced by a newer one, and
+    /// dropped by a queue limit (the channel's or the lane's).
+    replaced: AtomicU64,
+    shed: AtomicU64,
 }
 
 struct TickHandler {
@@ -266,6 +296,15 @@ impl Handler for TickHandler {
         let tick = self.tick;
         self.tick += 1;
         let sessions: Vec<SessionId> = ctx.sessions().collect();
+        let (mut replaced, mut shed) = (0, 0);
+        for &s in &sessions {
+            if let Some(st) = ctx.session_stats(s) {
+                replaced += st.unsent.replaced;
+                shed += st.unsent.queue_limit + st.unsent.lane_limit;
+            }
+        }
+        self.counts.replaced.store(replaced, Ordering::Relaxed);
+        self.counts.shed.store(shed, Ordering::Relaxed);
         // The snapshot first, then (every sixth tick) the event: the event that waits behind
         // the tick's snapshot is what issue 38 measures.
         Self::stamp(&mut self.snapshot, tick);
@@ -316,7 +355,9 @@ fn run_once(sc: &Scenario, arm: Arm, args: &LanesArgs) -> Result<ArmRun> {
     let profile = crate::scale::setup::protocol_profile(arm.profile())?;
     let cfg = ServerConfig::new("127.0.0.1:0".parse::<SocketAddr>()?)
         .insecure()
-        .profile(profile)
+        .profile(profile);
+    let cfg = arm
+        .configure(cfg)
         .workers(1)
         .backend(args.backend.parse().map_err(|e| anyhow!("{e}"))?)
         .tick(period)
@@ -422,6 +463,8 @@ fn run_once(sc: &Scenario, arm: Arm, args: &LanesArgs) -> Result<ArmRun> {
         events_sent,
         reliable_lost: events_sent.saturating_sub(distinct.len() as u64),
         send_refused: counts.refused.load(Ordering::Relaxed),
+        snapshots_replaced: counts.replaced.load(Ordering::Relaxed),
+        snapshots_shed: counts.shed.load(Ordering::Relaxed),
         rate_estimate_bps: None,
         rate_estimate_error_pct: None,
         bottleneck,
@@ -509,8 +552,12 @@ fn fmt(v: Option<f64>) -> String {
 }
 
 fn summarize(sc: &Scenario, runs: Vec<ArmRun>) -> ScenarioResult {
-    // The arm under test: lanes once it exists; today the baseline is all there is.
-    let measured = Arm::Baseline;
+    // The arm under test: lanes when the run has it, else the baseline.
+    let measured = if runs.iter().any(|r| r.arm == Arm::Lanes) {
+        Arm::Lanes
+    } else {
+        Arm::Baseline
+    };
     let of = |arm: Arm, f: &dyn Fn(&ArmRun) -> Option<f64>| {
         median(runs.iter().filter(|r| r.arm == arm).filter_map(f).collect())
     };

@@ -4,6 +4,9 @@
 use std::time::Duration;
 
 use crate::fec::{self, FecConfig, FecPolicy};
+use crate::lanes::Lane;
+#[cfg(doc)]
+use crate::lanes::UnsentDrops;
 use crate::wire::{
     DATA_HEADER_LEN, FEC_HEADER_LEN, FEC_PARITY_HEADER_LEN, MAX_CLIENT_HANDSHAKE_LEN, TAG_LEN,
 };
@@ -104,6 +107,15 @@ pub struct Config {
     pub min_window_packets: usize,
     /// Channel kinds, indexed by channel id.
     pub channels: Vec<ChannelKind>,
+    /// How the channels share the send rate: lanes by priority, then by weight ([`Lane`]).
+    /// Empty (the default): one lane of every channel, served in turn. Otherwise every
+    /// channel is in exactly one lane. A sending decision only: the peer need not agree.
+    pub lanes: Vec<Lane>,
+    /// Unreliable channels that keep only the newest queued message: a send replaces the
+    /// channel's queued messages not yet begun (counted in [`UnsentDrops::replaced`]); a
+    /// message already partly sent is finished. For snapshots, where a stale one is worth
+    /// nothing once a newer one exists.
+    pub newest_only: Vec<u8>,
     /// Largest message `send` accepts and the receiver reassembles.
     pub max_message_size: usize,
     /// Bytes this connection may hold in incomplete or out-of-order received messages.
@@ -179,6 +191,8 @@ impl Default for Config {
                 ChannelKind::Unreliable,
                 ChannelKind::UnreliableSequenced,
             ],
+            lanes: Vec::new(),
+            newest_only: Vec::new(),
             max_message_size: 1 << 20,
             reassembly_limit: 4 << 20,
             send_queue_limit: 16 << 20,

@@ -65,4 +65,8 @@ pub enum SendError {
     /// No connection with this handle.
     #[error("unknown connection")]
     UnknownConnection,
+    /// A deadline ([`crate::SendOptions::deadline`]) on a reliable channel: reliable messages
+    /// are never dropped.
+    #[error("channel {0} is reliable: a deadline is for unreliable messages")]
+    DeadlineOnReliable(u8),
 }

@@ -128,6 +128,7 @@ mod connection;
 mod endpoint;
 mod event;
 mod keys;
+mod lanes;
 mod prefetch;
 mod protect;
 mod routing;
@@ -156,6 +157,7 @@ pub use event::{Event, SendError, Transmit};
 )]
 pub type ServerConfig = ListenConfig;
 pub use keys::SessionKeys;
+pub use lanes::{Lane, LaneStats, SendOptions, UnsentDrops};
 pub use prefetch::{prefetch, PrefetchStage};
 // Packet protection internals, public for benchmarks and attack tests only.
 #[cfg(feature = "test-util")]

@@ -222,10 +222,15 @@ pub struct ConnectionStats {
     pub messages_delivered: u64,
     /// Unreliable messages dropped incomplete or stale.
     pub unreliable_dropped: u64,
-    /// Unreliable messages this side dropped before sending them, oldest first, because their
-    /// channel's queue passed [`crate::Config::unreliable_queue_limit`] (the congestion window
-    /// held them back: a slow path, or a peer that stopped acknowledging).
+    /// Unreliable messages this side dropped before sending them: their channel's queue
+    /// passed [`crate::Config::unreliable_queue_limit`] (the congestion window held them
+    /// back: a slow path, or a peer that stopped acknowledging), their lane's cap, their
+    /// deadline, or a newer message on a newest-only channel replaced them
+    /// ([`ConnectionStats::unsent`] by cause).
     pub unreliable_unsent: u64,
+    /// [`ConnectionStats::unreliable_unsent`] by cause: the channel's queue limit, a lane's
+    /// cap, a deadline, a newer message on a newest-only channel.
+    pub unsent: crate::UnsentDrops,
     /// Drops by cause.
     pub drops: DropCounters,
     /// Current congestion window, bytes.

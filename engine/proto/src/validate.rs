@@ -128,6 +128,73 @@ impl Config {
                 ),
             ));
         }
+        self.validate_lanes()
+    }
+
+    fn validate_lanes(&self) -> Result<(), ConfigError> {
+        if self.lanes.len() > crate::connection::MAX_LANES {
+            return Err(ConfigError::new(
+                "lanes",
+                format!(
+                    "{} lanes: at most {}",
+                    self.lanes.len(),
+                    crate::connection::MAX_LANES
+                ),
+            ));
+        }
+        let mut lane_of = vec![None; self.channels.len()];
+        for (l, lane) in self.lanes.iter().enumerate() {
+            if lane.weight == 0 {
+                return Err(ConfigError::new(
+                    "lanes",
+                    format!("lane {l} has weight 0: weights start at 1"),
+                ));
+            }
+            for &c in &lane.channels {
+                match lane_of.get_mut(usize::from(c)) {
+                    None => {
+                        return Err(ConfigError::new(
+                            "lanes",
+                            format!("lane {l} lists channel {c}, which does not exist"),
+                        ))
+                    }
+                    Some(Some(other)) => {
+                        return Err(ConfigError::new(
+                            "lanes",
+                            format!("channel {c} is in lane {other} and in lane {l}"),
+                        ))
+                    }
+                    Some(slot) => *slot = Some(l),
+                }
+            }
+        }
+        if !self.lanes.is_empty() {
+            if let Some(c) = lane_of.iter().position(Option::is_none) {
+                return Err(ConfigError::new(
+                    "lanes",
+                    format!("channel {c} is in no lane: list every channel in one lane"),
+                ));
+            }
+        }
+        for &c in &self.newest_only {
+            match self.channels.get(usize::from(c)) {
+                None => {
+                    return Err(ConfigError::new(
+                        "newest_only",
+                        format!("channel {c} does not exist"),
+                    ))
+                }
+                Some(k) if k.is_reliable() => {
+                    return Err(ConfigError::new(
+                        "newest_only",
+                        format!(
+                            "channel {c} is reliable: only unreliable messages may be replaced"
+                        ),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
         Ok(())
     }
 }
@@ -151,6 +218,43 @@ mod tests {
         assert!(e.to_string().contains("idle_timeout"), "{e}");
         let c = Config::default().with(|c| c.fec.group_wait = Duration::MAX);
         assert_eq!(c.validate().unwrap_err().field, "fec.group_wait");
+    }
+
+    #[test]
+    fn lanes_must_cover_every_channel_once() {
+        use crate::Lane;
+        let ok = Config::default().with(|c| {
+            c.lanes = vec![Lane::new([0, 1]), Lane::new([2, 3]).priority(1).weight(2)];
+            c.newest_only = vec![3];
+        });
+        assert_eq!(ok.validate(), Ok(()));
+        for (bad, field, says) in [
+            (
+                vec![Lane::new([0, 1, 2])],
+                "lanes",
+                "channel 3 is in no lane",
+            ),
+            (
+                vec![Lane::new([0, 1]), Lane::new([1, 2, 3])],
+                "lanes",
+                "channel 1 is in lane 0 and in lane 1",
+            ),
+            (vec![Lane::new([0, 1, 2, 3, 9])], "lanes", "channel 9"),
+            (vec![Lane::new([0, 1, 2, 3]).weight(0)], "lanes", "weight 0"),
+        ] {
+            let e = Config::default()
+                .with(|c| c.lanes = bad)
+                .validate()
+                .unwrap_err();
+            assert_eq!(e.field, field);
+            assert!(e.problem.contains(says), "{e}");
+        }
+        let e = Config::default()
+            .with(|c| c.newest_only = vec![0])
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.field, "newest_only");
+        assert!(e.problem.contains("reliable"), "{e}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub(crate) mod cc;
 mod close;
 pub(crate) mod fec_link;
 mod handshake;
+mod lanes;
 mod recovery;
 pub(crate) mod recv;
 pub(crate) mod rtt;
@@ -23,6 +24,7 @@ pub use self::state::{Connection, ConnectionState};
 use self::ack::Acks;
 use self::cc::Congestion;
 use self::fec_link::FecLink;
+pub(crate) use self::lanes::MAX_LANES;
 use self::recv::{Budget, Need, Receiver, SharedBudgets};
 use self::rtt::RttEstimator;
 use self::state::{
@@ -292,6 +294,7 @@ impl Connection {
             messages_delivered: c.messages_delivered,
             unreliable_dropped: self.receiver.unreliable_dropped,
             unreliable_unsent: c.unreliable_unsent,
+            unsent: self.unsent_drops(),
             drops: c.drops.get(),
             cwnd: self.cc.window,
             bytes_in_flight: self.cc.in_flight,
@@ -803,16 +806,17 @@ impl Connection {
         let probe = std::mem::take(&mut self.recovery.probe_pending);
         let mut wrote_data = false;
         let cc_ok = self.cc.can_send(max) && data_ok;
-        if cc_ok || probe {
+        // With lanes, retransmissions wait their lane's turn inside `fill_new_data`.
+        if (cc_ok && self.send.lanes.is_none()) || (probe && !cc_ok) {
             self.write_retransmissions(&mut w, pn, &mut segs, &mut ack_eliciting);
         }
         if cc_ok {
-            wrote_data |= self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);
+            wrote_data |= self.fill_new_data(now, &mut w, pn, &mut segs, &mut ack_eliciting);
         }
         if probe && !ack_eliciting {
             self.write_probe_data(&mut w, pn, &mut segs, &mut ack_eliciting);
             if !ack_eliciting {
-                wrote_data |= self.fill_new_data(&mut w, pn, &mut segs, &mut ack_eliciting);
+                wrote_data |= self.fill_new_data(now, &mut w, pn, &mut segs, &mut ack_eliciting);
             }
         }
         if (probe || keepalive_due)
@@ -831,7 +835,7 @@ impl Connection {
             self.note_data(now);
         }
         self.record_sent(now, pn, len, ack_eliciting, acks_below, segs);
-        self.send.rr = (self.send.rr + 1) % self.send.channels.len().max(1);
+        self.send.next_turn();
         // A packet that cannot be sealed is dropped (already counted sent: ARQ repairs it as
         // a loss).
         let size = self.seal_outgoing(now, buf, len)?;

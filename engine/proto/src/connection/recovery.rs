@@ -82,7 +82,7 @@ impl Connection {
 
     /// Process an ACK frame; true when something new was acknowledged.
     pub(super) fn on_ack(&mut self, now: Instant, ack: &wire::AckFrame<'_>) -> bool {
-        self.send.peer_window = usize::try_from(ack.window).unwrap_or(usize::MAX);
+        self.send.peer_window = u32::try_from(ack.window).unwrap_or(u32::MAX);
         let Some(front) = self.recovery.sent.front().map(|p| p.pn) else {
             return false;
         };

@@ -7,17 +7,60 @@
 //! This room's state (`Sending`, `Segment`, `SendChannel`) is defined in `state.rs`, beside the
 //! `Connection` that holds it.
 
-use super::state::{push_seg, Connection, ConnectionState, OutFrag, Segment, Segs};
+use super::lanes::LaneSched;
+use super::state::{push_seg, Connection, ConnectionState, OutFrag, Segment, Segs, Sending};
 use crate::wire::{self, Frame, Writer};
-use crate::SendError;
-use std::time::Instant;
+use crate::{LaneStats, SendError, SendOptions, UnsentDrops};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+
+impl Sending {
+    /// The next packet starts with the next channel (without lanes).
+    pub(super) fn next_turn(&mut self) {
+        self.rr = ((self.rr as usize + 1) % self.channels.len().max(1)) as u32;
+    }
+
+    /// Bytes queued on the channels of `lane`.
+    fn lane_queued(&self, lanes: &LaneSched, lane: usize) -> usize {
+        lanes
+            .channels(lane)
+            .iter()
+            .map(|&c| self.channels[usize::from(c)].queued as usize)
+            .sum()
+    }
+
+    /// Removes what is queued of message `id` on channel `ci`; true if anything was.
+    fn drop_message(&mut self, ci: usize, id: u64) -> bool {
+        let ch = &mut self.channels[ci];
+        let from = ch.queue.partition_point(|f| f.message_id < id);
+        let to = ch.queue.partition_point(|f| f.message_id <= id);
+        if from == to {
+            return false;
+        }
+        let bytes: usize = ch.queue.drain(from..to).map(|f| f.data.len()).sum();
+        ch.queued = ch
+            .queued
+            .saturating_sub(u32::try_from(bytes).unwrap_or(u32::MAX));
+        self.queued_bytes -= bytes;
+        true
+    }
+}
 
 impl Connection {
     /// Queue a message on `channel`. Fragments are cut now (zero-copy slices of `data`; a
     /// message that fits one fragment is queued as it is).
     pub fn send(&mut self, channel: u8, data: Bytes) -> Result<(), SendError> {
+        self.send_with(channel, data, SendOptions::default())
+    }
+
+    /// Queue a message on `channel` with `options` (a deadline for an unreliable message).
+    pub fn send_with(
+        &mut self,
+        channel: u8,
+        data: Bytes,
+        options: SendOptions,
+    ) -> Result<(), SendError> {
         match self.state {
             ConnectionState::Handshaking | ConnectionState::Established => {}
             _ => return Err(SendError::Closed),
@@ -31,6 +74,18 @@ impl Connection {
         if self.send.queued_bytes + data.len() > self.cfg.send_queue_limit {
             return Err(SendError::QueueFull);
         }
+        let reliable = ch.kind.is_reliable();
+        if reliable && options.deadline.is_some() {
+            return Err(SendError::DeadlineOnReliable(channel));
+        }
+        if self.send.lanes.is_some() {
+            self.make_room(usize::from(channel), data.len())?;
+        } else if options.deadline.is_some() {
+            self.send.lanes = Some(LaneSched::single(self.send.channels.len()));
+        }
+        let Some(ch) = self.send.channels.get_mut(usize::from(channel)) else {
+            return Err(SendError::UnknownChannel(channel));
+        };
         let frag = self.cfg.fragment_payload();
         let count = data.len().div_ceil(frag).max(1);
         let id = ch.next_id;
@@ -60,10 +115,192 @@ impl Connection {
                 });
             }
         }
-        if !ch.kind.is_reliable() && ch.queued as usize > self.cfg.unreliable_queue_limit {
+        if let (Some(at), Some(lanes)) = (options.deadline, self.send.lanes.as_deref_mut()) {
+            lanes.add_deadline(usize::from(channel), id, at);
+        }
+        if !reliable && ch.queued as usize > self.cfg.unreliable_queue_limit {
             self.shed_unreliable(usize::from(channel), id);
         }
+        if !reliable {
+            self.shed_lane(usize::from(channel), id, 0);
+        }
         Ok(())
+    }
+
+    /// Before `len` bytes are queued on channel `ci`: a newest-only channel drops its queued
+    /// messages not yet begun, and a reliable message makes room in a capped lane by
+    /// dropping the lane's oldest unreliable ones (refused if that is not enough).
+    fn make_room(&mut self, ci: usize, len: usize) -> Result<(), SendError> {
+        let Some(lanes) = self.send.lanes.as_deref() else {
+            return Ok(());
+        };
+        if lanes.newest_only(ci) {
+            let ch = &mut self.send.channels[ci];
+            // A message whose first fragment left is finished; every later one is replaced.
+            let keep = match ch.queue.front() {
+                Some(f) if f.index > 0 => {
+                    let id = f.message_id;
+                    ch.queue.iter().take_while(|g| g.message_id == id).count()
+                }
+                _ => 0,
+            };
+            let (mut replaced, mut bytes, mut last) = (0u64, 0usize, None);
+            for f in ch.queue.iter().skip(keep) {
+                if last != Some(f.message_id) {
+                    replaced += 1;
+                    last = Some(f.message_id);
+                }
+                bytes += f.data.len();
+            }
+            ch.queue.truncate(keep);
+            ch.queued = ch
+                .queued
+                .saturating_sub(u32::try_from(bytes).unwrap_or(u32::MAX));
+            self.send.queued_bytes -= bytes;
+            self.counters.unreliable_unsent += replaced;
+            if let Some(l) = self.send.lanes.as_deref_mut() {
+                l.drops.replaced += replaced;
+            }
+        }
+        if self.send.channels[ci].kind.is_reliable() {
+            let Some(lanes) = self.send.lanes.as_deref() else {
+                return Ok(());
+            };
+            let lane = lanes.lane_of(ci);
+            if let Some(cap) = lanes.queue_limit(lane) {
+                let reliable: usize = lanes
+                    .channels(lane)
+                    .iter()
+                    .map(|&c| &self.send.channels[usize::from(c)])
+                    .filter(|c| c.kind.is_reliable())
+                    .map(|c| c.queued as usize)
+                    .sum();
+                // Refused before anything is dropped for it.
+                if reliable + len > cap {
+                    return Err(SendError::QueueFull);
+                }
+                self.shed_lane(ci, u64::MAX, len);
+            }
+        }
+        Ok(())
+    }
+
+    /// While the lane of channel `ci` holds more than its cap less `room`, drops its oldest
+    /// unreliable messages: `ci`'s own first, then the other channels' in the lane's order;
+    /// never message `keep` of `ci` (the one just queued).
+    fn shed_lane(&mut self, ci: usize, keep: u64, room: usize) {
+        let Some(lanes) = self.send.lanes.as_deref() else {
+            return;
+        };
+        let lane = lanes.lane_of(ci);
+        let Some(cap) = lanes.queue_limit(lane) else {
+            return;
+        };
+        let order: Vec<usize> = std::iter::once(ci)
+            .chain(lanes.channels(lane).iter().map(|&c| usize::from(c)))
+            .filter(|&c| !self.send.channels[c].kind.is_reliable())
+            .collect();
+        let mut dropped = 0u64;
+        for c in order {
+            loop {
+                let Some(lanes) = self.send.lanes.as_deref() else {
+                    return;
+                };
+                if self.send.lane_queued(lanes, lane) + room <= cap {
+                    break;
+                }
+                let Some(id) = self.send.channels[c].queue.front().map(|f| f.message_id) else {
+                    break;
+                };
+                if c == ci && id == keep {
+                    break;
+                }
+                self.send.drop_message(c, id);
+                dropped += 1;
+            }
+        }
+        self.counters.unreliable_unsent += dropped;
+        if let Some(l) = self.send.lanes.as_deref_mut() {
+            l.drops.lane_limit += dropped;
+        }
+    }
+
+    /// Unreliable messages dropped unsent, by cause.
+    pub(super) fn unsent_drops(&self) -> UnsentDrops {
+        let mut d = self
+            .send
+            .lanes
+            .as_deref()
+            .map(|l| l.drops)
+            .unwrap_or_default();
+        d.queue_limit = self
+            .counters
+            .unreliable_unsent
+            .saturating_sub(d.lane_limit + d.deadline + d.replaced);
+        d
+    }
+
+    /// The rate queued bytes are expected to leave at, bytes per second: the congestion
+    /// window over the smoothed RTT. The one place that says what the send rate is, so a
+    /// controller with a rate estimate of its own feeds lane queue times by changing it.
+    fn send_rate(&self) -> Option<f64> {
+        let rtt = self.rtt.smoothed.as_secs_f64();
+        (rtt > 0.0 && self.cc.window > 0).then(|| self.cc.window as f64 / rtt)
+    }
+
+    /// Lanes of this session ([`crate::Config::lanes`]; one without).
+    pub fn lane_count(&self) -> usize {
+        self.send.lanes.as_deref().map_or(1, LaneSched::len)
+    }
+
+    /// Lane `lane` as of now: what it holds and how long that is expected to wait; `None`
+    /// for a lane that does not exist.
+    pub fn lane_stats(&self, lane: usize) -> Option<LaneStats> {
+        let Some(lanes) = self.send.lanes.as_deref() else {
+            return (lane == 0).then(|| LaneStats {
+                priority: 0,
+                weight: 1,
+                queued_bytes: self.send.queued_bytes,
+                queue_time: self.queue_time(self.send.queued_bytes as f64),
+            });
+        };
+        if lane >= lanes.len() {
+            return None;
+        }
+        let (priority, weight) = lanes.rank(lane);
+        let own = self.send.lane_queued(lanes, lane);
+        let (mut ahead, mut peers) = (0usize, 0u64);
+        for l in 0..lanes.len() {
+            let (p, w) = lanes.rank(l);
+            let q = self.send.lane_queued(lanes, l);
+            if p < priority {
+                ahead += q;
+            } else if p == priority && (q > 0 || l == lane) {
+                peers += u64::from(w);
+            }
+        }
+        // Lanes of the same priority drain together: this lane's bytes leave at its share.
+        let share = f64::from(weight) / peers.max(1) as f64;
+        Some(LaneStats {
+            priority,
+            weight,
+            queued_bytes: own,
+            queue_time: if own == 0 {
+                Duration::ZERO
+            } else {
+                self.queue_time(ahead as f64 + own as f64 / share)
+            },
+        })
+    }
+
+    fn queue_time(&self, bytes: f64) -> Duration {
+        if bytes <= 0.0 {
+            return Duration::ZERO;
+        }
+        match self.send_rate() {
+            Some(rate) => Duration::try_from_secs_f64(bytes / rate).unwrap_or(Duration::MAX),
+            None => Duration::MAX,
+        }
     }
 
     /// Drops whole messages from the front of unreliable channel `ci` until its queue is back
@@ -137,24 +374,32 @@ impl Connection {
     }
 
     pub(super) fn reliable_window_open(&self) -> bool {
-        let window = self.cfg.send_window.min(self.send.peer_window);
+        let window = self
+            .cfg
+            .send_window
+            .min(usize::try_from(self.send.peer_window).unwrap_or(usize::MAX));
         self.send.unacked_segments < window && self.send.segments.len() < 4 * self.cfg.send_window
     }
 
-    /// Writes queued fragments, channels in turn; true when it wrote any.
+    /// Writes queued fragments, channels in turn (with lanes: lanes by priority and weight,
+    /// retransmissions in their lane); true when it wrote any.
     pub(super) fn fill_new_data(
         &mut self,
+        now: Instant,
         w: &mut Writer<'_>,
         pn: u64,
         segs: &mut Segs,
         ack_eliciting: &mut bool,
     ) -> bool {
+        if self.send.lanes.is_some() {
+            return self.fill_lanes(now, w, pn, segs, ack_eliciting);
+        }
         let n = self.send.channels.len();
         let mut wrote = false;
         loop {
             let mut progress = false;
             for k in 0..n {
-                let ci = (self.send.rr + k) % n;
+                let ci = (self.send.rr as usize + k) % n;
                 let reliable = self.send.channels[ci].kind.is_reliable();
                 if reliable && !self.reliable_window_open() {
                     continue;
@@ -197,6 +442,164 @@ impl Connection {
             if !progress {
                 return wrote;
             }
+        }
+    }
+
+    /// `fill_new_data` with lanes: expired deadlines dropped first, then, fragment by
+    /// fragment, the lane the scheduler picks sends its oldest retransmission or its next
+    /// channel's fragment, until nothing more fits.
+    fn fill_lanes(
+        &mut self,
+        now: Instant,
+        w: &mut Writer<'_>,
+        pn: u64,
+        segs: &mut Segs,
+        ack_eliciting: &mut bool,
+    ) -> bool {
+        self.drop_expired(now);
+        let base = self.send.seg_base;
+        let segments = &self.send.segments;
+        self.send.retx.retain(|&sid| {
+            sid >= base
+                && segments
+                    .get((sid - base) as usize)
+                    .is_some_and(|s| !s.acked)
+        });
+        // Channels and lanes whose next fragment did not fit this packet.
+        let mut full = [0u64; 4];
+        let mut retx_full = 0u64;
+        let mut wrote = false;
+        loop {
+            let Some(lanes) = self.send.lanes.as_deref() else {
+                return wrote;
+            };
+            let reliable_ok = self.reliable_window_open();
+            let channel_ready = |c: u8| {
+                let ch = &self.send.channels[usize::from(c)];
+                full[usize::from(c) / 64] & (1 << (c % 64)) == 0
+                    && !ch.queue.is_empty()
+                    && (reliable_ok || !ch.kind.is_reliable())
+            };
+            let lane_ready = |l: usize| {
+                (retx_full & (1 << l) == 0 && self.lane_retx(lanes, l, segs).is_some())
+                    || lanes.channels(l).iter().any(|&c| channel_ready(c))
+            };
+            let Some(lane) = lanes.pick(lane_ready) else {
+                return wrote;
+            };
+            if retx_full & (1 << lane) == 0 {
+                if let Some(pos) = self.lane_retx(lanes, lane, segs) {
+                    let sid = self.send.retx[pos];
+                    let idx = (sid - self.send.seg_base) as usize;
+                    let seg = &self.send.segments[idx];
+                    let (channel, len) = (seg.channel, seg.data.len());
+                    if !write_segment(w, seg) {
+                        retx_full |= 1 << lane;
+                        continue;
+                    }
+                    self.send.retx.remove(pos);
+                    let s = &mut self.send.segments[idx];
+                    s.queued = false;
+                    s.last_pn = pn;
+                    push_seg(segs, sid);
+                    *ack_eliciting = true;
+                    self.counters.segments_retransmitted += 1;
+                    if let Some(l) = self.send.lanes.as_deref_mut() {
+                        l.charge(lane, channel, len);
+                    }
+                    continue;
+                }
+            }
+            let Some(c) = lanes.turns(lane).find(|&c| channel_ready(c)) else {
+                // Only retransmissions that do not fit: `pick` will not offer this lane again.
+                retx_full |= 1 << lane;
+                continue;
+            };
+            let ci = usize::from(c);
+            let reliable = self.send.channels[ci].kind.is_reliable();
+            let Some(f) = self.send.channels[ci].queue.front() else {
+                continue;
+            };
+            let frame = frame_for(c, f.message_id, f.index, f.count, &f.data);
+            if wire::encode_frame(&frame, w).is_err() {
+                full[ci / 64] |= 1 << (ci % 64);
+                continue;
+            }
+            let Some(f) = self.send.channels[ci].queue.pop_front() else {
+                continue;
+            };
+            let len = f.data.len();
+            self.send.queued_bytes -= len;
+            let ch = &mut self.send.channels[ci];
+            ch.queued = ch
+                .queued
+                .saturating_sub(u32::try_from(len).unwrap_or(u32::MAX));
+            wrote = true;
+            *ack_eliciting = true;
+            if let Some(l) = self.send.lanes.as_deref_mut() {
+                l.charge(lane, c, len);
+            }
+            if reliable {
+                let sid = self.send.seg_base + self.send.segments.len() as u64;
+                self.send.segments.push_back(Segment {
+                    channel: c,
+                    message_id: f.message_id,
+                    index: f.index,
+                    count: f.count,
+                    data: f.data,
+                    last_pn: pn,
+                    acked: false,
+                    queued: false,
+                });
+                self.send.unacked_segments += 1;
+                self.counters.segments_sent += 1;
+                push_seg(segs, sid);
+            }
+        }
+    }
+
+    /// Position in the retransmission queue of `lane`'s oldest segment not already in this
+    /// packet (its redundant copy goes in the next one).
+    fn lane_retx(&self, lanes: &LaneSched, lane: usize, segs: &Segs) -> Option<usize> {
+        self.send.retx.iter().position(|&sid| {
+            let idx = (sid - self.send.seg_base) as usize;
+            !segs.contains(&sid)
+                && self
+                    .send
+                    .segments
+                    .get(idx)
+                    .is_some_and(|s| lanes.lane_of(usize::from(s.channel)) == lane)
+        })
+    }
+
+    /// Drops the queued messages whose deadline passed by `now`.
+    fn drop_expired(&mut self, now: Instant) {
+        if !self
+            .send
+            .lanes
+            .as_deref()
+            .is_some_and(LaneSched::has_deadlines)
+        {
+            return;
+        }
+        let mut dropped = 0u64;
+        for ci in 0..self.send.channels.len() {
+            loop {
+                let front = self.send.channels[ci].queue.front().map(|f| f.message_id);
+                let Some(lanes) = self.send.lanes.as_deref_mut() else {
+                    return;
+                };
+                let Some(id) = lanes.pop_expired(ci, now, front) else {
+                    break;
+                };
+                if self.send.drop_message(ci, id) {
+                    dropped += 1;
+                }
+            }
+        }
+        self.counters.unreliable_unsent += dropped;
+        if let Some(l) = self.send.lanes.as_deref_mut() {
+            l.drops.deadline += dropped;
         }
     }
 

@@ -163,8 +163,9 @@ pub(super) struct Sending {
     pub(super) channels: Vec<SendChannel>,
     /// Bytes queued by `send` and not yet sent for the first time.
     pub(super) queued_bytes: usize,
-    /// The channel `fill_new_data` starts with (round robin, one step per packet).
-    pub(super) rr: usize,
+    /// The channel `fill_new_data` starts with (round robin, one step per packet; without
+    /// lanes). `u32`, as `peer_window`: with them the lanes' pointer costs no room.
+    pub(super) rr: u32,
     /// Reliable segments from `seg_base` up, acknowledged ones only popped at the front.
     pub(super) segments: VecDeque<Segment>,
     pub(super) seg_base: u64,
@@ -172,9 +173,12 @@ pub(super) struct Sending {
     /// Segment ids to send again (declared lost), oldest first.
     pub(super) retx: VecDeque<u64>,
     /// The peer's receive window (segments), from its last ACK.
-    pub(super) peer_window: usize,
+    pub(super) peer_window: u32,
     /// Data waits for the pacer until then.
     pub(super) pacing_until: Option<Instant>,
+    /// Lanes, deadlines and newest-only channels; `None` (one lane, no deadline sent yet,
+    /// no newest-only channel) sends channels in turn, as always.
+    pub(super) lanes: Option<Box<super::lanes::LaneSched>>,
 }
 
 impl Sending {
@@ -197,8 +201,9 @@ impl Sending {
             seg_base: 0,
             unacked_segments: 0,
             retx: VecDeque::new(),
-            peer_window: cfg.recv_window,
+            peer_window: u32::try_from(cfg.recv_window).unwrap_or(u32::MAX),
             pacing_until: None,
+            lanes: super::lanes::LaneSched::from_config(cfg),
         }
     }
 }

@@ -32,8 +32,8 @@ use crate::timers::TimerQueue;
 use crate::token::ConnectToken;
 use crate::wire::{self, Packet};
 use crate::{
-    CloseReason, ConfigError, Connection, DropCause, Event, PrefetchStage, SendError, SessionKeys,
-    Transmit,
+    CloseReason, ConfigError, Connection, DropCause, Event, PrefetchStage, SendError, SendOptions,
+    SessionKeys, Transmit,
 };
 
 mod config;
@@ -244,9 +244,20 @@ impl Endpoint {
 
     /// Queue a message.
     pub fn send(&mut self, h: ConnectionHandle, channel: u8, data: Bytes) -> Result<(), SendError> {
+        self.send_with(h, channel, data, SendOptions::default())
+    }
+
+    /// Queue a message with `options` ([`Connection::send_with`]).
+    pub fn send_with(
+        &mut self,
+        h: ConnectionHandle,
+        channel: u8,
+        data: Bytes,
+        options: SendOptions,
+    ) -> Result<(), SendError> {
         let idx = self.index_of(h).ok_or(SendError::UnknownConnection)?;
         let r = match self.slots[idx as usize].conn.as_mut() {
-            Some(c) => c.send(channel, data),
+            Some(c) => c.send_with(channel, data, options),
             None => Err(SendError::UnknownConnection),
         };
         self.touch(idx);

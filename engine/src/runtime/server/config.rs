@@ -7,7 +7,7 @@ use std::time::Duration;
 use ricochet_platform::BackendKind;
 use ricochet_proto::token::TokenKey;
 use ricochet_proto::{
-    Admission, ChannelKind, Config, EndpointConfig, ListenConfig, TokenAdmission,
+    Admission, ChannelKind, Config, EndpointConfig, Lane, ListenConfig, TokenAdmission,
 };
 
 use crate::profile::{with_channels, Profile};
@@ -129,7 +129,7 @@ impl ServerConfig {
     }
 
     /// Tune every session for `profile` (clients should use the same one). Replaces every
-    /// session setting except the channels: call it before `.session(..)`. Called after a
+    /// session setting except the channels (and their lanes): call it before `.session(..)`. Called after a
     /// `.session(..)` change it would discard that change, so the builder refuses the order
     /// instead: [`Server::start`](crate::Server::start) then fails with
     /// [`RuntimeError::Conflict`](crate::RuntimeError::Conflict) (`.channels(..)` may come in
@@ -160,6 +160,37 @@ impl ServerConfig {
     pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
         let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
         self.tune(|c| c.channels = kinds)
+    }
+
+    /// How every session's channels share its send rate: lanes served by priority (a lower
+    /// number first), lanes of one priority by weight in bytes, each with an optional cap of
+    /// queued bytes ([`Lane`], [`Config::lanes`]). Every channel goes in exactly one lane.
+    /// Default: one lane of all channels. Kept by [`ServerConfig::profile`], as the channels
+    /// are, so it may come in either order. Lanes decide this side's sending only, so a client
+    /// may have other lanes; [`ServerContext::lane_stats`](crate::ServerContext::lane_stats)
+    /// reads what each lane holds.
+    ///
+    /// ```
+    /// use ricochet::{ChannelKind, Lane, Profile, ServerConfig};
+    ///
+    /// // Events (channel 0) before snapshots (channel 1), which keep only the newest.
+    /// let config = ServerConfig::new("0.0.0.0:7777".parse().unwrap())
+    ///     .profile(Profile::Game)
+    ///     .channels([ChannelKind::ReliableOrdered, ChannelKind::UnreliableSequenced])
+    ///     .lanes([Lane::new([0]).priority(0), Lane::new([1]).priority(1).queue_limit(32 << 10)])
+    ///     .newest_only([1]);
+    /// # let _ = config;
+    /// ```
+    pub fn lanes(self, lanes: impl IntoIterator<Item = Lane>) -> Self {
+        let lanes: Vec<Lane> = lanes.into_iter().collect();
+        self.tune(|c| c.lanes = lanes)
+    }
+
+    /// Unreliable channels that keep only their newest queued message: a newer snapshot
+    /// replaces the one not yet sent ([`Config::newest_only`]).
+    pub fn newest_only(self, channels: impl IntoIterator<Item = u8>) -> Self {
+        let channels: Vec<u8> = channels.into_iter().collect();
+        self.tune(|c| c.newest_only = channels)
     }
 
     /// Change any protocol setting of every session (see [`Config`]), on top of the profile

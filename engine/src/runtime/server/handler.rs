@@ -12,8 +12,8 @@ use bytes::Bytes;
 use ricochet_platform::Waker;
 use ricochet_proto::token::TokenKey;
 use ricochet_proto::{
-    CloseReason, ConnectionHandle, ConnectionStats, Endpoint, EndpointStats, Peer, Refusal,
-    SendError,
+    CloseReason, ConnectionHandle, ConnectionStats, Endpoint, EndpointStats, LaneStats, Peer,
+    Refusal, SendError, SendOptions,
 };
 
 use crate::runtime::conditioner::ConditionerControl;
@@ -95,6 +95,7 @@ pub(super) enum Command {
         handle: ConnectionHandle,
         channel: u8,
         data: Bytes,
+        options: SendOptions,
     },
     Close {
         handle: ConnectionHandle,
@@ -170,9 +171,33 @@ impl ServerContext<'_> {
         channel: u8,
         data: impl Into<Bytes>,
     ) -> Result<(), SendError> {
+        self.send_with(session, channel, data, SendOptions::default())
+    }
+
+    /// [`ServerContext::send`] with `options`: an unreliable message with a deadline is
+    /// dropped unsent once it passes (counted in [`SessionStats::unsent`]).
+    ///
+    /// ```no_run
+    /// # use ricochet::{SendOptions, ServerContext, SessionId};
+    /// # use std::time::Duration;
+    /// # fn on_tick(ctx: &mut ServerContext<'_>, session: SessionId, snapshot: Vec<u8>) {
+    /// // A snapshot is worth nothing after the next tick.
+    /// let by = ctx.now() + Duration::from_millis(16);
+    /// let _ = ctx.send_with(session, 3, snapshot, SendOptions::deadline(by));
+    /// # }
+    /// ```
+    pub fn send_with(
+        &mut self,
+        session: SessionId,
+        channel: u8,
+        data: impl Into<Bytes>,
+        options: SendOptions,
+    ) -> Result<(), SendError> {
         let data = data.into();
         if session.worker == self.worker {
-            return self.endpoint.send(session.handle, channel, data);
+            return self
+                .endpoint
+                .send_with(session.handle, channel, data, options);
         }
         self.post(
             session.worker,
@@ -180,8 +205,23 @@ impl ServerContext<'_> {
                 handle: session.handle,
                 channel,
                 data,
+                options,
             },
         )
+    }
+
+    /// Lane `lane` of a session on this worker ([`ServerConfig::lanes`]): bytes queued and
+    /// the expected queue time; `None` for an unknown lane, or a session that is unknown or
+    /// owned by another worker.
+    ///
+    /// [`ServerConfig::lanes`]: crate::ServerConfig::lanes
+    pub fn lane_stats(&self, session: SessionId, lane: usize) -> Option<LaneStats> {
+        if session.worker != self.worker {
+            return None;
+        }
+        self.endpoint
+            .connection(session.handle)
+            .and_then(|c| c.lane_stats(lane))
     }
 
     /// Close `session` gracefully; both sides learn `CloseReason::Application`.

@@ -284,6 +284,7 @@ impl Server {
             handle: session.handle,
             channel,
             data: data.into(),
+            options: ricochet_proto::SendOptions::default(),
         };
         handler::post(&self.directory, session.worker, cmd)
     }

@@ -207,10 +207,11 @@ impl<H: Handler> RudpService<H> {
                     handle,
                     channel,
                     data,
+                    options,
                 } => {
                     // The sender was told the message was queued; a refusal here (session gone,
                     // queue full) is what a local send would have returned: counted.
-                    if ep.send(handle, channel, data).is_err() {
+                    if ep.send_with(handle, channel, data, options).is_err() {
                         self.remote_send_drops.fetch_add(1, Ordering::Relaxed);
                     }
                 }
