@@ -80,6 +80,12 @@ pub struct SessionsArgs {
     /// with a larger window, a plain-sockets baseline that batched sends can pass.
     #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "kernel"])]
     pub stack: Vec<String>,
+    /// Threads of the load generator in the echo: the clients are split into this many
+    /// contiguous shards, a client set (or, for the kernel floor, an epoll set) per thread.
+    /// An echo whose busiest load thread was busy over 90 % of the time is marked saturated
+    /// (`load sat.`): it measured the client too. Churn and idle run on one thread.
+    #[arg(long, default_value_t = 1)]
+    pub load_threads: usize,
 }
 
 /// The table: one row per client count, medians over its rounds.
@@ -180,6 +186,7 @@ pub fn run(args: &SessionsArgs, global: &Global) -> Result<bool> {
                 warmup_s: args.warmup,
                 seconds: args.seconds,
                 stack: (stack != "ricochet").then(|| stack.clone()),
+                load_threads: args.load_threads.max(1),
             };
             let r = run_one(&cfg)?;
             eprintln!(

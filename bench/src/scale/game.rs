@@ -18,8 +18,8 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use ricochet::ClientEvent;
 
-use super::game_meter::{server_faults, PlayerMeter};
-use super::load::{drive, Control, Driven, Phase};
+use super::game_meter::{drive_game, server_faults, PlayerMeter, PlayersSeen};
+use super::load::{Control, Driven, Phase};
 use super::server::{
     monotonic_ns, ServerKind, ServerProcess, ServerSpec, INPUT_CHANNEL, SNAPSHOT_CHANNEL,
 };
@@ -82,7 +82,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     // when its load thread runs its timers late.
     let max_rto = protocol_profile(&cfg.profile)?.config().max_rto;
     let watch = max_rto * 2 + Duration::from_millis(500);
-    let shard = |range: Range<usize>, ctl: &Control| -> Result<ShardEnd> {
+    let shard = |range: Range<usize>, ctl: &Control<PlayersSeen>| -> Result<ShardEnd> {
         let first = range.start;
         let setup = connect_range(
             (target, server_addr),
@@ -155,7 +155,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
             .sum();
         Ok(ShardEnd { stale, verdict })
     };
-    let driven = match drive(cfg, &mut server, DRAIN, shard) {
+    let driven = match drive_game(cfg, &mut server, DRAIN, shard) {
         Ok(Ok(d)) => d,
         outcome => {
             // A case whose players cannot all connect is a result (not ok), not the end of
@@ -176,11 +176,13 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         connected,
         connect: took,
         loaded,
-        seen,
+        mut seen,
         measured: server_stats,
         drained,
         ends,
+        ..
     } = driven;
+    let seen = seen.pop().context("the players' figures")?;
     let mut errors = seen.errors.clone();
     // Inputs are counted from the start on both sides (a reset does not clear them).
     let inputs_lost = seen

@@ -39,8 +39,8 @@ use ricochet_platform::Poller;
 use super::floor::{
     client_socket, recv, send, workers, MmsgBatch, ServerThreads, MAX_DATAGRAM, STOP_POLL,
 };
-use super::game_meter::{server_faults, PlayerMeter};
-use super::load::{drive, Control, Driven, Phase};
+use super::game_meter::{drive_game, server_faults, PlayerMeter, PlayersSeen};
+use super::load::{Control, Driven, Phase};
 use super::server::{
     announce, answer_commands, monotonic_ns, send as tell, FromServer, ServerKind, ServerProcess,
     ServerSpec, INPUT_HEADER, SNAPSHOT_HEADER,
@@ -397,7 +397,7 @@ fn play(
 ) -> Result<GameRun> {
     let per_ip = cfg.players_per_ip.max(1);
     let addr = server.addr;
-    let shard = |range: Range<usize>, ctl: &Control| -> Result<()> {
+    let shard = |range: Range<usize>, ctl: &Control<PlayersSeen>| -> Result<()> {
         let first = range.start;
         let t_connect = Instant::now();
         let setup = (|| -> Result<(Poller, Vec<Socket>)> {
@@ -474,14 +474,15 @@ fn play(
     };
     let Driven {
         connect,
-        seen,
+        mut seen,
         measured: server_stats,
         drained,
         ..
-    } = match drive(cfg, server, DRAIN, shard)? {
+    } = match drive_game(cfg, server, DRAIN, shard)? {
         Ok(d) => d,
         Err(e) => bail!("opening the players' sockets: {e}"),
     };
+    let seen = seen.pop().context("the players' figures")?;
     errors.extend(seen.errors.iter().cloned());
     let inputs_lost = seen
         .inputs_total

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use hdrhistogram::Histogram;
 
-use super::load::thread_cpu_s;
-use super::server::{INPUT_HEADER, SNAPSHOT_HEADER};
+use super::load::{drive, thread_cpu_s, Control, Driven, Plan};
+use super::server::{ServerProcess, INPUT_HEADER, SNAPSHOT_HEADER};
 use crate::schema::{finite, Latency, LoadStats};
 use crate::schema::{GameConfig, GameRun, ServerStats};
 use crate::udp::tracker::new_rtt_histogram;
@@ -227,6 +227,43 @@ impl PlayerMeter {
             load: None,
         }
     }
+}
+
+/// [`drive`] for `bench game`: the shards' figures merged, with the load generator's.
+pub(super) fn drive_game<E: Send>(
+    cfg: &GameConfig,
+    server: &mut ServerProcess,
+    drain: Duration,
+    shard: impl Fn(Range<usize>, &Control<PlayersSeen>) -> Result<E> + Sync,
+) -> Result<Result<Driven<PlayersSeen, E>, String>> {
+    let plan = Plan {
+        players: cfg.players,
+        threads: cfg.load_threads,
+        warmup_s: cfg.warmup_s,
+        seconds: cfg.seconds,
+        drain,
+    };
+    let inputs_pending = |seen: &[PlayersSeen], s: &ServerStats| {
+        s.game.inputs_received < seen.iter().map(|p| p.inputs_total).sum::<u64>()
+    };
+    let mut d = match drive(&plan, server, inputs_pending, shard)? {
+        Ok(d) => d,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut seen = PlayersSeen::merge(std::mem::take(&mut d.seen));
+    seen.load = Some(LoadStats::new(
+        plan.threads.clamp(1, cfg.players.max(1)),
+        d.wall_s,
+        d.cpu_s,
+        &seen.busy_s,
+        (
+            seen.inputs_measured,
+            seen.inputs_late,
+            seen.lateness_max.as_secs_f64() * 1e6,
+        ),
+    ));
+    d.seen = vec![seen];
+    Ok(Ok(d))
 }
 
 impl PlayersSeen {

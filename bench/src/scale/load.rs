@@ -18,10 +18,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 
-use super::game_meter::PlayersSeen;
 use super::server::ServerProcess;
 use crate::host::CpuTimes;
-use crate::schema::{finite, GameConfig, LoadStats, ServerStats};
+use crate::schema::{finite, LoadStats, ServerStats};
 
 /// The calling thread's CPU time (user and system), s.
 pub(super) fn thread_cpu_s() -> f64 {
@@ -55,8 +54,9 @@ pub(super) enum Phase {
     Done = 3,
 }
 
-/// What the calling thread and the shard threads share.
-pub(super) struct Control {
+/// What the calling thread and the shard threads share; `S` is what a shard saw in the
+/// measured phase.
+pub(super) struct Control<S> {
     phase: AtomicU8,
     start: OnceLock<Instant>,
     /// Every shard connected (or failed), then the go.
@@ -67,10 +67,10 @@ pub(super) struct Control {
     connect: Mutex<(Vec<String>, Duration, usize)>,
     /// Asked of each shard at the end: why reliable inputs are still missing.
     pub(super) want_verdict: AtomicBool,
-    seen: Mutex<mpsc::Sender<PlayersSeen>>,
+    seen: Mutex<mpsc::Sender<S>>,
 }
 
-impl Control {
+impl<S> Control<S> {
     /// The run's phase now.
     pub(super) fn phase(&self) -> Phase {
         match self.phase.load(Ordering::Acquire) {
@@ -106,23 +106,40 @@ impl Control {
     }
 
     /// A shard thread: its measured phase is over (called once, at [`Phase::Drain`]).
-    pub(super) fn report(&self, seen: PlayersSeen) {
+    pub(super) fn report(&self, seen: S) {
         if let Ok(tx) = self.seen.lock() {
             let _ = tx.send(seen);
         }
     }
 }
 
+/// The shape of a driven run.
+pub(super) struct Plan {
+    /// Players (clients) over every shard.
+    pub(super) players: usize,
+    /// Load-generator threads (shards).
+    pub(super) threads: usize,
+    /// Warm-up and measured time, s.
+    pub(super) warmup_s: f64,
+    /// Measured time, s.
+    pub(super) seconds: f64,
+    /// Longest wait after the measured phase for what is still in flight.
+    pub(super) drain: Duration,
+}
+
 /// What [`drive`] hands back.
-pub(super) struct Driven<E> {
+pub(super) struct Driven<S, E> {
     /// Players connected, over every shard.
     pub(super) connected: usize,
     /// The slowest shard's connect time.
     pub(super) connect: Duration,
-    /// The server's report after the connect (before any input).
+    /// The server's report after the connect (before any traffic).
     pub(super) loaded: ServerStats,
-    /// What the players saw, merged over the shards, with the load generator's figures.
-    pub(super) seen: PlayersSeen,
+    /// What each shard saw in the measured phase.
+    pub(super) seen: Vec<S>,
+    /// The measured phase's wall time, s, and the load generator process's CPU over it, s.
+    pub(super) wall_s: f64,
+    pub(super) cpu_s: f64,
     /// The server's report for the measured phase.
     pub(super) measured: ServerStats,
     /// The server's report after the drain.
@@ -131,19 +148,20 @@ pub(super) struct Driven<E> {
     pub(super) ends: Vec<E>,
 }
 
-/// Runs `cfg`'s players against `server` on `cfg.load_threads` threads, each running
+/// Runs `plan.players` players against `server` on `plan.threads` threads, each running
 /// `shard(range, control)` over its share: the shard connects its players, reports it with
 /// [`Control::connected`], drives them until [`Phase::Drain`] ([`Control::report`]), keeps
 /// them serviced until [`Phase::Done`] and returns its end result. Meanwhile this thread
 /// resets the server at the start of the measured phase, reads it at its end, and waits up to
-/// `drain` for every input to arrive. `Err(message)` inside: the players did not all connect.
-pub(super) fn drive<E: Send>(
-    cfg: &GameConfig,
+/// `plan.drain` while `pending(shards' reports, server report)` holds (asking the shards for a
+/// verdict if it still does). `Err(message)` inside: the players did not all connect.
+pub(super) fn drive<S: Send, E: Send>(
+    plan: &Plan,
     server: &mut ServerProcess,
-    drain: Duration,
-    shard: impl Fn(Range<usize>, &Control) -> Result<E> + Sync,
-) -> Result<Result<Driven<E>, String>> {
-    let ranges = shards(cfg.players, cfg.load_threads);
+    pending: impl Fn(&[S], &ServerStats) -> bool,
+    shard: impl Fn(Range<usize>, &Control<S>) -> Result<E> + Sync,
+) -> Result<Result<Driven<S, E>, String>> {
+    let ranges = shards(plan.players, plan.threads);
     let t = ranges.len();
     let (tx, rx) = mpsc::channel();
     let ctl = Control {
@@ -182,51 +200,37 @@ pub(super) fn drive<E: Send>(
         let start = Instant::now();
         let _ = ctl.start.set(start);
         ctl.go.wait();
-        let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
+        let measure_at = start + Duration::from_secs_f64(plan.warmup_s);
         sleep_until(measure_at);
         server.reset()?;
         let (cpu0, t0) = (CpuTimes::now(), Instant::now());
         ctl.set(Phase::Measured);
-        sleep_until(measure_at + Duration::from_secs_f64(cfg.seconds));
+        sleep_until(measure_at + Duration::from_secs_f64(plan.seconds));
         let measured = server.stats()?;
         ctl.set(Phase::Drain);
-        let (cpu1, wall) = (CpuTimes::now(), t0.elapsed().as_secs_f64());
-        let mut shards_seen = Vec::with_capacity(t);
+        let (cpu1, wall_s) = (CpuTimes::now(), t0.elapsed().as_secs_f64());
+        let mut seen = Vec::with_capacity(t);
         for _ in 0..t {
             // A shard reports at its next turn (5 ms at most), unless it ended with an error.
             match rx.recv_timeout(Duration::from_secs(30)) {
-                Ok(s) => shards_seen.push(s),
+                Ok(s) => seen.push(s),
                 Err(_) => break,
             }
         }
-        if shards_seen.len() < t {
+        if seen.len() < t {
             ctl.set(Phase::Done);
             join(threads)?;
             bail!("a load-generator thread did not report its measured phase");
         }
-        let mut seen = PlayersSeen::merge(shards_seen);
-        seen.load = Some(LoadStats::new(
-            t,
-            wall,
-            cpu1.seconds_since(&cpu0),
-            &seen.busy_s,
-            (
-                seen.inputs_measured,
-                seen.inputs_late,
-                seen.lateness_max.as_secs_f64() * 1e6,
-            ),
-        ));
-        // Drain: no more inputs; give the reliable channel time to deliver what is in flight.
-        let drain_end = Instant::now() + drain;
+        // Drain: no more new traffic; give what is in flight time to arrive.
+        let drain_end = Instant::now() + plan.drain;
         let mut drained = server.stats()?;
-        while drained.game.inputs_received < seen.inputs_total && Instant::now() < drain_end {
+        while pending(&seen, &drained) && Instant::now() < drain_end {
             std::thread::sleep(Duration::from_millis(100));
             drained = server.stats()?;
         }
-        ctl.want_verdict.store(
-            drained.game.inputs_received < seen.inputs_total,
-            Ordering::Release,
-        );
+        ctl.want_verdict
+            .store(pending(&seen, &drained), Ordering::Release);
         ctl.set(Phase::Done);
         let ends = join(threads)?;
         Ok(Ok(Driven {
@@ -234,6 +238,8 @@ pub(super) fn drive<E: Send>(
             connect,
             loaded,
             seen,
+            wall_s,
+            cpu_s: cpu1.seconds_since(&cpu0),
             measured,
             drained,
             ends,

@@ -49,6 +49,10 @@ pub struct SessionsConfig {
     /// Ricochet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<String>,
+    /// Threads of the load generator in the echo (each a contiguous share of the clients);
+    /// absent in runs before it existed (1).
+    #[serde(default = "one")]
+    pub load_threads: usize,
 }
 
 fn one() -> usize {
@@ -121,6 +125,18 @@ pub struct SessionsRun {
     /// runs before it was recorded): time the virtual CPUs wanted to run and did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steal_percent: Option<f64>,
+    /// Echo: server process CPU per round trip (its CPU share over the round trips per
+    /// second), µs; absent in runs before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_us_per_round_trip: Option<f64>,
+    /// Churn: server process CPU per completed session, µs; absent in runs before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_us_per_session: Option<f64>,
+    /// Echo: the load generator's own figures over the measured phase; absent in runs before
+    /// they were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadStats>,
     /// The server's last report.
     pub server: ServerStats,
     /// What went wrong (empty when ok).
