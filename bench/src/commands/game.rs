@@ -8,8 +8,8 @@ use clap::Args;
 use super::Global;
 use crate::host::{HostInfo, UtcTime};
 use crate::output::{host_line, render_table, result_file, thousands, write_result};
-use crate::scale::game::run as run_one;
-use crate::schema::{GameConfig, GameRun};
+use crate::scale::load_process::run_game as run_one;
+use crate::schema::{GameConfig, GameRun, LoadStats};
 use crate::stats::median;
 
 /// Flags of `bench game`.
@@ -195,12 +195,17 @@ pub fn game_table(runs: &[GameRun]) -> String {
                 out,
                 "  {} players {}: load generator saturated (busiest thread {:.0} % of wall, {} \
                  inputs over half a period late, up to {:.1} ms): the figures measure the client \
-                 too",
+                 too{}",
                 r.config.players,
                 stack_name(&r.config),
                 l.busy_max_percent,
                 l.inputs_late,
-                l.input_lateness_max_us / 1000.0
+                l.input_lateness_max_us / 1000.0,
+                if l.busy_max_percent <= LoadStats::BUSY_LIMIT_PERCENT {
+                    " (its threads were not busy: late because the host did not run them)"
+                } else {
+                    ""
+                }
             );
         }
     }

@@ -8,7 +8,8 @@ use clap::Args;
 use super::Global;
 use crate::host::{HostInfo, UtcTime};
 use crate::output::{host_line, render_table, result_file, thousands, write_result};
-use crate::scale::sessions::{run as run_one, summary_cells, MAX_WINDOW, SUMMARY_COLUMNS};
+use crate::scale::load_process::run_sessions as run_one;
+use crate::scale::sessions::{summary_cells, MAX_WINDOW, SUMMARY_COLUMNS};
 use crate::schema::{SessionsConfig, SessionsRun};
 
 /// Flags of `bench sessions`.

@@ -78,8 +78,8 @@ impl SessionsRun {
         self.client_cpu_percent = Some(finite(clients / wall * 100.0));
         self.server_cpu_percent = Some(finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0));
         // Churn: every completed session's share of the server's CPU.
-        self.server_cpu_us_per_session = (self.connected > 0)
-            .then(|| finite(stats.cpu_s * 1e6 / self.connected as f64));
+        self.server_cpu_us_per_session =
+            (self.connected > 0).then(|| finite(stats.cpu_s * 1e6 / self.connected as f64));
         self.steal_percent = match (&cpu0.machine, &cpu1.machine) {
             (Some(a), Some(b)) => Some(finite((b.steal_s - a.steal_s) / wall * 100.0)),
             _ => None,

@@ -78,6 +78,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     let target = relay.as_ref().map_or(server.addr, |r| r.addr());
     let server_addr = server.addr;
     let limit = Duration::from_secs(30) + Duration::from_millis(3 * cfg.players as u64);
+    // Players connect one address group (`--players-per-ip`) at a time per load thread.
     // Two RTO ceilings and a half second: a sender backing off sends again within it even
     // when its load thread runs its timers late.
     let max_rto = protocol_profile(&cfg.profile)?.config().max_rto;
@@ -90,6 +91,7 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
             range.clone(),
             cfg.players_per_ip,
             0,
+            true,
             |ip, seed| member_config(&cfg.profile, &cfg.backend, ip, seed),
             limit,
         )

@@ -210,11 +210,16 @@ pub(super) fn drive<S: Send, E: Send>(
         ctl.set(Phase::Drain);
         let (cpu1, wall_s) = (CpuTimes::now(), t0.elapsed().as_secs_f64());
         let mut seen = Vec::with_capacity(t);
-        for _ in 0..t {
-            // A shard reports at its next turn (5 ms at most), unless it ended with an error.
-            match rx.recv_timeout(Duration::from_secs(30)) {
+        // A shard reports at its next turn, unless it ended with an error (then its thread is
+        // finished, and its error is the run's).
+        let give_up = Instant::now() + Duration::from_secs(30);
+        while seen.len() < t && Instant::now() < give_up {
+            match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(s) => seen.push(s),
-                Err(_) => break,
+                Err(_) if seen.len() + threads.iter().filter(|h| h.is_finished()).count() >= t => {
+                    break
+                }
+                Err(_) => {}
             }
         }
         if seen.len() < t {

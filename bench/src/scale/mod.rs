@@ -1,8 +1,8 @@
 //! Many sessions on one server: `bench sessions` (idle memory, handshakes, a window-1 echo over
 //! thousands of clients) and `bench game` (a 60 Hz snapshot tick with reliable inputs). The
 //! server runs in a child process ([`server`]) so that its memory and CPU are its own; the
-//! clients run in the bench: `bench game`'s on `--load-threads` threads ([`load`]),
-//! `bench sessions`' in one `ClientSet` on one thread.
+//! players run in a load-generator process of their own ([`load_process`]) on
+//! `--load-threads` threads ([`load`]; `bench sessions`' churn and idle on one).
 
 mod echo_meter;
 #[cfg(target_os = "linux")]
@@ -12,6 +12,7 @@ pub mod game;
 mod game_floor;
 mod game_meter;
 mod load;
+pub mod load_process;
 pub mod server;
 pub mod sessions;
 pub mod setup;

@@ -95,8 +95,11 @@ pub fn summary_cells(rs: &[&SessionsRun]) -> Vec<String> {
         ms(m(&|r| r.rtt_us.map(|l| l.max))),
         pct(m(&|r| r.server_cpu_percent)),
         // Per round trip (echo) or per session (churn).
-        m(&|r| r.server_cpu_us_per_round_trip.or(r.server_cpu_us_per_session))
-            .map_or("-".into(), |v| format!("{v:.2}")),
+        m(&|r| {
+            r.server_cpu_us_per_round_trip
+                .or(r.server_cpu_us_per_session)
+        })
+        .map_or("-".into(), |v| format!("{v:.2}")),
         pct(m(&|r| r.client_cpu_percent)),
         {
             let known: Vec<bool> = rs
@@ -331,6 +334,7 @@ fn echo(
             range,
             cfg.clients_per_ip,
             0,
+            false,
             |ip, seed| member_config(&cfg.profile, &cfg.backend, ip, seed),
             connect_limit(cfg),
         )
@@ -408,12 +412,15 @@ fn echo(
         }
     };
     if run.connected != cfg.clients {
-        errors.push(format!("{} of {} clients connected", run.connected, cfg.clients));
+        errors.push(format!(
+            "{} of {} clients connected",
+            run.connected, cfg.clients
+        ));
     }
     run.server_rss_per_session_bytes = match (before.rss_kib, run.server_rss_idle_kib) {
-        (Some(a), Some(b)) if run.connected > 0 => {
-            Some(finite((b as f64 - a as f64) * 1024.0 / run.connected as f64))
-        }
+        (Some(a), Some(b)) if run.connected > 0 => Some(finite(
+            (b as f64 - a as f64) * 1024.0 / run.connected as f64,
+        )),
         _ => None,
     };
     errors.extend(seen.errors);
@@ -431,9 +438,7 @@ fn echo(
     }
     run.clients_total = all;
     run.quit_server(server, &mut errors);
-    run.ok = errors.is_empty()
-        && run.connected == cfg.clients
-        && run.min_client_round_trips > 0;
+    run.ok = errors.is_empty() && run.connected == cfg.clients && run.min_client_round_trips > 0;
     run.errors = errors;
     Ok(run)
 }

@@ -94,6 +94,7 @@ pub(crate) fn connect_all(
         0..n,
         per_ip,
         first_group,
+        false,
         make,
         timeout,
     )
@@ -101,13 +102,17 @@ pub(crate) fn connect_all(
 
 /// Connect clients `range` of a population in groups of `per_ip` per address (client `i` in
 /// group `first_group + i / per_ip`, with client id `i`), as [`connect_all`] connects all of
-/// them: one load-generator thread's share.
+/// them: one load-generator thread's share. With `waves`, one group's handshakes finish
+/// before the next group's start (thousands of handshakes at once on a loaded host outlast
+/// the handshake timeout); otherwise all start at once.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn connect_range(
     (target, server): (SocketAddr, SocketAddr),
     key: Option<[u8; 32]>,
     range: std::ops::Range<usize>,
     per_ip: usize,
     first_group: usize,
+    waves: bool,
     make: impl Fn(IpAddr, u64) -> Result<ClientConfig>,
     timeout: Duration,
 ) -> Result<(ClientSet, Duration)> {
@@ -140,6 +145,10 @@ pub(crate) fn connect_range(
             set.start_connecting_insecure(target, &cfg, k)?;
         }
         first += k;
+        if waves && first < range.end {
+            // One address group's handshakes done before the next group's begin.
+            set.wait_connected(timeout)?;
+        }
     }
     set.wait_connected(timeout)?;
     let took = t0.elapsed();
