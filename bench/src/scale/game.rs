@@ -221,6 +221,9 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
         "the server's sessions",
         &mut errors,
     );
+    if seen.received == 0 {
+        errors.push("the players received no snapshot in the measured phase".into());
+    }
     let mut run = GameRun::measured(cfg, period, &seen, &server_stats);
     run.connected = connected;
     run.connect_s = finite(took.as_secs_f64());

@@ -493,6 +493,9 @@ fn play(
         ));
     }
     server_faults(&drained, &server_stats, "a full server socket", errors);
+    if seen.received == 0 {
+        errors.push("the players received no snapshot in the measured phase".into());
+    }
     let mut run = GameRun::measured(cfg, period, &seen, &server_stats);
     run.connected = cfg.players;
     run.connect_s = finite(connect.as_secs_f64());

@@ -133,7 +133,11 @@ impl PlayerMeter {
         let elapsed = now.saturating_duration_since(self.start).as_secs_f64();
         let target = (elapsed / self.period.as_secs_f64() * self.total as f64) as u64;
         let half = self.period / 2;
-        while self.next_q < target {
+        // At most one round of the shard's inputs per turn: a thread that fell behind still
+        // receives and sees the run's phase between bursts (its lateness says it fell behind).
+        let mut burst = n;
+        while self.next_q < target && burst > 0 {
+            burst -= 1;
             let q = self.next_q;
             let i = (q % self.total - self.first) as usize;
             // The next place that is this shard's: the next player, or its first next round.
