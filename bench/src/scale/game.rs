@@ -33,6 +33,9 @@ use crate::schema::{finite, GameConfig, GameRun};
 /// inputs still in flight arrive before they are counted as lost.
 const DRAIN: Duration = Duration::from_secs(10);
 
+/// How long a player's handshake may take (the protocol's default is 5 s).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Runs one measurement.
 pub fn run(cfg: &GameConfig) -> Result<GameRun> {
     match cfg.stack.as_deref() {
@@ -92,7 +95,15 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
             cfg.players_per_ip,
             0,
             true,
-            |ip, seed| member_config(&cfg.profile, &cfg.backend, ip, seed),
+            |ip, seed| {
+                // A wave of handshakes on a loaded host can outlast the default 5 s; a player
+                // that is still waiting is not a lost one.
+                member_config(&cfg.profile, &cfg.backend, ip, seed).map(|mut c| {
+                    std::sync::Arc::make_mut(&mut c.endpoint.connection).handshake_timeout =
+                        HANDSHAKE_TIMEOUT;
+                    c
+                })
+            },
             limit,
         )
         .and_then(|(mut set, took)| {
