@@ -93,6 +93,10 @@ enum Command {
     /// talks JSON lines on standard input and output).
     #[command(name = "scale-server", hide = true)]
     ScaleServer,
+    /// The load generator's process of `bench sessions` and `bench game` (started by the bench
+    /// itself; one JSON job line in, one JSON result line out).
+    #[command(name = "scale-load", hide = true)]
+    ScaleLoad,
 }
 
 fn main() -> ExitCode {
@@ -131,6 +135,10 @@ fn main() -> ExitCode {
         .map(|()| true),
         Some(Command::ScaleServer) => {
             bench::scale::serve_process(std::io::stdin().lock(), std::io::stdout()).map(|()| true)
+        }
+        Some(Command::ScaleLoad) => {
+            bench::scale::load_process::serve_process(std::io::stdin().lock(), std::io::stdout())
+                .map(|()| true)
         }
         Some(Command::RudpClients) => {
             bench::rudp::fleet::serve_clients_process(std::io::stdin().lock(), std::io::stdout())

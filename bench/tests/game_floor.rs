@@ -27,6 +27,7 @@ fn config(players: usize) -> GameConfig {
         warmup_s: 0.3,
         seconds: 0.5,
         stack: Some("kernel".into()),
+        load_threads: 2,
     }
 }
 

@@ -25,6 +25,7 @@ fn config(mode: &str, clients: usize) -> SessionsConfig {
         warmup_s: 0.1,
         seconds: 0.3,
         stack: Some("kernel".into()),
+        load_threads: 2,
     }
 }
 

@@ -8,8 +8,8 @@ use clap::Args;
 use super::Global;
 use crate::host::{HostInfo, UtcTime};
 use crate::output::{host_line, render_table, result_file, thousands, write_result};
-use crate::scale::game::run as run_one;
-use crate::schema::{GameConfig, GameRun};
+use crate::scale::load_process::run_game as run_one;
+use crate::schema::{GameConfig, GameRun, LoadStats};
 use crate::stats::median;
 
 /// Flags of `bench game`.
@@ -87,6 +87,12 @@ pub struct GameArgs {
     /// --security and --acks-on-tick.
     #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "kernel"])]
     pub stack: Vec<String>,
+    /// Threads of the load generator: the players are split into this many contiguous shards,
+    /// a client set (or, for the kernel floor, a readiness set) per thread. A run whose busiest
+    /// load thread was busy over 90 % of the time, or whose inputs left late, is marked
+    /// saturated: it measured the client too.
+    #[arg(long, default_value_t = 1)]
+    pub load_threads: usize,
 }
 
 /// The table's name for what carried a run's traffic.
@@ -117,6 +123,9 @@ pub fn game_table(runs: &[GameRun]) -> String {
         "reliable lost",
         "server CPU %",
         "µs/tick",
+        "µs/player-tick",
+        "load CPU %",
+        "load sat.",
         "RSS B/session",
         "ok",
     ];
@@ -166,6 +175,10 @@ pub fn game_table(runs: &[GameRun]) -> String {
                 int(m(&|r| Some(r.inputs_lost as f64))),
                 m(&|r| Some(r.server_cpu_percent)).map_or("-".into(), |v| format!("{v:.1}")),
                 m(&|r| Some(r.server_cpu_us_per_tick)).map_or("-".into(), |v| format!("{v:.0}")),
+                m(&|r| r.server_cpu_us_per_player_tick).map_or("-".into(), |v| format!("{v:.2}")),
+                m(&|r| r.load.as_ref().map(|l| l.cpu_percent))
+                    .map_or("-".into(), |v| format!("{v:.0}")),
+                saturated(&rs),
                 int(m(&|r| r.server_rss_per_session_bytes)),
                 if rs.iter().all(|r| r.ok) {
                     "yes".into()
@@ -176,12 +189,48 @@ pub fn game_table(runs: &[GameRun]) -> String {
         })
         .collect();
     let mut out = render_table(&header, &rows);
+    for r in runs {
+        if let Some(l) = r.load.as_ref().filter(|l| l.saturated) {
+            let _ = writeln!(
+                out,
+                "  {} players {}: load generator saturated (busiest thread {:.0} % of wall, {} \
+                 inputs over half a period late, up to {:.1} ms): the figures measure the client \
+                 too{}",
+                r.config.players,
+                stack_name(&r.config),
+                l.busy_max_percent,
+                l.inputs_late,
+                l.input_lateness_max_us / 1000.0,
+                if l.busy_max_percent <= LoadStats::BUSY_LIMIT_PERCENT {
+                    " (its threads were not busy: late because the host did not run them)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
     for r in runs.iter().filter(|r| !r.ok) {
         for e in &r.errors {
             let _ = writeln!(out, "  {} players: {e}", r.config.players);
         }
     }
     out
+}
+
+/// The table's cell for whether a row's load generator kept up: `no`, `SAT` (every round
+/// saturated), `k/n` (k of n rounds), `-` (not recorded).
+fn saturated(rs: &[&GameRun]) -> String {
+    let known: Vec<bool> = rs
+        .iter()
+        .filter_map(|r| r.load.as_ref().map(|l| l.saturated))
+        .collect();
+    let sat = known.iter().filter(|&&s| s).count();
+    match (known.len(), sat) {
+        (0, _) => "-".into(),
+        (_, 0) => "no".into(),
+        (n, s) if s == n => "SAT".into(),
+        (n, s) => format!("{s}/{n}"),
+    }
 }
 
 /// `bench game`.
@@ -227,10 +276,11 @@ pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
                     warmup_s: args.warmup,
                     seconds: args.seconds,
                     stack: (stack != "ricochet").then(|| stack.clone()),
+                    load_threads: args.load_threads.max(1),
                 };
                 let r = run_one(&cfg)?;
                 eprintln!(
-                    "  {n} players {path} {stack}, round {}: {:.1} ticks/s, p99 {:.2} ms, lost {} stale {} reliable lost {}, server CPU {:.1}%{}",
+                    "  {n} players {path} {stack}, round {}: {:.1} ticks/s, p99 {:.2} ms, lost {} stale {} reliable lost {}, server CPU {:.1}% ({:.2} µs/player-tick), load {}{}",
                     round + 1,
                     r.ticks_per_s,
                     r.snapshot_latency_us.map_or(0.0, |l| l.p99 / 1000.0),
@@ -238,6 +288,8 @@ pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
                     r.snapshots_stale,
                     r.inputs_lost,
                     r.server_cpu_percent,
+                    r.server_cpu_us_per_player_tick.unwrap_or(0.0),
+                    r.load.as_ref().map_or("-".into(), crate::scale::describe_load),
                     if r.ok { "" } else { " (NOT ok)" }
                 );
                 runs.push(r);

@@ -8,7 +8,8 @@ use clap::Args;
 use super::Global;
 use crate::host::{HostInfo, UtcTime};
 use crate::output::{host_line, render_table, result_file, thousands, write_result};
-use crate::scale::sessions::{run as run_one, summary_cells, MAX_WINDOW, SUMMARY_COLUMNS};
+use crate::scale::load_process::run_sessions as run_one;
+use crate::scale::sessions::{summary_cells, MAX_WINDOW, SUMMARY_COLUMNS};
 use crate::schema::{SessionsConfig, SessionsRun};
 
 /// Flags of `bench sessions`.
@@ -80,6 +81,12 @@ pub struct SessionsArgs {
     /// with a larger window, a plain-sockets baseline that batched sends can pass.
     #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "kernel"])]
     pub stack: Vec<String>,
+    /// Threads of the load generator in the echo: the clients are split into this many
+    /// contiguous shards, a client set (or, for the kernel floor, an epoll set) per thread.
+    /// An echo whose busiest load thread was busy over 90 % of the time is marked saturated
+    /// (`load sat.`): it measured the client too. Churn and idle run on one thread.
+    #[arg(long, default_value_t = 1)]
+    pub load_threads: usize,
 }
 
 /// The table: one row per client count, medians over its rounds.
@@ -180,6 +187,7 @@ pub fn run(args: &SessionsArgs, global: &Global) -> Result<bool> {
                 warmup_s: args.warmup,
                 seconds: args.seconds,
                 stack: (stack != "ricochet").then(|| stack.clone()),
+                load_threads: args.load_threads.max(1),
             };
             let r = run_one(&cfg)?;
             eprintln!(

@@ -1,14 +1,18 @@
 //! The measuring side of `bench sessions`, shared by Ricochet's run and the kernel floor's: the
 //! server's settings, the CPU clocks of a phase, the echo's bookkeeping, a failed run.
 
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use hdrhistogram::Histogram;
 
+use super::load::{drive, thread_cpu_s, Control, Plan};
 use super::server::{ServerKind, ServerProcess, ServerSpec};
 use crate::host::{CpuTimes, SystemCpu};
-use crate::schema::{finite, ClientTotals, Latency, ServerStats, SessionsConfig, SessionsRun};
+use crate::schema::{
+    finite, ClientTotals, Latency, LoadStats, ServerStats, SessionsConfig, SessionsRun,
+};
 use crate::udp::tracker::new_rtt_histogram;
 
 /// The server process's settings for a run of `cfg`: a `kind` server on loopback, admitting
@@ -73,6 +77,9 @@ impl SessionsRun {
         let clients = cpu1.process.seconds_since(&cpu0.process);
         self.client_cpu_percent = Some(finite(clients / wall * 100.0));
         self.server_cpu_percent = Some(finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0));
+        // Churn: every completed session's share of the server's CPU.
+        self.server_cpu_us_per_session =
+            (self.connected > 0).then(|| finite(stats.cpu_s * 1e6 / self.connected as f64));
         self.steal_percent = match (&cpu0.machine, &cpu1.machine) {
             (Some(a), Some(b)) => Some(finite((b.steal_s - a.steal_s) / wall * 100.0)),
             _ => None,
@@ -99,20 +106,21 @@ pub(super) fn failed(cfg: &SessionsConfig, server: ServerStats, error: String) -
         client_cpu_percent: None,
         steal_percent: None,
         clients_total: ClientTotals::default(),
+        server_cpu_us_per_round_trip: None,
+        server_cpu_us_per_session: None,
+        load: None,
         server,
         errors: vec![error],
         ok: false,
     }
 }
 
-/// The bookkeeping of an echo over `n` clients, shared by both stacks: the warm-up and
-/// measured phases, each client's sequence numbers and send times, and the RTT histogram.
+/// The bookkeeping of an echo over `n` clients (one load-generator thread's shard), shared
+/// by both stacks: the measured phase, each client's sequence numbers and send times, and the
+/// RTT histogram.
 pub(super) struct EchoMeter {
-    measure_at: Instant,
-    end: Instant,
     measuring: bool,
-    cpu0: PhaseCpu,
-    t0: Instant,
+    cpu0: f64,
     /// Messages in flight per client.
     window: usize,
     /// Per client: the sequence number of its oldest message in flight (the echo it expects
@@ -126,19 +134,112 @@ pub(super) struct EchoMeter {
     bad: u64,
 }
 
+/// What one shard's clients (or all of them, merged) saw in the measured phase.
+pub(super) struct EchoSeen {
+    pub(super) hist: Histogram<u64>,
+    /// Fewest round trips of any client.
+    pub(super) min_client_round_trips: u64,
+    /// Echoes out of order or altered.
+    pub(super) bad: u64,
+    /// Per shard, its thread's CPU over the measured phase, s.
+    pub(super) busy_s: Vec<f64>,
+    /// Clients whose oldest message waited too long at the end (the floor's lost datagram).
+    pub(super) stalled: usize,
+    /// What went wrong on the clients' side.
+    pub(super) errors: Vec<String>,
+}
+
+impl EchoSeen {
+    /// Every shard's figures added up.
+    pub(super) fn merge(shards: Vec<EchoSeen>) -> EchoSeen {
+        let mut all = EchoSeen {
+            hist: new_rtt_histogram(),
+            min_client_round_trips: u64::MAX,
+            bad: 0,
+            busy_s: Vec::new(),
+            stalled: 0,
+            errors: Vec::new(),
+        };
+        for s in shards {
+            // Same bounds on both sides; a value past them was saturated already.
+            let _ = all.hist.add(&s.hist);
+            all.min_client_round_trips = all.min_client_round_trips.min(s.min_client_round_trips);
+            all.bad += s.bad;
+            all.busy_s.extend(s.busy_s);
+            all.stalled += s.stalled;
+            all.errors.extend(s.errors);
+        }
+        if all.min_client_round_trips == u64::MAX {
+            all.min_client_round_trips = 0;
+        }
+        all
+    }
+}
+
+/// [`drive`] for the echo of `bench sessions`: `shard` drives its clients (an [`EchoMeter`]
+/// each) and reports an [`EchoSeen`]; returns the merged figures into `run` (rate, RTT, CPU of
+/// server, load generator and steal, the server's last report) and the shards' end results.
+pub(super) fn drive_echo<E: Send>(
+    cfg: &SessionsConfig,
+    server: &mut ServerProcess,
+    run: &mut SessionsRun,
+    shard: impl Fn(Range<usize>, &Control<EchoSeen>) -> Result<E> + Sync,
+) -> Result<Result<(EchoSeen, Vec<E>), String>> {
+    let plan = Plan {
+        players: cfg.clients,
+        threads: cfg.load_threads,
+        warmup_s: cfg.warmup_s,
+        seconds: cfg.seconds,
+        drain: Duration::ZERO,
+    };
+    let machine0 = SystemCpu::now();
+    let d = match drive(&plan, server, |_, _| false, shard)? {
+        Ok(d) => d,
+        Err(e) => return Ok(Err(e)),
+    };
+    let machine1 = SystemCpu::now();
+    let seen = EchoSeen::merge(d.seen);
+    let wall = d.wall_s.max(1e-9);
+    let stats = d.measured;
+    run.connected = d.connected;
+    run.connect_s = finite(d.connect.as_secs_f64());
+    run.handshakes_per_s = finite(d.connected as f64 / d.connect.as_secs_f64().max(1e-9));
+    run.server_rss_idle_kib = d.loaded.rss_kib;
+    run.round_trips = seen.hist.len();
+    run.round_trips_per_s = finite(seen.hist.len() as f64 / wall);
+    run.rtt_us = Latency::from_ns(&seen.hist);
+    run.min_client_round_trips = seen.min_client_round_trips;
+    run.client_cpu_percent = Some(finite(d.cpu_s / wall * 100.0));
+    run.server_cpu_percent = Some(finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0));
+    run.server_cpu_us_per_round_trip = (run.round_trips > 0).then(|| {
+        finite(stats.cpu_s / stats.wall_s.max(1e-9) * 1e6 / run.round_trips_per_s.max(1e-9))
+    });
+    // The machine's steal spans the drive's measured phase and its drain (none here).
+    run.steal_percent = match (machine0, machine1) {
+        (Some(a), Some(b)) => Some(finite((b.steal_s - a.steal_s) / wall * 100.0)),
+        _ => None,
+    };
+    run.load = Some(LoadStats::new(
+        plan.threads.clamp(1, cfg.clients.max(1)),
+        wall,
+        d.cpu_s,
+        &seen.busy_s,
+        (0, 0, 0.0),
+    ));
+    run.server_rss_end_kib = stats.rss_kib;
+    run.server_rss_loaded_kib = stats.rss_kib;
+    run.server = stats;
+    Ok(Ok((seen, d.ends)))
+}
+
 impl EchoMeter {
-    /// Starts the warm-up now; every client's first `window` messages (sequences 0 to
-    /// `window - 1`) leave now.
+    /// `n` clients, whose first `window` messages (sequences 0 to `window - 1`) leave now.
     pub(super) fn start(cfg: &SessionsConfig, n: usize) -> EchoMeter {
         let start = Instant::now();
-        let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
         let window = cfg.window.max(1);
         EchoMeter {
-            measure_at,
-            end: measure_at + Duration::from_secs_f64(cfg.seconds),
             measuring: false,
-            cpu0: PhaseCpu::now(),
-            t0: start,
+            cpu0: thread_cpu_s(),
             window,
             seq: vec![0; n],
             counted: vec![0; n],
@@ -153,17 +254,12 @@ impl EchoMeter {
         self.window as u64
     }
 
-    /// Before each turn: starts the measured phase when its time has come (resetting the
-    /// server's counters); false once the run is over.
-    pub(super) fn running(&mut self, server: &mut ServerProcess) -> Result<bool> {
-        let now = Instant::now();
-        if !self.measuring && now >= self.measure_at {
+    /// The measured phase begins now (call on the shard's thread: its CPU clock starts).
+    pub(super) fn begin_measuring(&mut self) {
+        if !self.measuring {
             self.measuring = true;
-            server.reset()?;
-            self.cpu0 = PhaseCpu::now();
-            self.t0 = Instant::now();
+            self.cpu0 = thread_cpu_s();
         }
-        Ok(now < self.end)
     }
 
     /// Client `i`'s echo carrying `got` arrived at `now`: counts it and returns the sequence
@@ -204,20 +300,21 @@ impl EchoMeter {
         i * self.window + (seq % self.window as u64) as usize
     }
 
-    /// Ends the measured phase: fills `run`'s rate, RTT, CPU and server figures. Returns the
-    /// number of altered or out-of-order echoes.
-    pub(super) fn finish(self, server: &mut ServerProcess, run: &mut SessionsRun) -> Result<u64> {
-        let wall = self.t0.elapsed().as_secs_f64();
-        let cpu = PhaseCpu::now();
-        let stats = server.stats()?;
-        run.round_trips = self.hist.len();
-        run.round_trips_per_s = finite(self.hist.len() as f64 / wall.max(1e-9));
-        run.rtt_us = Latency::from_ns(&self.hist);
-        run.min_client_round_trips = self.counted.iter().copied().min().unwrap_or(0);
-        run.set_cpu((&self.cpu0, &cpu), wall, &stats);
-        run.server_rss_end_kib = stats.rss_kib;
-        run.server_rss_loaded_kib = stats.rss_kib;
-        run.server = stats;
-        Ok(self.bad)
+    /// Ends the measured phase (on the shard's thread): its figures, with `stalled` clients
+    /// and `errors`.
+    pub(super) fn finish(&mut self, stalled: usize, errors: Vec<String>) -> EchoSeen {
+        let busy = if self.measuring {
+            thread_cpu_s() - self.cpu0
+        } else {
+            0.0
+        };
+        EchoSeen {
+            hist: self.hist.clone(),
+            min_client_round_trips: self.counted.iter().copied().min().unwrap_or(u64::MAX),
+            bad: self.bad,
+            busy_s: vec![finite(busy)],
+            stalled,
+            errors,
+        }
     }
 }

@@ -3,8 +3,8 @@
 //! timers and no per-session state on the server.
 //!
 //! - **Clients**: N connected, non-blocking sockets (one per simulated player, bound to the
-//!   same loopback addresses and with the same buffers as the Ricochet run's members), all on
-//!   one thread with one level-triggered epoll set: per ready socket one `recvmmsg` of what
+//!   same loopback addresses and with the same buffers as the Ricochet run's members), on
+//!   `--load-threads` threads (echo; churn: one) with a level-triggered epoll set each: per ready socket one `recvmmsg` of what
 //!   came (up to the window), then one `sendmmsg` of the next messages (each echo rewritten
 //!   in place): the calls a `ClientSet` member makes, and no user-space work but a
 //!   sequence check.
@@ -33,6 +33,7 @@
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,7 +44,8 @@ use anyhow::{bail, Context, Result};
 use ricochet_platform::SocketConfig;
 use socket2::Socket;
 
-use super::echo_meter::{failed, server_spec, EchoMeter, PhaseCpu};
+use super::echo_meter::{drive_echo, failed, server_spec, EchoMeter, EchoSeen, PhaseCpu};
+use super::load::{Control, Phase};
 use super::server::{
     announce, answer_commands, send as tell, FromServer, ServerKind, ServerProcess, ServerSpec,
 };
@@ -558,66 +560,94 @@ fn open_clients(
     Ok(socks)
 }
 
-/// Echo with `cfg.window` messages in flight on each of `cfg.clients` sockets: warm-up, then
-/// the measured phase.
+/// Echo with `cfg.window` messages in flight on each of `cfg.clients` sockets, in
+/// `cfg.load_threads` shards (an epoll set each): warm-up, then the measured phase.
 fn echo(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun) -> Result<()> {
     let n = cfg.clients;
-    let mut epoll = Epoll::new()?;
-    let t0 = Instant::now();
-    let socks = open_clients(cfg, server.addr, n, 0, &epoll)?;
-    let took = t0.elapsed();
-    run.connected = n;
-    run.connect_s = finite(took.as_secs_f64());
-    run.handshakes_per_s = finite(n as f64 / took.as_secs_f64().max(1e-9));
-    let fds: Vec<RawFd> = socks.iter().map(|s| s.as_raw_fd()).collect();
-    let mut msg = vec![0u8; cfg.payload.max(8)];
-    let mut meter = EchoMeter::start(cfg, n);
-    let window = meter.window();
-    for &fd in &fds {
-        for seq in 0..window {
-            msg[..8].copy_from_slice(&seq.to_le_bytes());
-            send(fd, &msg)?;
-        }
-    }
-    // One batch for every socket: at most `window` echoes can be waiting on one.
-    let mut batch = MmsgBatch::new(window as usize);
-    while meter.running(server)? {
-        let ready = epoll.wait(Duration::from_millis(5))?;
-        let now = Instant::now();
-        for k in 0..ready {
-            let i = epoll.token(k);
-            let got = match batch.recv(fds[i], window as usize, libc::MSG_DONTWAIT) {
-                Ok(got) => got,
-                Err(e) => match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => continue,
-                    _ => return Err(e).context("recvmmsg"),
-                },
-            };
-            // Each echo becomes the client's next message, in place.
-            for d in 0..got {
-                let echo = batch.datagram(d);
-                let seq = if echo.len() == msg.len() {
-                    seq_of(echo)
-                } else {
-                    None
-                };
-                let next = meter.echoed(i, seq, now);
-                if let Some(head) = echo.get_mut(..8) {
-                    head.copy_from_slice(&next.to_le_bytes());
-                }
+    let per_ip = cfg.clients_per_ip.max(1);
+    let addr = server.addr;
+    let shard = |range: Range<usize>, ctl: &Control<EchoSeen>| -> Result<()> {
+        let t0 = Instant::now();
+        let setup = (|| -> Result<(Epoll, Vec<Socket>)> {
+            let epoll = Epoll::new()?;
+            let mut socks = Vec::with_capacity(range.len());
+            for (k, i) in range.clone().enumerate() {
+                let s = client_socket(group_ip(i / per_ip), addr)
+                    .with_context(|| format!("client {i}"))?;
+                epoll.add(s.as_raw_fd(), k as u64)?;
+                socks.push(s);
             }
-            batch.send_back(fds[i]).context("sendmmsg")?;
+            Ok((epoll, socks))
+        })();
+        let (setup, outcome) = match setup {
+            Ok(x) => {
+                let k = x.1.len();
+                (Some(x), Ok((k, t0.elapsed())))
+            }
+            Err(e) => (None, Err(e)),
+        };
+        let (Some(_), Some((mut epoll, socks))) = (ctl.connected(outcome), setup) else {
+            return Ok(());
+        };
+        let fds: Vec<RawFd> = socks.iter().map(|s| s.as_raw_fd()).collect();
+        let mut msg = vec![0u8; cfg.payload.max(8)];
+        let mut meter = EchoMeter::start(cfg, fds.len());
+        let window = meter.window();
+        for &fd in &fds {
+            for seq in 0..window {
+                msg[..8].copy_from_slice(&seq.to_le_bytes());
+                send(fd, &msg)?;
+            }
         }
+        // One batch for every socket: at most `window` echoes can be waiting on one.
+        let mut batch = MmsgBatch::new(window as usize);
+        while ctl.phase() < Phase::Drain {
+            if ctl.phase() == Phase::Measured {
+                meter.begin_measuring();
+            }
+            let ready = epoll.wait(Duration::from_millis(5))?;
+            let now = Instant::now();
+            for k in 0..ready {
+                let i = epoll.token(k);
+                let got = match batch.recv(fds[i], window as usize, libc::MSG_DONTWAIT) {
+                    Ok(got) => got,
+                    Err(e) => match e.kind() {
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => continue,
+                        _ => return Err(e).context("recvmmsg"),
+                    },
+                };
+                // Each echo becomes the client's next message, in place.
+                for d in 0..got {
+                    let echo = batch.datagram(d);
+                    let seq = if echo.len() == msg.len() {
+                        seq_of(echo)
+                    } else {
+                        None
+                    };
+                    let next = meter.echoed(i, seq, now);
+                    if let Some(head) = echo.get_mut(..8) {
+                        head.copy_from_slice(&next.to_le_bytes());
+                    }
+                }
+                batch.send_back(fds[i]).context("sendmmsg")?;
+            }
+        }
+        let stalled = meter.waiting_since(STALL);
+        ctl.report(meter.finish(stalled, Vec::new()));
+        Ok(())
+    };
+    let (seen, _) = match drive_echo(cfg, server, run, shard)? {
+        Ok(x) => x,
+        Err(e) => bail!("opening the clients' sockets: {e}"),
+    };
+    if seen.bad > 0 {
+        bail!("{} echoes out of order or altered", seen.bad);
     }
-    let stalled = meter.waiting_since(STALL);
-    let bad = meter.finish(server, run)?;
-    if bad > 0 {
-        bail!("{bad} echoes out of order or altered");
-    }
-    if stalled > 0 {
+    if seen.stalled > 0 {
         bail!(
-            "{stalled} of {n} clients got no echo for {STALL:?}: a datagram was lost (the floor \
-             does not resend)"
+            "{} of {n} clients got no echo for {STALL:?}: a datagram was lost (the floor does \
+             not resend)",
+            seen.stalled
         );
     }
     Ok(())

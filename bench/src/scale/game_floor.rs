@@ -7,9 +7,10 @@
 //!   `recvmmsg` (learning a player's address from its first input), then sends the tick's
 //!   snapshot to each of its players with `sendmmsg`, 32 to a call: what Ricochet's workers
 //!   do on the `tick` idle strategy, without the protocol.
-//! - **Players**: N connected, non-blocking sockets on one thread, bound as a Ricochet run's
-//!   members are, waiting on the platform's [`Poller`] (the readiness set a `ClientSet` uses,
-//!   with the same nanosecond timeouts). Inputs leave on the same grid as in a Ricochet run
+//! - **Players**: N connected, non-blocking sockets on `--load-threads` threads (a shard of
+//!   them each, as a Ricochet run's players), bound as a Ricochet run's members are, each
+//!   thread waiting on its own [`Poller`] (the readiness set a `ClientSet` uses, with the same
+//!   nanosecond timeouts). Inputs leave on the same grid as in a Ricochet run
 //!   (player i's k-th at start + (k + i/N) periods), one `send` each; a ready socket gets one
 //!   `recv`.
 //!
@@ -25,6 +26,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::{SocketAddr, SocketAddrV4};
+use std::ops::Range;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -37,7 +39,8 @@ use ricochet_platform::Poller;
 use super::floor::{
     client_socket, recv, send, workers, MmsgBatch, ServerThreads, MAX_DATAGRAM, STOP_POLL,
 };
-use super::game_meter::{server_faults, PlayerMeter};
+use super::game_meter::{drive_game, server_faults, PlayerMeter, PlayersSeen};
+use super::load::{Control, Driven, Phase};
 use super::server::{
     announce, answer_commands, monotonic_ns, send as tell, FromServer, ServerKind, ServerProcess,
     ServerSpec, INPUT_HEADER, SNAPSHOT_HEADER,
@@ -326,7 +329,7 @@ pub(super) fn serve_process(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Players (in the bench process, one thread).
+// Players (in the bench process, `--load-threads` threads).
 
 /// `bench game --stack kernel`: the floor server and `cfg.players` plain players.
 pub(super) fn run(cfg: &GameConfig) -> Result<GameRun> {
@@ -384,78 +387,103 @@ pub(super) fn run(cfg: &GameConfig) -> Result<GameRun> {
     Ok(run)
 }
 
-/// The players' side, from opening their sockets to the drain.
+/// The players' side, from opening their sockets to the drain, on `cfg.load_threads`
+/// threads (each its own sockets and readiness set).
 fn play(
     cfg: &GameConfig,
     period: Duration,
     server: &mut ServerProcess,
     errors: &mut Vec<String>,
 ) -> Result<GameRun> {
-    let n = cfg.players;
     let per_ip = cfg.players_per_ip.max(1);
-    let mut poller = Poller::new().context("the players' readiness set")?;
-    let t_connect = Instant::now();
-    let mut socks = Vec::with_capacity(n);
-    for i in 0..n {
-        let s = client_socket(group_ip(i / per_ip), server.addr)
-            .with_context(|| format!("player {i}"))?;
-        poller
-            .add(s.as_raw_fd(), i as u64)
-            .with_context(|| format!("player {i}: adding its socket to the readiness set"))?;
-        socks.push(s);
-    }
-    let took = t_connect.elapsed();
-    let mut buf = vec![0u8; MAX_DATAGRAM];
-    let mut meter = PlayerMeter::new(cfg, period, n);
-    let mut ready: Vec<u64> = Vec::new();
-    // Per snapshot of a pass: the player, and the snapshot's header (as much as came).
-    let mut got: Vec<(usize, usize, [u8; SNAPSHOT_HEADER])> = Vec::new();
-    let server_stats = loop {
-        if let Some(stats) = meter.advance(server)? {
-            break stats;
-        }
-        meter.send_due(Instant::now(), |i, body| {
-            send(socks[i].as_raw_fd(), body).with_context(|| format!("player {i} input"))
-        })?;
-        ready.clear();
-        poller
-            .wait(Some(meter.wait()), &mut ready)
-            .context("waiting for the players' sockets")?;
-        // One receive per ready socket; the headers are kept until the pass is over.
-        got.clear();
-        for &token in &ready {
-            let i = token as usize;
-            if let Some(len) = recv(socks[i].as_raw_fd(), &mut buf)? {
-                let len = len.min(SNAPSHOT_HEADER);
-                let mut header = [0u8; SNAPSHOT_HEADER];
-                header[..len].copy_from_slice(&buf[..len]);
-                got.push((i, len, header));
+    let addr = server.addr;
+    let shard = |range: Range<usize>, ctl: &Control<PlayersSeen>| -> Result<()> {
+        let first = range.start;
+        let t_connect = Instant::now();
+        let setup = (|| -> Result<(Poller, Vec<Socket>)> {
+            let mut poller = Poller::new().context("the players' readiness set")?;
+            let mut socks = Vec::with_capacity(range.len());
+            for i in range.clone() {
+                let s = client_socket(group_ip(i / per_ip), addr)
+                    .with_context(|| format!("player {i}"))?;
+                poller
+                    .add(s.as_raw_fd(), (i - first) as u64)
+                    .with_context(|| {
+                        format!("player {i}: adding its socket to the readiness set")
+                    })?;
+                socks.push(s);
+            }
+            Ok((poller, socks))
+        })();
+        let (setup, outcome) = match setup {
+            Ok(x) => {
+                let n = x.1.len();
+                (Some(x), Ok((n, t_connect.elapsed())))
+            }
+            Err(e) => (None, Err(e)),
+        };
+        let (Some(start), Some((mut poller, socks))) = (ctl.connected(outcome), setup) else {
+            return Ok(());
+        };
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut meter = PlayerMeter::new(cfg, period, range, start);
+        let mut ready: Vec<u64> = Vec::new();
+        // Per snapshot of a pass: the player, and the snapshot's header (as much as came).
+        let mut got: Vec<(usize, usize, [u8; SNAPSHOT_HEADER])> = Vec::new();
+        while ctl.phase() < Phase::Drain {
+            if ctl.phase() == Phase::Measured {
+                meter.begin_measuring();
+            }
+            meter.send_due(Instant::now(), |i, body| {
+                send(socks[i].as_raw_fd(), body)
+                    .with_context(|| format!("player {} input", first + i))
+            })?;
+            ready.clear();
+            poller
+                .wait(Some(meter.wait()), &mut ready)
+                .context("waiting for the players' sockets")?;
+            // One receive per ready socket; the headers are kept until the pass is over.
+            got.clear();
+            for &token in &ready {
+                let i = token as usize;
+                if let Some(len) = recv(socks[i].as_raw_fd(), &mut buf)? {
+                    let len = len.min(SNAPSHOT_HEADER);
+                    let mut header = [0u8; SNAPSHOT_HEADER];
+                    header[..len].copy_from_slice(&buf[..len]);
+                    got.push((i, len, header));
+                }
+            }
+            // Stamped after the pass, as a Ricochet run stamps after its set's turn.
+            let recv_ns = monotonic_ns();
+            for (i, len, header) in &got {
+                meter.snapshot(*i, &header[..*len], recv_ns);
             }
         }
-        // Stamped after the pass, as a Ricochet run stamps after its set's turn.
-        let recv_ns = monotonic_ns();
-        for (i, len, header) in &got {
-            if let Err(e) = meter.snapshot(*i, &header[..*len], recv_ns) {
-                errors.push(e);
+        ctl.report(meter.finish());
+        // Drain: read snapshots (and let inputs in flight land) until the run is done.
+        while ctl.phase() < Phase::Done {
+            ready.clear();
+            poller
+                .wait(Some(Duration::from_millis(5)), &mut ready)
+                .context("waiting for the players' sockets")?;
+            for &token in &ready {
+                recv(socks[token as usize].as_raw_fd(), &mut buf)?;
             }
         }
-        if errors.len() > 20 {
-            break server.stats()?;
-        }
+        Ok(())
     };
-    let seen = meter.finish();
-    // Drain: read snapshots (and let inputs in flight land) for a moment.
-    let drain_end = Instant::now() + DRAIN;
-    while Instant::now() < drain_end {
-        ready.clear();
-        poller
-            .wait(Some(Duration::from_millis(5)), &mut ready)
-            .context("waiting for the players' sockets")?;
-        for &token in &ready {
-            recv(socks[token as usize].as_raw_fd(), &mut buf)?;
-        }
-    }
-    let drained = server.stats()?;
+    let Driven {
+        connect,
+        mut seen,
+        measured: server_stats,
+        drained,
+        ..
+    } = match drive_game(cfg, server, DRAIN, shard)? {
+        Ok(d) => d,
+        Err(e) => bail!("opening the players' sockets: {e}"),
+    };
+    let seen = seen.pop().context("the players' figures")?;
+    errors.extend(seen.errors.iter().cloned());
     let inputs_lost = seen
         .inputs_total
         .saturating_sub(drained.game.inputs_received);
@@ -465,9 +493,12 @@ fn play(
         ));
     }
     server_faults(&drained, &server_stats, "a full server socket", errors);
+    if seen.received == 0 {
+        errors.push("the players received no snapshot in the measured phase".into());
+    }
     let mut run = GameRun::measured(cfg, period, &seen, &server_stats);
-    run.connected = n;
-    run.connect_s = finite(took.as_secs_f64());
+    run.connected = cfg.players;
+    run.connect_s = finite(connect.as_secs_f64());
     run.inputs_lost = inputs_lost;
     run.input_order_errors = drained.game.input_order_errors;
     // The floor keeps a player's address and next input number: no session to weigh.

@@ -1,15 +1,20 @@
 //! The players' side of a `bench game` run that Ricochet's run and the kernel floor share: the
 //! inputs' grid, the measured phase, what each player saw of the snapshots, and the figures
 //! the server's counters give.
+//!
+//! The players are split into contiguous shards, one per load-generator thread
+//! ([`super::load`]); a [`PlayerMeter`] keeps one shard's books, and [`PlayersSeen::merge`]
+//! adds the shards up.
 
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use hdrhistogram::Histogram;
 
+use super::load::{drive, thread_cpu_s, Control, Driven, Plan};
 use super::server::{ServerProcess, INPUT_HEADER, SNAPSHOT_HEADER};
-use crate::host::CpuTimes;
-use crate::schema::{finite, Latency};
+use crate::schema::{finite, Latency, LoadStats};
 use crate::schema::{GameConfig, GameRun, ServerStats};
 use crate::udp::tracker::new_rtt_histogram;
 
@@ -29,118 +34,142 @@ struct Player {
     measured: u64,
 }
 
-/// The players' bookkeeping over a run.
+/// One shard's bookkeeping over a run: players `first..first + len` of `total`.
 pub(super) struct PlayerMeter {
     period: Duration,
     start: Instant,
-    measure_at: Instant,
-    end: Instant,
     measuring: bool,
+    total: u64,
+    first: u64,
     players: Vec<Player>,
-    /// Inputs due so far: player i's k-th input is due at start + (k + i/n) periods.
-    inputs_due: u64,
-    next_player: usize,
+    /// The next input's place on the grid of all players: player `q % total`'s input number
+    /// `q / total`, due at start + q / total periods (always one of this shard's players).
+    next_q: u64,
     inputs_measured: u64,
+    inputs_late: u64,
+    lateness_max: Duration,
     body: Vec<u8>,
     hist: Histogram<u64>,
     stale: u64,
-    cpu0: CpuTimes,
+    cpu0: f64,
     t0: Instant,
+    errors: Vec<String>,
 }
 
-/// What the players saw, at the end of a run.
+/// What the players (one shard, or all of them merged) saw, at the end of a measured phase.
 pub(super) struct PlayersSeen {
-    pub(super) latency: Option<Latency>,
+    pub(super) hist: Histogram<u64>,
     pub(super) received: u64,
     pub(super) lost: u64,
     pub(super) stale: u64,
     pub(super) inputs_measured: u64,
     pub(super) inputs_total: u64,
-    /// The players' CPU over the measured phase, % of one core.
-    pub(super) client_cpu_percent: f64,
+    pub(super) inputs_late: u64,
+    pub(super) lateness_max: Duration,
+    /// Per shard: its thread's CPU over the measured phase, s.
+    pub(super) busy_s: Vec<f64>,
+    /// What went wrong on the players' side (a few at most per shard).
+    pub(super) errors: Vec<String>,
+    /// The load generator's figures (filled in by the driver once every shard is in).
+    pub(super) load: Option<LoadStats>,
 }
 
+/// Errors a shard keeps (more only repeat the story).
+const MAX_ERRORS: usize = 20;
+
 impl PlayerMeter {
-    /// `n` players of `cfg`, ticking every `period`, starting now.
-    pub(super) fn new(cfg: &GameConfig, period: Duration, n: usize) -> PlayerMeter {
-        let start = Instant::now();
-        let measure_at = start + Duration::from_secs_f64(cfg.warmup_s);
+    /// The players `range` of `cfg.players`, ticking every `period` from `start`.
+    pub(super) fn new(
+        cfg: &GameConfig,
+        period: Duration,
+        range: Range<usize>,
+        start: Instant,
+    ) -> PlayerMeter {
         PlayerMeter {
             period,
             start,
-            measure_at,
-            end: measure_at + Duration::from_secs_f64(cfg.seconds),
             measuring: false,
-            players: vec![Player::default(); n],
-            inputs_due: 0,
-            next_player: 0,
+            total: cfg.players.max(1) as u64,
+            first: range.start as u64,
+            players: vec![Player::default(); range.len()],
+            next_q: range.start as u64,
             inputs_measured: 0,
+            inputs_late: 0,
+            lateness_max: Duration::ZERO,
             body: vec![0u8; cfg.input_bytes.max(INPUT_HEADER)],
             hist: new_rtt_histogram(),
             stale: 0,
-            cpu0: CpuTimes::now(),
+            cpu0: thread_cpu_s(),
             t0: start,
+            errors: Vec::new(),
         }
     }
 
-    /// Moves the run on in time: when the measured phase begins, resets `server`'s counters
-    /// and starts the players' CPU clock (by then every player has sent inputs, so a floor
-    /// server knows them all); once it is over, returns the server's figures for it.
-    pub(super) fn advance(&mut self, server: &mut ServerProcess) -> Result<Option<ServerStats>> {
-        let now = Instant::now();
-        if now >= self.end {
-            return server.stats().map(Some);
-        }
-        if !self.measuring && now >= self.measure_at {
+    /// The measured phase begins now (call on the shard's thread: its CPU clock starts).
+    pub(super) fn begin_measuring(&mut self) {
+        if !self.measuring {
             self.measuring = true;
-            server.reset()?;
-            self.cpu0 = CpuTimes::now();
+            self.cpu0 = thread_cpu_s();
             self.t0 = Instant::now();
         }
-        Ok(None)
     }
 
-    /// Sends every input due by `now` with `send(player, body)`, in grid order; a body starts
-    /// with the player's input number.
+    /// When grid place `q` is due.
+    fn due(&self, q: u64) -> Instant {
+        self.start + self.period.mul_f64(q as f64 / self.total as f64)
+    }
+
+    /// Sends every input of this shard due by `now` with `send(local player, body)`, in grid
+    /// order; a body starts with the player's input number.
     pub(super) fn send_due(
         &mut self,
         now: Instant,
         mut send: impl FnMut(usize, &[u8]) -> Result<()>,
     ) -> Result<()> {
-        let n = self.players.len();
+        let n = self.players.len() as u64;
+        if n == 0 {
+            return Ok(());
+        }
         let elapsed = now.saturating_duration_since(self.start).as_secs_f64();
-        let target = (elapsed / self.period.as_secs_f64() * n as f64) as u64;
-        while self.inputs_due < target {
-            let i = self.next_player;
-            self.next_player = (self.next_player + 1) % n.max(1);
-            self.inputs_due += 1;
+        let target = (elapsed / self.period.as_secs_f64() * self.total as f64) as u64;
+        let half = self.period / 2;
+        // At most one round of the shard's inputs per turn: a thread that fell behind still
+        // receives and sees the run's phase between bursts (its lateness says it fell behind).
+        let mut burst = n;
+        while self.next_q < target && burst > 0 {
+            burst -= 1;
+            let q = self.next_q;
+            let i = (q % self.total - self.first) as usize;
+            // The next place that is this shard's: the next player, or its first next round.
+            self.next_q = if (q % self.total) + 1 < self.first + n {
+                q + 1
+            } else {
+                q - q % self.total + self.total + self.first
+            };
             let p = &mut self.players[i];
             self.body[..INPUT_HEADER].copy_from_slice(&p.input_seq.to_le_bytes());
-            send(i, &self.body)?;
             p.input_seq += 1;
+            send(i, &self.body)?;
             if self.measuring {
                 self.inputs_measured += 1;
+                let late = now.saturating_duration_since(self.due(q));
+                self.inputs_late += u64::from(late > half);
+                self.lateness_max = self.lateness_max.max(late);
             }
         }
         Ok(())
     }
 
-    /// How long a turn may wait now: until the next input is due, at most 5 ms.
+    /// How long a turn may wait now: until this shard's next input is due, at most 5 ms.
     pub(super) fn wait(&self) -> Duration {
-        let n = self.players.len().max(1) as f64;
-        let next = self.start
-            + Duration::from_secs_f64((self.inputs_due + 1) as f64 / n * self.period.as_secs_f64());
-        next.saturating_duration_since(Instant::now()).min(MAX_WAIT)
+        self.due(self.next_q)
+            .saturating_duration_since(Instant::now())
+            .min(MAX_WAIT)
     }
 
-    /// Player `i` received `snapshot` at `recv_ns` (the host's monotonic clock). Fails for a
-    /// datagram too short to be a snapshot.
-    pub(super) fn snapshot(
-        &mut self,
-        i: usize,
-        snapshot: &[u8],
-        recv_ns: u64,
-    ) -> Result<(), String> {
+    /// Local player `i` received `snapshot` at `recv_ns` (the host's monotonic clock). A
+    /// datagram too short to be a snapshot is an error of the run.
+    pub(super) fn snapshot(&mut self, i: usize, snapshot: &[u8], recv_ns: u64) {
         let le = |at: usize| {
             snapshot
                 .get(at..at + 8)
@@ -148,12 +177,14 @@ impl PlayerMeter {
                 .map(u64::from_le_bytes)
         };
         let (Some(tick), Some(sent)) = (le(0), le(8)) else {
-            return Err(format!("player {i}: a short snapshot"));
+            let g = self.first + i as u64;
+            self.error(format!("player {g}: a short snapshot"));
+            return;
         };
         let p = &mut self.players[i];
         if p.last_tick.is_some_and(|l| tick <= l) {
             self.stale += 1;
-            return Ok(());
+            return;
         }
         p.last_tick = Some(tick);
         if self.measuring {
@@ -163,17 +194,17 @@ impl PlayerMeter {
             p.last_measured = tick;
             p.measured += 1;
         }
-        Ok(())
     }
 
-    /// Inputs sent so far, over every player.
-    pub(super) fn inputs_total(&self) -> u64 {
-        self.players.iter().map(|p| p.input_seq).sum()
+    /// Notes something that went wrong (the first [`MAX_ERRORS`] are kept).
+    pub(super) fn error(&mut self, e: String) {
+        if self.errors.len() < MAX_ERRORS {
+            self.errors.push(e);
+        }
     }
 
-    /// The measured phase's figures; call when it is over.
-    pub(super) fn finish(&self) -> PlayersSeen {
-        let wall = self.t0.elapsed().as_secs_f64();
+    /// The measured phase's figures; call on the shard's thread when it is over.
+    pub(super) fn finish(&mut self) -> PlayersSeen {
         let (mut lost, mut received) = (0u64, 0u64);
         for p in &self.players {
             if let Some(first) = p.first_measured {
@@ -181,17 +212,94 @@ impl PlayerMeter {
                 received += p.measured;
             }
         }
+        let busy = if self.measuring {
+            thread_cpu_s() - self.cpu0
+        } else {
+            0.0
+        };
         PlayersSeen {
-            latency: Latency::from_ns(&self.hist),
+            hist: self.hist.clone(),
             received,
             lost,
             stale: self.stale,
             inputs_measured: self.inputs_measured,
-            inputs_total: self.inputs_total(),
-            client_cpu_percent: finite(
-                CpuTimes::now().seconds_since(&self.cpu0) / wall.max(1e-9) * 100.0,
-            ),
+            inputs_total: self.players.iter().map(|p| p.input_seq).sum(),
+            inputs_late: self.inputs_late,
+            lateness_max: self.lateness_max,
+            busy_s: vec![finite(busy)],
+            errors: std::mem::take(&mut self.errors),
+            load: None,
         }
+    }
+}
+
+/// [`drive`] for `bench game`: the shards' figures merged, with the load generator's.
+pub(super) fn drive_game<E: Send>(
+    cfg: &GameConfig,
+    server: &mut ServerProcess,
+    drain: Duration,
+    shard: impl Fn(Range<usize>, &Control<PlayersSeen>) -> Result<E> + Sync,
+) -> Result<Result<Driven<PlayersSeen, E>, String>> {
+    let plan = Plan {
+        players: cfg.players,
+        threads: cfg.load_threads,
+        warmup_s: cfg.warmup_s,
+        seconds: cfg.seconds,
+        drain,
+    };
+    let inputs_pending = |seen: &[PlayersSeen], s: &ServerStats| {
+        s.game.inputs_received < seen.iter().map(|p| p.inputs_total).sum::<u64>()
+    };
+    let mut d = match drive(&plan, server, inputs_pending, shard)? {
+        Ok(d) => d,
+        Err(e) => return Ok(Err(e)),
+    };
+    let mut seen = PlayersSeen::merge(std::mem::take(&mut d.seen));
+    seen.load = Some(LoadStats::new(
+        plan.threads.clamp(1, cfg.players.max(1)),
+        d.wall_s,
+        d.cpu_s,
+        &seen.busy_s,
+        (
+            seen.inputs_measured,
+            seen.inputs_late,
+            seen.lateness_max.as_secs_f64() * 1e6,
+        ),
+    ));
+    d.seen = vec![seen];
+    Ok(Ok(d))
+}
+
+impl PlayersSeen {
+    /// Every shard's figures added up.
+    pub(super) fn merge(shards: Vec<PlayersSeen>) -> PlayersSeen {
+        let mut all = PlayersSeen {
+            hist: new_rtt_histogram(),
+            received: 0,
+            lost: 0,
+            stale: 0,
+            inputs_measured: 0,
+            inputs_total: 0,
+            inputs_late: 0,
+            lateness_max: Duration::ZERO,
+            busy_s: Vec::new(),
+            errors: Vec::new(),
+            load: None,
+        };
+        for s in shards {
+            // Both histograms have the same bounds; a value past them was saturated already.
+            let _ = all.hist.add(&s.hist);
+            all.received += s.received;
+            all.lost += s.lost;
+            all.stale += s.stale;
+            all.inputs_measured += s.inputs_measured;
+            all.inputs_total += s.inputs_total;
+            all.inputs_late += s.inputs_late;
+            all.lateness_max = all.lateness_max.max(s.lateness_max);
+            all.busy_s.extend(s.busy_s);
+            all.errors.extend(s.errors);
+        }
+        all
     }
 }
 
@@ -242,6 +350,8 @@ impl GameRun {
             server_cpu_percent: 0.0,
             server_cpu_us_per_tick: 0.0,
             client_cpu_percent: 0.0,
+            server_cpu_us_per_player_tick: None,
+            load: None,
             server_rss_per_session_bytes: None,
             server,
             relay_loss: None,
@@ -261,13 +371,14 @@ impl GameRun {
         let mut run = GameRun::failed(cfg, stats.clone(), String::new());
         run.errors.clear();
         // What the players saw.
-        run.snapshot_latency_us = seen.latency;
+        run.snapshot_latency_us = Latency::from_ns(&seen.hist);
         run.snapshots_received = seen.received;
         run.snapshots_lost = seen.lost;
         run.snapshots_stale = seen.stale;
         run.inputs_sent = seen.inputs_measured;
         run.inputs_sent_total = seen.inputs_total;
-        run.client_cpu_percent = seen.client_cpu_percent;
+        run.client_cpu_percent = seen.load.as_ref().map_or(0.0, |l| l.cpu_percent);
+        run.load = seen.load.clone();
         // The server's figures of the measured phase (its counters were reset at its start),
         // per worker the server reported.
         let workers = stats.workers.len().max(1) as f64;
@@ -282,6 +393,9 @@ impl GameRun {
         run.snapshot_send_errors = stats.game.snapshot_send_errors;
         run.server_cpu_percent = finite(stats.cpu_s / stats.wall_s.max(1e-9) * 100.0);
         run.server_cpu_us_per_tick = finite(stats.cpu_s * 1e6 / tick_periods.max(1e-9));
+        // Player-ticks served: a snapshot is one player's share of one tick.
+        run.server_cpu_us_per_player_tick = (stats.game.snapshots_sent > 0)
+            .then(|| finite(stats.cpu_s * 1e6 / stats.game.snapshots_sent as f64));
         run
     }
 }

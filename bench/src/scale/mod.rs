@@ -1,7 +1,8 @@
 //! Many sessions on one server: `bench sessions` (idle memory, handshakes, a window-1 echo over
 //! thousands of clients) and `bench game` (a 60 Hz snapshot tick with reliable inputs). The
 //! server runs in a child process ([`server`]) so that its memory and CPU are its own; the
-//! clients run in the bench, all in one `ClientSet` on one thread.
+//! players run in a load-generator process of their own ([`load_process`]) on
+//! `--load-threads` threads ([`load`]; `bench sessions`' churn and idle on one).
 
 mod echo_meter;
 #[cfg(target_os = "linux")]
@@ -10,6 +11,8 @@ pub mod game;
 #[cfg(target_os = "linux")]
 mod game_floor;
 mod game_meter;
+mod load;
+pub mod load_process;
 pub mod server;
 pub mod sessions;
 pub mod setup;
@@ -20,6 +23,7 @@ use anyhow::Result;
 
 #[cfg(target_os = "linux")]
 pub use floor::FLOOR_CHURN_EXCHANGES;
+pub use load::describe as describe_load;
 use server::ServerKind;
 
 /// The server process's main: read the spec, start the server it asks for (Ricochet's, or

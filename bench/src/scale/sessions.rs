@@ -4,7 +4,8 @@
 //! - **idle**: connect all of them (handshakes per second), let them sit (keepalives only), and
 //!   weigh the server: resident memory per session.
 //! - **echo**: then each keeps `window` messages in flight (1 by default): round trips per
-//!   second, RTT percentiles, CPU of the server process and of the client thread's process.
+//!   second, RTT percentiles, CPU of the server process (also per round trip) and of the load
+//!   generator, whose clients run in `--load-threads` shards (a `ClientSet` per thread).
 //! - **churn**: batches of N fresh clients, one after another for the measured time: each
 //!   connects with a new token, sends one message, gets its echo and closes (a fleet that
 //!   restarts). Whole sessions per second, reported as the handshake rate; a batch's time runs
@@ -15,15 +16,19 @@
 //!   run would measure that limit and the clients' retry timer instead of the handshake path.
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use bytes::Bytes;
 use ricochet::{ClientEvent, ClientSet};
 
-use super::echo_meter::{failed, server_spec, EchoMeter, PhaseCpu};
+use super::echo_meter::{drive_echo, failed, server_spec, EchoMeter, EchoSeen, PhaseCpu};
+use super::load::{Control, Phase};
 use super::server::{ServerKind, ServerProcess};
-use super::setup::{connect_all, groups, idle_for, member_config, token_key, unmeasured_stack};
+use super::setup::{
+    connect_all, connect_range, groups, idle_for, member_config, token_key, unmeasured_stack,
+};
 use crate::output::thousands;
 use crate::schema::{finite, ClientTotals, ServerStats, SessionsConfig, SessionsRun};
 
@@ -45,7 +50,7 @@ impl ClientTotals {
 
 /// Table columns of one case (its rounds), from `rounds` to `ok`: what `bench sessions` prints
 /// and `bench report` renders, medians over the rounds.
-pub const SUMMARY_COLUMNS: [&str; 14] = [
+pub const SUMMARY_COLUMNS: [&str; 16] = [
     "rounds",
     "connect s",
     "handshakes/s",
@@ -57,7 +62,9 @@ pub const SUMMARY_COLUMNS: [&str; 14] = [
     "p99.9 ms",
     "max ms",
     "server CPU %",
+    "server µs/op",
     "client CPU %",
+    "load sat.",
     "steal %",
     "ok",
 ];
@@ -87,7 +94,25 @@ pub fn summary_cells(rs: &[&SessionsRun]) -> Vec<String> {
         ms(m(&|r| r.rtt_us.map(|l| l.p999))),
         ms(m(&|r| r.rtt_us.map(|l| l.max))),
         pct(m(&|r| r.server_cpu_percent)),
+        // Per round trip (echo) or per session (churn).
+        m(&|r| {
+            r.server_cpu_us_per_round_trip
+                .or(r.server_cpu_us_per_session)
+        })
+        .map_or("-".into(), |v| format!("{v:.2}")),
         pct(m(&|r| r.client_cpu_percent)),
+        {
+            let known: Vec<bool> = rs
+                .iter()
+                .filter_map(|r| r.load.as_ref().map(|l| l.saturated))
+                .collect();
+            match known.iter().filter(|&&s| s).count() {
+                _ if known.is_empty() => "-".into(),
+                0 => "no".into(),
+                s if s == known.len() => "SAT".into(),
+                s => format!("{s}/{}", known.len()),
+            }
+        },
         pct(m(&|r| r.steal_percent)),
         if rs.iter().all(|r| r.ok) { "yes" } else { "NO" }.into(),
     ]
@@ -119,6 +144,9 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
     let before = server.stats()?;
     if cfg.mode == "churn" {
         return churn(cfg, key, server, before);
+    }
+    if cfg.mode == "echo" {
+        return echo(cfg, key, server, before);
     }
     let mut errors = Vec::new();
     let (mut set, took) = match connect_clients(cfg, key, server.addr, 0) {
@@ -165,18 +193,16 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         client_cpu_percent: None,
         steal_percent: None,
         clients_total: ClientTotals::default(),
+        server_cpu_us_per_round_trip: None,
+        server_cpu_us_per_session: None,
+        load: None,
         server: idle.clone(),
         errors: Vec::new(),
         ok: false,
     };
-    if cfg.mode == "echo" {
-        echo(cfg, &mut set, &mut server, &mut run, &mut errors)?;
-    }
     drop(set);
     run.quit_server(server, &mut errors);
-    run.ok = errors.is_empty()
-        && run.connected == cfg.clients
-        && (cfg.mode != "echo" || run.min_client_round_trips > 0);
+    run.ok = errors.is_empty() && run.connected == cfg.clients;
     run.errors = errors;
     Ok(run)
 }
@@ -291,53 +317,128 @@ fn churn(
     Ok(run)
 }
 
-/// Echo with `cfg.window` messages in flight on every member: warm-up, then the measured
-/// phase.
+/// Echo with `cfg.window` messages in flight on every member, the members in
+/// `cfg.load_threads` shards (a set each): connect, settle (the server weighed), warm-up, then
+/// the measured phase.
 fn echo(
     cfg: &SessionsConfig,
-    set: &mut ClientSet,
-    server: &mut ServerProcess,
-    run: &mut SessionsRun,
-    errors: &mut Vec<String>,
-) -> Result<()> {
-    let n = set.len();
-    let mut meter = EchoMeter::start(cfg, n);
-    for i in 0..n {
-        set.mark_changed(i);
-        if let Some(c) = set.get_mut(i) {
-            for seq in 0..meter.window() {
-                c.send(0, message(i, seq, cfg.payload))?;
+    key: Option<[u8; 32]>,
+    mut server: ServerProcess,
+    before: ServerStats,
+) -> Result<SessionsRun> {
+    let addr = server.addr;
+    let shard = |range: Range<usize>, ctl: &Control<EchoSeen>| -> Result<ClientTotals> {
+        let setup = connect_range(
+            (addr, addr),
+            key,
+            range,
+            cfg.clients_per_ip,
+            0,
+            false,
+            |ip, seed| member_config(&cfg.profile, &cfg.backend, ip, seed),
+            connect_limit(cfg),
+        )
+        .and_then(|(mut set, took)| {
+            idle_for(&mut set, Duration::from_secs_f64(cfg.settle_s))?;
+            Ok((set, took))
+        });
+        let (set, outcome) = match setup {
+            Ok((set, took)) => {
+                let n = set.connected();
+                (Some(set), Ok((n, took)))
+            }
+            Err(e) => (None, Err(e)),
+        };
+        let (Some(_), Some(mut set)) = (ctl.connected(outcome), set) else {
+            return Ok(ClientTotals::default());
+        };
+        let n = set.len();
+        let mut meter = EchoMeter::start(cfg, n);
+        let mut errors = Vec::new();
+        for i in 0..n {
+            set.mark_changed(i);
+            if let Some(c) = set.get_mut(i) {
+                for seq in 0..meter.window() {
+                    c.send(0, message(i, seq, cfg.payload))?;
+                }
             }
         }
-    }
-    while meter.running(server)? {
-        set.step(Duration::from_millis(5))?;
-        let now = Instant::now();
-        while let Some((i, e)) = set.poll_event() {
-            match e {
-                ClientEvent::Message { data, .. } => {
-                    let got = data
-                        .get(8..16)
-                        .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                        .map(u64::from_le_bytes);
-                    let next = meter.echoed(i, got, now);
-                    set.mark_changed(i);
-                    if let Some(c) = set.get_mut(i) {
-                        c.send(0, message(i, next, cfg.payload))?;
+        while ctl.phase() < Phase::Drain {
+            if ctl.phase() == Phase::Measured {
+                meter.begin_measuring();
+            }
+            set.step(Duration::from_millis(5))?;
+            let now = Instant::now();
+            while let Some((i, e)) = set.poll_event() {
+                match e {
+                    ClientEvent::Message { data, .. } => {
+                        let got = data
+                            .get(8..16)
+                            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                            .map(u64::from_le_bytes);
+                        let next = meter.echoed(i, got, now);
+                        set.mark_changed(i);
+                        if let Some(c) = set.get_mut(i) {
+                            c.send(0, message(i, next, cfg.payload))?;
+                        }
                     }
+                    ClientEvent::Disconnected { reason, .. } if errors.len() < 20 => {
+                        errors.push(format!("client disconnected: {reason}"));
+                    }
+                    _ => {}
                 }
-                ClientEvent::Disconnected { reason, .. } => {
-                    errors.push(format!("client {i} disconnected: {reason}"));
-                }
-                ClientEvent::Connected => {}
-                _ => {}
             }
         }
+        ctl.report(meter.finish(0, errors));
+        while ctl.phase() < Phase::Done {
+            idle_for(&mut set, Duration::from_millis(20))?;
+        }
+        Ok(ClientTotals::of(&set))
+    };
+    let mut run = failed(cfg, before.clone(), String::new());
+    run.errors.clear();
+    run.server_rss_before_kib = before.rss_kib;
+    let mut errors = Vec::new();
+    let (seen, totals) = match drive_echo(cfg, &mut server, &mut run, shard) {
+        Ok(Ok(x)) => x,
+        outcome => {
+            let last = server.quit().unwrap_or_default();
+            let why = match outcome {
+                Ok(Err(e)) => format!("connecting: {e}"),
+                Err(e) => crate::error_chain(e.as_ref()),
+                Ok(Ok(_)) => String::new(),
+            };
+            return Ok(failed(cfg, last, why));
+        }
+    };
+    if run.connected != cfg.clients {
+        errors.push(format!(
+            "{} of {} clients connected",
+            run.connected, cfg.clients
+        ));
     }
-    let bad = meter.finish(server, run)?;
-    if bad > 0 {
-        errors.push(format!("{bad} echoes out of order or altered"));
+    run.server_rss_per_session_bytes = match (before.rss_kib, run.server_rss_idle_kib) {
+        (Some(a), Some(b)) if run.connected > 0 => Some(finite(
+            (b as f64 - a as f64) * 1024.0 / run.connected as f64,
+        )),
+        _ => None,
+    };
+    errors.extend(seen.errors);
+    if seen.bad > 0 {
+        errors.push(format!("{} echoes out of order or altered", seen.bad));
     }
-    run.clients_total = ClientTotals::of(set);
-    Ok(())
+    let mut all = ClientTotals::default();
+    for t in totals {
+        all.packets_sent += t.packets_sent;
+        all.packets_received += t.packets_received;
+        all.segments_retransmitted += t.segments_retransmitted;
+        all.tail_loss_probes += t.tail_loss_probes;
+        all.rto_count += t.rto_count;
+        all.packets_spurious_lost += t.packets_spurious_lost;
+    }
+    run.clients_total = all;
+    run.quit_server(server, &mut errors);
+    run.ok = errors.is_empty() && run.connected == cfg.clients && run.min_client_round_trips > 0;
+    run.errors = errors;
+    Ok(run)
 }

@@ -88,6 +88,34 @@ pub(crate) fn connect_all(
     make: impl Fn(IpAddr, u64) -> Result<ClientConfig>,
     timeout: Duration,
 ) -> Result<(ClientSet, Duration)> {
+    connect_range(
+        (target, server),
+        key,
+        0..n,
+        per_ip,
+        first_group,
+        false,
+        make,
+        timeout,
+    )
+}
+
+/// Connect clients `range` of a population in groups of `per_ip` per address (client `i` in
+/// group `first_group + i / per_ip`, with client id `i`), as [`connect_all`] connects all of
+/// them: one load-generator thread's share. With `waves`, one group's handshakes finish
+/// before the next group's start (thousands of handshakes at once on a loaded host outlast
+/// the handshake timeout); otherwise all start at once.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn connect_range(
+    (target, server): (SocketAddr, SocketAddr),
+    key: Option<[u8; 32]>,
+    range: std::ops::Range<usize>,
+    per_ip: usize,
+    first_group: usize,
+    waves: bool,
+    make: impl Fn(IpAddr, u64) -> Result<ClientConfig>,
+    timeout: Duration,
+) -> Result<(ClientSet, Duration)> {
     let mut addresses = vec![target];
     if server != target {
         addresses.push(server);
@@ -95,7 +123,8 @@ pub(crate) fn connect_all(
     let tokens = match key {
         Some(k) => {
             let key = ricochet_proto::token::TokenKey::from_bytes(k);
-            (0..n)
+            range
+                .clone()
                 .map(|i| crate::rudp::protocol::mint_token(&key, i as u64, &addresses))
                 .collect::<Result<Vec<_>>>()?
         }
@@ -104,14 +133,21 @@ pub(crate) fn connect_all(
     let mut set = ClientSet::new();
     let t0 = Instant::now();
     let per_ip = per_ip.max(1);
-    for g in 0..n.div_ceil(per_ip) {
-        let first = g * per_ip;
-        let k = per_ip.min(n - first);
+    let mut first = range.start;
+    while first < range.end {
+        let g = first / per_ip;
+        let k = ((g + 1) * per_ip).min(range.end) - first;
         let cfg = make(group_ip(first_group + g), 0x5e55_0000 + first as u64)?;
         if key.is_some() {
-            set.start_connecting(&tokens[first..first + k], &cfg)?;
+            let at = first - range.start;
+            set.start_connecting(&tokens[at..at + k], &cfg)?;
         } else {
             set.start_connecting_insecure(target, &cfg, k)?;
+        }
+        first += k;
+        if waves && first < range.end {
+            // One address group's handshakes done before the next group's begin.
+            set.wait_connected(timeout)?;
         }
     }
     set.wait_connected(timeout)?;

@@ -15,7 +15,8 @@ pub mod scale;
 
 pub use crate::stats::{finite, Latency};
 pub use scale::{
-    ClientTotals, GameConfig, GameRun, GameServerCounts, ServerStats, SessionsConfig, SessionsRun,
+    ClientTotals, GameConfig, GameRun, GameServerCounts, LoadStats, ServerStats, SessionsConfig,
+    SessionsRun,
 };
 
 /// Version of the result schema written by this build. Version 2 added `rudp_cases` (absent

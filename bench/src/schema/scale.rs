@@ -49,6 +49,10 @@ pub struct SessionsConfig {
     /// Ricochet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<String>,
+    /// Threads of the load generator in the echo (each a contiguous share of the clients);
+    /// absent in runs before it existed (1).
+    #[serde(default = "one")]
+    pub load_threads: usize,
 }
 
 fn one() -> usize {
@@ -121,6 +125,18 @@ pub struct SessionsRun {
     /// runs before it was recorded): time the virtual CPUs wanted to run and did not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steal_percent: Option<f64>,
+    /// Echo: server process CPU per round trip (its CPU share over the round trips per
+    /// second), µs; absent in runs before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_us_per_round_trip: Option<f64>,
+    /// Churn: server process CPU per completed session, µs; absent in runs before it was
+    /// recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_us_per_session: Option<f64>,
+    /// Echo: the load generator's own figures over the measured phase; absent in runs before
+    /// they were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadStats>,
     /// The server's last report.
     pub server: ServerStats,
     /// What went wrong (empty when ok).
@@ -211,6 +227,10 @@ pub struct GameConfig {
     /// absent: Ricochet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<String>,
+    /// Threads of the load generator (the players' process), each driving a contiguous share
+    /// of the players; absent in runs before it existed (1).
+    #[serde(default = "one")]
+    pub load_threads: usize,
 }
 
 impl GameConfig {
@@ -265,6 +285,14 @@ pub struct GameRun {
     pub server_cpu_us_per_tick: f64,
     /// Client process CPU, % of one core.
     pub client_cpu_percent: f64,
+    /// Server process CPU per player-tick served (CPU over the snapshots sent in the measured
+    /// phase, one per player per tick), µs; absent in runs before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_us_per_player_tick: Option<f64>,
+    /// The load generator's own figures over the measured phase; absent in runs before they
+    /// were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadStats>,
     /// Server RSS growth per session, bytes (RSS with the players connected, less before).
     pub server_rss_per_session_bytes: Option<f64>,
     /// The server's report at the end of the measured phase.
@@ -275,6 +303,54 @@ pub struct GameRun {
     pub errors: Vec<String>,
     /// Every player connected, no reliable input lost or reordered, no snapshot refused.
     pub ok: bool,
+}
+
+/// The load generator's figures over a measured phase: whether what was measured is the server
+/// or the client that drove it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadStats {
+    /// Threads that drove the players.
+    pub threads: usize,
+    /// The load generator process's CPU (every thread), % of one core.
+    pub cpu_percent: f64,
+    /// The busiest thread's CPU over the phase's wall time, %.
+    pub busy_max_percent: f64,
+    /// Game: inputs that left more than half a tick period after their due time.
+    pub inputs_late: u64,
+    /// Game: the latest an input left after its due time, µs.
+    pub input_lateness_max_us: f64,
+    /// A thread was busy more than 90 % of the wall time, or more than 1 % of the inputs left
+    /// over half a period late: the figures then measure the client, not the server.
+    pub saturated: bool,
+}
+
+impl LoadStats {
+    /// Busiest-thread share past which a load generator counts as saturated, %.
+    pub const BUSY_LIMIT_PERCENT: f64 = 90.0;
+
+    /// The figures of `threads` threads over `wall` seconds: the process's CPU seconds
+    /// `process_cpu_s`, each thread's `busy_s`, and (game) the inputs sent, how many left late
+    /// and the latest lateness.
+    pub fn new(
+        threads: usize,
+        wall: f64,
+        process_cpu_s: f64,
+        busy_s: &[f64],
+        (inputs, late, lateness_max_us): (u64, u64, f64),
+    ) -> LoadStats {
+        let wall = wall.max(1e-9);
+        let busy_max_percent = finite(busy_s.iter().copied().fold(0.0, f64::max) / wall * 100.0);
+        LoadStats {
+            threads,
+            cpu_percent: finite(process_cpu_s / wall * 100.0),
+            busy_max_percent,
+            inputs_late: late,
+            input_lateness_max_us: finite(lateness_max_us),
+            saturated: busy_max_percent > Self::BUSY_LIMIT_PERCENT
+                || (inputs > 0 && late * 100 > inputs),
+        }
+    }
 }
 
 /// Server-side counters of a game run.
