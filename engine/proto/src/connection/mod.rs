@@ -14,6 +14,7 @@ mod recovery;
 pub(crate) mod recv;
 pub(crate) mod rtt;
 mod send;
+pub(crate) mod pmtu;
 mod timer;
 
 use self::ack::Acks;
