@@ -10,11 +10,11 @@ pub(crate) mod cc;
 mod close;
 pub(crate) mod fec_link;
 mod handshake;
+pub(crate) mod pmtu;
 mod recovery;
 pub(crate) mod recv;
 pub(crate) mod rtt;
 mod send;
-pub(crate) mod pmtu;
 mod timer;
 
 use self::ack::Acks;

@@ -92,14 +92,23 @@ pub(crate) enum Change {
 impl PathMtu {
     /// A search from `base` up to `ceiling` (taken as `base` when smaller), or none when
     /// `enabled` is false.
-    pub(crate) fn new(enabled: bool, base: usize, ceiling: usize, raise_interval: Duration) -> Self {
+    pub(crate) fn new(
+        enabled: bool,
+        base: usize,
+        ceiling: usize,
+        raise_interval: Duration,
+    ) -> Self {
         let ceiling = ceiling.max(base);
         let on = enabled && ceiling > base;
         Self {
             base,
             ceiling,
             raise_interval,
-            phase: if on { Phase::Searching } else { Phase::Disabled },
+            phase: if on {
+                Phase::Searching
+            } else {
+                Phase::Disabled
+            },
             current: base,
             lo: base,
             hi: ceiling,
@@ -350,7 +359,11 @@ mod tests {
             // The ceiling refused (3 probes), then a bisection of 252 bytes: at most 8 sizes,
             // each refused one taking 3 probes.
             assert!(probes <= 3 + 8 * 3, "path {path}: {probes} probes");
-            assert!(end - now < Duration::from_secs(1), "path {path}: {:?}", end - now);
+            assert!(
+                end - now < Duration::from_secs(1),
+                "path {path}: {:?}",
+                end - now
+            );
         }
     }
 
