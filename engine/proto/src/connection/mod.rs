@@ -23,6 +23,7 @@ use self::close::Closing;
 use self::fec_link::FecLink;
 pub(crate) use self::handshake::ServerAdmit;
 use self::handshake::{Accept, Handshake, Secure};
+use self::pmtu::PathMtu;
 use self::recovery::{Recovery, Segs};
 use self::recv::{Budget, Need, Receiver, SharedBudgets};
 use self::rtt::RttEstimator;
@@ -100,6 +101,8 @@ pub struct Connection {
     rtt: RttEstimator,
     receiver: Receiver,
     fec: FecLink,
+    /// The path-MTU search: the size new packets are built to.
+    pmtu: PathMtu,
     /// Packet keys and replay windows; `None` in the insecure mode, and for a client with a
     /// token until its sealed accept opened (the keys are bound to what it carries).
     protection: Option<Box<Protection>>,
@@ -146,6 +149,12 @@ impl Connection {
             rtt: RttEstimator::new(cfg.initial_rtt),
             receiver: Receiver::new(&cfg, Budget::unlimited()),
             fec: FecLink::new(&cfg, if sealed { wire::TAG_LEN } else { 0 }),
+            pmtu: PathMtu::new(
+                cfg.path_mtu.enabled,
+                cfg.max_datagram_size,
+                cfg.max_path_datagram_size(),
+                cfg.path_mtu.raise_interval,
+            ),
             protection: keys.map(|k| Box::new(Protection::new(&k, side == Side::Client))),
             open_buf: Vec::new(),
             events: VecDeque::new(),
@@ -364,6 +373,9 @@ impl Connection {
             reassembly_peak: self.receiver.peak,
             peer_loss_report: c.peer_loss_report,
             fec: self.fec.stats(),
+            path_mtu: self.pmtu.current(),
+            path_mtu_probes: self.pmtu.probes_sent(),
+            path_mtu_black_holes: self.pmtu.black_holes(),
         }
     }
 
@@ -508,7 +520,7 @@ impl Connection {
             Err(cause) => Err(cause),
         };
         // An oversize datagram (forged ones included) does not leave its buffer behind.
-        if buf.capacity() <= self.cfg.max_datagram_size {
+        if buf.capacity() <= self.cfg.max_path_datagram_size() {
             self.open_buf = buf;
         }
         r
@@ -778,8 +790,9 @@ impl Connection {
         acked_something
     }
 
-    /// Write the next datagram into `buf` (at most [`Config::max_datagram_size`] bytes), or
-    /// return `None` when there is nothing to send now. Call until `None` after every input.
+    /// Write the next datagram into `buf` (at most [`Config::max_datagram_size`] bytes, or
+    /// the size path MTU discovery found: [`ConnectionStats::path_mtu`]), or return `None`
+    /// when there is nothing to send now. Call until `None` after every input.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let t = self.transmit(now, buf);
         if let Some(t) = t {
@@ -791,7 +804,12 @@ impl Connection {
     }
 
     fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let udp = buf.len().min(self.cfg.max_datagram_size);
+        if self.probing_path() {
+            if let Some(t) = self.transmit_path_probe(now, buf) {
+                return Some(t);
+            }
+        }
+        let udp = buf.len().min(self.pmtu.current());
         let buf = &mut buf[..udp];
         // ARQ datagrams leave room for the FEC wrapping (see `fec`).
         let max = self.fec.arq_budget(udp);

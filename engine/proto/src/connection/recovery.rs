@@ -172,6 +172,7 @@ impl Connection {
     /// Process an ACK frame; true when something new was acknowledged.
     pub(super) fn on_ack(&mut self, now: Instant, ack: &wire::AckFrame<'_>) -> bool {
         self.send.peer_window = usize::try_from(ack.window).unwrap_or(usize::MAX);
+        self.path_mtu_on_ack(now, ack);
         let Some(front) = self.recovery.sent.front().map(|p| p.pn) else {
             return false;
         };
@@ -205,6 +206,11 @@ impl Connection {
                         }
                         newly = true;
                         self.cc.on_acked(p.size as usize, p.time);
+                        let size = p.size as usize;
+                        self.pmtu.on_packet_acked(self.wire_size(size));
+                        let Some(p) = self.recovery.sent.get_mut(idx) else {
+                            break;
+                        };
                         if pn == ack.largest {
                             largest_newly = Some((p.time, !p.segs.is_empty()));
                         }
@@ -345,8 +351,10 @@ impl Connection {
         p.state = PacketState::Lost;
         let pn = p.pn;
         let size = p.size as usize;
+        let sent = p.time;
         let segs = std::mem::take(&mut p.segs);
         self.cc.on_removed(size);
+        self.path_mtu_on_lost(size, sent);
         self.counters.packets_lost += 1;
         for &sid in &segs {
             if sid < self.send.seg_base {

@@ -110,7 +110,14 @@ impl Connection {
         if self.send.queued_bytes + data.len() > self.cfg.send_queue_limit {
             return Err(SendError::QueueFull);
         }
-        let frag = self.cfg.fragment_payload();
+        // Reliable fragments are cut to the base size, so their retransmissions fit whatever
+        // the path shrinks to; unreliable ones (never resent) to the size path MTU discovery
+        // found.
+        let frag = if ch.kind.is_reliable() || self.pmtu.current() <= self.cfg.max_datagram_size {
+            self.cfg.fragment_payload()
+        } else {
+            self.cfg.fragment_payload_for(self.pmtu.current())
+        };
         let count = data.len().div_ceil(frag).max(1);
         let id = ch.next_id;
         ch.next_id += 1;
