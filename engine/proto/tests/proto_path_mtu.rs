@@ -143,7 +143,18 @@ fn on_message(
 /// server, which sends snapshots back, shrinks too.
 #[test]
 fn a_path_that_narrows_mid_session_shrinks_and_loses_no_reliable_message() {
-    let (mut net, (s, sh), c, h, path) = pair(pmtu_cfg(), 1500);
+    narrowing_path(pmtu_cfg());
+}
+
+/// The same in the competitive profile: FEC groups (sized to the path's ceiling), held
+/// unreliable ACKs, redundant retransmissions.
+#[test]
+fn a_path_that_narrows_mid_session_shrinks_with_fec_on() {
+    narrowing_path(Config::competitive().with(|c| c.path_mtu = PathMtuConfig::on()));
+}
+
+fn narrowing_path(cfg: Config) {
+    let (mut net, (s, sh), c, h, path) = pair(cfg, 1500);
     let until = net.now + Duration::from_secs(1);
     net.run_until(until, &mut |_, _, _, _| {});
     assert_eq!(net.ep(c).connection(h).unwrap().stats().path_mtu, 1452);
