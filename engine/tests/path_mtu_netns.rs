@@ -64,10 +64,8 @@ impl Lab {
             client: format!("ricochet-pmtu-{tag}-c-{id}"),
         };
         ip(&["netns", "add", &lab.server])?;
-        if let Err(e) = ip(&["netns", "add", &lab.client]) {
-            // Only the first one exists yet: `lab`'s drop deletes it.
-            return Err(e);
-        }
+        // On failure from here on, `lab`'s drop deletes what exists.
+        ip(&["netns", "add", &lab.client])?;
         let mtu = mtu.to_string();
         let (s, c) = (lab.server.as_str(), lab.client.as_str());
         // Made inside the server's namespace with its peer in the client's: the host's own

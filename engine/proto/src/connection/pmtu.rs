@@ -454,13 +454,11 @@ mod tests {
     /// and the probes sent.
     fn settle(m: &mut PathMtu, path: usize, mut now: Instant) -> (Instant, u64) {
         let start = m.probes_sent();
-        let mut pn = 1000;
-        for _ in 0..200 {
+        for pn in 1000..1200 {
             let Some(size) = m.poll_probe(now) else {
                 break;
             };
             m.on_probe_sent(pn, size, now, TIMEOUT);
-            pn += 1;
             if size <= path {
                 now += RTT;
                 m.on_probe_acked(now);
