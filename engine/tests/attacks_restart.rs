@@ -333,9 +333,17 @@ fn resets_from_earlier_boots_end_no_session_of_a_later_one() {
             let cfg = ClientConfig::new().connect_timeout(Duration::from_secs(5));
             let mut c = Client::connect_blocking(&token(boot * 10 + k, &[relay.addr()]), cfg)
                 .expect("connects");
+            // The client's port may have served a session of an earlier boot whose last
+            // datagrams the relay read late: count only what this session sends from here.
+            relay.forget(&c);
             echo(&mut c, k);
             let of_session = relay.server_cids_of(&c);
-            assert_eq!(of_session.len(), 1, "one server connection id per session");
+            assert_eq!(
+                of_session.len(),
+                1,
+                "boot {boot}: one server connection id per session (port {}: {of_session:?})",
+                c.local_addr().port()
+            );
             ids.extend(of_session);
             clients.push(c);
         }
@@ -492,16 +500,41 @@ fn a_replayed_hello_flood_from_the_players_address_does_not_keep_it_out() {
             }
         })
     };
-    // The flood runs alone for a while first, as an attacker on a busy NAT would.
-    std::thread::sleep(Duration::from_millis(300));
+    // The flood runs alone first, as an attacker on a busy NAT would, until it has drawn more
+    // echoes within the last second than the budget allows many times over: only then would
+    // the old accounting have kept the player out, so only then does the test test anything.
+    // How long that takes depends on the machine (a loaded one answers slower), not the verdict.
     let flood_start = Instant::now();
     let (h0, e0) = (
         hellos.load(Ordering::Relaxed),
         echoes.load(Ordering::Relaxed),
     );
+    let wanted = u64::from(BUDGET) * 10;
+    let mut marks = std::collections::VecDeque::new();
+    let last_second = loop {
+        std::thread::sleep(Duration::from_millis(25));
+        let (now, e) = (Instant::now(), echoes.load(Ordering::Relaxed));
+        marks.push_back((now, e));
+        while marks
+            .front()
+            .is_some_and(|&(t, _)| now.duration_since(t) > Duration::from_secs(1))
+        {
+            marks.pop_front();
+        }
+        let drawn = e - marks.front().map_or(e0, |&(_, e)| e);
+        if flood_start.elapsed() >= Duration::from_secs(1) && drawn >= wanted {
+            break drawn;
+        }
+        assert!(
+            flood_start.elapsed() < Duration::from_secs(20),
+            "the flood could not draw {wanted} echoes within a second here (last: {drawn}): \
+             it would test nothing"
+        );
+    };
+    let connect_start = Instant::now();
     let cfg = ClientConfig::new().connect_timeout(Duration::from_secs(1));
     let result = Client::connect_blocking(&token, cfg);
-    let took = flood_start.elapsed();
+    let took = connect_start.elapsed();
     // Keep flooding while the session works, then measure the rate over the whole window.
     let mut player = result.expect("the player connects within a second through the flood");
     echo(&mut player, 1);
@@ -516,14 +549,11 @@ fn a_replayed_hello_flood_from_the_players_address_does_not_keep_it_out() {
     let secs = window.as_secs_f64();
     println!(
         "replayed hellos at {:.0}/s and echoes of their challenges at {:.0}/s from the player's \
-         IP; the player connected in {:.1} ms",
+         IP over {secs:.1} s ({last_second} echoes in the second before the player started, \
+         budget {BUDGET}/s); the player connected in {:.1} ms",
         (h1 - h0) as f64 / secs,
         (e1 - e0) as f64 / secs,
         took.as_secs_f64() * 1e3
-    );
-    assert!(
-        (e1 - e0) as f64 / secs > f64::from(BUDGET) * 10.0,
-        "the flood drew fewer echoes than the budget: it tested nothing"
     );
     assert!(took < Duration::from_secs(1));
     drop(player);

@@ -85,6 +85,9 @@ use rand::CryptoRng;
 use crate::xchacha;
 use crate::SessionKeys;
 
+mod sizes;
+pub use sizes::{NONCE_LEN, PRIVATE_LEN, SEALED_LEN, TAG_LEN};
+
 /// The first bytes of a serialized token and part of what sealing authenticates: a token of
 /// another format (or another program) never opens.
 pub const TOKEN_VERSION: &[u8; 16] = b"ricochet token 1";
@@ -92,14 +95,6 @@ pub const TOKEN_VERSION: &[u8; 16] = b"ricochet token 1";
 pub const MAX_SERVER_ADDRESSES: usize = 8;
 /// Most bytes of application data a token carries to the server.
 pub const MAX_USER_DATA: usize = 256;
-/// Size of the private part before sealing.
-pub const PRIVATE_LEN: usize = 496;
-/// Size of the AEAD tag.
-pub const TAG_LEN: usize = 16;
-/// Size of the sealed private part (ciphertext and tag).
-pub const SEALED_LEN: usize = PRIVATE_LEN + TAG_LEN;
-/// Size of the nonce the private part is sealed with.
-pub const NONCE_LEN: usize = 24;
 /// Size of a serialized [`ConnectToken`].
 pub const CONNECT_TOKEN_LEN: usize = 16 + 8 + 8 + ADDRESSES_LEN + 64 + NONCE_LEN + SEALED_LEN;
 

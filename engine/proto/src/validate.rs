@@ -242,8 +242,8 @@ mod tests {
             assert_eq!(
                 c.arq_datagram_size()
                     - (crate::wire::DATA_HEADER_LEN
-                        + super::super::FRAGMENT_HEADER_MAX
-                        + super::super::ACK_RESERVE),
+                        + crate::config::FRAGMENT_HEADER_MAX
+                        + crate::config::ACK_RESERVE),
                 c.fragment_payload(),
             );
         }

@@ -2,7 +2,7 @@
 //! duplicate detection), when an ACK is due (count, delay, a gap), writing the ACK frame, and
 //! the loss report this side sends its peer.
 
-use super::Connection;
+use super::fec_link::FecLink;
 use crate::wire::{self, Frame, Writer, MAX_ACK_RANGES};
 use std::collections::VecDeque;
 use std::time::Instant;
@@ -73,11 +73,10 @@ impl Acks {
             },
         }
     }
-}
 
-impl Connection {
     pub(super) fn record_received(
         &mut self,
+        cfg: &Config,
         now: Instant,
         pn: u64,
         ack_eliciting: bool,
@@ -86,57 +85,63 @@ impl Connection {
         // A packet that comes after the ACK floor passed it (reordered, or rebuilt by FEC
         // once its group's parity came) is acknowledged all the same: the next ACK frames
         // list ranges from it up again, until the peer has seen one of them.
-        self.ack.ack_floor = self.ack.ack_floor.min(pn);
-        let largest = self.ack.ranges.back().map(|&(_, h)| h);
+        self.ack_floor = self.ack_floor.min(pn);
+        let largest = self.ranges.back().map(|&(_, h)| h);
         // Insert pn into the ascending, disjoint range list (search from the top: most
         // packets arrive in order).
-        let mut i = self.ack.ranges.len();
-        while i > 0 && self.ack.ranges[i - 1].0 > pn {
+        let mut i = self.ranges.len();
+        while i > 0 && self.ranges[i - 1].0 > pn {
             i -= 1;
         }
         // Now ranges[..i] start at or below pn.
-        let merge_prev = i > 0 && self.ack.ranges[i - 1].1 + 1 == pn;
-        let merge_next = i < self.ack.ranges.len() && self.ack.ranges[i].0 == pn + 1;
+        let merge_prev = i > 0 && self.ranges[i - 1].1 + 1 == pn;
+        let merge_next = i < self.ranges.len() && self.ranges[i].0 == pn + 1;
         match (merge_prev, merge_next) {
             (true, true) => {
-                let hi = self.ack.ranges[i].1;
-                self.ack.ranges[i - 1].1 = hi;
-                self.ack.ranges.remove(i);
+                let hi = self.ranges[i].1;
+                self.ranges[i - 1].1 = hi;
+                self.ranges.remove(i);
             }
-            (true, false) => self.ack.ranges[i - 1].1 = pn,
-            (false, true) => self.ack.ranges[i].0 = pn,
-            (false, false) => self.ack.ranges.insert(i, (pn, pn)),
+            (true, false) => self.ranges[i - 1].1 = pn,
+            (false, true) => self.ranges[i].0 = pn,
+            (false, false) => self.ranges.insert(i, (pn, pn)),
         }
-        while self.ack.ranges.len() > MAX_TRACKED_RANGES {
-            if let Some((_, hi)) = self.ack.ranges.pop_front() {
-                self.ack.floor = hi + 1;
+        while self.ranges.len() > MAX_TRACKED_RANGES {
+            if let Some((_, hi)) = self.ranges.pop_front() {
+                self.floor = hi + 1;
             }
         }
-        self.ack.pending = true;
+        self.pending = true;
         if ack_eliciting {
-            self.ack.eliciting_unacked = self.ack.eliciting_unacked.saturating_add(1);
-            let delay = match self.cfg.unreliable_ack_delay {
+            self.eliciting_unacked = self.eliciting_unacked.saturating_add(1);
+            let delay = match cfg.unreliable_ack_delay {
                 Some(d) if !reliable => d,
                 _ => {
-                    self.ack.reliable_unacked = self.ack.reliable_unacked.saturating_add(1);
-                    self.cfg.max_ack_delay
+                    self.reliable_unacked = self.reliable_unacked.saturating_add(1);
+                    cfg.max_ack_delay
                 }
             };
             if largest.is_some_and(|l| pn != l + 1) {
-                self.ack.immediate = true; // gap or reordering: tell the sender at once
+                self.immediate = true; // gap or reordering: tell the sender at once
             }
             let d = now + delay;
-            self.ack.deadline = Some(self.ack.deadline.map_or(d, |x| x.min(d)));
+            self.deadline = Some(self.deadline.map_or(d, |x| x.min(d)));
         }
     }
 
     /// Writes an ACK frame of the newest received ranges (above [`Self::ack_floor`]) if it
     /// fits; returns the largest packet number it acknowledged.
-    pub(super) fn write_ack(&mut self, now: Instant, w: &mut Writer<'_>) -> Option<u64> {
+    pub(super) fn write_ack(
+        &mut self,
+        cfg: &Config,
+        receiving: usize,
+        now: Instant,
+        w: &mut Writer<'_>,
+    ) -> Option<u64> {
         let mut ranges = [(0u64, 0u64); MAX_ACK_RANGES];
         let mut n = 0;
-        for &(lo, hi) in self.ack.ranges.iter().rev().take(MAX_ACK_RANGES) {
-            if hi < self.ack.ack_floor {
+        for &(lo, hi) in self.ranges.iter().rev().take(MAX_ACK_RANGES) {
+            if hi < self.ack_floor {
                 // Every older range is below the floor too. The newest is always listed (in
                 // full: nothing has arrived since the frame the peer acknowledged).
                 if n == 0 {
@@ -145,26 +150,26 @@ impl Connection {
                 }
                 break;
             }
-            ranges[n] = (lo.max(self.ack.ack_floor), hi);
+            ranges[n] = (lo.max(self.ack_floor), hi);
             n += 1;
         }
         if n == 0 {
             return None;
         }
-        let delay = self.ack.largest.map_or(0, |(_, t)| {
+        let delay = self.largest.map_or(0, |(_, t)| {
             now.saturating_duration_since(t).as_micros() as u64
         });
-        let window = self.cfg.recv_window.saturating_sub(self.receiver.segments) as u64;
+        let window = cfg.recv_window.saturating_sub(receiving) as u64;
         // Shrink the range list until it fits the space left.
         while n > 0 && wire::ack_len(delay, window, &ranges[..n]) > w.remaining() {
             n -= 1;
         }
         if n > 0 && wire::encode_ack(delay, window, &ranges[..n], w).is_ok() {
-            self.ack.pending = false;
-            self.ack.eliciting_unacked = 0;
-            self.ack.reliable_unacked = 0;
-            self.ack.deadline = None;
-            self.ack.immediate = false;
+            self.pending = false;
+            self.eliciting_unacked = 0;
+            self.reliable_unacked = 0;
+            self.deadline = None;
+            self.immediate = false;
             return Some(ranges[0].1);
         }
         None
@@ -174,50 +179,55 @@ impl Connection {
     /// and at least one must have come since the last ACK: an `ack_frequency` of 0 (which
     /// `Config::validate` refuses) would otherwise answer every ACK-only packet with another,
     /// and two peers would trade them forever.
-    pub(super) fn ack_count_reached(&self) -> bool {
-        let frequency = self.cfg.ack_frequency.max(1);
-        match self.cfg.unreliable_ack_delay {
-            None => u32::from(self.ack.eliciting_unacked) >= frequency,
+    pub(super) fn ack_count_reached(&self, cfg: &Config) -> bool {
+        let frequency = cfg.ack_frequency.max(1);
+        match cfg.unreliable_ack_delay {
+            None => u32::from(self.eliciting_unacked) >= frequency,
             Some(_) => {
-                u32::from(self.ack.reliable_unacked) >= frequency
-                    || u32::from(self.ack.eliciting_unacked)
+                u32::from(self.reliable_unacked) >= frequency
+                    || u32::from(self.eliciting_unacked)
                         >= crate::UNRELIABLE_ACK_TOLERANCE.max(frequency)
             }
         }
     }
 }
 
-impl Connection {
+impl Acks {
     /// When an ACK is due: at once after a gap or enough packets, else at the delayed-ACK
     /// deadline; `None` with nothing ack-eliciting to acknowledge.
-    pub(super) fn ack_deadline(&self) -> Option<Instant> {
-        if !(self.ack.pending && self.ack.eliciting_unacked > 0) {
+    pub(super) fn ack_deadline(&self, cfg: &Config, last_recv: Instant) -> Option<Instant> {
+        if !(self.pending && self.eliciting_unacked > 0) {
             return None;
         }
-        if self.ack.immediate || self.ack_count_reached() {
-            Some(self.activity.last_recv)
+        if self.immediate || self.ack_count_reached(cfg) {
+            Some(last_recv)
         } else {
-            self.ack.deadline
+            self.deadline
         }
     }
 
     /// Writes the loss report if due and it fits: when the peer sends FEC, its data-shard
     /// loss before recovery (what its parity policy needs); otherwise packet-number gaps.
-    pub(super) fn write_loss_report(&mut self, now: Instant, w: &mut Writer<'_>) {
-        if now >= self.ack.report.due
-            && (self.ack.report.received > 0 || self.fec.receiving())
+    pub(super) fn write_loss_report(
+        &mut self,
+        cfg: &Config,
+        fec: &mut FecLink,
+        now: Instant,
+        w: &mut Writer<'_>,
+    ) {
+        if now >= self.report.due
+            && (self.report.received > 0 || fec.receiving())
             && w.remaining() >= LOSS_REPORT_MAX
         {
-            let (received, lost, max_burst) = match self.fec.take_loss_report() {
+            let (received, lost, max_burst) = match fec.take_loss_report() {
                 Some(r) => r,
                 None => {
-                    let largest = self.ack.largest.map_or(0, |(l, _)| l);
-                    let expected =
-                        largest.saturating_sub(self.ack.report.base.unwrap_or(largest)) + 1;
+                    let largest = self.largest.map_or(0, |(l, _)| l);
+                    let expected = largest.saturating_sub(self.report.base.unwrap_or(largest)) + 1;
                     // Packet-number gaps do not tell bursts apart (reordering fills them).
                     (
-                        self.ack.report.received,
-                        expected.saturating_sub(self.ack.report.received),
+                        self.report.received,
+                        expected.saturating_sub(self.report.received),
                         0,
                     )
                 }
@@ -228,9 +238,9 @@ impl Connection {
                 max_burst,
             };
             if received + lost == 0 || wire::encode_frame(&f, w).is_ok() {
-                self.ack.report.received = 0;
-                self.ack.report.base = None;
-                self.ack.report.due = now + self.cfg.loss_report_interval;
+                self.report.received = 0;
+                self.report.base = None;
+                self.report.due = now + cfg.loss_report_interval;
             }
         }
     }

@@ -40,6 +40,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::cc::Congestion;
+use crate::config::{Config, FEC_ARQ_OVERHEAD};
 #[cfg(feature = "fec")]
 use crate::fec::scheme::{Rx, Tx};
 #[cfg(feature = "fec")]
@@ -50,13 +51,6 @@ use crate::fec::{FecError, MalformedCounts, ReceiverStats, RetentionBudget, Send
 #[cfg(feature = "fec")]
 use crate::wire::Packet;
 use crate::wire::{self, ConnectionId, FEC_HEADER_LEN, FEC_PARITY_HEADER_LEN, TAG_LEN};
-use crate::Config;
-
-/// Bytes the ARQ datagram budget gives up when FEC is on (see the module docs): the parity
-/// number, the parity header and the coded shard's length prefix.
-pub const FEC_ARQ_OVERHEAD: usize = (FEC_PARITY_HEADER_LEN - FEC_HEADER_LEN)
-    + crate::fec::PARITY_HEADER_LEN
-    + crate::fec::header::LEN_PREFIX;
 
 /// FEC counters of one connection (both directions), in [`crate::ConnectionStats::fec`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

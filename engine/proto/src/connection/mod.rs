@@ -10,25 +10,27 @@ pub(crate) mod cc;
 mod close;
 pub(crate) mod fec_link;
 mod handshake;
+mod mtu_probe;
 pub(crate) mod pmtu;
 mod recovery;
 pub(crate) mod recv;
 pub(crate) mod rtt;
 mod send;
+mod state;
 mod timer;
+
+pub(crate) use self::handshake::ServerAdmit;
+pub use self::state::{Connection, ConnectionState};
 
 use self::ack::Acks;
 use self::cc::Congestion;
-use self::close::Closing;
 use self::fec_link::FecLink;
-pub(crate) use self::handshake::ServerAdmit;
-use self::handshake::{Accept, Handshake, Secure};
 use self::pmtu::PathMtu;
-use self::recovery::{Recovery, Segs};
 use self::recv::{Budget, Need, Receiver, SharedBudgets};
 use self::rtt::RttEstimator;
-use self::send::Sending;
-use self::timer::Activity;
+use self::state::{
+    Accept, Activity, Closing, Handshake, Path, Recovery, Secure, Segs, Sending, Side,
+};
 use crate::admission::HandshakeKeys;
 use crate::protect::{NumberSpace, Protection};
 use crate::stats::Counters;
@@ -40,76 +42,12 @@ use crate::{Config, ConnectionId, ConnectionStats, DropCause, Event, SessionKeys
 /// arithmetic on received packet numbers cannot overflow.
 const MAX_PACKET_NUMBER: u64 = (1 << 62) - 1;
 
-/// Where a connection is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnectionState {
-    /// Client waiting for the server (hello / cookie echo sent).
-    Handshaking,
-    /// Data flows.
-    Established,
-    /// Local close requested: queued reliable data is still being delivered.
-    Closing,
-    /// Close frames sent, waiting for the peer's close or the drain timer.
-    Draining,
-    /// Finished; no more events.
-    Closed,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Client,
-    Server,
-}
-
 /// What the first pass over a received packet's frames found.
 struct Seen {
     ack_eliciting: bool,
     /// Reliable data or a ping: its ACK is never held for [`Config::unreliable_ack_delay`].
     reliable: bool,
     carries_data: bool,
-}
-
-/// Who the connection talks to: both connection ids and the peer's address.
-#[derive(Debug)]
-struct Path {
-    local_cid: ConnectionId,
-    remote_cid: ConnectionId,
-    /// The peer's current address (follows the peer when its address changes).
-    remote: SocketAddr,
-}
-
-/// A sans-IO RUDP connection. Usually owned by an [`crate::Endpoint`]; can be driven alone.
-///
-/// Its state lives in typed parts, one per room of this folder (see the crate README).
-#[derive(Debug)]
-pub struct Connection {
-    cfg: Arc<Config>,
-    side: Side,
-    state: ConnectionState,
-    /// Data moved since the last [`Connection::trim`]: buffers may hold capacity to give back.
-    trim_pending: bool,
-    /// Server: the accept's flags.
-    accept: Accept,
-    path: Path,
-    hs: Handshake,
-    send: Sending,
-    recovery: Recovery,
-    ack: Acks,
-    close: Closing,
-    activity: Activity,
-    cc: Congestion,
-    rtt: RttEstimator,
-    receiver: Receiver,
-    fec: FecLink,
-    /// The path-MTU search: the size new packets are built to.
-    pmtu: PathMtu,
-    /// Packet keys and replay windows; `None` in the insecure mode, and for a client with a
-    /// token until its sealed accept opened (the keys are bound to what it carries).
-    protection: Option<Box<Protection>>,
-    /// Where a received packet is opened (it arrives borrowed, and opens in place).
-    open_buf: Vec<u8>,
-    events: VecDeque<Event>,
-    counters: Counters,
 }
 
 impl Connection {
@@ -627,7 +565,8 @@ impl Connection {
         // packet is not acknowledged (the peer retransmits its data).
         let seen = self.check_frames(payload)?;
         // Accepted: record the packet number.
-        self.record_received(now, pn, seen.ack_eliciting, seen.reliable);
+        self.ack
+            .record_received(&self.cfg, now, pn, seen.ack_eliciting, seen.reliable);
         if self.ack.largest.is_none_or(|(l, _)| pn >= l) {
             self.ack.largest = Some((pn, now));
             self.path.remote = from; // follow a peer whose address changed
@@ -836,7 +775,7 @@ impl Connection {
         }
         let ack_due = self.ack.pending
             && (self.ack.immediate
-                || self.ack_count_reached()
+                || self.ack.ack_count_reached(&self.cfg)
                 || self.ack.deadline.is_some_and(|d| now >= d));
         let keepalive_due = self
             .cfg
@@ -871,11 +810,14 @@ impl Connection {
         let mut segs = Segs::new();
         let mut ack_eliciting = false;
         let acks_below = if self.ack.pending {
-            self.write_ack(now, &mut w).map_or(0, |largest| largest + 1)
+            self.ack
+                .write_ack(&self.cfg, self.receiver.segments, now, &mut w)
+                .map_or(0, |largest| largest + 1)
         } else {
             0
         };
-        self.write_loss_report(now, &mut w);
+        self.ack
+            .write_loss_report(&self.cfg, &mut self.fec, now, &mut w);
         let probe = std::mem::take(&mut self.recovery.probe_pending);
         let mut wrote_data = false;
         let cc_ok = self.cc.can_send(max) && data_ok;
@@ -978,10 +920,10 @@ mod tests {
             });
             let mut c = established(cfg, now);
             let mut buf = [0u8; 1500];
-            c.record_received(now, 0, false, false);
+            c.ack.record_received(&c.cfg, now, 0, false, false);
             assert!(c.ack.pending);
             assert_eq!(c.poll_transmit(now, &mut buf), None);
-            c.record_received(now, 1, true, true);
+            c.ack.record_received(&c.cfg, now, 1, true, true);
             assert!(c.poll_transmit(now, &mut buf).is_some());
             assert!(!c.ack.pending);
         }

@@ -8,23 +8,13 @@
 //!
 //! Deadlines are derived from the connection's state when asked, not stored: nothing can
 //! forget to re-arm a timer.
+//!
+//! This room's state (`Activity`) is defined in `state.rs`, beside the `Connection` that holds it.
 
 use std::time::Instant;
 
-use super::{Connection, ConnectionState, Side};
+use super::state::{Connection, ConnectionState, Side};
 use crate::CloseReason;
-
-/// The moments the connection's timers count from.
-#[derive(Debug)]
-pub(super) struct Activity {
-    /// Last datagram sent (keepalive, close resends, and every "send now" wakeup).
-    pub(super) last_sent: Instant,
-    /// Last packet accepted from the peer (idle timeout, immediate ACKs).
-    pub(super) last_recv: Instant,
-    /// Last time data (a message fragment) was sent or received (the idle trim counts from
-    /// it, if `Connection::trim_pending`).
-    pub(super) last_data: Instant,
-}
 
 /// One of the connection's timers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,7 +141,7 @@ impl Connection {
                 .map(|t| t + self.cfg.idle_timeout),
             Timer::Loss => self.recovery.loss_time,
             Timer::Probe => self.pto_deadline(),
-            Timer::Ack => self.ack_deadline(),
+            Timer::Ack => self.ack.ack_deadline(&self.cfg, self.activity.last_recv),
             Timer::Keepalive => self.cfg.keepalive_interval.map(|k| a.last_sent + k),
             Timer::Linger => self.close.linger_deadline,
             Timer::Trim => self.trim_deadline(),

@@ -5,40 +5,41 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admission::Admission;
-#[cfg(doc)]
-use crate::{CloseReason, Endpoint, Event, NoRouting, Router, SessionKeys};
 use crate::{Config, DropCounters};
 
-/// Listening-side settings of one [`Endpoint`] (in [`EndpointConfig::server`]): admission,
-/// session limits, the handshake budget and the cookie keys. The `ricochet` runtime's
-/// `ServerConfig` (sockets, workers and all) holds one, and writes its builder's limits into
-/// it. There is no default: a server admits clients by connect token
-/// ([`ListenConfig::tokens`]) or, for LAN play and local tests, insecurely
-/// ([`ListenConfig::insecure`]), and says which. The default limits admit a thousand players
-/// behind one address (a NAT, a LAN event, a load test) connecting at once, twice over.
+/// Listening-side settings of one [`Endpoint`](crate::Endpoint) (in [`EndpointConfig::server`]):
+/// admission, session limits, the handshake budget and the cookie keys. The `ricochet` runtime's
+/// `ServerConfig` (sockets, workers and all) holds one, and writes its builder's limits into it.
+/// There is no default: a server admits clients by connect token ([`ListenConfig::tokens`]) or, for
+/// LAN play and local tests, insecurely ([`ListenConfig::insecure`]), and says which. The default
+/// limits admit a thousand players behind one address (a NAT, a LAN event, a load test) connecting
+/// at once, twice over.
 ///
 /// `#[non_exhaustive]`: start from [`ListenConfig::tokens`], [`ListenConfig::insecure`] or
-/// [`ListenConfig::new`] and change fields (or use [`ListenConfig::with`]), so a new setting
-/// is not a breaking change.
+/// [`ListenConfig::new`] and change fields (or use [`ListenConfig::with`]), so a new setting is not
+/// a breaking change.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ListenConfig {
     /// How clients are admitted.
     pub admission: Admission,
-    /// When true, a client that passed every check waits for the application: the endpoint
-    /// reports [`Event::Incoming`] with who it is, and the application answers with
-    /// [`Endpoint::accept`] or [`Endpoint::refuse`] (unanswered within
-    /// [`Config::handshake_timeout`], the attempt is dropped and the client times out). When
-    /// false, it is accepted at once and [`Event::Connected`] follows.
+    /// When true, a client that passed every check waits for the application: the endpoint reports
+    /// [`Event::Incoming`](crate::Event::Incoming) with who it is, and the application answers with
+    /// [`Endpoint::accept`](crate::Endpoint::accept) or
+    /// [`Endpoint::refuse`](crate::Endpoint::refuse) (unanswered within
+    /// [`Config::handshake_timeout`], the attempt is dropped and the client times out). When false,
+    /// it is accepted at once and [`Event::Connected`](crate::Event::Connected) follows.
     pub accept_hook: bool,
-    /// Sessions at most (default 16,384); more are refused with [`CloseReason::ServerFull`].
-    /// Enforced by the endpoint's [`Router`] ([`Router::admit_session`]), which sees every
-    /// session of the server: a lone endpoint's [`NoRouting`] counts its own; the `ricochet`
-    /// runtime's routers count across all its workers, so the limit is the server's whatever
-    /// its worker count.
+    /// Sessions at most (default 16,384); more are refused with
+    /// [`CloseReason::ServerFull`](crate::CloseReason::ServerFull). Enforced by the endpoint's
+    /// [`Router`](crate::Router) ([`Router::admit_session`](crate::Router::admit_session)), which
+    /// sees every session of the server: a lone endpoint's [`NoRouting`](crate::NoRouting) counts
+    /// its own; the `ricochet` runtime's routers count across all its workers, so the limit is the
+    /// server's whatever its worker count.
     pub max_sessions: usize,
-    /// Sessions per source IP (default 2,048: players behind one NAT share an address); more
-    /// are refused with [`CloseReason::TooManyFromAddress`]. Counted like `max_sessions`.
+    /// Sessions per source IP (default 2,048: players behind one NAT share an address); more are
+    /// refused with [`CloseReason::TooManyFromAddress`](crate::CloseReason::TooManyFromAddress).
+    /// Counted like `max_sessions`.
     pub max_sessions_per_address: usize,
     /// Sessions opened per source IP per second and per endpoint (default 4,096: a thousand
     /// players behind one address connecting at once, with retries), in a fixed-size table of
@@ -117,23 +118,25 @@ pub struct EndpointConfig {
     pub max_stateless_queue: usize,
     /// Bytes all connections together may retain for incomplete FEC groups (1 MiB).
     pub fec_retention_budget: usize,
-    /// Datagrams [`Endpoint::poll_transmit`] takes from one connection in a row before moving
-    /// on to the next one with something to send (round-robin; 1 = one datagram each in
-    /// turn). Default [`DEFAULT_TRANSMIT_BURST`]: a run of datagrams to one peer leaves in one
-    /// GSO send where the runtime coalesces them, which one-each-in-turn breaks up.
+    /// Datagrams [`Endpoint::poll_transmit`](crate::Endpoint::poll_transmit) takes from one
+    /// connection in a row before moving on to the next one with something to send (round-robin; 1
+    /// = one datagram each in turn). Default [`DEFAULT_TRANSMIT_BURST`]: a run of datagrams to one
+    /// peer leaves in one GSO send where the runtime coalesces them, which one-each-in-turn breaks
+    /// up.
     pub transmit_burst: usize,
-    /// RTT samples the endpoint keeps for [`Endpoint::drain_rtt_samples`] between two calls
-    /// (0, the default: none are kept). An embedder that aggregates RTT over its sessions (the
-    /// runtime's per-worker histogram) sets it and drains every turn; samples beyond it are
-    /// counted in [`EndpointStats::rtt_samples_dropped`].
+    /// RTT samples the endpoint keeps for
+    /// [`Endpoint::drain_rtt_samples`](crate::Endpoint::drain_rtt_samples) between two calls (0,
+    /// the default: none are kept). An embedder that aggregates RTT over its sessions (the
+    /// runtime's per-worker histogram) sets it and drains every turn; samples beyond it are counted
+    /// in [`EndpointStats::rtt_samples_dropped`].
     pub rtt_sample_buffer: usize,
     /// **Test and benchmark path, not for production.** `Some`: every session's packets are
     /// protected with keys derived from this secret and the session's client connection id and
-    /// nonce ([`SessionKeys::derive_for_test`]); client and server endpoints must hold the same
-    /// secret. Both of those inputs cross the network in clear, so whoever holds the secret can
-    /// read and forge every session of every endpoint that shares it; connect tokens, which
-    /// hand each session its own random keys, are the production path. `None` (the default):
-    /// the insecure mode, no packet protection.
+    /// nonce ([`SessionKeys::derive_for_test`](crate::SessionKeys::derive_for_test)); client and
+    /// server endpoints must hold the same secret. Both of those inputs cross the network in clear,
+    /// so whoever holds the secret can read and forge every session of every endpoint that shares
+    /// it; connect tokens, which hand each session its own random keys, are the production path.
+    /// `None` (the default): the insecure mode, no packet protection.
     pub test_session_secret: Option<[u8; 32]>,
 }
 
@@ -192,7 +195,7 @@ pub struct EndpointStats {
     /// Handshakes refused because of their token (required, invalid, expired, for another
     /// server, reused).
     pub token_refusals: u64,
-    /// Handshakes the application refused ([`Endpoint::refuse`]).
+    /// Handshakes the application refused ([`Endpoint::refuse`](crate::Endpoint::refuse)).
     pub rejected: u64,
     /// Stateless resets sent.
     pub resets_sent: u64,

@@ -12,28 +12,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::Rng;
 
-use super::{ConnectionHandle, Endpoint, ListenConfig};
+use super::config::ListenConfig;
+use super::state::{ConnectionHandle, Endpoint};
 use crate::admission::{
-    tags_equal, HandshakeKeys, LedgerRefusal, Peer, Recorded, Refusal, ResetKey, TokenLedger,
+    tags_equal, HandshakeKeys, LedgerRefusal, Peer, Recorded, Refusal, TokenLedger,
 };
 use crate::connection::ServerAdmit;
 use crate::token::{PrivateToken, SealedToken, TokenKey, NONCE_LEN, TAG_LEN};
 use crate::wire::{self, Packet, TokenSection, COOKIE_LEN, HANDSHAKE_TAG_LEN};
 use crate::{CloseReason, Connection, ConnectionId, DropCause, SessionKeys};
-#[cfg(doc)]
-use crate::{Config, Event};
-
-/// What a token-admitting endpoint keeps from its [`crate::TokenAdmission`].
-#[derive(Debug)]
-pub(super) struct TokenState {
-    pub(super) key: TokenKey,
-    /// The key before the last rotation, still accepted until the instant given.
-    pub(super) previous: Option<(TokenKey, Instant)>,
-    pub(super) protocol_id: u64,
-    pub(super) public_addresses: Vec<SocketAddr>,
-    pub(super) reset: Option<ResetKey>,
-    pub(super) max_resets_per_second: u32,
-}
 
 /// A token that passed every stateless check, with what the session needs from it.
 struct Admitted {
@@ -101,8 +88,9 @@ impl Endpoint {
         self.epoch_keys = [None; 2];
     }
 
-    /// Accept a client the endpoint reported with [`Event::Incoming`] (with
-    /// [`ListenConfig::accept_hook`]): it learns it is in, and [`Event::Connected`] follows.
+    /// Accept a client the endpoint reported with [`Event::Incoming`](crate::Event::Incoming) (with
+    /// [`ListenConfig::accept_hook`]): it learns it is in, and
+    /// [`Event::Connected`](crate::Event::Connected) follows.
     pub fn accept(&mut self, h: ConnectionHandle) {
         if let Some(idx) = self.index_of(h) {
             if let Some(c) = self.slots[idx as usize].conn.as_mut() {
@@ -112,9 +100,9 @@ impl Endpoint {
         }
     }
 
-    /// Refuse a client the endpoint reported with [`Event::Incoming`]: the client receives
-    /// [`CloseReason::Rejected`] with the refusal's code and message, and the handle is
-    /// released at once (no further events). Its token stays used.
+    /// Refuse a client the endpoint reported with [`Event::Incoming`](crate::Event::Incoming): the
+    /// client receives [`CloseReason::Rejected`] with the refusal's code and message, and the
+    /// handle is released at once (no further events). Its token stays used.
     pub fn refuse(&mut self, h: ConnectionHandle, refusal: &Refusal) {
         let Some(idx) = self.index_of(h) else {
             return;

@@ -24,143 +24,50 @@ use bytes::Bytes;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::admission::{Admission, ResetKey, TokenLedger, UsedTokens};
+use crate::admission::{Admission, ResetKey, UsedTokens};
 use crate::keys::IdKey;
 use crate::recv::{Budget, SharedBudgets};
 use crate::routing::{NoRouting, Router};
 use crate::timers::TimerQueue;
 use crate::token::ConnectToken;
 use crate::wire::{self, Packet};
-#[cfg(doc)]
-use crate::Config;
 use crate::{
-    CloseReason, ConfigError, Connection, ConnectionId, DropCause, Event, PrefetchStage, SendError,
-    SessionKeys, Transmit,
+    CloseReason, ConfigError, Connection, DropCause, Event, PrefetchStage, SendError, SessionKeys,
+    Transmit,
 };
 
 mod config;
 mod handshake;
 mod reset;
 mod slots;
+mod state;
 #[cfg(test)]
 mod tests;
 mod timer;
 
 pub use config::{EndpointConfig, EndpointStats, ListenConfig, DEFAULT_TRANSMIT_BURST};
-use handshake::TokenState;
-use slots::{Slot, MAX_SLOTS};
-
-/// Identifies a connection of an endpoint: its local connection id. The low 20 bits are its
-/// slot (XORed with a random mask the endpoint draws when it is made), bits 32..=40 are the
-/// [`Router`]'s, and the other 35 are a permutation, under a key the endpoint draws when it is
-/// made, of the count of the slot's uses. A handle kept after its connection ended names
-/// nothing: a newer connection in the same slot has another use count, so another id, for
-/// 2^32 uses of that slot. The ids of another endpoint, or of this server after a restart, are
-/// those of another mask and key: they repeat none of these but by chance (see
-/// `docs/security.md` for the odds).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnectionHandle(pub u64);
-
-/// Largest stateless reply: a tagged refusal with the longest message.
-const STATELESS_MAX: usize = wire::REFUSE_LEN + wire::MAX_REFUSE_MESSAGE + wire::HANDSHAKE_TAG_LEN;
-
-/// A sans-IO endpoint (client, server or both).
-#[derive(Debug)]
-pub struct Endpoint {
-    cfg: EndpointConfig,
-    base: Instant,
-    /// When the endpoint was made: `poll_timeout` reports it for "due now" (no `now` an
-    /// embedder passes is earlier).
-    born: Instant,
-    rng: ChaCha8Rng,
-    slots: Vec<Slot>,
-    /// Freed slots, reused oldest first: a slot's reuse count then wraps as late as it can.
-    free: VecDeque<u32>,
-    by_client: HashMap<(SocketAddr, ConnectionId), ConnectionHandle>,
-    /// Set by [`Self::stop_accepting`] (`Shutdown`) or [`Self::start_draining`] (`Draining`):
-    /// the reason every new client is refused with.
-    stopped_accepting: Option<CloseReason>,
-    /// Handshake counters per hashed source address (allocated by the first hello: a client
-    /// endpoint never needs them).
-    rate: Box<[(u64, u32)]>,
-    rate_salt: u64,
-    /// Cookie keys are derived per rotation period from this secret, so the endpoints of one
-    /// server's workers can share it and verify each other's cookies.
-    cookie_secret: [u8; 32],
-    /// The last two derived period keys (current and previous): a hello or an echo then
-    /// costs one keyed hash (the cookie), not two.
-    epoch_keys: [Option<(u64, [u8; 32])>; 2],
-    stateless: VecDeque<(SocketAddr, [u8; STATELESS_MAX], usize)>,
-    dirty: VecDeque<u32>,
-    /// The connection that sent the last datagram, and how many it sent in a row.
-    burst: (u32, usize),
-    timers: TimerQueue,
-    due: Vec<(Instant, u32)>,
-    events: VecDeque<(ConnectionHandle, Event)>,
-    /// RTT samples (µs) for [`Endpoint::drain_rtt_samples`].
-    rtt_samples: Vec<u32>,
-    /// The reassembly and FEC retention budgets all connections share (lent to each
-    /// connection for the length of a call, see `with_conn`).
-    shared: SharedBudgets,
-    stats: EndpointStats,
-    /// What goes into the ids and cookies this endpoint issues (see [`Router`]).
-    router: Box<dyn Router>,
-    /// Seals a slot's use count into the ids this endpoint issues (see [`ConnectionHandle`]).
-    id_key: IdKey,
-    /// XORed into the slot field of every id this endpoint issues: with `id_key`, what makes
-    /// its ids another boot's than those of this server before a restart.
-    slot_mask: u64,
-    /// Token admission (server in token mode).
-    tokens: Option<TokenState>,
-    /// The tokens accepted so far (see [`TokenLedger`]).
-    ledger: Box<dyn TokenLedger>,
-    /// Unix time (ms) at an instant: the embedder's wall clock, read by the embedder.
-    unix_anchor: Option<(Instant, u64)>,
-    /// Stateless resets sent in the current second: (second, count).
-    reset_budget: (u64, u32),
-    /// Client side: connections by their server's connection id (for stateless resets).
-    by_remote: HashMap<ConnectionId, u32>,
-}
-
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        // The secret every cookie key derives from, and the cookie keys derived last. The
-        // generator the secret may have been drawn from is not cleared: `rand_chacha` offers
-        // no way to, and its type is not this crate's to overwrite.
-        zeroize::Zeroize::zeroize(&mut self.cookie_secret);
-        for (_, key) in self.epoch_keys.iter_mut().flatten() {
-            zeroize::Zeroize::zeroize(key);
-        }
-        // The sessions still open end with the endpoint: its router hears so, as it does when
-        // one closes, so that counts it shares (a multi-worker server's limits and placement)
-        // do not keep an endpoint's sessions after it is gone (its worker's handler panicked).
-        for slot in &self.slots {
-            if let Some((from, _)) = slot.accepted_for {
-                self.router.session_closed();
-                self.router.release_session(from.ip());
-            }
-        }
-    }
-}
+use slots::MAX_SLOTS;
+pub use state::{ConnectionHandle, Endpoint};
+use state::{TokenState, STATELESS_MAX};
 
 impl Endpoint {
-    /// A new endpoint. `now` is the base of its cookie clock; `seed` drives connection ids,
-    /// nonces, cookie keys and the server random every session's packet keys are bound to.
-    /// 64 bits are for tests and simulations (a constant makes a run reproducible); a
-    /// production endpoint is made with [`Self::from_seed`] and 32 bytes of OS randomness.
+    /// A new endpoint. `now` is the base of its cookie clock; `seed` drives connection ids, nonces,
+    /// cookie keys and the server random every session's packet keys are bound to. 64 bits are for
+    /// tests and simulations (a constant makes a run reproducible); a production endpoint is made
+    /// with [`Self::from_seed`] and 32 bytes of OS randomness.
     ///
     /// # Panics
     ///
-    /// When `cfg.connection` fails [`Config::validate`] (a duration that would overflow a
-    /// deadline, a zero window, a datagram size nothing fits in...): such a session would
-    /// panic or spin later, when a connection reaches the bad value. [`Endpoint::try_new`]
-    /// returns the error instead.
+    /// When `cfg.connection` fails [`Config::validate`](crate::Config::validate) (a duration that
+    /// would overflow a deadline, a zero window, a datagram size nothing fits in...): such a
+    /// session would panic or spin later, when a connection reaches the bad value.
+    /// [`Endpoint::try_new`] returns the error instead.
     pub fn new(cfg: EndpointConfig, now: Instant, seed: u64) -> Self {
         Self::try_new(cfg, now, seed).unwrap_or_else(|e| panic!("Endpoint::new: {e}"))
     }
 
     /// [`Endpoint::new`], or the [`ConfigError`] naming the field of `cfg.connection` that
-    /// [`Config::validate`] refuses.
+    /// [`Config::validate`](crate::Config::validate) refuses.
     pub fn try_new(cfg: EndpointConfig, now: Instant, seed: u64) -> Result<Self, ConfigError> {
         Self::with_rng(cfg, now, ChaCha8Rng::seed_from_u64(seed))
     }
@@ -174,14 +81,14 @@ impl Endpoint {
     ///
     /// # Panics
     ///
-    /// As [`Self::new`], when `cfg.connection` fails [`Config::validate`];
+    /// As [`Self::new`], when `cfg.connection` fails [`Config::validate`](crate::Config::validate);
     /// [`Endpoint::try_from_seed`] returns the error instead.
     pub fn from_seed(cfg: EndpointConfig, now: Instant, seed: [u8; 32]) -> Self {
         Self::try_from_seed(cfg, now, seed).unwrap_or_else(|e| panic!("Endpoint::from_seed: {e}"))
     }
 
     /// [`Endpoint::from_seed`], or the [`ConfigError`] naming the field of `cfg.connection`
-    /// that [`Config::validate`] refuses.
+    /// that [`Config::validate`](crate::Config::validate) refuses.
     pub fn try_from_seed(
         cfg: EndpointConfig,
         now: Instant,
@@ -190,7 +97,8 @@ impl Endpoint {
         Self::with_rng(cfg, now, ChaCha8Rng::from_seed(seed))
     }
 
-    /// The constructor proper: `cfg.connection` must pass [`Config::validate`].
+    /// The constructor proper: `cfg.connection` must pass
+    /// [`Config::validate`](crate::Config::validate).
     fn with_rng(
         cfg: EndpointConfig,
         now: Instant,

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use super::Endpoint;
+use super::state::Endpoint;
 use crate::wire::{self, Packet};
 use crate::{Connection, ConnectionId, DropCause};
 

@@ -4,11 +4,10 @@
 
 use bytes::Bytes;
 use rand::Rng;
-use std::net::SocketAddr;
 
-use super::{ConnectionHandle, Endpoint};
+use super::state::{ConnectionHandle, Endpoint, Slot};
 use crate::keys::SEALED_ID_BITS;
-use crate::{CloseReason, Connection, ConnectionId, Event, PrefetchStage};
+use crate::{CloseReason, Connection, ConnectionId, Event};
 
 /// Bits of a connection id that hold its slot index.
 const SLOT_BITS: u32 = 20;
@@ -28,34 +27,6 @@ fn compose_cid(slot_field: u64, router: u32, sealed: u64) -> ConnectionId {
     ConnectionId(
         (high << 41) | (u64::from(router & ROUTER_BITS) << 32) | (low << SLOT_BITS) | slot_field,
     )
-}
-
-#[derive(Debug)]
-pub(super) struct Slot {
-    pub(super) conn: Option<Connection>,
-    pub(super) dirty: bool,
-    /// The connection changed since its deadline in `timers` was computed (see
-    /// `Endpoint::refresh_timer`); only ever set while `dirty`.
-    pub(super) timer_stale: bool,
-    /// Server side: the (client address, client cid) this connection was accepted for.
-    pub(super) accepted_for: Option<(SocketAddr, ConnectionId)>,
-    /// Client side: the server's connection id, once known (stateless resets name it).
-    pub(super) remote: Option<ConnectionId>,
-    /// How many times the slot was reused (sealed into its connection's id; wraps after 2^32).
-    pub(super) reuses: u32,
-}
-
-impl Slot {
-    pub(super) fn prefetch(&self, stage: PrefetchStage) {
-        match stage {
-            PrefetchStage::Connection => crate::prefetch(self),
-            PrefetchStage::Parts => {
-                if let Some(conn) = &self.conn {
-                    conn.prefetch_parts();
-                }
-            }
-        }
-    }
 }
 
 impl Endpoint {

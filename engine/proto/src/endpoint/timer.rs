@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::Endpoint;
+use super::state::Endpoint;
 use crate::Connection;
 
 impl Endpoint {

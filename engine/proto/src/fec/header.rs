@@ -47,7 +47,7 @@
 //! payload + 2 (rounded up to even for reed-solomon-simd). The receiver rebuilds it from the
 //! data body, so the length prefix costs no wire bytes on data datagrams.
 
-use super::FecError;
+use super::error::FecError;
 
 /// Bytes of FEC header in front of every data payload.
 pub const DATA_HEADER_LEN: usize = 3;

@@ -2,7 +2,7 @@
 //! the `fec` feature compiles the codecs in (a connection's [`crate::FecStats`] carries them,
 //! and an endpoint shares one budget among its connections).
 
-use super::FecError;
+use super::error::FecError;
 
 /// Default retention budget of one endpoint: 1 MiB.
 pub const DEFAULT_RETENTION_BUDGET: usize = 1 << 20;

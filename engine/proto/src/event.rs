@@ -1,0 +1,67 @@
+//! What the core hands its driver: [`Event`]s for the application, [`Transmit`]s for the
+//! socket, and why a send was refused ([`SendError`]).
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+
+use crate::admission::Peer;
+use crate::wire::CloseReason;
+
+/// What the application learns from a connection. Deliberately exhaustive: an embedder must
+/// handle every event, and a new one is a breaking change it should see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// Server with [`ListenConfig::accept_hook`]: a client passed every check and waits for
+    /// the application's [`Endpoint::accept`] or [`Endpoint::refuse`].
+    Incoming(Peer),
+    /// The handshake completed.
+    Connected,
+    /// A complete message arrived.
+    Message {
+        /// Channel id.
+        channel: u8,
+        /// The message.
+        data: Bytes,
+    },
+    /// The connection ended; no more events follow.
+    Closed {
+        /// Why.
+        reason: CloseReason,
+        /// True when the peer (or the server, for a refused handshake) decided it.
+        by_peer: bool,
+        /// The server application's message with a refusal ([`CloseReason::Rejected`]);
+        /// empty otherwise.
+        message: Bytes,
+    },
+}
+
+/// One datagram written by `poll_transmit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to send it.
+    pub destination: SocketAddr,
+    /// Bytes written at the start of the caller's buffer.
+    pub size: usize,
+}
+
+/// Why `send` refused a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SendError {
+    /// No such channel.
+    #[error("unknown channel {0}")]
+    UnknownChannel(u8),
+    /// Message larger than [`Config::max_message_size`].
+    #[error("message of {0} bytes exceeds the maximum message size")]
+    TooLarge(usize),
+    /// The send queue is full ([`Config::send_queue_limit`]).
+    #[error("send queue full")]
+    QueueFull,
+    /// The connection is closing or closed.
+    #[error("connection closed")]
+    Closed,
+    /// No connection with this handle.
+    #[error("unknown connection")]
+    UnknownConnection,
+}
