@@ -375,6 +375,25 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// With path MTU discovery on, the search stops at what the route to `server` carries, where
+/// the platform can tell (the local interface's MTU, or a smaller one the kernel learned),
+/// if that is below the configured ceiling.
+fn cap_path_mtu(endpoint: &mut EndpointConfig, server: SocketAddr) {
+    let c = &endpoint.connection;
+    if !c.path_mtu.enabled {
+        return;
+    }
+    let Some(room) = platform::route_max_payload(server) else {
+        return;
+    };
+    let cap = room.max(c.max_datagram_size);
+    if cap < c.path_mtu.max_datagram_size {
+        let mut c = (**c).clone();
+        c.path_mtu.max_datagram_size = cap;
+        endpoint.connection = Arc::new(c);
+    }
+}
+
 fn open_backend(
     server: SocketAddr,
     config: &ClientConfig,
@@ -386,6 +405,10 @@ fn open_backend(
     let mut sc = SocketConfig::new(bind);
     sc.recv_buffer = config.socket_buffer;
     sc.send_buffer = config.socket_buffer;
+    if config.endpoint.connection.path_mtu.enabled {
+        // Path MTU probes must be dropped when too large, not fragmented by the kernel.
+        sc.pmtu = platform::PmtuDiscovery::Do;
+    }
     // A client may move between threads, and a `ClientSet` waits on its ready descriptor.
     let backend = platform::BackendConfig {
         single_thread: false,
@@ -458,7 +481,9 @@ impl Client {
         }
         let backend = open_backend(server, &config)?;
         let now = Instant::now();
-        let mut endpoint = crate::runtime::new_endpoint(config.endpoint.clone(), now, config.seed);
+        let mut endpoint_cfg = config.endpoint.clone();
+        cap_path_mtu(&mut endpoint_cfg, server);
+        let mut endpoint = crate::runtime::new_endpoint(endpoint_cfg, now, config.seed);
         let handle = open(&mut endpoint, now);
         let mut send_batch = SendBatch::new(config.backend.batch_size.max(8));
         send_batch.set_coalescing(config.gso && platform::select::gso_supported());

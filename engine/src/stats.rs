@@ -53,6 +53,10 @@ pub struct SessionStats {
     /// How loss was detected and repaired: what a benchmark or a game tuning its settings
     /// reads beside [`SessionStats::retransmitted`] and [`SessionStats::fec_recovered`].
     pub recovery: RecoveryStats,
+    /// The largest datagram (UDP payload bytes) the session sends now: the base
+    /// `Config::max_datagram_size`, or the size path MTU discovery found
+    /// (`Config::path_mtu`).
+    pub path_mtu: usize,
 }
 
 /// A session's loss-recovery counters ([`SessionStats::recovery`]): how much reliable data
@@ -103,6 +107,7 @@ impl From<&ConnectionStats> for SessionStats {
                 retransmission_timeouts: s.rto_count,
                 fec_groups_unrecoverable: s.fec.groups_unrecoverable,
             },
+            path_mtu: s.path_mtu,
         }
     }
 }

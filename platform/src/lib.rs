@@ -48,6 +48,6 @@ pub use open::{open, probe, Capabilities, URING_FAIL_ENV};
 pub use ready::{Poller, ReadySet};
 pub use select::Capability;
 pub use socket::{
-    bind, steer_reuseport, steer_reuseport_by_source_port, BoundSocket, PmtuDiscovery,
-    SocketConfig, SocketInfo, SteerRule,
+    bind, route_max_payload, steer_reuseport, steer_reuseport_by_source_port, BoundSocket,
+    PmtuDiscovery, SocketConfig, SocketInfo, SteerRule,
 };

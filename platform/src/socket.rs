@@ -315,6 +315,30 @@ fn set_pmtu(socket: &Socket, v6: bool, pmtu: PmtuDiscovery) -> Result<()> {
     }
 }
 
+/// The largest UDP payload a datagram to `dst` may carry without IP fragmentation, as far as
+/// this host knows: the MTU of the route to `dst` (the outgoing interface's, or a smaller
+/// one the kernel learned from the path) less the IP and UDP headers. Read with `IP_MTU` /
+/// `IPV6_MTU` on a throwaway socket connected to `dst` (nothing is sent). `None` where the
+/// OS cannot say (no route, or not Linux).
+pub fn route_max_payload(dst: SocketAddr) -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        let (domain, level, name, headers) = match dst {
+            SocketAddr::V4(_) => (Domain::IPV4, libc::IPPROTO_IP, libc::IP_MTU, 20 + 8),
+            SocketAddr::V6(_) => (Domain::IPV6, libc::IPPROTO_IPV6, libc::IPV6_MTU, 40 + 8),
+        };
+        let socket = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).ok()?;
+        socket.connect(&dst.into()).ok()?;
+        let mtu = crate::sys::get_int(socket.as_raw_fd(), level, name).ok()?;
+        usize::try_from(mtu).ok()?.checked_sub(headers)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dst;
+        None
+    }
+}
+
 /// Turn on `SO_RXQ_OVFL` where the OS has it; `Ok(false)` where it does not.
 fn enable_drop_counting(socket: &Socket) -> Result<bool> {
     #[cfg(target_os = "linux")]
@@ -505,6 +529,19 @@ fn steer_impl(_socket: &BoundSocket, _n: u32, _rules: &[SteerRule]) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn loopback_route_payload_is_the_loopback_mtu_less_headers() {
+        let mtu: usize = std::fs::read_to_string("/sys/class/net/lo/mtu")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let got = route_max_payload("127.0.0.1:9".parse().unwrap());
+        // An IPv4 packet is at most 65,535 bytes, whatever the device's MTU.
+        assert_eq!(got, Some(mtu.min(65_535) - 28));
+    }
 
     #[test]
     fn binds_v4_and_v6_and_reports_granted_buffers() {

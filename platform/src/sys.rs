@@ -117,6 +117,29 @@ pub(crate) fn set_int(
     }
 }
 
+/// `getsockopt` for a C `int` value.
+#[cfg(target_os = "linux")]
+pub(crate) fn get_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` live across the call and `len` holds `value`'s size; an
+    // invalid fd only yields EBADF.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// One datagram to `dst` with `sendto`, its address encoded on the stack: the bytes sent, or
 /// the error.
 pub(crate) fn send_to(fd: RawFd, dst: &SocketAddr, payload: &[u8]) -> io::Result<usize> {

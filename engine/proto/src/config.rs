@@ -163,6 +163,54 @@ pub struct Config {
     /// header); either way it accepts FEC packets from its peer. `max_payload` is derived from
     /// `max_datagram_size`.
     pub fec: FecConfig,
+    /// Path MTU discovery (RFC 8899): off by default, so every datagram is at most
+    /// [`Config::max_datagram_size`].
+    pub path_mtu: PathMtuConfig,
+}
+
+/// Path MTU discovery (DPLPMTUD, RFC 8899): a connection starts at
+/// [`Config::max_datagram_size`] (the base, safe on any path) and probes upward with padded
+/// packets, up to [`PathMtuConfig::max_datagram_size`]. New packets, unreliable fragments and
+/// FEC groups use the size found; reliable fragments stay cut to the base, so their
+/// retransmissions fit whatever the path shrinks to. When packets larger than the base keep
+/// being lost, the connection falls back to the base and searches again. Probes are not
+/// retransmitted and their loss is not congestion. The size in use is
+/// [`ConnectionStats::path_mtu`].
+///
+/// Both peers should use the same setting: a receiver takes FEC-wrapped datagrams up to its
+/// own `max_datagram_size` here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PathMtuConfig {
+    /// Search above the base at all.
+    pub enabled: bool,
+    /// The largest UDP payload to probe for (1,452 by default: a 1,500 B Ethernet MTU less
+    /// the IPv6 and UDP headers). The `ricochet` runtime lowers it to what the local route's
+    /// MTU allows where the platform can tell.
+    pub max_datagram_size: usize,
+    /// After a search settles, search again this long later in case the path grew (RFC
+    /// 8899's `PMTU_RAISE_TIMER`, 600 s).
+    pub raise_interval: Duration,
+}
+
+impl Default for PathMtuConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_datagram_size: 1452,
+            raise_interval: Duration::from_secs(600),
+        }
+    }
+}
+
+impl PathMtuConfig {
+    /// Discovery on, with the default ceiling and raise interval.
+    pub fn on() -> Self {
+        Self {
+            enabled: true,
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for Config {
@@ -209,6 +257,7 @@ impl Default for Config {
                 policy: FecPolicy::Off,
                 ..FecConfig::default()
             },
+            path_mtu: PathMtuConfig::default(),
         }
     }
 }
@@ -256,6 +305,25 @@ impl Config {
     pub fn fragment_payload(&self) -> usize {
         self.arq_datagram_size()
             .saturating_sub(DATA_HEADER_LEN + FRAGMENT_HEADER_MAX + ACK_RESERVE)
+            .max(1)
+    }
+
+    /// The largest datagram this side may write: [`PathMtuConfig::max_datagram_size`] with
+    /// path MTU discovery on (never below the base), else [`Config::max_datagram_size`].
+    pub fn max_path_datagram_size(&self) -> usize {
+        if self.path_mtu.enabled {
+            self.path_mtu.max_datagram_size.max(self.max_datagram_size)
+        } else {
+            self.max_datagram_size
+        }
+    }
+
+    /// Payload bytes of one fragment in a datagram of `datagram_size` bytes (as
+    /// [`Config::fragment_payload`] for the base size).
+    pub(crate) fn fragment_payload_for(&self, datagram_size: usize) -> usize {
+        datagram_size
+            .saturating_sub(crate::wire::TAG_LEN + self.fec_arq_overhead())
+            .saturating_sub(crate::wire::DATA_HEADER_LEN + FRAGMENT_HEADER_MAX + ACK_RESERVE)
             .max(1)
     }
 

@@ -143,7 +143,7 @@ pub use crate::wire::{CloseReason, ConnectionId};
 pub use admission::{
     Admission, LedgerRefusal, Peer, Recorded, Refusal, TokenAdmission, TokenLedger, UsedTokens,
 };
-pub use config::{ChannelKind, Config, FEC_ARQ_OVERHEAD, UNRELIABLE_ACK_TOLERANCE};
+pub use config::{ChannelKind, Config, PathMtuConfig, FEC_ARQ_OVERHEAD, UNRELIABLE_ACK_TOLERANCE};
 pub use connection::fec_link::FecStats;
 pub use connection::{Connection, ConnectionState};
 pub use endpoint::{

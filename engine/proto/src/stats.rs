@@ -251,6 +251,15 @@ pub struct ConnectionStats {
     pub peer_loss_report: (u64, u64),
     /// Forward error correction counters.
     pub fec: super::FecStats,
+    /// The largest datagram (UDP payload bytes) new packets are built to: the base
+    /// [`crate::Config::max_datagram_size`], or what path MTU discovery found
+    /// ([`crate::PathMtuConfig`]).
+    pub path_mtu: usize,
+    /// Path MTU probes sent.
+    pub path_mtu_probes: u64,
+    /// Times the path stopped carrying the discovered size and the connection fell back to
+    /// the base (black holes).
+    pub path_mtu_black_holes: u32,
 }
 
 /// A connection's drop counters, allocated at its first drop: most sessions never drop a

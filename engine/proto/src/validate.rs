@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use super::Config;
 
+/// The largest UDP payload (IPv4: 65,535 less the IP and UDP headers).
+const MAX_UDP_PAYLOAD: usize = 65_507;
+
 /// The longest any [`Config`] duration may be. Deadlines are `now + duration`, so an
 /// effectively infinite value (`Duration::MAX`, a common way to say "never") would overflow
 /// the clock; a year is already "never" for a session.
@@ -106,6 +109,28 @@ impl Config {
                     self.min_data_datagram_size(),
                 ),
             ));
+        }
+        if self.path_mtu.enabled {
+            let m = self.path_mtu.max_datagram_size;
+            if m < self.max_datagram_size || m > MAX_UDP_PAYLOAD {
+                return Err(ConfigError::new(
+                    "path_mtu.max_datagram_size",
+                    format!(
+                        "{m} bytes is outside {}..={MAX_UDP_PAYLOAD}: path MTU discovery \
+                         searches from max_datagram_size up to it, and a UDP payload is at \
+                         most {MAX_UDP_PAYLOAD} bytes",
+                        self.max_datagram_size
+                    ),
+                ));
+            }
+            if self.path_mtu.raise_interval.is_zero()
+                || self.path_mtu.raise_interval > MAX_CONFIG_DURATION
+            {
+                return Err(ConfigError::new(
+                    "path_mtu.raise_interval",
+                    "must be longer than zero and at most the longest duration allowed",
+                ));
+            }
         }
         if self.ack_frequency == 0 {
             return Err(ConfigError::new(

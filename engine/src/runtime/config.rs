@@ -252,6 +252,9 @@ pub struct UdpServerConfig {
     /// A link conditioner impairing every worker's traffic (off, `None`, by default); changed
     /// at run time with `set_conditioner` on the server.
     pub conditioner: Option<super::conditioner::LinkConditioner>,
+    /// Set the don't-fragment bit (`IP_PMTUDISC_DO` / `IPV6_DONTFRAG`) on the sockets: an RUDP
+    /// server with path MTU discovery on needs oversize probes dropped, not fragmented.
+    pub(crate) dont_fragment: bool,
 }
 
 impl UdpServerConfig {
@@ -279,6 +282,7 @@ impl UdpServerConfig {
             steer_by_source_port: true,
             gso: true,
             conditioner: None,
+            dont_fragment: false,
         }
     }
 

@@ -356,7 +356,7 @@ impl FecState {
     fn new(cfg: &Config, tag: usize) -> Self {
         let fec = FecConfig {
             max_payload: max_protected_payload(
-                cfg.max_datagram_size,
+                cfg.max_path_datagram_size(),
                 FEC_PARITY_HEADER_LEN + TAG_LEN,
             ),
             ..cfg.fec
@@ -824,8 +824,10 @@ fn unwrap_data(
 ) -> Result<(), FecError> {
     let (_, payload) = crate::fec::header::DataHeader::parse(body)?;
     // No larger than what a peer with the same datagram limit protects.
-    let max =
-        crate::fec::max_protected_payload(cfg.max_datagram_size, FEC_PARITY_HEADER_LEN + TAG_LEN);
+    let max = crate::fec::max_protected_payload(
+        cfg.max_path_datagram_size(),
+        FEC_PARITY_HEADER_LEN + TAG_LEN,
+    );
     if payload.len() > max {
         return Err(FecError::LengthTooLarge);
     }

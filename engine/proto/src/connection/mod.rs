@@ -11,6 +11,8 @@ mod close;
 pub(crate) mod fec_link;
 mod handshake;
 mod lanes;
+mod mtu_probe;
+pub(crate) mod pmtu;
 mod recovery;
 pub(crate) mod recv;
 pub(crate) mod rtt;
@@ -25,6 +27,7 @@ use self::ack::Acks;
 use self::cc::Congestion;
 use self::fec_link::FecLink;
 pub(crate) use self::lanes::MAX_LANES;
+use self::pmtu::PathMtu;
 use self::recv::{Budget, Need, Receiver, SharedBudgets};
 use self::rtt::RttEstimator;
 use self::state::{
@@ -86,6 +89,12 @@ impl Connection {
             rtt: RttEstimator::new(cfg.initial_rtt),
             receiver: Receiver::new(&cfg, Budget::unlimited()),
             fec: FecLink::new(&cfg, if sealed { wire::TAG_LEN } else { 0 }),
+            pmtu: PathMtu::boxed(
+                cfg.path_mtu.enabled,
+                cfg.max_datagram_size,
+                cfg.max_path_datagram_size(),
+                cfg.path_mtu.raise_interval,
+            ),
             protection: keys.map(|k| Box::new(Protection::new(&k, side == Side::Client))),
             open_buf: Vec::new(),
             events: VecDeque::new(),
@@ -305,6 +314,9 @@ impl Connection {
             reassembly_peak: self.receiver.peak,
             peer_loss_report: c.peer_loss_report,
             fec: self.fec.stats(),
+            path_mtu: self.datagram_size(),
+            path_mtu_probes: self.pmtu.as_ref().map_or(0, |p| p.probes_sent()),
+            path_mtu_black_holes: self.pmtu.as_ref().map_or(0, |p| p.black_holes()),
         }
     }
 
@@ -449,7 +461,7 @@ impl Connection {
             Err(cause) => Err(cause),
         };
         // An oversize datagram (forged ones included) does not leave its buffer behind.
-        if buf.capacity() <= self.cfg.max_datagram_size {
+        if buf.capacity() <= self.cfg.max_path_datagram_size() {
             self.open_buf = buf;
         }
         r
@@ -720,8 +732,9 @@ impl Connection {
         acked_something
     }
 
-    /// Write the next datagram into `buf` (at most [`Config::max_datagram_size`] bytes), or
-    /// return `None` when there is nothing to send now. Call until `None` after every input.
+    /// Write the next datagram into `buf` (at most [`Config::max_datagram_size`] bytes, or
+    /// the size path MTU discovery found: [`ConnectionStats::path_mtu`]), or return `None`
+    /// when there is nothing to send now. Call until `None` after every input.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let t = self.transmit(now, buf);
         if let Some(t) = t {
@@ -733,7 +746,12 @@ impl Connection {
     }
 
     fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let udp = buf.len().min(self.cfg.max_datagram_size);
+        if self.probing_path() {
+            if let Some(t) = self.transmit_path_probe(now, buf) {
+                return Some(t);
+            }
+        }
+        let udp = buf.len().min(self.datagram_size());
         let buf = &mut buf[..udp];
         // ARQ datagrams leave room for the FEC wrapping (see `fec`).
         let max = self.fec.arq_budget(udp);

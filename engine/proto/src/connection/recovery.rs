@@ -83,6 +83,7 @@ impl Connection {
     /// Process an ACK frame; true when something new was acknowledged.
     pub(super) fn on_ack(&mut self, now: Instant, ack: &wire::AckFrame<'_>) -> bool {
         self.send.peer_window = u32::try_from(ack.window).unwrap_or(u32::MAX);
+        self.path_mtu_on_ack(now, ack);
         let Some(front) = self.recovery.sent.front().map(|p| p.pn) else {
             return false;
         };
@@ -116,6 +117,14 @@ impl Connection {
                         }
                         newly = true;
                         self.cc.on_acked(p.size as usize, p.time);
+                        let size = p.size as usize;
+                        let wire = self.wire_size(size);
+                        if let Some(m) = self.pmtu.as_deref_mut() {
+                            m.on_packet_acked(wire);
+                        }
+                        let Some(p) = self.recovery.sent.get_mut(idx) else {
+                            break;
+                        };
                         if pn == ack.largest {
                             largest_newly = Some((p.time, !p.segs.is_empty()));
                         }
@@ -256,8 +265,10 @@ impl Connection {
         p.state = PacketState::Lost;
         let pn = p.pn;
         let size = p.size as usize;
+        let sent = p.time;
         let segs = std::mem::take(&mut p.segs);
         self.cc.on_removed(size);
+        self.path_mtu_on_lost(size, sent);
         self.counters.packets_lost += 1;
         for &sid in &segs {
             if sid < self.send.seg_base {

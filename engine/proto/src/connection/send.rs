@@ -83,10 +83,18 @@ impl Connection {
         } else if options.deadline.is_some() {
             self.send.lanes = Some(LaneSched::single(self.send.channels.len()));
         }
+        // Reliable fragments are cut to the base size, so their retransmissions fit whatever
+        // the path shrinks to; unreliable ones (never resent) to the size path MTU discovery
+        // found.
+        let size = self.datagram_size();
         let Some(ch) = self.send.channels.get_mut(usize::from(channel)) else {
             return Err(SendError::UnknownChannel(channel));
         };
-        let frag = self.cfg.fragment_payload();
+        let frag = if reliable || size <= self.cfg.max_datagram_size {
+            self.cfg.fragment_payload()
+        } else {
+            self.cfg.fragment_payload_for(size)
+        };
         let count = data.len().div_ceil(frag).max(1);
         let id = ch.next_id;
         ch.next_id += 1;

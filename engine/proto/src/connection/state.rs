@@ -15,6 +15,7 @@ use bytes::Bytes;
 use super::ack::Acks;
 use super::cc::Congestion;
 use super::fec_link::FecLink;
+use super::pmtu::PathMtu;
 use super::recv::Receiver;
 use super::rtt::RttEstimator;
 use crate::admission::{HandshakeKeys, Peer};
@@ -77,6 +78,8 @@ pub struct Connection {
     pub(super) rtt: RttEstimator,
     pub(super) receiver: Receiver,
     pub(super) fec: FecLink,
+    /// The path-MTU search: the size new packets are built to.
+    pub(super) pmtu: Option<Box<PathMtu>>,
     /// Packet keys and replay windows; `None` in the insecure mode, and for a client with a
     /// token until its sealed accept opened (the keys are bound to what it carries).
     pub(super) protection: Option<Box<Protection>>,

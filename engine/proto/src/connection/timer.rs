@@ -53,11 +53,13 @@ pub(super) enum Timer {
     Immediate,
     /// Data can go out (at the pacer's time).
     Send,
+    /// Path MTU discovery: a probe to send, a probe's loss, the raise timer.
+    PathMtu,
 }
 
 impl Timer {
     /// Every timer.
-    pub(super) const ALL: [Timer; 17] = [
+    pub(super) const ALL: [Timer; 18] = [
         Timer::HandshakeResend,
         Timer::HandshakeTimeout,
         Timer::CloseResend,
@@ -75,6 +77,7 @@ impl Timer {
         Timer::Parity,
         Timer::Immediate,
         Timer::Send,
+        Timer::PathMtu,
     ];
 
     /// Timers that apply in `state`: the others are off in it, whatever their deadline.
@@ -155,6 +158,7 @@ impl Connection {
             Timer::Send => self
                 .has_sendable_data()
                 .then(|| self.send.pacing_until.unwrap_or(a.last_sent)),
+            Timer::PathMtu => self.path_mtu_deadline(),
         }
     }
 
@@ -200,7 +204,7 @@ impl Connection {
         for t in [Timer::Linger, Timer::Fec, Timer::Reassembly] {
             self.fire(t, now);
         }
-        for t in [Timer::Trim, Timer::Loss, Timer::Probe] {
+        for t in [Timer::Trim, Timer::Loss, Timer::Probe, Timer::PathMtu] {
             if self.due(t, now) {
                 self.fire(t, now);
             }
@@ -241,6 +245,11 @@ impl Connection {
                 self.pop_sent(now);
             }
             Timer::Probe => self.on_probe_timeout(now),
+            Timer::PathMtu => {
+                if let Some(p) = self.pmtu.as_deref_mut() {
+                    p.handle_timeout(now);
+                }
+            }
             Timer::HandshakeResend
             | Timer::CloseResend
             | Timer::Ack

@@ -364,13 +364,14 @@ impl Endpoint {
     }
 
     /// Room a client endpoint's [`Endpoint::poll_transmit`] can need for one datagram: its
-    /// connection's [`Config::max_datagram_size`](crate::Config::max_datagram_size), or the
+    /// connection's largest datagram
+    /// ([`Config::max_path_datagram_size`](crate::Config::max_path_datagram_size)), or the
     /// largest handshake packet if that is longer. A client's send buffer of this size never
     /// truncates a datagram (a server's stateless replies are not covered).
     pub fn client_transmit_len(&self) -> usize {
         self.cfg
             .connection
-            .max_datagram_size
+            .max_path_datagram_size()
             .max(wire::MAX_CLIENT_HANDSHAKE_LEN)
     }
 

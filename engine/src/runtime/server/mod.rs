@@ -179,7 +179,10 @@ impl Server {
         } else {
             Vec::new()
         };
-        let workers = WorkerSet::start(&config.udp, &steering, |i, local_addr| {
+        // Path MTU probes must be dropped when too large, not fragmented by the kernel.
+        let mut udp = config.udp.clone();
+        udp.dont_fragment = endpoint_cfg.connection.path_mtu.enabled;
+        let workers = WorkerSet::start(&udp, &steering, |i, local_addr| {
             let rtt = WorkerRtt::new();
             rtts.push(rtt.clone());
             let (tx, rx) = mpsc::channel();

@@ -56,6 +56,9 @@ fn bind_sockets(
     sc.recv_buffer = cfg.recv_buffer;
     sc.send_buffer = cfg.send_buffer;
     sc.reuse_port = cfg.io_model == IoModel::PerCore;
+    if cfg.dont_fragment {
+        sc.pmtu = platform::PmtuDiscovery::Do;
+    }
     let first = platform::bind(&sc)?;
     let mut sockets = Vec::with_capacity(n);
     // Later per-core sockets join the port the first one got (port 0 resolves to a real port).
