@@ -332,9 +332,9 @@ pub(super) fn write_segment(w: &mut Writer<'_>, s: &Segment) -> bool {
 
 impl Connection {
     /// The pacing gate: true when data must wait (until `pacing_until`). Only with
-    /// [`Config::pacing`].
+    /// [`Config::pacing`] or a controller that always paces.
     pub(super) fn paced(&mut self, now: Instant, max: usize) -> bool {
-        if !self.cfg.pacing {
+        if !self.cc.paces() {
             return false;
         }
         match self.cc.pacing_delay(now, self.rtt.smoothed, max) {
