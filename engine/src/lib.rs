@@ -36,7 +36,9 @@ pub use client::{
 pub use profile::Profile;
 pub use ricochet_platform::BackendKind;
 pub use ricochet_proto::token::{ConnectToken, TokenKey};
-pub use ricochet_proto::{ChannelKind, CloseReason, Config, Peer, Refusal, SendError};
+pub use ricochet_proto::{
+    ChannelKind, CloseReason, Config, CongestionController, Peer, Refusal, SendError,
+};
 pub use runtime::{
     CorePinning, GilbertElliott, Handler, IdleStrategy, Impairment, IoModel, LinkConditioner,
     RateLimit, RuntimeError, Server, ServerConfig, ServerContext, SessionId,

@@ -4,22 +4,25 @@
 //! ([`players`]) behind the relay's bottleneck. Measured per scenario and arm: event latency,
 //! snapshot age at delivery (server send to player receive, on the host's monotonic clock),
 //! the relay's queue delay at the bottleneck, reliable events lost, snapshots delivered, and
-//! the session's rate estimate (none exists yet: `null`).
+//! and the server session's rate estimate, sampled every tick, against the bottleneck's rate
+//! (or the fair share of a shared one).
 //!
-//! An *arm* is how the server and players configure their sessions. Today there is one, the
-//! baseline (one channel list as today, the game profile); the lanes arm of issue 38 is another
-//! entry of [`Arm`] with its own session settings.
+//! An *arm* is how the server and players configure their sessions: the baseline (one channel
+//! list as today, the game profile with NewReno, the congestion control before issue 38) and
+//! `cc` (the game profile as it is: the delay-aware controller); the lanes arm of issue 38 is
+//! another entry of [`Arm`] with its own session settings.
 
 pub mod players;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
+use ricochet::CongestionController;
 use serde::Serialize;
 
 use crate::commands::Global;
@@ -43,8 +46,8 @@ pub struct LanesArgs {
     /// Scenarios to run (default: all three).
     #[arg(long, value_delimiter = ',')]
     pub scenario: Vec<String>,
-    /// Arms to run, alternated per repetition: only `baseline` exists until lanes land.
-    #[arg(long, value_delimiter = ',', default_value = "baseline")]
+    /// Arms to run, alternated per repetition: `baseline`, `cc`.
+    #[arg(long, value_delimiter = ',', default_value = "baseline,cc")]
     pub arms: Vec<String>,
     /// Runs per scenario and arm (medians reported).
     #[arg(long, default_value_t = 1)]
@@ -64,29 +67,42 @@ pub struct LanesArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Arm {
-    /// Today's sending: one queue for all channels, the game profile's congestion control.
+    /// Today's sending: one queue for all channels, the game profile with NewReno (its
+    /// congestion control before issue 38).
     Baseline,
+    /// One queue for all channels, the game profile's delay-aware congestion control.
+    Cc,
 }
 
 impl Arm {
     fn parse(s: &str) -> Result<Arm> {
         match s {
             "baseline" => Ok(Arm::Baseline),
+            "cc" => Ok(Arm::Cc),
             "lanes" => bail!("the lanes arm needs the lanes of issue 38, which do not exist yet"),
-            other => bail!("unknown arm {other:?} (baseline)"),
+            other => bail!("unknown arm {other:?} (baseline, cc)"),
         }
     }
 
     fn name(self) -> &'static str {
         match self {
             Arm::Baseline => "baseline",
+            Arm::Cc => "cc",
         }
     }
 
     /// The protocol profile of both sides.
     fn profile(self) -> &'static str {
         match self {
-            Arm::Baseline => "game",
+            Arm::Baseline | Arm::Cc => "game",
+        }
+    }
+
+    /// The server sessions' congestion controller.
+    fn controller(self) -> CongestionController {
+        match self {
+            Arm::Baseline => CongestionController::NewReno,
+            Arm::Cc => CongestionController::Delay,
         }
     }
 }
@@ -174,10 +190,16 @@ pub struct ArmRun {
     pub reliable_lost: u64,
     /// Snapshot or event sends the server's session refused (queue full).
     pub send_refused: u64,
-    /// The session's own estimate of the available rate, bits per second (none exists yet).
+    /// The server sessions' estimate of the available rate, bits per second: the median of
+    /// every session's samples over the judged window (see `rate_estimate_error_pct`).
     pub rate_estimate_bps: Option<f64>,
-    /// Its error against the bottleneck's rate at the end, percent (none yet).
+    /// Its largest error over the judged window against the bottleneck's rate (a shared
+    /// bottleneck: the fair share, rate / players), percent of that rate: the estimate of
+    /// every session, sampled every tick, from 2 s after the start (a rate step: from 1 s
+    /// after the step) to the end.
     pub rate_estimate_error_pct: Option<f64>,
+    /// The median error over the same samples, percent.
+    pub rate_estimate_error_p50_pct: Option<f64>,
     /// The bottleneck's full counters.
     pub bottleneck: BottleneckCounters,
 }
@@ -197,7 +219,7 @@ pub struct ScenarioResult {
     pub snapshot_age_p99_us: Option<f64>,
     /// The relay's queue delay p50 under the measured arm, µs (median over runs).
     pub relay_queue_p50_us: Option<f64>,
-    /// The rate estimate's error, percent (`null`: no session estimates its rate yet).
+    /// The rate estimate's largest error over the judged window, percent (median over runs).
     pub rate_estimate_error_pct: Option<f64>,
     /// Reliable events lost by the measured arm (sum over runs).
     pub reliable_lost: u64,
@@ -240,6 +262,8 @@ struct Counts {
     snapshots: AtomicU64,
     events: AtomicU64,
     refused: AtomicU64,
+    /// (monotonic ns, session's rate estimate in bytes/s), every tick per session.
+    estimates: Mutex<Vec<(u64, u64)>>,
 }
 
 struct TickHandler {
@@ -266,6 +290,14 @@ impl Handler for TickHandler {
         let tick = self.tick;
         self.tick += 1;
         let sessions: Vec<SessionId> = ctx.sessions().collect();
+        let at = monotonic_ns();
+        if let Ok(mut e) = self.counts.estimates.lock() {
+            e.extend(
+                sessions
+                    .iter()
+                    .filter_map(|&s| ctx.rate_estimate(s).map(|r| (at, r))),
+            );
+        }
         // The snapshot first, then (every sixth tick) the event: the event that waits behind
         // the tick's snapshot is what issue 38 measures.
         Self::stamp(&mut self.snapshot, tick);
@@ -320,6 +352,7 @@ fn run_once(sc: &Scenario, arm: Arm, args: &LanesArgs) -> Result<ArmRun> {
         .workers(1)
         .backend(args.backend.parse().map_err(|e| anyhow!("{e}"))?)
         .tick(period)
+        .session(|c| c.congestion_controller = arm.controller())
         // Every player reaches the server from the relay's address, as from one NAT.
         .max_sessions_per_address(sc.players.max(1) + 4);
     let snapshot_bytes = args.snapshot_bytes.max(HEADER);
@@ -397,6 +430,16 @@ fn run_once(sc: &Scenario, arm: Arm, args: &LanesArgs) -> Result<ArmRun> {
     distinct.sort_unstable();
     distinct.dedup();
     let events_sent = counts.events.load(Ordering::Relaxed);
+    let (estimate, error_max, error_p50) = judge_estimates(
+        sc,
+        &schedule,
+        relay_start_ns,
+        &counts
+            .estimates
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default(),
+    );
     if report.malformed > 0 || report.disconnected > 0 {
         bail!(
             "{}: {} malformed messages, {} players disconnected",
@@ -422,8 +465,9 @@ fn run_once(sc: &Scenario, arm: Arm, args: &LanesArgs) -> Result<ArmRun> {
         events_sent,
         reliable_lost: events_sent.saturating_sub(distinct.len() as u64),
         send_refused: counts.refused.load(Ordering::Relaxed),
-        rate_estimate_bps: None,
-        rate_estimate_error_pct: None,
+        rate_estimate_bps: estimate.map(|b| b * 8.0),
+        rate_estimate_error_pct: error_max,
+        rate_estimate_error_p50_pct: error_p50,
         bottleneck,
     })
 }
@@ -476,6 +520,15 @@ pub fn run(args: &LanesArgs, global: &Global) -> Result<bool> {
                     r.reliable_lost,
                     r.events_sent
                 );
+                if let (Some(e), Some(err)) = (r.rate_estimate_bps, r.rate_estimate_error_pct) {
+                    println!(
+                        "{:<15} {:<8} rate estimate {:.3} Mbit/s (median), error max {err:.1} %, median {:.1} %",
+                        "",
+                        "",
+                        e / 1e6,
+                        r.rate_estimate_error_p50_pct.unwrap_or(f64::NAN)
+                    );
+                }
                 if let Some(p) = r.event_p99_after_step_us {
                     println!(
                         "{:<15} {:<8} event p99 in the second after the step {p:.0} µs",
@@ -508,9 +561,44 @@ fn fmt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
 }
 
+/// The estimate samples of the judged window (module docs of `rate_estimate_error_pct`):
+/// their median (bytes/s), the largest and the median error against the expected rate, percent.
+fn judge_estimates(
+    sc: &Scenario,
+    schedule: &RateSchedule,
+    relay_start_ns: u64,
+    samples: &[(u64, u64)],
+) -> (Option<f64>, Option<f64>, Option<f64>) {
+    let from = match sc.step {
+        Some((at, _)) => at + Duration::from_secs(1),
+        None => Duration::from_secs(2),
+    };
+    let shares = if sc.shared { sc.players.max(1) } else { 1 } as f64;
+    let mut values = Vec::new();
+    let mut errors = Vec::new();
+    for &(at, est) in samples {
+        let t = Duration::from_nanos(at.saturating_sub(relay_start_ns));
+        if t < from || t.as_secs_f64() > sc.seconds {
+            continue;
+        }
+        let expected = schedule.rate_at(t) as f64 / shares;
+        values.push(est as f64);
+        errors.push((est as f64 - expected).abs() / expected * 100.0);
+    }
+    (
+        median(values),
+        percentile(errors.clone(), 1.0),
+        median(errors),
+    )
+}
+
 fn summarize(sc: &Scenario, runs: Vec<ArmRun>) -> ScenarioResult {
-    // The arm under test: lanes once it exists; today the baseline is all there is.
-    let measured = Arm::Baseline;
+    // The arm under test: the first that is not the baseline, if the run has one.
+    let measured = runs
+        .iter()
+        .map(|r| r.arm)
+        .find(|&a| a != Arm::Baseline)
+        .unwrap_or(Arm::Baseline);
     let of = |arm: Arm, f: &dyn Fn(&ArmRun) -> Option<f64>| {
         median(runs.iter().filter(|r| r.arm == arm).filter_map(f).collect())
     };

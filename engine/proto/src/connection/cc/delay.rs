@@ -46,7 +46,7 @@ const SHARED_ROUNDS: u32 = 4 * CYCLE.len() as u32;
 /// Pacing gain in startup.
 const STARTUP_GAIN: f64 = 2.0;
 /// The estimate after a cut, as a share of the round's delivery rate.
-pub(crate) const CUT: f64 = 0.9;
+pub(crate) const CUT: f64 = 0.85;
 /// The window of the minimum-RTT filter: a path whose delay grew for good is learnt after this.
 pub(crate) const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 
@@ -186,12 +186,12 @@ impl Delay {
         let bw = self.unclamped_estimate();
         // While standing queues keep cutting the estimate (two cuts within `SHARED_ROUNDS`:
         // other flows share the bottleneck),
-        // the probe also adds three datagrams per RTT and the drain takes them off again: the
+        // the probe also adds four datagrams per RTT and the drain takes them off again: the
         // same for every flow, so that a flow with a small share gains more in proportion
         // than a large one (cuts are proportional; without it, shares that drifted apart
         // stay apart). A flow alone on its path has no cuts, and probes gently.
         let add = if self.since_cut < SHARED_ROUNDS && self.cut_gap < SHARED_ROUNDS {
-            3.0 * self.mss as f64 / self.srtt.as_secs_f64().max(1e-3)
+            4.0 * self.mss as f64 / self.srtt.as_secs_f64().max(1e-3)
         } else {
             0.0
         };
@@ -269,9 +269,12 @@ impl Delay {
         self.in_flight = self.in_flight.saturating_sub(size);
     }
 
-    /// A loss was declared; `queueing` says whether the RTT shows a queue.
-    pub(crate) fn on_loss(&mut self, queueing: bool) {
-        if self.loss_tolerant && !queueing {
+    /// A loss was declared. Loss tolerant, it is not congestion by itself: the round's own
+    /// queueing delay decides (a packet rebuilt by FEC or repaired late inflates the smoothed
+    /// RTT the connection's `queueing` reads, not the round's minimum). Otherwise every loss
+    /// counts.
+    pub(crate) fn on_loss(&mut self) {
+        if self.loss_tolerant {
             return;
         }
         if let Some(r) = &mut self.round {
@@ -368,6 +371,8 @@ impl Delay {
         };
         let interval = ack_elapsed.max(send_elapsed).as_secs_f64();
         let rate = (interval > 0.0 && r.bytes > 0).then(|| r.bytes as f64 / interval);
+        let ack_rate = (!ack_elapsed.is_zero() && r.bytes > 0)
+            .then(|| r.bytes as f64 / ack_elapsed.as_secs_f64());
         if let Some(rate) = rate {
             // A round the game did not fill only counts if it shows more (module docs).
             if r.limited || rate > self.bw {
@@ -384,7 +389,7 @@ impl Delay {
         match self.phase {
             Phase::Startup { full_bw, flat } => {
                 if congested {
-                    self.cut(rate);
+                    self.cut(ack_rate);
                 } else if r.limited {
                     if self.bw >= full_bw * 1.25 {
                         self.phase = Phase::Startup {
@@ -406,7 +411,7 @@ impl Delay {
                 if congested && guarded && self.since_cut >= 2 {
                     // The cycle goes on: a flow that shares a standing queue with others
                     // still probes once per cycle.
-                    self.cut(rate);
+                    self.cut(ack_rate);
                 }
                 if !matches!(self.phase, Phase::Startup { .. }) {
                     self.phase = Phase::Cycle((i + 1) % CYCLE.len());
@@ -416,9 +421,15 @@ impl Delay {
     }
 
     /// A standing queue (or congestion loss): the estimate becomes [`CUT`] times this round's
-    /// delivery rate (what the path gave this flow), and the cycle drains.
-    fn cut(&mut self, rate: Option<f64>) {
-        let base = rate.unwrap_or(self.bw);
+    /// ACK rate (what the path gave this flow), at most the estimate.
+    fn cut(&mut self, ack_rate: Option<f64>) {
+        // With a standing queue the ACKs arrive at the rate the path gives this flow (its
+        // send rate would understate it while the queue drains).
+        let base = match ack_rate {
+            Some(r) if self.bw > 0.0 => r.min(self.bw),
+            Some(r) => r,
+            None => self.bw,
+        };
         if base > 0.0 {
             self.reset_estimate((base * CUT).max(self.floor));
         }

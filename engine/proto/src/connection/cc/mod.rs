@@ -118,12 +118,12 @@ impl Congestion {
         }
     }
 
-    /// A fast-retransmit loss of a packet sent at `sent`; `queueing` says whether the RTT
-    /// shows a standing queue.
+    /// A fast-retransmit loss of a packet sent at `sent`; `queueing` says whether the smoothed
+    /// RTT shows a standing queue (NewReno's test; the delay controller uses its own).
     pub(crate) fn on_loss(&mut self, now: Instant, sent: Instant, queueing: bool) {
         match self {
             Self::NewReno(c) => c.on_loss(now, sent, queueing),
-            Self::Delay(c) => c.on_loss(queueing),
+            Self::Delay(c) => c.on_loss(),
         }
     }
 
