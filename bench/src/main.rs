@@ -15,6 +15,7 @@ mod ffi;
 #[global_allocator]
 static ALLOC: bench::alloc::CountingAlloc = bench::alloc::CountingAlloc;
 mod handshake;
+mod ops;
 
 use bench::commands::{
     self, game::GameArgs, gate::GateArgs, matrix::MatrixArgs, report::ReportArgs, rudp::RudpArgs,
@@ -54,6 +55,14 @@ enum Command {
     /// The Rust client process of `bench ffi` (started by the bench itself).
     #[command(name = "ffi-client", hide = true)]
     FfiClient(ffi::ClientArgs),
+    /// What running in production costs: metrics on and scraped vs off, a /metrics scrape of a
+    /// server with 10,000 sessions beside the echo's p99, the link conditioner off vs compiled
+    /// out.
+    Ops(ops::OpsArgs),
+    /// One echo run of `bench ops`'s conditioner arm (started by the bench itself; one JSON
+    /// line on standard output).
+    #[command(name = "ops-echo", hide = true)]
+    OpsEcho(ops::EchoChildArgs),
     /// A standalone impairment relay (the simulator's model on real sockets and a real clock).
     Relay(bench::relay::RelayArgs),
     /// RUDP complete-message echo through the impairment relay (or --direct).
@@ -104,6 +113,8 @@ fn main() -> ExitCode {
         Some(Command::Fec(a)) => fec::run(a, &cli.global).map(|()| true),
         Some(Command::Handshake(a)) => handshake::run(a, &cli.global).map(|()| true),
         Some(Command::Crypto(a)) => crypto::run(a, &cli.global).map(|()| true),
+        Some(Command::Ops(a)) => ops::run(a, &cli.global),
+        Some(Command::OpsEcho(a)) => ops::echo_child_main(a),
         Some(Command::Ffi(a)) => ffi::run(a, &cli.global),
         Some(Command::FfiClient(a)) => ffi::client_process(a),
         Some(Command::Rudp(a)) => commands::rudp::run(a, &cli.global),

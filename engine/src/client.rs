@@ -745,15 +745,19 @@ impl Client {
     /// The session's counters and path estimates (RTT, loss, retransmissions, congestion
     /// window); `None` once the session is gone.
     pub fn stats(&self) -> Option<SessionStats> {
-        self.detail().map(|d| SessionStats::from(&d))
+        self.connection_stats().map(|d| SessionStats::from(&d))
     }
 
     /// Every counter the protocol core keeps for the session (for the `bench` binary; its
     /// shape follows the protocol core, not this crate's API promise). The counters an
     /// application reads are in [`Client::stats`], the loss-recovery ones in
     /// [`SessionStats::recovery`].
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn detail(&self) -> Option<ConnectionStats> {
+        self.connection_stats()
+    }
+
+    fn connection_stats(&self) -> Option<ConnectionStats> {
         self.endpoint.connection(self.handle).map(|c| c.stats())
     }
 
@@ -778,7 +782,7 @@ impl Client {
 
     /// Reliable fragments sent and not yet acknowledged (for benchmarks and diagnostics: with
     /// [`Client::queued_bytes`], whether reliable data is still on its way).
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn unacked_fragments(&self) -> usize {
         self.endpoint
             .connection(self.handle)

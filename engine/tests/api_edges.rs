@@ -80,6 +80,38 @@ fn profile_after_session_is_refused_not_silently_discarding_the_session_change()
     }
 }
 
+#[test]
+fn server_profile_after_session_is_refused_not_silently_discarding_the_session_change() {
+    let tuned = |c: &mut ricochet::Config| c.idle_timeout = Duration::from_secs(7);
+    let new = || {
+        let mut cfg = ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], 0))).insecure();
+        cfg.udp.io_threads = 1;
+        cfg
+    };
+    // Profile first: the change stands on top of the profile.
+    let ok = new().profile(Profile::Game).session(tuned);
+    assert_eq!(ok.endpoint.connection.idle_timeout, Duration::from_secs(7));
+    Server::start(ok, |_| Echo)
+        .expect("profile, then session")
+        .shutdown()
+        .unwrap();
+    // Channels and profile in either order.
+    let kinds = [ricochet::ChannelKind::Unreliable];
+    let either = new().channels(kinds).profile(Profile::Game);
+    assert_eq!(either.endpoint.connection.channels, kinds);
+    Server::start(either, |_| Echo)
+        .expect("channels, then profile")
+        .shutdown()
+        .unwrap();
+    // The other order would lose the change: refused with a message that says so.
+    let late = new().session(tuned).profile(Profile::Game);
+    match Server::start(late, |_| Echo) {
+        Err(ricochet::RuntimeError::Conflict(why)) => assert!(why.contains("profile"), "{why}"),
+        Err(other) => panic!("session, then profile: {other:?}"),
+        Ok(_) => panic!("session, then profile: started, the session change discarded"),
+    }
+}
+
 /// Echoes every message.
 struct Echo;
 impl Handler for Echo {

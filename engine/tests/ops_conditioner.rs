@@ -1,5 +1,6 @@
 //! The link conditioner end to end (loopback): set on a running server, it shows its loss and
 //! delay in the client's `SessionStats`; a client's own conditioner delays its sends.
+#![cfg(feature = "conditioner")]
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -234,4 +235,67 @@ fn a_raw_udp_server_duplicates_and_delays_then_turns_off_cleanly() {
     srv.set_conditioner(None).unwrap();
     let got = raw_round(&sock, addr, 50, Duration::from_millis(300));
     assert_eq!(got.len(), 50, "off again: one echo each");
+}
+
+/// Records each session as it connects, so the test can name one.
+struct Recorder(std::sync::mpsc::Sender<SessionId>);
+impl Handler for Recorder {
+    fn on_connect(&mut self, _: &mut ServerContext<'_>, s: SessionId, _: &ricochet::Peer) {
+        let _ = self.0.send(s);
+    }
+    fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
+        let _ = ctx.send(s, channel, data);
+    }
+}
+
+#[test]
+fn one_session_conditioned_beside_another_that_is_not() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let srv = Server::start(config().insecure().workers(1), move |_| {
+        Recorder(tx.clone())
+    })
+    .unwrap();
+    let mut slow = connect(srv.local_addr(), ClientConfig::new());
+    let slow_id = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let mut fast = connect(srv.local_addr(), ClientConfig::new());
+    let fast_id = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_ne!(slow_id, fast_id);
+
+    let each_way = Impairment::new().delay(Duration::from_millis(40));
+    srv.set_session_conditioner(slow_id, Some(LinkConditioner::symmetric(each_way)))
+        .unwrap();
+    // Let the worker take it, then measure both side by side.
+    settle(&mut slow, Duration::from_millis(200));
+    let s = stream(&mut slow, 200, Duration::from_secs(20));
+    let f = stream(&mut fast, 200, Duration::from_secs(20));
+    eprintln!(
+        "conditioned session rtt {:?} (min {:?}), the other {:?} (min {:?})",
+        s.rtt, s.min_rtt, f.rtt, f.min_rtt
+    );
+    assert!(
+        s.rtt >= Duration::from_millis(75),
+        "conditioned rtt {:?}",
+        s.rtt
+    );
+    assert!(
+        f.rtt < Duration::from_millis(20),
+        "unconditioned rtt {:?}",
+        f.rtt
+    );
+    assert!(
+        f.min_rtt < Duration::from_millis(20),
+        "unconditioned min rtt {:?}",
+        f.min_rtt
+    );
+
+    // Back to the endpoint-wide settings (none): the RTT comes down.
+    srv.set_session_conditioner(slow_id, None).unwrap();
+    let end = settle(&mut slow, Duration::from_secs(3));
+    assert!(
+        end.rtt < Duration::from_millis(40),
+        "rtt after off {:?}",
+        end.rtt
+    );
+    let bad = LinkConditioner::symmetric(Impairment::new().loss(2.0));
+    assert!(srv.set_session_conditioner(fast_id, Some(bad)).is_err());
 }

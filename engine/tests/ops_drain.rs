@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ricochet::proto::token::{ConnectToken, TokenKey, TokenParams};
 use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
-use ricochet::{Client, ClientConfig, ClientEvent, CloseReason, Peer};
+use ricochet::{Client, ClientConfig, ClientError, ClientEvent, CloseReason, Peer};
 
 const PROTOCOL_ID: u64 = 0x6472_6169;
 
@@ -157,6 +157,12 @@ fn draining_admits_no_one_keeps_sessions_and_stops_at_the_last_close() {
         "A admitted no one new"
     );
     assert_eq!(seen_b.connects.load(Ordering::SeqCst), 1);
+    // One whose token lists A alone learns why: `Draining`, not `Shutdown`.
+    let cfg = ClientConfig::new().connect_timeout(Duration::from_secs(10));
+    match Client::connect_blocking(&token(&[addr_a], 1_001), cfg) {
+        Err(ClientError::Refused(reason)) => assert_eq!(reason, CloseReason::Draining),
+        other => panic!("expected a Draining refusal, got {:?}", other.map(|_| ())),
+    }
 
     // Every session keeps exchanging while the server drains.
     tally.rounds(&mut clients, 5);

@@ -14,7 +14,7 @@
 //! trying the benchmark does not change the report.
 //!
 //! Inputs it understands (by their own kind field): `tour` / `udp` / `udp-limits` / `rudp` /
-//! `rudp-matrix` (the bench result schema), `platform-blast` (the platform crate's blast example), `fec-codecs` (`bench fec`), and the
+//! `rudp-matrix` (the bench result schema), `platform-blast` (the platform crate's blast example), `fec-codecs` (`bench fec`), `ops` (`bench ops`), and the
 //! gate baseline (`results/baseline/gate-*.json`: the simulated echo). A measurement
 //! that failed or is incomplete is refused: left out of every table and chart and listed, with
 //! the reason, in the `refused` section. Files of an unknown kind are listed there too.
@@ -22,6 +22,7 @@
 mod charts;
 mod ctx;
 mod headline;
+mod ops;
 mod reference;
 mod rudp;
 mod scale;
@@ -57,6 +58,8 @@ pub enum Input {
     Crypto(Value),
     /// `bench ffi`: the Rust, C and C# clients side by side.
     Ffi(Value),
+    /// `bench ops`: metrics, scrape and conditioner costs.
+    Ops(Value),
     /// The gate baseline (simulated echo metrics).
     Gate(Baseline),
 }
@@ -132,6 +135,13 @@ pub fn classify(text: &str) -> Result<Input, String> {
             Ok(Input::Ffi(v))
         } else {
             Err("ffi without kinds".into())
+        };
+    }
+    if v.get("kind").and_then(Value::as_str) == Some("ops") {
+        return if v.get("shape").is_some() {
+            Ok(Input::Ops(v))
+        } else {
+            Err("ops without its echo shape".into())
         };
     }
     let kind = v

@@ -70,6 +70,7 @@ pub fn render_all(inputs: &Inputs, chart_dir: &str) -> Result<Rendered> {
     fec_codecs(&mut cx);
     super::rudp::render(&mut cx)?;
     super::scale::render(&mut cx)?;
+    super::ops::render(&mut cx);
     let mut body = String::new();
     if cx.refused.is_empty() {
         body.push_str("Every measurement under `results/` was complete and is shown above.\n");
@@ -163,7 +164,7 @@ fn environment(cx: &mut Ctx) {
                     }),
                 ]
             }
-            Input::Crypto(v) | Input::Ffi(v) => vec![
+            Input::Crypto(v) | Input::Ffi(v) | Input::Ops(v) => vec![
                 format!("`{path}`"),
                 text(v, "created_utc").into(),
                 v.get("host")

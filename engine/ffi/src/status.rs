@@ -304,6 +304,7 @@ pub(crate) fn close_reason_text(code: u8) -> &'static str {
         CloseReason::HandshakeTimeout => "the handshake did not complete in time\0",
         CloseReason::ProtocolViolation => "the peer violated the protocol\0",
         CloseReason::Shutdown => "the endpoint is shutting down\0",
+        CloseReason::Draining => "the server is draining and admits no new sessions\0",
         CloseReason::Reset => "the server has no state for this session (reset)\0",
         CloseReason::TokenRequired => "the server requires a connect token\0",
         CloseReason::TokenInvalid => "the server could not open the connect token\0",

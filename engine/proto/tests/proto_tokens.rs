@@ -1221,6 +1221,34 @@ fn a_server_shutting_down_sends_the_client_to_the_next_one() {
     assert_eq!(net.ep(b).connection_count(), 1);
 }
 
+/// A draining server refuses with `Draining` (tagged, so a token client believes it), and the
+/// client goes on to the next server its token lists; a client whose token lists only the
+/// draining server learns `Draining`.
+#[test]
+fn a_draining_server_sends_the_client_to_the_next_one() {
+    let (mut net, a, b, c, token) = two_servers(ListenConfig::tokens(admission()));
+    net.ep(a).start_draining();
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &token);
+    let r = outcome(&mut net, c, h, Duration::from_secs(5), &mut |_, _, _, _| {});
+    assert_eq!(r, Some(Ok(())));
+    assert_eq!(net.ep(c).connection(h).unwrap().remote_addr(), addr(5));
+    assert_eq!(net.ep(a).connection_count(), 0);
+    assert_eq!(net.ep(b).connection_count(), 1);
+    let only_a = mint(&key(), 2, &[addr(1)], UNIX + 60);
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &only_a);
+    let r = outcome(&mut net, c, h, Duration::from_secs(5), &mut |_, _, _, _| {});
+    assert_eq!(r, refused(CloseReason::Draining));
+    // Stopping after draining refuses with `Shutdown`.
+    net.ep(a).stop_accepting();
+    let only_a = mint(&key(), 3, &[addr(1)], UNIX + 60);
+    let now = net.now;
+    let h = net.ep(c).connect_with_token(now, &only_a);
+    let r = outcome(&mut net, c, h, Duration::from_secs(5), &mut |_, _, _, _| {});
+    assert_eq!(r, refused(CloseReason::Shutdown));
+}
+
 /// Server A at `addr(1)` with settings `a`, server B at `addr(5)` (defaults), a client at
 /// `addr(2)`, and a token listing A then B: (net, a, b, client, token).
 fn two_servers(a: ListenConfig) -> (Net, usize, usize, usize, ConnectToken) {

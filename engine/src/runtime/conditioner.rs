@@ -7,7 +7,9 @@
 //! direction. Off (the default) there is no conditioner at all: the hot path pays one branch on
 //! an `Option` and allocates nothing.
 
+#[cfg(feature = "conditioner")]
 use std::cmp::Reverse;
+#[cfg(feature = "conditioner")]
 use std::collections::BinaryHeap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -254,6 +256,11 @@ impl LinkConditioner {
 
     /// Check the settings: probabilities within 0.0 to 1.0, a burst that ends, a rate above 0.
     pub fn validate(&self) -> Result<(), RuntimeError> {
+        if cfg!(not(feature = "conditioner")) {
+            return Err(invalid(
+                "ricochet was built without its `conditioner` feature (on by default)".into(),
+            ));
+        }
         self.inbound.validate("inbound")?;
         self.outbound.validate("outbound")?;
         if self.queue_limit == 0 {
@@ -265,6 +272,7 @@ impl LinkConditioner {
 
 /// What a conditioner did to one direction's datagrams.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg(feature = "conditioner")]
 pub(crate) struct ConditionerStats {
     /// Datagrams that came in.
     pub(crate) offered: u64,
@@ -280,8 +288,10 @@ pub(crate) struct ConditionerStats {
 
 /// SplitMix64: small, seedable, and good enough for impairment draws (not for secrets).
 #[derive(Debug, Clone)]
+#[cfg(feature = "conditioner")]
 struct Rng(u64);
 
+#[cfg(feature = "conditioner")]
 impl Rng {
     fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -308,6 +318,7 @@ impl Rng {
 
 /// One datagram held until `due`.
 #[derive(Debug)]
+#[cfg(feature = "conditioner")]
 pub(crate) struct Held {
     pub due: Instant,
     seq: u64,
@@ -315,31 +326,59 @@ pub(crate) struct Held {
     pub data: Vec<u8>,
 }
 
+#[cfg(feature = "conditioner")]
 impl PartialEq for Held {
     fn eq(&self, other: &Self) -> bool {
         (self.due, self.seq) == (other.due, other.seq)
     }
 }
+#[cfg(feature = "conditioner")]
 impl Eq for Held {}
+#[cfg(feature = "conditioner")]
 impl PartialOrd for Held {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
+#[cfg(feature = "conditioner")]
 impl Ord for Held {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         (self.due, self.seq).cmp(&(other.due, other.seq))
     }
 }
 
-/// One direction's state: its settings, random draws, burst state, bucket and queue.
+/// The random state of one impairment: its settings, draws, burst state and rate bucket.
 #[derive(Debug)]
-pub(crate) struct Direction {
+#[cfg(feature = "conditioner")]
+struct Lane {
     imp: Impairment,
     rng: Rng,
     in_burst: bool,
     /// The rate limit's theoretical arrival time (GCRA form of the token bucket).
     tat: Option<Instant>,
+}
+
+#[cfg(feature = "conditioner")]
+impl Lane {
+    fn new(imp: Impairment, seed: u64) -> Self {
+        Lane {
+            imp,
+            rng: Rng(seed),
+            in_burst: false,
+            tat: None,
+        }
+    }
+}
+
+/// One direction's state: the endpoint-wide impairment, the per-session ones (by the peer's
+/// address), and the one queue of held datagrams they share.
+#[derive(Debug)]
+#[cfg(feature = "conditioner")]
+pub(crate) struct Direction {
+    lane: Lane,
+    /// Sessions conditioned on their own ([`ConditionerControl::set_peer`]): a datagram to or
+    /// from one of these addresses meets that impairment instead of `lane`'s.
+    peers: Vec<(SocketAddr, Lane)>,
     queue: BinaryHeap<Reverse<Held>>,
     limit: usize,
     seq: u64,
@@ -348,13 +387,12 @@ pub(crate) struct Direction {
     pub stats: ConditionerStats,
 }
 
+#[cfg(feature = "conditioner")]
 impl Direction {
     fn new(imp: Impairment, seed: u64, limit: usize) -> Self {
         Direction {
-            imp,
-            rng: Rng(seed),
-            in_burst: false,
-            tat: None,
+            lane: Lane::new(imp, seed),
+            peers: Vec::new(),
             queue: BinaryHeap::new(),
             limit,
             seq: 0,
@@ -363,26 +401,32 @@ impl Direction {
         }
     }
 
-    /// Take one datagram at `now`: drop it, or hold it (and maybe a copy) until it is due.
+    /// Take one datagram at `now` (from or to `addr`): drop it, or hold it (and maybe a copy)
+    /// until it is due.
     pub fn offer(&mut self, now: Instant, addr: SocketAddr, data: &[u8]) {
         self.stats.offered += 1;
-        let imp = self.imp;
+        // A handful of conditioned sessions at most: a scan beats a hash.
+        let lane = match self.peers.iter_mut().find(|(a, _)| *a == addr) {
+            Some((_, lane)) => lane,
+            None => &mut self.lane,
+        };
+        let imp = lane.imp;
         let mut p_loss = imp.loss;
         if let Some(b) = imp.bursts {
-            let flip = if self.in_burst { b.exit } else { b.enter };
-            if self.rng.chance(flip) {
-                self.in_burst = !self.in_burst;
+            let flip = if lane.in_burst { b.exit } else { b.enter };
+            if lane.rng.chance(flip) {
+                lane.in_burst = !lane.in_burst;
             }
-            if self.in_burst {
+            if lane.in_burst {
                 // Both causes act independently: lost if either loses it.
                 p_loss = 1.0 - (1.0 - p_loss) * (1.0 - b.loss_in_burst);
             }
         }
-        if self.rng.chance(p_loss) {
+        if lane.rng.chance(p_loss) {
             self.stats.lost += 1;
             return;
         }
-        let copies = if self.rng.chance(imp.duplicate) { 2 } else { 1 };
+        let copies = if lane.rng.chance(imp.duplicate) { 2 } else { 1 };
         for copy in 0..copies {
             if self.queue.len() >= self.limit {
                 self.stats.queue_drops += 1;
@@ -393,12 +437,12 @@ impl Direction {
                 let per_byte_ns = 1e9 / r.bytes_per_second as f64;
                 let cost = Duration::from_nanos((data.len() as f64 * per_byte_ns) as u64);
                 let tau = Duration::from_nanos((r.burst_bytes as f64 * per_byte_ns) as u64);
-                let tat = self.tat.unwrap_or(now).max(now);
+                let tat = lane.tat.unwrap_or(now).max(now);
                 leave = now.max(tat.checked_sub(tau).unwrap_or(now));
-                self.tat = Some(tat + cost);
+                lane.tat = Some(tat + cost);
             }
-            let mut due = leave + imp.delay + self.rng.upto(imp.jitter);
-            if self.rng.chance(imp.reorder) {
+            let mut due = leave + imp.delay + lane.rng.upto(imp.jitter);
+            if lane.rng.chance(imp.reorder) {
                 due += imp.reorder_delay;
             }
             if copy == 1 {
@@ -447,27 +491,45 @@ impl Direction {
 
 /// A live conditioner: both directions' state, for one worker or one client.
 #[derive(Debug)]
+#[cfg(feature = "conditioner")]
 pub(crate) struct Conditioner {
     pub inbound: Direction,
     pub outbound: Direction,
 }
 
+#[cfg(feature = "conditioner")]
 impl Conditioner {
-    /// The conditioner for `settings`, with `salt` mixed into the seed (a worker's index); `None`
-    /// when the settings impair nothing.
-    pub fn new(settings: &LinkConditioner, salt: u64) -> Option<Box<Conditioner>> {
-        if settings.is_none() {
+    /// The conditioner for `settings` (one endpoint's, or a worker's plan with its conditioned
+    /// sessions), with `salt` mixed into the seed (a worker's index); `None` when the settings
+    /// impair nothing.
+    pub fn new(settings: &impl Plan, salt: u64) -> Option<Box<Conditioner>> {
+        let (all, peers) = settings.parts();
+        let all = all.filter(|c| !c.is_none());
+        if all.is_none() && peers.is_empty() {
             return None;
         }
-        let seed = settings.seed ^ salt.wrapping_mul(0xA24B_AED4_963E_E407);
-        Some(Box::new(Conditioner {
-            inbound: Direction::new(settings.inbound, seed, settings.queue_limit),
-            outbound: Direction::new(
-                settings.outbound,
-                seed ^ 0x0F0F_0F0F_0F0F_0F0F,
-                settings.queue_limit,
-            ),
-        }))
+        let mix = |seed: u64| seed ^ salt.wrapping_mul(0xA24B_AED4_963E_E407);
+        let base = all.copied().unwrap_or_default();
+        let seed = mix(base.seed);
+        let limit = peers
+            .iter()
+            .map(|(_, c)| c.queue_limit)
+            .chain(all.map(|c| c.queue_limit))
+            .max()
+            .unwrap_or(base.queue_limit);
+        let mut cond = Box::new(Conditioner {
+            inbound: Direction::new(base.inbound, seed, limit),
+            outbound: Direction::new(base.outbound, seed ^ 0x0F0F_0F0F_0F0F_0F0F, limit),
+        });
+        for (i, (addr, c)) in peers.iter().enumerate() {
+            // Each session its own stream of draws, repeatable for a seed.
+            let seed = mix(c.seed) ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            cond.inbound.peers.push((*addr, Lane::new(c.inbound, seed)));
+            cond.outbound
+                .peers
+                .push((*addr, Lane::new(c.outbound, seed ^ 0x0F0F_0F0F_0F0F_0F0F)));
+        }
+        Some(cond)
     }
 
     /// Move every datagram queued in `batch` into the outbound queue (GSO runs datagram by
@@ -518,39 +580,146 @@ impl Conditioner {
     }
 }
 
+/// Built without the `conditioner` feature: no conditioner can exist (the types are
+/// uninhabited), so every branch the hot paths take on one folds away at compile time.
+#[cfg(not(feature = "conditioner"))]
+mod compiled_out {
+    use super::*;
+
+    /// A held datagram (never made: the fields are what the worker and client read).
+    #[allow(dead_code)]
+    pub(crate) struct Held {
+        pub addr: SocketAddr,
+        pub data: Vec<u8>,
+    }
+
+    /// No direction can exist.
+    pub(crate) enum Direction {}
+
+    impl Direction {
+        pub fn offer(&mut self, _: Instant, _: SocketAddr, _: &[u8]) {
+            match *self {}
+        }
+        pub fn pop_due(&mut self, _: Instant) -> Option<Held> {
+            match *self {}
+        }
+        pub fn recycle(&mut self, _: Held) {
+            match *self {}
+        }
+    }
+
+    /// No conditioner can exist: [`Conditioner::new`] always returns `None`.
+    pub(crate) struct Conditioner {
+        pub inbound: Direction,
+        #[allow(dead_code)]
+        pub outbound: Direction,
+    }
+
+    impl Conditioner {
+        pub fn new(_: &impl Plan, _: u64) -> Option<Box<Conditioner>> {
+            None
+        }
+        pub fn capture(&mut self, _: Instant, _: &mut SendBatch) {
+            match self.inbound {}
+        }
+        pub fn release(&mut self, _: Instant, _: &mut SendBatch) {
+            match self.inbound {}
+        }
+        pub fn next_due(&self) -> Option<Instant> {
+            match self.inbound {}
+        }
+        pub fn drops(&self) -> (u64, u64) {
+            match self.inbound {}
+        }
+    }
+}
+
+#[cfg(not(feature = "conditioner"))]
+pub(crate) use compiled_out::Conditioner;
+
+/// What a [`Conditioner`] is built from: endpoint-wide settings, and per-session ones by the
+/// peer's address.
+pub(crate) trait Plan {
+    /// (endpoint-wide settings, per-session settings by peer address).
+    #[cfg_attr(not(feature = "conditioner"), allow(dead_code))]
+    fn parts(&self) -> (Option<&LinkConditioner>, &[(SocketAddr, LinkConditioner)]);
+}
+
+impl Plan for LinkConditioner {
+    fn parts(&self) -> (Option<&LinkConditioner>, &[(SocketAddr, LinkConditioner)]) {
+        (Some(self), &[])
+    }
+}
+
+/// A server's conditioning: endpoint-wide settings and the sessions conditioned on their own.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ServerPlan {
+    all: Option<LinkConditioner>,
+    peers: Vec<(SocketAddr, LinkConditioner)>,
+}
+
+impl Plan for ServerPlan {
+    fn parts(&self) -> (Option<&LinkConditioner>, &[(SocketAddr, LinkConditioner)]) {
+        (self.all.as_ref(), &self.peers)
+    }
+}
+
 /// Settings shared between a server and its workers: a change bumps the generation, which
 /// each worker compares once per loop turn.
 #[derive(Debug, Default)]
 pub(crate) struct ConditionerControl {
     generation: AtomicU64,
-    settings: Mutex<Option<LinkConditioner>>,
+    settings: Mutex<ServerPlan>,
 }
 
 impl ConditionerControl {
     pub fn new(initial: Option<LinkConditioner>) -> Arc<Self> {
         Arc::new(ConditionerControl {
             generation: AtomicU64::new(0),
-            settings: Mutex::new(initial),
+            settings: Mutex::new(ServerPlan {
+                all: initial,
+                peers: Vec::new(),
+            }),
         })
     }
 
-    pub fn set(&self, settings: Option<LinkConditioner>) {
-        if let Ok(mut s) = self.settings.lock() {
-            *s = settings;
-        }
+    fn update(&self, change: impl FnOnce(&mut ServerPlan)) {
+        change(&mut self.settings.lock().unwrap_or_else(|p| p.into_inner()));
         self.generation.fetch_add(1, Ordering::Release);
     }
 
+    /// The endpoint-wide settings (every session not conditioned on its own).
+    pub fn set(&self, settings: Option<LinkConditioner>) {
+        self.update(|p| p.all = settings);
+    }
+
+    /// One session's settings, by its peer's address (`None`: back to the endpoint-wide ones).
+    /// The workers take the change at their next turn.
+    pub fn set_peer(&self, addr: SocketAddr, settings: Option<LinkConditioner>) {
+        self.update(|p| {
+            p.peers.retain(|(a, _)| *a != addr);
+            if let Some(s) = settings {
+                p.peers.push((addr, s));
+            }
+        });
+    }
+
     pub fn generation(&self) -> u64 {
+        // Compiled out: nothing can be set (validation refuses), so no turn need look.
+        if cfg!(not(feature = "conditioner")) {
+            return 0;
+        }
         self.generation.load(Ordering::Acquire)
     }
 
-    pub fn get(&self) -> Option<LinkConditioner> {
-        self.settings.lock().ok().and_then(|s| *s)
+    /// The plan in force, `None` when nothing is conditioned.
+    pub fn get(&self) -> Option<ServerPlan> {
+        let p = self.settings.lock().unwrap_or_else(|p| p.into_inner());
+        (p.all.is_some_and(|c| !c.is_none()) || !p.peers.is_empty()).then(|| p.clone())
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "conditioner"))]
 mod tests {
     use super::*;
 
@@ -703,6 +872,38 @@ mod tests {
         cond.release(t0 + Duration::from_millis(1), &mut batch);
         let e = batch.pending()[0];
         assert_eq!((e.dst, batch.payload(&e)), (addr(), &b"hello"[..]));
+    }
+
+    #[test]
+    fn a_session_conditioned_on_its_own_meets_only_its_impairment() {
+        let ms = Duration::from_millis;
+        let other: SocketAddr = "127.0.0.1:10".parse().unwrap();
+        let ctl = ConditionerControl::new(None);
+        assert!(ctl.get().is_none(), "nothing set: no conditioner");
+        let slow = LinkConditioner::symmetric(Impairment::new().delay(ms(40)));
+        ctl.set_peer(addr(), Some(slow));
+        let mut cond = Conditioner::new(&ctl.get().unwrap(), 0).unwrap();
+        let t0 = Instant::now();
+        cond.inbound.offer(t0, addr(), b"slow");
+        cond.inbound.offer(t0, other, b"fast");
+        let h = cond.inbound.pop_due(t0).unwrap();
+        assert_eq!((h.addr, &h.data[..]), (other, &b"fast"[..]));
+        assert!(cond.inbound.pop_due(t0).is_none());
+        assert_eq!(cond.next_due(), Some(t0 + ms(40)));
+        let h = cond.inbound.pop_due(t0 + ms(40)).unwrap();
+        assert_eq!(h.addr, addr());
+        // The endpoint-wide settings apply to the others, the session keeps its own.
+        ctl.set(Some(LinkConditioner::symmetric(
+            Impairment::new().delay(ms(5)),
+        )));
+        let mut cond = Conditioner::new(&ctl.get().unwrap(), 0).unwrap();
+        cond.outbound.offer(t0, addr(), b"slow");
+        cond.outbound.offer(t0, other, b"fast");
+        assert_eq!(cond.outbound.pop_due(t0 + ms(5)).unwrap().addr, other);
+        assert!(cond.outbound.pop_due(t0 + ms(39)).is_none());
+        ctl.set(None);
+        ctl.set_peer(addr(), None);
+        assert!(ctl.get().is_none(), "all cleared: no conditioner");
     }
 
     #[test]

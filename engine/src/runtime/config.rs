@@ -21,6 +21,10 @@ pub enum IoModel {
     /// One socket served by N unpinned threads (each with a backend on a duplicate of the same
     /// descriptor): the classic "one io context, N threads" baseline.
     ///
+    /// The measured baseline, not a production choice: it is here so that `bench` can measure
+    /// [`IoModel::PerCore`] against the design most servers start from, on the same protocol
+    /// core. Serve players with `PerCore`.
+    ///
     /// For an RUDP server the threads share one endpoint, but each still has its own handler:
     /// a session's callbacks reach whichever thread handled its datagram, every thread runs
     /// `on_tick` (each reporting worker 0), and each thread's `ServerContext::sessions` lists
@@ -200,7 +204,7 @@ impl FromStr for IdleStrategy {
 pub struct UdpServerConfig {
     /// Address to bind; port 0 picks a free port (shared by all per-core sockets).
     pub bind: SocketAddr,
-    /// Per-core (production) or shared (baseline).
+    /// Per-core (production) or shared (the measured baseline, not for production).
     pub io_model: IoModel,
     /// Worker threads; 0 means one per available core.
     pub io_threads: usize,

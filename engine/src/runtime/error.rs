@@ -7,6 +7,11 @@ pub enum RuntimeError {
     /// A configuration value is invalid.
     #[error("invalid runtime configuration: {0}")]
     Config(String),
+    /// The [`ServerConfig`](crate::ServerConfig) builder was given a contradiction (such as
+    /// `.profile(..)` after `.session(..)`, which would discard the session changes); the
+    /// message says which and what to do instead.
+    #[error("{0}")]
+    Conflict(&'static str),
     /// Socket or backend setup or I/O failed.
     #[error(transparent)]
     Platform(#[from] ricochet_platform::Error),

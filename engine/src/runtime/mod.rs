@@ -8,7 +8,8 @@
 //! Two [`IoModel`]s run the same worker loop:
 //! - `per-core`: one worker per core, each with its own `SO_REUSEPORT` socket (pinned as
 //!   [`CorePinning`] says);
-//! - `shared`: one socket served by N unpinned threads (the baseline it is measured against).
+//! - `shared`: one socket served by N unpinned threads: the baseline `per-core` is measured
+//!   against, not a production choice.
 
 pub(crate) mod conditioner;
 mod config;
@@ -18,7 +19,8 @@ mod ops;
 pub(crate) mod placement;
 mod rtt;
 mod server;
-pub mod timer;
+mod session;
+mod timer;
 mod udp;
 mod worker;
 
@@ -28,8 +30,8 @@ pub use counters::WorkerCounters;
 pub use error::RuntimeError;
 pub use ops::{Health, WorkerHealth};
 pub use rtt::RttPercentiles;
-pub use server::{Capacity, Handler, Server, ServerConfig, ServerContext, SessionId};
-pub use timer::{TimerId, TimerWheel};
+pub use server::{Capacity, Handler, Server, ServerConfig, ServerContext};
+pub use session::SessionId;
 pub use udp::{DatagramHandler, UdpContext, UdpServer};
 
 /// A protocol endpoint seeded with `seed` when one is configured (reproducible tests), else

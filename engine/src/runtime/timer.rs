@@ -5,6 +5,9 @@
 //! wait in an overflow list and are cascaded down as time approaches them. Inserting, cancelling
 //! and firing are O(1) amortised; finding the next deadline uses per-level occupancy bitmaps.
 //!
+//! Internal to the runtime (the worker's tick runs on it); `is_empty`, `tick` and `cancel` are
+//! compiled for its tests only until a timer of the worker needs them.
+//!
 //! Time is an argument: the wheel never reads the clock, so a simulated clock drives it exactly.
 //! Timers fire in deadline order (ties in insertion order), never before their deadline, and at
 //! most one tick late relative to the `now` passed to [`TimerWheel::advance`].
@@ -66,16 +69,13 @@ impl<T> TimerWheel<T> {
         }
     }
 
-    /// Number of scheduled timers.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
+    #[cfg(test)]
     /// True when no timer is scheduled.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    #[cfg(test)]
     /// The tick length.
     pub fn tick(&self) -> Duration {
         self.tick
@@ -141,6 +141,7 @@ impl<T> TimerWheel<T> {
         self.overflow.push(index);
     }
 
+    #[cfg(test)]
     /// Cancel a timer; returns its value if it had not fired or been cancelled yet.
     pub fn cancel(&mut self, id: TimerId) -> Option<T> {
         let e = self.entries.get_mut(id.index as usize)?;

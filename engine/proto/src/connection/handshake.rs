@@ -417,14 +417,15 @@ impl Connection {
                 return Err(DropCause::Unauthenticated);
             }
         }
-        // A server shutting down (`Endpoint::stop_accepting`, a rolling restart) says
-        // nothing of the others the token lists.
+        // A server shutting down or draining (`Endpoint::stop_accepting`, `start_draining`: a
+        // rolling restart) says nothing of the others the token lists.
         let next_server = matches!(
             reason,
             CloseReason::ServerFull
                 | CloseReason::TooManyFromAddress
                 | CloseReason::TokenWrongServer
                 | CloseReason::Shutdown
+                | CloseReason::Draining
         );
         if next_server && self.try_next_server(now) {
             return Ok(());

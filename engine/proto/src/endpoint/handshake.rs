@@ -164,7 +164,17 @@ impl Endpoint {
     /// at once, instead of getting a session that the shutdown would never close. Sessions
     /// already open are not touched (close them with [`Self::close`]).
     pub fn stop_accepting(&mut self) {
-        self.stopped_accepting = true;
+        self.stopped_accepting = Some(CloseReason::Shutdown);
+    }
+
+    /// From now on, refuse every client that completes a handshake with
+    /// [`CloseReason::Draining`], for a server that keeps its sessions until they end but
+    /// admits no one new (a rolling update, a scale-down): a token client moves on to the next
+    /// server its token lists. A later [`Self::stop_accepting`] turns the reason to `Shutdown`.
+    pub fn start_draining(&mut self) {
+        if self.stopped_accepting.is_none() {
+            self.stopped_accepting = Some(CloseReason::Draining);
+        }
     }
 
     /// A client hello or cookie echo: decoded, then answered by [`Self::on_hello`] or
@@ -333,8 +343,8 @@ impl Endpoint {
         let accept_hook = server.accept_hook;
         let hk = admitted.as_ref().map(|a| &a.hk);
         // Every slot of this endpoint taken is far beyond any default limit.
-        let refused = if self.stopped_accepting {
-            Some(CloseReason::Shutdown)
+        let refused = if let Some(reason) = self.stopped_accepting {
+            Some(reason)
         } else {
             (!self.slot_available()).then_some(CloseReason::ServerFull)
         };

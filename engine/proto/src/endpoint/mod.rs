@@ -77,8 +77,9 @@ pub struct Endpoint {
     /// Freed slots, reused oldest first: a slot's reuse count then wraps as late as it can.
     free: VecDeque<u32>,
     by_client: HashMap<(SocketAddr, ConnectionId), ConnectionHandle>,
-    /// Set by [`Self::stop_accepting`]: new clients are refused with `Shutdown`.
-    stopped_accepting: bool,
+    /// Set by [`Self::stop_accepting`] (`Shutdown`) or [`Self::start_draining`] (`Draining`):
+    /// the reason every new client is refused with.
+    stopped_accepting: Option<CloseReason>,
     /// Handshake counters per hashed source address (allocated by the first hello: a client
     /// endpoint never needs them).
     rate: Box<[(u64, u32)]>,
@@ -230,7 +231,7 @@ impl Endpoint {
             slots: Vec::new(),
             free: VecDeque::new(),
             by_client: HashMap::new(),
-            stopped_accepting: false,
+            stopped_accepting: None,
             rate: Box::default(),
             rate_salt,
             cookie_secret,

@@ -319,6 +319,9 @@ pub enum CloseReason {
     ProtocolViolation,
     /// The endpoint is shutting down.
     Shutdown,
+    /// The server is draining (`Endpoint::start_draining`): it keeps its sessions but admits
+    /// no one new. A token client moves on to the next server its token lists.
+    Draining,
     /// The server has no state for this connection (it restarted, or dropped the session):
     /// it answered with a stateless reset only it can produce.
     Reset,
@@ -365,6 +368,9 @@ impl fmt::Display for CloseReason {
             }
             Self::ProtocolViolation => f.write_str("the peer violated the protocol"),
             Self::Shutdown => f.write_str("the endpoint is shutting down"),
+            Self::Draining => {
+                f.write_str("the server is draining: it admits no new sessions (try another)")
+            }
             Self::Reset => f.write_str("the server has no state for this session (reset)"),
             Self::TokenRequired => f.write_str("the server requires a connect token"),
             Self::TokenInvalid => {
@@ -404,6 +410,7 @@ impl CloseReason {
             Self::TokenWrongServer => 12,
             Self::TokenReused => 13,
             Self::InsecureServer => 14,
+            Self::Draining => 15,
             Self::Rejected(code) => REJECTED_BASE | (code & 0x7f),
             Self::Unknown(c) => c,
         }
@@ -427,6 +434,7 @@ impl CloseReason {
             12 => Self::TokenWrongServer,
             13 => Self::TokenReused,
             14 => Self::InsecureServer,
+            15 => Self::Draining,
             c if c >= REJECTED_BASE => Self::Rejected(c & 0x7f),
             c => Self::Unknown(c),
         }

@@ -19,7 +19,7 @@ use ricochet_proto::EndpointStats;
 
 use self::hist::{Hist, RTT_BOUNDS};
 use super::counters::CounterCell;
-use super::SessionId;
+use super::session::SessionId;
 
 pub(crate) use self::http::MetricsServer;
 

@@ -14,12 +14,9 @@ use crate::profile::{with_channels, Profile};
 use crate::runtime::conditioner::LinkConditioner;
 use crate::runtime::config::{CorePinning, IdleStrategy, IoModel, UdpServerConfig};
 #[cfg(doc)]
-use {
-    super::{Handler, Server},
-    ricochet_proto::{CloseReason, EndpointStats},
-};
+use ricochet_proto::{CloseReason, EndpointStats};
 
-/// Configuration of a [`Server`]: start from [`ServerConfig::new`] and change what you need with
+/// Configuration of a [`Server`](crate::Server): start from [`ServerConfig::new`] and change what you need with
 /// the builder methods; the fields stay open for tuning beyond them.
 ///
 /// ```
@@ -45,7 +42,7 @@ pub struct ServerConfig {
     /// replaced by [`ServerConfig::admission`] when the server starts.
     pub endpoint: EndpointConfig,
     /// How clients are admitted: by connect token ([`ServerConfig::tokens`]) or insecurely
-    /// ([`ServerConfig::insecure`]). No default: [`Server::start`] refuses a config that does
+    /// ([`ServerConfig::insecure`]). No default: [`Server::start`](crate::Server::start) refuses a config that does
     /// not say.
     pub admission: Option<Admission>,
     /// With token admission: the addresses clients reach this server at, as the backend lists
@@ -65,13 +62,17 @@ pub struct ServerConfig {
     /// Where to serve `/metrics` (OpenMetrics), `/healthz`, `/readyz` and `/sessions`;
     /// `None` (the default): no endpoint, and the workers publish nothing for it.
     pub metrics: Option<SocketAddr>,
-    /// How long one loop turn of a worker may work before [`Server::health`] (and
+    /// How long one loop turn of a worker may work before [`Server::health`](crate::Server::health) (and
     /// `/healthz`) calls the worker stalled (default 1 s).
     pub stall_limit: Duration,
-    /// How long [`Server::serve_until_signal`] drains on SIGTERM or SIGINT before it closes
+    /// How long [`Server::serve_until_signal`](crate::Server::serve_until_signal) drains on SIGTERM or SIGINT before it closes
     /// the sessions still open ([`ServerConfig::drain_grace`]); zero (the default): no
     /// drain, the sessions are closed at once.
     pub drain_grace: Duration,
+    /// A `.session(..)` change was made (a later `.profile(..)` would discard it).
+    tuned: bool,
+    /// A contradiction the builder was given: [`Server::start`](crate::Server::start) refuses it.
+    pub(crate) conflict: Option<&'static str>,
 }
 
 impl ServerConfig {
@@ -95,6 +96,8 @@ impl ServerConfig {
             metrics: None,
             stall_limit: Duration::from_secs(1),
             drain_grace: Duration::ZERO,
+            tuned: false,
+            conflict: None,
         }
     }
 
@@ -126,10 +129,19 @@ impl ServerConfig {
     }
 
     /// Tune every session for `profile` (clients should use the same one). Replaces every
-    /// session setting except the channels, so call it before `.session(..)`, whose changes
-    /// it would otherwise undo.
-    pub fn profile(self, profile: Profile) -> Self {
-        self.session(|c| *c = with_channels(profile.config(), c))
+    /// session setting except the channels: call it before `.session(..)`. Called after a
+    /// `.session(..)` change it would discard that change, so the builder refuses the order
+    /// instead: [`Server::start`](crate::Server::start) then fails with
+    /// [`RuntimeError::Conflict`](crate::RuntimeError::Conflict) (`.channels(..)` may come in
+    /// either order).
+    pub fn profile(mut self, profile: Profile) -> Self {
+        if self.tuned {
+            self.conflict = Some(
+                "ServerConfig::profile after ServerConfig::session would discard the session \
+                 changes: call .profile(..) first",
+            );
+        }
+        self.tune(|c| *c = with_channels(profile.config(), c))
     }
 
     /// The channels every session has, by id (clients must list the same kinds in the same
@@ -147,11 +159,17 @@ impl ServerConfig {
     /// [`CloseReason::TokenInvalid`].
     pub fn channels(self, kinds: impl IntoIterator<Item = ChannelKind>) -> Self {
         let kinds: Vec<ChannelKind> = kinds.into_iter().collect();
-        self.session(|c| c.channels = kinds)
+        self.tune(|c| c.channels = kinds)
     }
 
-    /// Change any protocol setting of every session (see [`Config`]).
+    /// Change any protocol setting of every session (see [`Config`]), on top of the profile
+    /// ([`ServerConfig::profile`] comes first).
     pub fn session(mut self, tune: impl FnOnce(&mut Config)) -> Self {
+        self.tuned = true;
+        self.tune(tune)
+    }
+
+    fn tune(mut self, tune: impl FnOnce(&mut Config)) -> Self {
         tune(Arc::make_mut(&mut self.endpoint.connection));
         self
     }
@@ -164,8 +182,8 @@ impl ServerConfig {
     }
 
     /// Worker threads; 0 (the default) means one per available core. Players are split
-    /// across the workers, and each worker's [`Handler`] sees only its own players, so a game
-    /// that keeps one world per process sets 1 (see [`Handler`]).
+    /// across the workers, and each worker's [`Handler`](crate::Handler) sees only its own players, so a game
+    /// that keeps one world per process sets 1 (see [`Handler`](crate::Handler)).
     pub fn workers(mut self, workers: usize) -> Self {
         self.udp.io_threads = workers;
         self
@@ -180,7 +198,7 @@ impl ServerConfig {
     /// The datagram I/O backend (automatic by default: io_uring where it can be set up, else
     /// epoll with `recvmmsg`/`sendmmsg`, kqueue on macOS). A non-empty `RICOCHET_BACKEND`
     /// environment variable overrides it, and a value that names no backend makes
-    /// [`Server::start`] fail.
+    /// [`Server::start`](crate::Server::start) fail.
     pub fn backend(mut self, backend: BackendKind) -> Self {
         self.udp.backend.kind = backend;
         self
@@ -201,7 +219,7 @@ impl ServerConfig {
         self
     }
 
-    /// Call [`Handler::on_tick`] every `tick` on every worker.
+    /// Call [`Handler::on_tick`](crate::Handler::on_tick) every `tick` on every worker.
     ///
     /// A tick-driven game server usually wants `.idle(IdleStrategy::Tick)` with it (see its
     /// costs there, and measure with `bench game`): each worker sleeps
@@ -225,7 +243,7 @@ impl ServerConfig {
     /// once (default 65,536, about 90 bytes each). Size it for the peak handshakes per second
     /// times the token lifetime the backend issues; when it is full, the token that expires
     /// soonest is forgotten first ([`EndpointStats::tokens_evicted`] counts them).
-    /// [`Server::start`] refuses it for an insecure server, and refuses 0.
+    /// [`Server::start`](crate::Server::start) refuses it for an insecure server, and refuses 0.
     pub fn used_token_capacity(mut self, tokens: usize) -> Self {
         self.used_token_capacity = Some(tokens);
         self
@@ -259,7 +277,7 @@ impl ServerConfig {
     /// OpenMetrics text format for Prometheus, `/healthz` (503 naming each stalled or ended
     /// worker), `/readyz` (503 while draining or stopping, or once a worker has ended) and
     /// `/sessions` (JSON, the sessions with the highest RTT and loss, for `ricochet-top`).
-    /// Port 0 picks a free port ([`Server::metrics_addr`] tells which). Keep it off public
+    /// Port 0 picks a free port ([`Server::metrics_addr`](crate::Server::metrics_addr) tells which). Keep it off public
     /// networks: it has no authentication.
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
         self.metrics = Some(addr);
@@ -267,16 +285,16 @@ impl ServerConfig {
     }
 
     /// How long one loop turn may work before the worker counts as stalled in
-    /// [`Server::health`] and `/healthz` (default 1 s): a handler that blocks its worker
+    /// [`Server::health`](crate::Server::health) and `/healthz` (default 1 s): a handler that blocks its worker
     /// longer holds every session of that worker.
     pub fn stall_limit(mut self, limit: Duration) -> Self {
         self.stall_limit = limit;
         self
     }
 
-    /// Drain for up to `grace` when [`Server::serve_until_signal`] gets SIGTERM or SIGINT
+    /// Drain for up to `grace` when [`Server::serve_until_signal`](crate::Server::serve_until_signal) gets SIGTERM or SIGINT
     /// (a second signal cuts the drain short): admit no one new and let the sessions end on
-    /// their own, then close the rest ([`Server::drain`]). Zero (the default) closes every
+    /// their own, then close the rest ([`Server::drain`](crate::Server::drain)). Zero (the default) closes every
     /// session at once. Under Kubernetes, keep it a few seconds below the pod's
     /// `terminationGracePeriodSeconds`.
     pub fn drain_grace(mut self, grace: Duration) -> Self {

@@ -2,7 +2,6 @@
 //! do), and the per-worker queues through which a handler reaches another worker's sessions.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::Sender;
@@ -17,27 +16,11 @@ use ricochet_proto::{
     SendError,
 };
 
-use crate::stats::SessionStats;
+use crate::runtime::conditioner::ConditionerControl;
+use crate::runtime::session::SessionId;
 #[cfg(doc)]
-use {
-    super::{Server, ServerConfig},
-    crate::runtime::{RuntimeError, UdpServerConfig},
-};
-
-/// A session: the worker (endpoint) that owns it and its connection handle there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SessionId {
-    /// The owning worker (always 0 in the shared IO model: one endpoint).
-    pub worker: u32,
-    /// The connection on that worker's endpoint.
-    pub handle: ConnectionHandle,
-}
-
-impl fmt::Display for SessionId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{:016x}", self.worker, self.handle.0)
-    }
-}
+use crate::runtime::{RuntimeError, UdpServerConfig};
+use crate::stats::SessionStats;
 
 /// Game-server code: one instance per worker, called on that worker's thread.
 ///
@@ -45,15 +28,15 @@ impl fmt::Display for SessionId {
 /// new session goes to the worker holding the fewest. An instance sees only its worker's
 /// players. [`ServerContext::sessions`] lists that worker's sessions, so a broadcast over it
 /// reaches only them, and [`Handler::on_tick`] runs once per worker. A game with one world per
-/// process sets `.workers(1)` ([`ServerConfig::workers`]). Otherwise, state the workers
-/// share goes in an `Arc` (with a lock) that the factory given to [`Server::start`] clones
+/// process sets `.workers(1)` ([`ServerConfig::workers`](crate::ServerConfig::workers)). Otherwise, state the workers
+/// share goes in an `Arc` (with a lock) that the factory given to [`Server::start`](crate::Server::start) clones
 /// into each instance.
 ///
 /// A handler that panics ends its worker, and nothing restarts it. The other workers carry on.
 /// The dead worker's sessions get no more answers, so their clients close with
-/// [`CloseReason::IdleTimeout`]; they no longer count against [`ServerConfig::max_sessions`].
-/// [`Server::is_running`] turns false, [`Server::serve_until_signal`] notices and shuts the
-/// server down, and [`Server::shutdown`] returns the panic ([`RuntimeError::WorkerPanicked`]).
+/// [`CloseReason::IdleTimeout`]; they no longer count against [`ServerConfig::max_sessions`](crate::ServerConfig::max_sessions).
+/// [`Server::is_running`](crate::Server::is_running) turns false, [`Server::serve_until_signal`](crate::Server::serve_until_signal) notices and shuts the
+/// server down, and [`Server::shutdown`](crate::Server::shutdown) returns the panic ([`RuntimeError::WorkerPanicked`]).
 pub trait Handler: Send + 'static {
     /// A client passed every check of the handshake (its token, its address); the session
     /// does not exist yet. Return `Err` to refuse it: the client receives the refusal's code
@@ -88,7 +71,7 @@ pub trait Handler: Send + 'static {
         let _ = (ctx, session, reason, by_peer);
     }
 
-    /// The server started draining ([`Server::drain`]): it admits no new client from now on
+    /// The server started draining ([`Server::drain`](crate::Server::drain)): it admits no new client from now on
     /// (they are refused and a token client moves on to the next server its token lists),
     /// and stops once every session has closed or the grace period ends. Called once on each
     /// worker. A game ends its matches here (or lets them run out) and closes the sessions
@@ -128,6 +111,13 @@ pub(super) enum Command {
     },
     /// Token admission: the addresses tokens must list.
     SetPublicAddresses(Vec<SocketAddr>),
+    /// Condition one session on its own (`None`: back to the endpoint-wide settings); the
+    /// owning worker resolves the session's address and sets it in `control`.
+    SetConditioner {
+        handle: ConnectionHandle,
+        conditioner: Option<Box<crate::runtime::LinkConditioner>>,
+        control: Arc<ConditionerControl>,
+    },
 }
 
 /// One worker's queue, as seen by the others.
@@ -142,7 +132,7 @@ pub(super) struct Mailbox {
 /// Most bytes of forwarded datagrams one worker's queue holds. What is forwarded is chosen
 /// by bytes of a datagram nobody has authenticated yet, so a flood that names a busy worker
 /// must not grow its queue without bound: past this, such datagrams are dropped and counted
-/// ([`Server::forward_drops`]), as a full socket buffer would drop them.
+/// ([`Server::forward_drops`](crate::Server::forward_drops)), as a full socket buffer would drop them.
 pub(super) const FORWARD_QUEUE_BYTES: usize = 4 << 20;
 
 /// What one queued forwarded datagram counts against [`FORWARD_QUEUE_BYTES`]: its bytes and
@@ -171,7 +161,7 @@ impl ServerContext<'_> {
     /// Queue a message to `session` on `channel`. A session on another worker is reached
     /// through that worker's queue, and the result then only says the request was queued. If
     /// the session has gone or its send queue is full when that worker takes the request, the
-    /// message is dropped, and [`Server::remote_send_drops`] counts it.
+    /// message is dropped, and [`Server::remote_send_drops`](crate::Server::remote_send_drops) counts it.
     /// [`SendError::UnknownConnection`] comes back only if that worker has stopped or does not
     /// exist.
     pub fn send(
@@ -217,13 +207,18 @@ impl ServerContext<'_> {
     /// Counters and path estimates of a session on this worker (RTT, loss, retransmissions,
     /// congestion window); `None` for an unknown session or one owned by another worker.
     pub fn session_stats(&self, session: SessionId) -> Option<SessionStats> {
-        self.session_detail(session).map(|d| SessionStats::from(&d))
+        self.connection_stats(session)
+            .map(|d| SessionStats::from(&d))
     }
 
     /// Every counter the protocol core keeps for a session on this worker (for benchmarks
     /// and diagnostics; its shape follows the protocol core, not this crate's API promise).
-    #[doc(hidden)]
+    #[cfg(feature = "test-util")]
     pub fn session_detail(&self, session: SessionId) -> Option<ConnectionStats> {
+        self.connection_stats(session)
+    }
+
+    fn connection_stats(&self, session: SessionId) -> Option<ConnectionStats> {
         if session.worker != self.worker {
             return None;
         }
@@ -278,7 +273,7 @@ impl ServerContext<'_> {
     }
 
     /// In [`Handler::on_tick`], the index of the tick being run: tick `k` was due at the
-    /// worker's start plus `k` × [`ServerConfig::tick`], the first is 1. A tick that came too
+    /// worker's start plus `k` × [`ServerConfig::tick`](crate::ServerConfig::tick), the first is 1. A tick that came too
     /// late to run before the next was due is skipped, not run late back to back (counted in
     /// [`WorkerCounters::ticks_skipped`](super::WorkerCounters::ticks_skipped)), so the
     /// indices then jump: a fixed-step simulation advances by the difference from the last

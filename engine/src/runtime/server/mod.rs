@@ -63,7 +63,7 @@ use ricochet_proto::{
 };
 
 pub use config::ServerConfig;
-pub use handler::{Handler, ServerContext, SessionId};
+pub use handler::{Handler, ServerContext};
 
 use self::handler::{Command, Directory, Mailbox};
 
@@ -89,6 +89,7 @@ use super::error::RuntimeError;
 use super::ops::{Health, MetricsServer, Ops, ServiceCell, SessionTotals};
 use super::placement::{steer_rules, CountingRouter, Placement, SessionLimits, WorkerRouter};
 use super::rtt::{self, RttPercentiles, WorkerRtt};
+use super::session::SessionId;
 use super::worker::WorkerSet;
 use bytes::Bytes;
 use ricochet_proto::{CloseReason, SendError};
@@ -455,6 +456,31 @@ impl Server {
         self.workers.set_conditioner(conditioner)
     }
 
+    /// Condition one session on its own, or `None` to put it back under the endpoint-wide
+    /// settings ([`Server::set_conditioner`]); the other sessions are not touched. For
+    /// playing one client under a bad link beside others on a good one. The session's worker
+    /// takes the change at its next turn, keyed by the session's address at that time (a
+    /// client that moves to another address leaves it behind; a later session from the same
+    /// address meets it until it is set back to `None`). Datagrams that worker holds are then
+    /// delivered or sent at once, as for any change. Fails on invalid settings; a session
+    /// that has ended by then is ignored.
+    pub fn set_session_conditioner(
+        &self,
+        session: SessionId,
+        conditioner: Option<LinkConditioner>,
+    ) -> Result<(), RuntimeError> {
+        if let Some(c) = &conditioner {
+            c.validate()?;
+        }
+        let cmd = Command::SetConditioner {
+            handle: session.handle,
+            conditioner: conditioner.map(Box::new),
+            control: self.workers.conditioner.clone(),
+        };
+        handler::post(&self.directory, session.worker, cmd)
+            .map_err(|_| RuntimeError::Config(format!("no worker {} running", session.worker)))
+    }
+
     /// Token admission: the addresses clients reach this server at from now on (a token must
     /// list one of them), e.g. after a NAT or load balancer change. Fails on an insecure
     /// server or with no address.
@@ -485,7 +511,7 @@ impl Server {
     }
 
     /// Start draining and return at once: admit no new client (refused with
-    /// [`CloseReason::Shutdown`], so a token client moves on to the next server its token
+    /// [`CloseReason::Draining`], so a token client moves on to the next server its token
     /// lists), keep every session running, and call [`Handler::on_drain`] on each worker.
     /// [`Server::health`] and `/readyz` say not ready from now on. [`Server::drain`] also
     /// waits for the sessions and stops the server.
@@ -541,15 +567,22 @@ impl Server {
     /// ```
     #[cfg(unix)]
     pub fn serve_until_signal(self) -> Result<Vec<WorkerCounters>, RuntimeError> {
-        self.serve_until_signal_then(|| {})
+        self.serve_until_signal_and(|| {})
     }
 
     /// [`Server::serve_until_signal`], calling `listening` once the signal handlers are in
     /// place: a test that raises the signal itself must not raise it before (the default
     /// action would end the process).
-    #[cfg(unix)]
-    #[doc(hidden)]
+    #[cfg(all(unix, feature = "test-util"))]
     pub fn serve_until_signal_then(
+        self,
+        listening: impl FnOnce(),
+    ) -> Result<Vec<WorkerCounters>, RuntimeError> {
+        self.serve_until_signal_and(listening)
+    }
+
+    #[cfg(unix)]
+    fn serve_until_signal_and(
         mut self,
         listening: impl FnOnce(),
     ) -> Result<Vec<WorkerCounters>, RuntimeError> {
@@ -607,6 +640,9 @@ impl Server {
 /// The endpoint configuration every worker starts from: the admission chosen and checked, the
 /// session settings validated.
 fn endpoint_config(config: &ServerConfig) -> Result<EndpointConfig, RuntimeError> {
+    if let Some(conflict) = config.conflict {
+        return Err(RuntimeError::Conflict(conflict));
+    }
     let mut endpoint_cfg = config.endpoint.clone();
     let Some(mut admission) = config.admission.clone() else {
         return Err(RuntimeError::Config(

@@ -16,10 +16,11 @@ use ricochet_proto::{
 };
 
 use super::handler::{forward_cost, Command, Directory, FORWARD_QUEUE_BYTES};
-use super::{Handler, ServerContext, SessionId};
+use super::{Handler, ServerContext};
 use crate::runtime::ops::{self, ServiceCell, ServiceSnapshot, SessionRow, SessionTotals};
 use crate::runtime::placement::worker_of_datagram;
 use crate::runtime::rtt::WorkerRtt;
+use crate::runtime::session::SessionId;
 use crate::runtime::worker::{Service, UdpContext};
 
 /// Time since the Unix epoch, for token expiry (zero if the clock is before 1970).
@@ -216,10 +217,20 @@ impl<H: Handler> RudpService<H> {
                 Command::Close { handle, reason } => ep.close(now, handle, reason),
                 Command::SetTokenKeys { key, previous } => ep.set_token_keys(key, previous),
                 Command::SetPublicAddresses(addrs) => ep.set_public_addresses(addrs),
+                Command::SetConditioner {
+                    handle,
+                    conditioner,
+                    control,
+                } => {
+                    // Keyed by the session's address now (a session gone by now: nothing).
+                    if let Some(c) = ep.connection(handle) {
+                        control.set_peer(c.remote_addr(), conditioner.map(|c| *c));
+                    }
+                }
                 Command::Drain => {
-                    // Refused with `Shutdown`, which sends a token client on to the next
+                    // Refused with `Draining`, which sends a token client on to the next
                     // server its token lists.
-                    ep.stop_accepting();
+                    ep.start_draining();
                     drain = true;
                 }
                 Command::Datagram { from, bytes } => {

@@ -1,0 +1,751 @@
+//! `bench ops`: what running in production costs (issue 34), measured side by side.
+//!
+//! Three arms, each judged by a ratio or a figure measured in the same run:
+//! - **metrics**: the direct echo (N clients, a window of messages in flight each, on the
+//!   reliable channel, insecure) against a server with the metrics endpoint on and scraped once
+//!   a second, and against the same server without it. Each round runs both, the order swapped
+//!   from round to round; reported: round trips per second per arm, medians over the rounds and
+//!   their ratio (on / off).
+//! - **scrape**: a server holding `--sessions` sessions (idle clients of one `ClientSet` in this
+//!   process, answering keep-alives) beside the echo clients. Phases alternate between
+//!   scraping `/metrics` once a second and not scraping; reported: each scrape's time (request
+//!   to last byte) and the exposition's size, and the echo's round-trip percentiles in the
+//!   scraping phases beside the quiet ones.
+//! - **conditioner**: the echo from this binary (built with the link conditioner, off) beside
+//!   a second `bench` binary built without it (`cargo build --release -p bench
+//!   --no-default-features`, given as `--without-conditioner PATH`), each round one child
+//!   process of each, alternated; reported: round trips per second per build, medians and ratio.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use bench::commands::Global;
+use bench::host::{command_line, BuildInfo, HostInfo, UtcTime};
+use bench::stats::median;
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use ricochet::{
+    Client, ClientConfig, ClientEvent, ClientSet, Handler, Server, ServerConfig, ServerContext,
+    SessionId,
+};
+use serde::Serialize;
+
+/// The echo's shape, shared by every arm (and passed to the child processes).
+#[derive(clap::Args, Debug, Clone, Serialize)]
+pub struct EchoShape {
+    /// Echo clients, each on its own thread with its own socket.
+    #[arg(long, default_value_t = 4)]
+    pub clients: usize,
+    /// Messages in flight per client.
+    #[arg(long, default_value_t = 16)]
+    pub window: usize,
+    /// Message size in bytes (at least 16).
+    #[arg(long, default_value_t = 1024)]
+    pub payload: usize,
+    /// Server workers.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Measured seconds per echo run.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Warm-up seconds per echo run.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+}
+
+/// Options of `bench ops`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct OpsArgs {
+    #[command(flatten)]
+    pub shape: EchoShape,
+    /// Rounds of the metrics and conditioner arms (each runs both sides).
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    /// Sessions the scrape arm's server holds.
+    #[arg(long, default_value_t = 10_000)]
+    pub sessions: usize,
+    /// Phases of the scrape arm: scraping and quiet alternate, starting with scraping.
+    #[arg(long, default_value_t = 6)]
+    pub phases: usize,
+    /// Seconds per phase of the scrape arm.
+    #[arg(long, default_value_t = 5.0)]
+    pub phase_seconds: f64,
+    /// A `bench` binary built without the link conditioner (`--no-default-features`): the
+    /// conditioner arm runs only with it.
+    #[arg(long)]
+    pub without_conditioner: Option<PathBuf>,
+    /// Arms to run, comma-separated: metrics, scrape, conditioner.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "metrics,scrape,conditioner"
+    )]
+    pub only: Vec<String>,
+}
+
+/// Options of the hidden `ops-echo` child: one echo run, one JSON line on standard output.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EchoChildArgs {
+    #[command(flatten)]
+    pub shape: EchoShape,
+}
+
+struct Echo;
+
+impl Handler for Echo {
+    fn on_message(&mut self, ctx: &mut ServerContext<'_>, s: SessionId, channel: u8, data: Bytes) {
+        let _ = ctx.send(s, channel, data);
+    }
+}
+
+/// What the echo clients counted in one phase.
+struct PhaseTally {
+    round_trips: u64,
+    rtt_ns: Histogram<u64>,
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1_000, 60_000_000_000, 3).expect("histogram bounds are valid")
+}
+
+/// Echo clients on their own threads, recording each round trip under the phase in force when
+/// its echo arrived, until `stop`.
+struct EchoClients {
+    phase: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<Result<Vec<PhaseTally>>>>,
+}
+
+impl EchoClients {
+    fn start(server: SocketAddr, shape: &EchoShape, phases: usize) -> Result<EchoClients> {
+        let phase = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let ready = Arc::new(AtomicUsize::new(0));
+        let mut threads = Vec::new();
+        for i in 0..shape.clients {
+            let (phase, stop, ready) = (phase.clone(), stop.clone(), ready.clone());
+            let (window, payload) = (shape.window as u64, shape.payload.max(16));
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("echo-client-{i}"))
+                    .spawn(move || {
+                        client_loop(server, window, payload, phases, &phase, &stop, &ready)
+                    })?,
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ready.load(Ordering::Acquire) < shape.clients {
+            if Instant::now() > deadline || threads.iter().any(|t| t.is_finished()) {
+                stop.store(true, Ordering::Release);
+                for t in threads {
+                    if let Ok(Err(e)) = t.join() {
+                        return Err(e.context("an echo client failed to connect"));
+                    }
+                }
+                bail!("the echo clients did not connect within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(EchoClients {
+            phase,
+            stop,
+            threads,
+        })
+    }
+
+    fn set_phase(&self, p: usize) {
+        self.phase.store(p, Ordering::Release);
+    }
+
+    /// Stop and merge the clients' tallies, phase by phase.
+    fn finish(self) -> Result<Vec<PhaseTally>> {
+        self.stop.store(true, Ordering::Release);
+        let mut merged: Vec<PhaseTally> = Vec::new();
+        for t in self.threads {
+            let tallies = t
+                .join()
+                .map_err(|_| anyhow::anyhow!("an echo client panicked"))??;
+            for (i, t) in tallies.into_iter().enumerate() {
+                match merged.get_mut(i) {
+                    Some(m) => {
+                        m.round_trips += t.round_trips;
+                        m.rtt_ns.add(&t.rtt_ns)?;
+                    }
+                    None => merged.push(t),
+                }
+            }
+        }
+        Ok(merged)
+    }
+}
+
+fn client_loop(
+    server: SocketAddr,
+    window: u64,
+    payload: usize,
+    phases: usize,
+    phase: &AtomicUsize,
+    stop: &AtomicBool,
+    ready: &AtomicUsize,
+) -> Result<Vec<PhaseTally>> {
+    let cfg = ClientConfig::new().connect_timeout(Duration::from_secs(20));
+    let mut client = Client::connect_insecure_blocking(server, cfg).context("echo client")?;
+    ready.fetch_add(1, Ordering::AcqRel);
+    let mut tallies: Vec<PhaseTally> = (0..phases)
+        .map(|_| PhaseTally {
+            round_trips: 0,
+            rtt_ns: hist(),
+        })
+        .collect();
+    let t0 = Instant::now();
+    let mut out = vec![0u8; payload];
+    let (mut sent, mut received) = (0u64, 0u64);
+    while !stop.load(Ordering::Acquire) {
+        while sent - received < window {
+            // The send time rides in the message: the echo's RTT needs no table.
+            out[..8].copy_from_slice(&(t0.elapsed().as_nanos() as u64).to_le_bytes());
+            match client.send(0, Bytes::copy_from_slice(&out)) {
+                Ok(()) => sent += 1,
+                Err(ricochet::ClientError::Send(ricochet::SendError::QueueFull)) => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for event in client.wait(Duration::from_millis(1))? {
+            match event {
+                ClientEvent::Message { data, .. } => {
+                    received += 1;
+                    let Some(stamp) = data.get(..8) else {
+                        bail!("echo shorter than its stamp");
+                    };
+                    let at = u64::from_le_bytes(stamp.try_into()?);
+                    let rtt = (t0.elapsed().as_nanos() as u64).saturating_sub(at);
+                    let p = phase.load(Ordering::Acquire).min(phases - 1);
+                    tallies[p].round_trips += 1;
+                    let _ = tallies[p].rtt_ns.record(rtt.max(1_000));
+                }
+                ClientEvent::Disconnected { reason, .. } => bail!("echo client closed: {reason}"),
+                _ => {}
+            }
+        }
+    }
+    client.close();
+    let until = Instant::now() + Duration::from_secs(2);
+    while client.is_connected() && Instant::now() < until {
+        let _ = client.wait(Duration::from_millis(5))?.count();
+    }
+    Ok(tallies)
+}
+
+/// One scrape of `/metrics`: time from connecting to the last byte, and the body's size.
+fn scrape(addr: SocketAddr) -> Result<(Duration, usize)> {
+    let t = Instant::now();
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    // What Prometheus asks for: OpenMetrics first.
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: bench\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)?;
+    let took = t.elapsed();
+    let head_end = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .context("no HTTP head in the scrape's answer")?;
+    if !out.starts_with(b"HTTP/1.1 200") && !out.starts_with(b"HTTP/1.0 200") {
+        bail!(
+            "scrape answered {:?}",
+            String::from_utf8_lossy(&out[..head_end.min(40)])
+        );
+    }
+    Ok((took, out.len() - head_end - 4))
+}
+
+/// Scrapes once a second on its own thread while `on`, until `stop`.
+struct Scraper {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<Vec<(Duration, usize)>>>,
+}
+
+impl Scraper {
+    fn start(addr: SocketAddr, on: Arc<AtomicBool>) -> Scraper {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut next = Instant::now();
+            while !flag.load(Ordering::Acquire) {
+                let now = Instant::now();
+                if now >= next {
+                    next = now + Duration::from_secs(1);
+                    if on.load(Ordering::Acquire) {
+                        got.push(scrape(addr)?);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(got)
+        });
+        Scraper { stop, thread }
+    }
+
+    fn finish(self) -> Result<Vec<(Duration, usize)>> {
+        self.stop.store(true, Ordering::Release);
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the scraper panicked"))?
+    }
+}
+
+fn server(shape: &EchoShape, metrics: bool, sessions: usize) -> Result<Server> {
+    let bind: SocketAddr = "127.0.0.1:0".parse()?;
+    let mut cfg = ServerConfig::new(bind)
+        .insecure()
+        .workers(shape.workers)
+        .max_sessions(sessions + 1_000)
+        .max_sessions_per_address(sessions + 1_000)
+        .max_handshakes_per_address(u32::MAX);
+    if metrics {
+        cfg = cfg.metrics(bind);
+    }
+    Server::start(cfg, |_| Echo).map_err(|e| anyhow::anyhow!("server: {e}"))
+}
+
+/// One echo run: warm-up, then `seconds` measured; round trips per second.
+fn echo_run(shape: &EchoShape, metrics: bool) -> Result<EchoRound> {
+    let srv = server(shape, metrics, 0)?;
+    let clients = EchoClients::start(srv.local_addr(), shape, 2)?;
+    let scraper = srv
+        .metrics_addr()
+        .map(|a| Scraper::start(a, Arc::new(AtomicBool::new(true))));
+    std::thread::sleep(Duration::from_secs_f64(shape.warmup));
+    clients.set_phase(1);
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(shape.seconds));
+    let measured = t.elapsed().as_secs_f64();
+    let tallies = clients.finish()?;
+    let scrapes = match scraper {
+        Some(s) => s.finish()?,
+        None => Vec::new(),
+    };
+    srv.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let m = &tallies[1];
+    Ok(EchoRound {
+        round_trips_per_s: m.round_trips as f64 / measured,
+        p99_us: m.rtt_ns.value_at_quantile(0.99) as f64 / 1e3,
+        scrapes: scrapes.len(),
+        conditioner_built_in: cfg!(feature = "conditioner"),
+    })
+}
+
+/// One echo run's result (also the `ops-echo` child's output line).
+#[derive(Serialize, serde::Deserialize, Debug, Clone, Copy)]
+struct EchoRound {
+    round_trips_per_s: f64,
+    p99_us: f64,
+    /// Scrapes of `/metrics` made during the run (metrics arm).
+    scrapes: usize,
+    /// Whether the binary that ran it has the link conditioner compiled in.
+    conditioner_built_in: bool,
+}
+
+#[derive(Serialize, Debug, Clone)]
+struct SideBySide {
+    /// Name of side A and side B.
+    sides: [&'static str; 2],
+    rounds: Vec<[EchoRound; 2]>,
+    median_round_trips_per_s: [f64; 2],
+    /// Median of A over median of B.
+    ratio: f64,
+    goal: f64,
+}
+
+impl SideBySide {
+    fn new(sides: [&'static str; 2], rounds: Vec<[EchoRound; 2]>, goal: f64) -> Self {
+        let med = |i: usize| {
+            median(
+                &rounds
+                    .iter()
+                    .map(|r| r[i].round_trips_per_s)
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap_or(0.0)
+        };
+        let m = [med(0), med(1)];
+        SideBySide {
+            sides,
+            ratio: m[0] / m[1].max(f64::MIN_POSITIVE),
+            median_round_trips_per_s: m,
+            rounds,
+            goal,
+        }
+    }
+
+    fn print(&self, title: &str) {
+        println!("\n{title}");
+        println!(
+            "| round | {} rt/s | {} rt/s | ratio |",
+            self.sides[0], self.sides[1]
+        );
+        println!("| ---: | ---: | ---: | ---: |");
+        for (i, r) in self.rounds.iter().enumerate() {
+            println!(
+                "| {i} | {:.0} | {:.0} | {:.3} |",
+                r[0].round_trips_per_s,
+                r[1].round_trips_per_s,
+                r[0].round_trips_per_s / r[1].round_trips_per_s.max(f64::MIN_POSITIVE)
+            );
+        }
+        println!(
+            "| median | {:.0} | {:.0} | **{:.3}×** (goal ≥ {:.2}×) |",
+            self.median_round_trips_per_s[0],
+            self.median_round_trips_per_s[1],
+            self.ratio,
+            self.goal
+        );
+    }
+}
+
+/// Alternate `a` and `b` for `rounds` rounds, swapping the order each round.
+fn alternate(
+    rounds: usize,
+    mut a: impl FnMut() -> Result<EchoRound>,
+    mut b: impl FnMut() -> Result<EchoRound>,
+) -> Result<Vec<[EchoRound; 2]>> {
+    let mut out = Vec::new();
+    for round in 0..rounds.max(1) {
+        let pair = if round % 2 == 0 {
+            let x = a()?;
+            [x, b()?]
+        } else {
+            let y = b()?;
+            [a()?, y]
+        };
+        eprintln!(
+            "round {round}: {:.0} vs {:.0} rt/s",
+            pair[0].round_trips_per_s, pair[1].round_trips_per_s
+        );
+        out.push(pair);
+    }
+    Ok(out)
+}
+
+#[derive(Serialize, Debug, Clone)]
+struct ScrapeArm {
+    sessions: usize,
+    connect_seconds: f64,
+    phases: usize,
+    phase_seconds: f64,
+    scrapes: usize,
+    scrape_ms_median: f64,
+    scrape_ms_p90: f64,
+    scrape_ms_max: f64,
+    exposition_bytes: usize,
+    /// Echo round trips (p50, p99, p99.9 in µs) while scraping and while quiet.
+    scraping: Percentiles,
+    quiet: Percentiles,
+    /// Scraping p99 over quiet p99.
+    p99_ratio: f64,
+    scrape_goal_ms: f64,
+}
+
+#[derive(Serialize, Debug, Clone, Copy)]
+struct Percentiles {
+    round_trips: u64,
+    p50_us: f64,
+    p99_us: f64,
+    p999_us: f64,
+}
+
+impl Percentiles {
+    fn of(t: &PhaseTally) -> Self {
+        let q = |x| t.rtt_ns.value_at_quantile(x) as f64 / 1e3;
+        Percentiles {
+            round_trips: t.round_trips,
+            p50_us: q(0.5),
+            p99_us: q(0.99),
+            p999_us: q(0.999),
+        }
+    }
+}
+
+/// The idle sessions: a `ClientSet` driven on its own thread (keep-alives answered).
+fn idle_sessions(
+    server: SocketAddr,
+    n: usize,
+    stop: Arc<AtomicBool>,
+) -> (
+    std::sync::mpsc::Receiver<Result<f64>>,
+    std::thread::JoinHandle<Result<()>>,
+) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let thread = std::thread::spawn(move || -> Result<()> {
+        let t = Instant::now();
+        let mut set = ClientSet::new();
+        let cfg = ClientConfig::new();
+        let mut made = 0;
+        while made < n {
+            let k = (n - made).min(500);
+            let connected = set
+                .start_connecting_insecure(server, &cfg, k)
+                .map_err(|e| anyhow::anyhow!("idle sessions: {e}"))
+                .and_then(|_| {
+                    set.wait_connected(Duration::from_secs(60))
+                        .map_err(|e| anyhow::anyhow!("idle sessions: {e}"))
+                });
+            if let Err(e) = connected {
+                let _ = tx.send(Err(anyhow::anyhow!("{e:#}")));
+                return Err(e);
+            }
+            while set.poll_event().is_some() {}
+            made += k;
+        }
+        let _ = tx.send(Ok(t.elapsed().as_secs_f64()));
+        while !stop.load(Ordering::Acquire) {
+            set.step(Duration::from_millis(20))
+                .map_err(|e| anyhow::anyhow!("idle sessions: {e}"))?;
+            while set.poll_event().is_some() {}
+        }
+        for i in 0..set.len() {
+            set.close(i);
+        }
+        let until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < until && set.connected() > 0 {
+            let _ = set.step(Duration::from_millis(20));
+            while set.poll_event().is_some() {}
+        }
+        Ok(())
+    });
+    (rx, thread)
+}
+
+fn scrape_arm(args: &OpsArgs) -> Result<ScrapeArm> {
+    let shape = &args.shape;
+    let srv = server(shape, true, args.sessions)?;
+    let metrics = srv.metrics_addr().context("metrics endpoint")?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (connected, idle) = idle_sessions(srv.local_addr(), args.sessions, stop.clone());
+    let connect_seconds = connected
+        .recv()
+        .map_err(|_| anyhow::anyhow!("idle sessions thread ended"))??;
+    eprintln!(
+        "{} idle sessions connected in {connect_seconds:.1} s; server holds {}",
+        args.sessions,
+        srv.session_count()
+    );
+    // Phases: 0 = warm-up, then 1.. alternate scraping (odd) and quiet (even).
+    let clients = EchoClients::start(srv.local_addr(), shape, args.phases + 1)?;
+    let scraping = Arc::new(AtomicBool::new(false));
+    let scraper = Scraper::start(metrics, scraping.clone());
+    std::thread::sleep(Duration::from_secs_f64(shape.warmup));
+    for p in 1..=args.phases {
+        scraping.store(p % 2 == 1, Ordering::Release);
+        clients.set_phase(p);
+        std::thread::sleep(Duration::from_secs_f64(args.phase_seconds));
+    }
+    scraping.store(false, Ordering::Release);
+    let tallies = clients.finish()?;
+    let scrapes = scraper.finish()?;
+    let held = srv.session_count();
+    stop.store(true, Ordering::Release);
+    idle.join()
+        .map_err(|_| anyhow::anyhow!("idle sessions panicked"))??;
+    srv.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if held < args.sessions {
+        bail!(
+            "the server held {held} sessions at the end, not {}",
+            args.sessions
+        );
+    }
+    let mut on = PhaseTally {
+        round_trips: 0,
+        rtt_ns: hist(),
+    };
+    let mut off = PhaseTally {
+        round_trips: 0,
+        rtt_ns: hist(),
+    };
+    for (p, t) in tallies.iter().enumerate().skip(1) {
+        let into = if p % 2 == 1 { &mut on } else { &mut off };
+        into.round_trips += t.round_trips;
+        into.rtt_ns.add(&t.rtt_ns)?;
+    }
+    let mut ms: Vec<f64> = scrapes.iter().map(|s| s.0.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let pct = |q: f64| {
+        ms.get(((ms.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let (scraping, quiet) = (Percentiles::of(&on), Percentiles::of(&off));
+    Ok(ScrapeArm {
+        sessions: args.sessions,
+        connect_seconds,
+        phases: args.phases,
+        phase_seconds: args.phase_seconds,
+        scrapes: scrapes.len(),
+        scrape_ms_median: pct(0.5),
+        scrape_ms_p90: pct(0.9),
+        scrape_ms_max: pct(1.0),
+        exposition_bytes: scrapes.iter().map(|s| s.1).max().unwrap_or(0),
+        p99_ratio: scraping.p99_us / quiet.p99_us.max(f64::MIN_POSITIVE),
+        scraping,
+        quiet,
+        scrape_goal_ms: 50.0,
+    })
+}
+
+/// One echo run in a child process of `binary` (`bench ops-echo`).
+fn echo_child(binary: &std::path::Path, shape: &EchoShape) -> Result<EchoRound> {
+    let out = std::process::Command::new(binary)
+        .arg("ops-echo")
+        .args(["--clients", &shape.clients.to_string()])
+        .args(["--window", &shape.window.to_string()])
+        .args(["--payload", &shape.payload.to_string()])
+        .args(["--workers", &shape.workers.to_string()])
+        .args(["--seconds", &shape.seconds.to_string()])
+        .args(["--warmup", &shape.warmup.to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", binary.display()))?;
+    if !out.status.success() {
+        bail!("{} ops-echo failed: {}", binary.display(), out.status);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .context("ops-echo printed no result line")?;
+    Ok(serde_json::from_str(line)?)
+}
+
+/// The hidden `ops-echo` child: one echo run without metrics, one JSON line.
+pub fn echo_child_main(a: &EchoChildArgs) -> Result<bool> {
+    let r = echo_run(&a.shape, false)?;
+    println!("{}", serde_json::to_string(&r)?);
+    Ok(true)
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    kind: &'static str,
+    created_unix_s: u64,
+    created_utc: String,
+    command: String,
+    host: HostInfo,
+    build: BuildInfo,
+    shape: &'a EchoShape,
+    rounds: usize,
+    metrics: Option<SideBySide>,
+    scrape: Option<ScrapeArm>,
+    conditioner: Option<SideBySide>,
+    /// The binary without the conditioner the conditioner arm ran, as given.
+    without_conditioner: Option<String>,
+}
+
+/// Run `bench ops` and write its JSON.
+pub fn run(args: &OpsArgs, out: &Global) -> Result<bool> {
+    let host = HostInfo::collect();
+    let at = UtcTime::now();
+    let wants = |arm: &str| args.only.iter().any(|a| a == arm);
+    let shape = &args.shape;
+    if shape.payload < 16 {
+        bail!("--payload must be at least 16 bytes (the echo's time stamp)");
+    }
+    println!(
+        "echo: {} clients × {} in flight × {} B, {} server worker(s), {} s measured after {} s",
+        shape.clients, shape.window, shape.payload, shape.workers, shape.seconds, shape.warmup
+    );
+    let mut ok = true;
+    let metrics = if wants("metrics") {
+        let rounds = alternate(
+            args.rounds,
+            || echo_run(shape, true),
+            || echo_run(shape, false),
+        )?;
+        let m = SideBySide::new(
+            ["metrics on, scraped each second", "metrics off"],
+            rounds,
+            0.97,
+        );
+        m.print("metrics on and scraped every second vs off:");
+        ok &= m.rounds.iter().all(|r| r[0].scrapes > 0);
+        Some(m)
+    } else {
+        None
+    };
+    let scrape = if wants("scrape") {
+        let s = scrape_arm(args)?;
+        println!(
+            "\n{} sessions: {} scrapes, {:.1} ms median, {:.1} ms p90, {:.1} ms max (goal ≤ {:.0} ms), exposition {} B",
+            s.sessions, s.scrapes, s.scrape_ms_median, s.scrape_ms_p90, s.scrape_ms_max, s.scrape_goal_ms, s.exposition_bytes
+        );
+        println!(
+            "echo p99 while scraping {:.0} µs ({} round trips), quiet {:.0} µs ({}): {:.2}×",
+            s.scraping.p99_us,
+            s.scraping.round_trips,
+            s.quiet.p99_us,
+            s.quiet.round_trips,
+            s.p99_ratio
+        );
+        ok &= s.scrapes > 0;
+        Some(s)
+    } else {
+        None
+    };
+    let conditioner = match (&args.without_conditioner, wants("conditioner")) {
+        (Some(other), true) => {
+            let me = std::env::current_exe()?;
+            let rounds = alternate(
+                args.rounds,
+                || echo_child(&me, shape),
+                || echo_child(other, shape),
+            )?;
+            if rounds
+                .iter()
+                .any(|r| !r[0].conditioner_built_in || r[1].conditioner_built_in)
+            {
+                bail!(
+                    "the conditioner arm needs this binary with the conditioner and {} without (cargo build --release -p bench --no-default-features)",
+                    other.display()
+                );
+            }
+            let c = SideBySide::new(["conditioner built in, off", "compiled out"], rounds, 0.98);
+            c.print("link conditioner off vs compiled out (one child process each, alternated):");
+            Some(c)
+        }
+        (None, true) => {
+            println!("\nconditioner arm skipped: give --without-conditioner PATH");
+            None
+        }
+        _ => None,
+    };
+    let path = &out.path_for("ops", &at);
+    let report = Report {
+        kind: "ops",
+        created_unix_s: at.unix_s,
+        created_utc: at.iso(),
+        command: command_line(),
+        host,
+        build: BuildInfo::collect(),
+        shape,
+        rounds: args.rounds,
+        metrics,
+        scrape,
+        conditioner,
+        without_conditioner: args
+            .without_conditioner
+            .as_ref()
+            .map(|p| p.display().to_string()),
+    };
+    bench::output::write_json(&report, path)?;
+    println!("results: {}", path.display());
+    Ok(ok)
+}

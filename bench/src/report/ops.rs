@@ -1,0 +1,117 @@
+//! The `ops` section: what running in production costs (`bench ops`, issue 34).
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::ctx::Ctx;
+use super::{md_table, Input};
+
+fn num(v: &Value, path: &[&str]) -> Option<f64> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_f64()
+}
+
+fn f(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |x| format!("{x:.digits$}"))
+}
+
+/// Renders the newest `bench ops` result (one file: its arms ran in one sitting).
+pub(super) fn render(cx: &mut Ctx) {
+    let newest = cx.inputs.files.iter().rev().find_map(|(p, i)| match i {
+        Input::Ops(v) => Some((p.clone(), v.clone())),
+        _ => None,
+    });
+    let mut body = String::new();
+    let Some((path, v)) = newest else {
+        body.push_str("No `bench ops` result yet.\n");
+        cx.section("ops", body);
+        return;
+    };
+    let shape = |k| num(&v, &["shape", k]).map_or("-".into(), |x| format!("{x}"));
+    let _ =
+        write!(
+        body,
+        "The echo: {} clients × {} in flight × {} B on the reliable channel, insecure, {} server \
+         worker(s), {} s measured after {} s, direct on loopback. From `{path}`: `{}`\n\n",
+        shape("clients"),
+        shape("window"),
+        shape("payload"),
+        shape("workers"),
+        shape("seconds"),
+        shape("warmup"),
+        v.get("command").and_then(Value::as_str).unwrap_or("").replace('`', "'"),
+    );
+    let mut rows = Vec::new();
+    for (arm, what) in [
+        ("metrics", "metrics on and scraped each second / off (same run, alternated)"),
+        ("conditioner", "link conditioner built in and off / compiled out (a child process of each build, alternated)"),
+    ] {
+        let Some(a) = v.get(arm).filter(|a| !a.is_null()) else {
+            continue;
+        };
+        let n = a.get("rounds").and_then(Value::as_array).map_or(0, Vec::len);
+        rows.push(vec![
+            what.to_string(),
+            n.to_string(),
+            f(num(a, &["median_round_trips_per_s", "0"]).or_else(|| {
+                a.get("median_round_trips_per_s")?.get(0)?.as_f64()
+            }), 0),
+            f(a.get("median_round_trips_per_s").and_then(|m| m.get(1)).and_then(Value::as_f64), 0),
+            format!("{}×", f(num(a, &["ratio"]), 3)),
+            format!("≥ {}×", f(num(a, &["goal"]), 2)),
+        ]);
+    }
+    if !rows.is_empty() {
+        body.push_str(&md_table(
+            &[
+                "comparison",
+                "rounds",
+                "A rt/s (median)",
+                "B rt/s (median)",
+                "A / B",
+                "goal",
+            ],
+            1,
+            &rows,
+        ));
+        body.push('\n');
+    }
+    if let Some(s) = v.get("scrape").filter(|s| !s.is_null()) {
+        let _ = writeln!(
+            body,
+            "A server holding {} sessions, scraped once a second in alternate phases of {} s ({} \
+             phases): a scrape of `/metrics` (request to last byte) takes {} ms median, {} ms \
+             p90, {} ms at most (goal ≤ {} ms; {} scrapes), the exposition is {} bytes. The \
+             echo beside it:\n",
+            f(num(s, &["sessions"]), 0),
+            f(num(s, &["phase_seconds"]), 0),
+            f(num(s, &["phases"]), 0),
+            f(num(s, &["scrape_ms_median"]), 1),
+            f(num(s, &["scrape_ms_p90"]), 1),
+            f(num(s, &["scrape_ms_max"]), 1),
+            f(num(s, &["scrape_goal_ms"]), 0),
+            f(num(s, &["scrapes"]), 0),
+            f(num(s, &["exposition_bytes"]), 0),
+        );
+        let row = |name: &str, k: &str| {
+            vec![
+                name.to_string(),
+                f(num(s, &[k, "round_trips"]), 0),
+                f(num(s, &[k, "p50_us"]), 0),
+                f(num(s, &[k, "p99_us"]), 0),
+                f(num(s, &[k, "p999_us"]), 0),
+            ]
+        };
+        body.push_str(&md_table(
+            &["phases", "round trips", "p50 µs", "p99 µs", "p99.9 µs"],
+            1,
+            &[row("scraping", "scraping"), row("quiet", "quiet")],
+        ));
+        let _ = writeln!(
+            body,
+            "\np99 scraping / quiet: {}×",
+            f(num(s, &["p99_ratio"]), 2)
+        );
+    }
+    cx.section("ops", body);
+}
