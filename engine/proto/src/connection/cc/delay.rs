@@ -17,20 +17,32 @@
 //! at 1.15 (probe: a faster path shows a larger sample), one at 0.85 (drain what the probe
 //! queued), then 0.95 (cruise: a little below the path, so a datagram mostly finds the
 //! bottleneck idle). The probe is gentle so that its queue (about 15 % of a round's sending)
-//! costs a game's urgent messages little. Loss alone does not change the rate: random loss on a path without a
-//! queue is not congestion. What does is *queueing delay*: the smallest RTT sample of a cruise
-//! round above the path's minimum RTT (a windowed minimum over [`MIN_RTT_WINDOW`]) by more
-//! than [`queue_threshold`] means a standing queue (the path got slower, or other flows share
-//! it): the estimate is cut to [`CUT`] times the round's delivery rate and the cycle restarts
-//! with a drain round. A loss counts as congestion only with such a queue (or always without
-//! `loss_tolerant`), and an RTO only when the caller says so.
+//! costs a game's urgent messages little.
+//!
+//! Loss alone does not change the rate (with `loss_tolerant`): random loss on a path without a
+//! queue is not congestion, and a packet that FEC rebuilt or ARQ repaired late inflates the
+//! smoothed RTT but not a round's smallest sample. What does is *queueing delay*: the smallest
+//! RTT sample of a cruise round above the path's minimum RTT (a windowed minimum over
+//! [`MIN_RTT_WINDOW`]) by more than [`queue_threshold`] means a standing queue (the path got
+//! slower, or other flows share it): the estimate is cut to [`CUT`] times the rate the round's
+//! ACKs arrived at (what the path gives this flow), at most two rounds apart; the cycle goes
+//! on. Without `loss_tolerant` every loss cuts too; an RTO halves the estimate when the caller
+//! takes it for congestion.
+//!
+//! Flows that share a bottleneck are cut in proportion to their rates, and a probe grows each
+//! in proportion too: shares that drifted apart would stay apart. So while cuts recur (two
+//! within [`SHARED_ROUNDS`] rounds) the probe adds the same few datagrams per RTT to every
+//! flow and the drain takes them off again: a small share gains more in proportion, and the
+//! shares converge (additive increase, multiplicative decrease). A flow alone on its path is
+//! not cut once it settled and keeps the gentle probe.
 //!
 //! At the start the rate doubles per round (startup) until the estimate stops growing by a
 //! quarter for three rounds in which the sender used its rate, or a queue shows.
 //!
-//! The send rate is clamped to the configured floor and ceiling; the estimate the application
-//! reads is that clamped rate's basis (see [`Delay::rate_estimate`]). The congestion window
-//! only guards against a peer that stops acknowledging: pacing sets the rate.
+//! The send rate is clamped to the configured floor and ceiling, and so is the estimate the
+//! application reads ([`Delay::rate_estimate`]); a round paced at the ceiling measures the
+//! ceiling, not the path, and does not count. The congestion window only guards against a
+//! peer that stops acknowledging: pacing sets the rate.
 
 use std::time::{Duration, Instant};
 
