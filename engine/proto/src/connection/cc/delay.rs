@@ -25,8 +25,8 @@
 //! RTT sample of a cruise round above the path's minimum RTT (a windowed minimum over
 //! [`MIN_RTT_WINDOW`]) by more than [`queue_threshold`] means a standing queue (the path got
 //! slower, or other flows share it): the estimate is cut to [`CUT`] times the rate the round's
-//! ACKs arrived at (what the path gives this flow), at most two rounds apart; the cycle goes
-//! on. Without `loss_tolerant` every loss cuts too; an RTO halves the estimate when the caller
+//! ACKs arrived at (what the path gives this flow); the next cut waits until a round showed
+//! the queue drained (or a whole cycle); the cycle goes on. Without `loss_tolerant` every loss cuts too; an RTO halves the estimate when the caller
 //! takes it for congestion.
 //!
 //! Flows that share a bottleneck are cut in proportion to their rates, and a probe grows each
@@ -124,6 +124,8 @@ pub(crate) struct Delay {
     /// Rounds since the last cut, and between the two before it.
     since_cut: u32,
     cut_gap: u32,
+    /// A cut's queue has not yet been seen drained.
+    draining: bool,
     /// The smoothed RTT as of the last ACK (the initial RTT before one).
     srtt: Duration,
     /// Pacing tokens in bytes and when they were last refilled.
@@ -171,6 +173,7 @@ impl Delay {
             prev_min_rtt: None,
             since_cut: u32::MAX,
             cut_gap: u32::MAX,
+            draining: false,
             srtt: p.initial_rtt,
             tokens: (4 * p.mss) as f64,
             refilled: None,
@@ -398,6 +401,9 @@ impl Delay {
             _ => false,
         };
         let congested = queued || r.congestion_loss;
+        if !queued {
+            self.draining = false;
+        }
         match self.phase {
             Phase::Startup { full_bw, flat } => {
                 if congested {
@@ -420,7 +426,12 @@ impl Delay {
             }
             Phase::Cycle(i) => {
                 let guarded = i >= GUARD_FROM || r.congestion_loss;
-                if congested && guarded && self.since_cut >= 2 {
+                // After a cut the queue takes a while to drain (at the rate the cut freed): no
+                // second cut until a round showed it gone, unless it stands for a whole cycle
+                // (then others keep it up). Cutting at every round of the drain over-cuts
+                // when many flows' queue is deep (16 players filling a 100 ms buffer).
+                let drained = !self.draining || self.since_cut >= CYCLE.len() as u32;
+                if congested && guarded && self.since_cut >= 2 && drained {
                     // The cycle goes on: a flow that shares a standing queue with others
                     // still probes once per cycle.
                     self.cut(ack_rate);
@@ -450,6 +461,7 @@ impl Delay {
         }
         self.cut_gap = self.since_cut;
         self.since_cut = 0;
+        self.draining = true;
     }
 
     /// How long until pacing allows `size` more bytes (None = now). The token bucket holds at
