@@ -43,8 +43,8 @@ pub use profile::Profile;
 pub use ricochet_platform::BackendKind;
 pub use ricochet_proto::token::{ConnectToken, TokenKey};
 pub use ricochet_proto::{
-    ChannelKind, CloseReason, Config, Lane, LaneStats, Peer, Refusal, SendError, SendOptions,
-    UnsentDrops,
+    ChannelKind, CloseReason, Config, CongestionController, Lane, LaneStats, Peer, Refusal,
+    SendError, SendOptions, UnsentDrops,
 };
 pub use runtime::{
     CorePinning, GilbertElliott, Handler, IdleStrategy, Impairment, IoModel, LinkConditioner,

@@ -50,6 +50,20 @@ pub struct SessionStats {
     pub congestion_window: usize,
     /// Bytes in flight.
     pub bytes_in_flight: usize,
+    /// The rate, bytes per second, that congestion control estimates the path carries for
+    /// this session: what the game can send without building a queue. With the game profile's
+    /// delay-aware controller ([`CongestionController::Delay`](crate::CongestionController))
+    /// it is measured from what the path delivered and drops within a second when the path
+    /// gets slower; while the game sends less than the path carries it is the most the path
+    /// was seen to deliver (it cannot know more, and rises as the game sends more). With
+    /// NewReno it is the window over the RTT.
+    ///
+    /// How a game uses it: divide by the tick rate for the bytes a tick may send to this
+    /// player (`rate_estimate / 60` at 60 Hz, less what reliable traffic needs), and shrink
+    /// or slow its snapshots to fit (fewer entities, coarser quantization, every other tick)
+    /// rather than let them queue: what does not fit waits in the session's queue (see
+    /// [`ServerContext::queued_bytes`](crate::ServerContext::queued_bytes)) and arrives late.
+    pub rate_estimate: u64,
     /// How loss was detected and repaired: what a benchmark or a game tuning its settings
     /// reads beside [`SessionStats::retransmitted`] and [`SessionStats::fec_recovered`].
     pub recovery: RecoveryStats,
@@ -100,6 +114,7 @@ impl From<&ConnectionStats> for SessionStats {
             fec_recovered: s.fec.data_recovered,
             congestion_window: s.cwnd,
             bytes_in_flight: s.bytes_in_flight,
+            rate_estimate: s.rate_estimate,
             recovery: RecoveryStats {
                 fragments_first_sent: s.segments_sent,
                 spurious_losses: s.packets_spurious_lost,

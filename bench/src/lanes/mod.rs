@@ -4,24 +4,26 @@
 //! ([`players`]) behind the relay's bottleneck. Measured per scenario and arm: event latency,
 //! snapshot age at delivery (server send to player receive, on the host's monotonic clock),
 //! the relay's queue delay at the bottleneck, reliable events lost, snapshots delivered, and
-//! the session's rate estimate (none exists yet: `null`).
+//! and the server session's rate estimate, sampled every tick, against the bottleneck's rate
+//! (or the fair share of a shared one).
 //!
-//! An *arm* is how the server configures its sessions: the baseline (one lane, the game
-//! profile as it is) or lanes (the game profile with the event channel in a lane of its own
-//! ahead of the snapshot lane, whose channel keeps only the newest snapshot). Both arms of a
-//! run alternate, so they share the host's conditions.
+//! An *arm* is how the server and players configure their sessions: the baseline (one channel
+//! list as before issue 38: one queue, the game profile with NewReno), `cc` (one queue, the
+//! game profile as it is: the delay-aware controller) and `lanes` (the game profile as it is,
+//! with the event channel in a lane of its own ahead of the snapshot lane, whose channel keeps
+//! only the newest snapshot). The arms of a run alternate, so they share the host's conditions.
 
 pub mod players;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
 use ricochet::runtime::{Handler, Server, ServerConfig, ServerContext, SessionId};
-use ricochet::Lane;
+use ricochet::{CongestionController, Lane};
 use serde::Serialize;
 
 use crate::commands::Global;
@@ -45,7 +47,7 @@ pub struct LanesArgs {
     /// Scenarios to run (default: all three).
     #[arg(long, value_delimiter = ',')]
     pub scenario: Vec<String>,
-    /// Arms to run, alternated per repetition (`baseline`, `lanes`).
+    /// Arms to run, alternated per repetition (`baseline`, `cc`, `lanes`).
     #[arg(long, value_delimiter = ',', default_value = "lanes,baseline")]
     pub arms: Vec<String>,
     /// Runs per scenario and arm (medians reported).
@@ -66,10 +68,14 @@ pub struct LanesArgs {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Arm {
-    /// Today's sending: one queue for all channels, the game profile's congestion control.
+    /// Today's sending: one queue for all channels, the game profile with NewReno (its
+    /// congestion control before issue 38).
     Baseline,
-    /// The game profile with two lanes: the event channel first (priority 0), every other
-    /// channel after it (priority 1), the snapshot channel newest-only.
+    /// One queue for all channels, the game profile's delay-aware congestion control.
+    Cc,
+    /// The game profile (delay-aware controller) with two lanes: the event channel first
+    /// (priority 0), every other channel after it (priority 1), the snapshot channel
+    /// newest-only.
     Lanes,
 }
 
@@ -77,14 +83,16 @@ impl Arm {
     fn parse(s: &str) -> Result<Arm> {
         match s {
             "baseline" => Ok(Arm::Baseline),
+            "cc" => Ok(Arm::Cc),
             "lanes" => Ok(Arm::Lanes),
-            other => bail!("unknown arm {other:?} (baseline, lanes)"),
+            other => bail!("unknown arm {other:?} (baseline, cc, lanes)"),
         }
     }
 
     fn name(self) -> &'static str {
         match self {
             Arm::Baseline => "baseline",
+            Arm::Cc => "cc",
             Arm::Lanes => "lanes",
         }
     }
@@ -92,20 +100,28 @@ impl Arm {
     /// The protocol profile of both sides.
     fn profile(self) -> &'static str {
         match self {
-            Arm::Baseline | Arm::Lanes => "game",
+            Arm::Baseline | Arm::Cc | Arm::Lanes => "game",
         }
     }
 
     /// The server's session settings of this arm on top of the profile.
     fn configure(self, cfg: ServerConfig) -> ServerConfig {
         match self {
-            Arm::Baseline => cfg,
+            Arm::Baseline | Arm::Cc => cfg,
             Arm::Lanes => cfg
                 .lanes([
                     Lane::new([EVENT_CHANNEL]),
                     Lane::new((0..4u8).filter(|&c| c != EVENT_CHANNEL)).priority(1),
                 ])
                 .newest_only([SNAPSHOT_CHANNEL]),
+        }
+    }
+
+    /// The server sessions' congestion controller.
+    fn controller(self) -> CongestionController {
+        match self {
+            Arm::Baseline => CongestionController::NewReno,
+            Arm::Cc | Arm::Lanes => CongestionController::Delay,
         }
     }
 }
@@ -199,10 +215,16 @@ pub struct ArmRun {
     /// Snapshots the server's sessions dropped unsent at a queue limit (the channel's
     /// `unreliable_queue_limit` or a lane's cap).
     pub snapshots_shed: u64,
-    /// The session's own estimate of the available rate, bits per second (none exists yet).
+    /// The server sessions' estimate of the available rate, bits per second: the median of
+    /// every session's samples over the judged window (see `rate_estimate_error_pct`).
     pub rate_estimate_bps: Option<f64>,
-    /// Its error against the bottleneck's rate at the end, percent (none yet).
+    /// Its largest error over the judged window against the bottleneck's rate (a shared
+    /// bottleneck: the fair share, rate / players), percent of that rate: the estimate of
+    /// every session, sampled every tick, from 2 s after the start (a rate step: from 1 s
+    /// after the step) to the end.
     pub rate_estimate_error_pct: Option<f64>,
+    /// The median error over the same samples, percent.
+    pub rate_estimate_error_p50_pct: Option<f64>,
     /// The bottleneck's full counters.
     pub bottleneck: BottleneckCounters,
 }
@@ -223,7 +245,7 @@ pub struct ScenarioResult {
     pub snapshot_age_p99_us: Option<f64>,
     /// The relay's queue delay p50 under the measured arm, µs (median over runs).
     pub relay_queue_p50_us: Option<f64>,
-    /// The rate estimate's error, percent (`null`: no session estimates its rate yet).
+    /// The rate estimate's largest error over the judged window, percent (median over runs).
     pub rate_estimate_error_pct: Option<f64>,
     /// Reliable events lost by the measured arm (sum over runs).
     pub reliable_lost: u64,
@@ -270,6 +292,8 @@ struct Counts {
     /// dropped by a queue limit (the channel's or the lane's).
     replaced: AtomicU64,
     shed: AtomicU64,
+    /// (monotonic ns, session's rate estimate in bytes/s), every tick per session.
+    estimates: Mutex<Vec<(u64, u64)>>,
 }
 
 struct TickHandler {
@@ -305,6 +329,14 @@ impl Handler for TickHandler {
         }
         self.counts.replaced.store(replaced, Ordering::Relaxed);
         self.counts.shed.store(shed, Ordering::Relaxed);
+        let at = monotonic_ns();
+        if let Ok(mut e) = self.counts.estimates.lock() {
+            e.extend(
+                sessions
+                    .iter()
+                    .filter_map(|&s| ctx.rate_estimate(s).map(|r| (at, r))),
+            );
+        }
         // The snapshot first, then (every sixth tick) the event: the event that waits behind
         // the tick's snapshot is what issue 38 measures.
         Self::stamp(&mut self.snapshot, tick);
@@ -361,6 +393,7 @@ fn run_once(sc: &Scenario, arm: Arm, args: &LanesArgs) -> Result<ArmRun> {
         .workers(1)
         .backend(args.backend.parse().map_err(|e| anyhow!("{e}"))?)
         .tick(period)
+        .session(|c| c.congestion_controller = arm.controller())
         // Every player reaches the server from the relay's address, as from one NAT.
         .max_sessions_per_address(sc.players.max(1) + 4);
     let snapshot_bytes = args.snapshot_bytes.max(HEADER);
@@ -438,6 +471,16 @@ fn run_once(sc: &Scenario, arm: Arm, args: &LanesArgs) -> Result<ArmRun> {
     distinct.sort_unstable();
     distinct.dedup();
     let events_sent = counts.events.load(Ordering::Relaxed);
+    let (estimate, error_max, error_p50) = judge_estimates(
+        sc,
+        &schedule,
+        relay_start_ns,
+        &counts
+            .estimates
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default(),
+    );
     if report.malformed > 0 || report.disconnected > 0 {
         bail!(
             "{}: {} malformed messages, {} players disconnected",
@@ -465,8 +508,9 @@ fn run_once(sc: &Scenario, arm: Arm, args: &LanesArgs) -> Result<ArmRun> {
         send_refused: counts.refused.load(Ordering::Relaxed),
         snapshots_replaced: counts.replaced.load(Ordering::Relaxed),
         snapshots_shed: counts.shed.load(Ordering::Relaxed),
-        rate_estimate_bps: None,
-        rate_estimate_error_pct: None,
+        rate_estimate_bps: estimate.map(|b| b * 8.0),
+        rate_estimate_error_pct: error_max,
+        rate_estimate_error_p50_pct: error_p50,
         bottleneck,
     })
 }
@@ -519,6 +563,15 @@ pub fn run(args: &LanesArgs, global: &Global) -> Result<bool> {
                     r.reliable_lost,
                     r.events_sent
                 );
+                if let (Some(e), Some(err)) = (r.rate_estimate_bps, r.rate_estimate_error_pct) {
+                    println!(
+                        "{:<15} {:<8} rate estimate {:.3} Mbit/s (median), error max {err:.1} %, median {:.1} %",
+                        "",
+                        "",
+                        e / 1e6,
+                        r.rate_estimate_error_p50_pct.unwrap_or(f64::NAN)
+                    );
+                }
                 if let Some(p) = r.event_p99_after_step_us {
                     println!(
                         "{:<15} {:<8} event p99 in the second after the step {p:.0} µs",
@@ -551,12 +604,47 @@ fn fmt(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.0}"))
 }
 
+/// The estimate samples of the judged window (module docs of `rate_estimate_error_pct`):
+/// their median (bytes/s), the largest and the median error against the expected rate, percent.
+fn judge_estimates(
+    sc: &Scenario,
+    schedule: &RateSchedule,
+    relay_start_ns: u64,
+    samples: &[(u64, u64)],
+) -> (Option<f64>, Option<f64>, Option<f64>) {
+    let from = match sc.step {
+        Some((at, _)) => at + Duration::from_secs(1),
+        None => Duration::from_secs(2),
+    };
+    let shares = if sc.shared { sc.players.max(1) } else { 1 } as f64;
+    let mut values = Vec::new();
+    let mut errors = Vec::new();
+    for &(at, est) in samples {
+        let t = Duration::from_nanos(at.saturating_sub(relay_start_ns));
+        if t < from || t.as_secs_f64() > sc.seconds {
+            continue;
+        }
+        let expected = schedule.rate_at(t) as f64 / shares;
+        values.push(est as f64);
+        errors.push((est as f64 - expected).abs() / expected * 100.0);
+    }
+    (
+        median(values),
+        percentile(errors.clone(), 1.0),
+        median(errors),
+    )
+}
+
 fn summarize(sc: &Scenario, runs: Vec<ArmRun>) -> ScenarioResult {
-    // The arm under test: lanes when the run has it, else the baseline.
+    // The arm under test: lanes when the run has it, else the first that is not the
+    // baseline, else the baseline.
     let measured = if runs.iter().any(|r| r.arm == Arm::Lanes) {
         Arm::Lanes
     } else {
-        Arm::Baseline
+        runs.iter()
+            .map(|r| r.arm)
+            .find(|&a| a != Arm::Baseline)
+            .unwrap_or(Arm::Baseline)
     };
     let of = |arm: Arm, f: &dyn Fn(&ArmRun) -> Option<f64>| {
         median(runs.iter().filter(|r| r.arm == arm).filter_map(f).collect())

@@ -89,8 +89,18 @@ pub struct Config {
     pub unreliable_ack_delay: Option<Duration>,
     /// Fast retransmit after this many later packets were acknowledged.
     pub packet_threshold: u64,
-    /// Congestion control (NewReno) on or off.
+    /// Congestion control on or off (the controller is [`Config::congestion_controller`]).
     pub congestion_control: bool,
+    /// Which congestion controller: NewReno (the default) or the delay-aware rate controller
+    /// ([`CongestionController::Delay`], the game profile's). See the crate docs.
+    pub congestion_controller: CongestionController,
+    /// With [`CongestionController::Delay`]: the send rate never goes below this many bytes
+    /// per second, whatever the path shows (a game that must send its minimum regardless).
+    /// 0 by default.
+    pub min_send_rate: u64,
+    /// With [`CongestionController::Delay`]: the send rate never goes above this many bytes
+    /// per second (`None`, the default: no ceiling).
+    pub max_send_rate: Option<u64>,
     /// Only shrink the window on fast-retransmit loss when the RTT shows queueing (see module docs).
     pub loss_tolerant: bool,
     /// Spread each window over the smoothed RTT.
@@ -228,6 +238,9 @@ impl Default for Config {
             unreliable_ack_delay: None,
             packet_threshold: 3,
             congestion_control: true,
+            congestion_controller: CongestionController::NewReno,
+            min_send_rate: 0,
+            max_send_rate: None,
             loss_tolerant: true,
             pacing: false,
             redundant_retransmit: false,
@@ -267,7 +280,8 @@ impl Config {
     /// data, ACKs of unreliable-only packets held up to 25 ms to ride the next packet out,
     /// redundant retransmissions, adaptive FEC with the sliding-window code (0..4 repairs per 12
     /// sources plus tail repairs, following the loss the peer reports; see
-    /// [`crate::fec::FecScheme`]).
+    /// [`crate::fec::FecScheme`]), and the delay-aware congestion controller
+    /// ([`CongestionController::Delay`]).
     pub fn competitive() -> Self {
         Self {
             initial_rtt: Duration::from_millis(50),
@@ -277,6 +291,7 @@ impl Config {
             ack_frequency: 1,
             unreliable_ack_delay: Some(Duration::from_millis(25)),
             redundant_retransmit: true,
+            congestion_controller: CongestionController::Delay,
             fec: FecConfig::default(),
             ..Self::default()
         }
@@ -384,3 +399,19 @@ pub const UNRELIABLE_ACK_TOLERANCE: u32 = 8;
 pub(crate) const FRAGMENT_HEADER_MAX: usize = 1 + 1 + 8 + 4 + 4 + 4;
 /// Room kept in every data packet for an ACK frame.
 pub(crate) const ACK_RESERVE: usize = 96;
+
+/// The congestion controller of a connection ([`Config::congestion_controller`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum CongestionController {
+    /// Loss-based NewReno on bytes in flight (window growth, a multiplicative decrease on
+    /// loss with queueing); paces only with [`Config::pacing`].
+    #[default]
+    NewReno,
+    /// Delay-aware rate control: paces at an estimate of the rate the path delivers, probes
+    /// above it one round in eight, and cuts it when the RTT shows a standing queue, so that
+    /// the bottleneck's queue stays short; loss alone does not lower it. Its estimate is
+    /// [`crate::ConnectionStats::rate_estimate`]. Bounded by [`Config::min_send_rate`] and
+    /// [`Config::max_send_rate`].
+    Delay,
+}

@@ -56,6 +56,23 @@
 //! collapsing to the minimum window would make the next message slow-start again. The RTO
 //! timer itself still backs off. Set `loss_tolerant = false` for textbook NewReno.
 //!
+//! **The delay-aware controller** ([`CongestionController::Delay`], the game profile's,
+//! [`Config::competitive`]) keeps a bottleneck's queue short instead of filling it. It paces
+//! every send at a rate built from what the path delivered: each round trip's acknowledged
+//! bytes over the time they took to be sent and acknowledged, the largest of the last ten
+//! rounds (a round the application did not fill counts only when it shows more). The pace
+//! cycles over eight rounds: one 15 % above the estimate (a faster path shows a larger
+//! sample), one below it (draining what that queued), six at 95 % (a datagram mostly finds the
+//! bottleneck idle). When a cruise round's smallest RTT stands more than
+//! `max(10 ms, min_rtt / 4)` above the minimum RTT of the last 10 s, a queue stands (the path
+//! got slower, or other flows share it): the estimate is cut to 85 % of the rate the ACKs
+//! arrive at. Loss is not a signal by itself (with [`Config::loss_tolerant`]): 5 % random
+//! loss leaves the rate where the path puts it. While cuts recur (flows share a bottleneck)
+//! the probe also adds a few datagrams per RTT, the same for every flow, so that shares
+//! converge. [`Config::min_send_rate`] and [`Config::max_send_rate`] bound the rate. The
+//! estimate is [`ConnectionStats::rate_estimate`]: what a game sizes its snapshots to. Its
+//! window only guards against a peer that stops acknowledging.
+//!
 //! What random loss still costs is latency, not window: a fragment lost on an ordered channel
 //! holds back every later message until its repair arrives, and the repair cannot arrive
 //! sooner than one round trip after the original (the loss is seen through the ACKs of later
@@ -143,7 +160,10 @@ pub use crate::wire::{CloseReason, ConnectionId};
 pub use admission::{
     Admission, LedgerRefusal, Peer, Recorded, Refusal, TokenAdmission, TokenLedger, UsedTokens,
 };
-pub use config::{ChannelKind, Config, PathMtuConfig, FEC_ARQ_OVERHEAD, UNRELIABLE_ACK_TOLERANCE};
+pub use config::{
+    ChannelKind, Config, CongestionController, PathMtuConfig, FEC_ARQ_OVERHEAD,
+    UNRELIABLE_ACK_TOLERANCE,
+};
 pub use connection::fec_link::FecStats;
 pub use connection::{Connection, ConnectionState};
 pub use endpoint::{

@@ -237,6 +237,13 @@ pub struct ConnectionStats {
     pub cwnd: usize,
     /// Bytes in flight.
     pub bytes_in_flight: usize,
+    /// The send rate congestion control estimates the path carries for this connection, bytes
+    /// per second. With [`crate::CongestionController::Delay`]: the delivery rate measured
+    /// while the sender used its rate (within [`crate::Config::min_send_rate`] and
+    /// [`crate::Config::max_send_rate`]); while the application sends less than the path
+    /// carries, the most it has been seen to deliver, not more. With NewReno: the window over
+    /// the smoothed RTT.
+    pub rate_estimate: u64,
     /// Current retransmission timeout (backoff included).
     pub rto: Duration,
     /// Smoothed RTT.

@@ -285,6 +285,13 @@ impl Connection {
         self.state
     }
 
+    /// The send rate congestion control estimates the path carries for this connection, bytes
+    /// per second ([`ConnectionStats::rate_estimate`]); what a sender divides its queued bytes
+    /// by to know how long they will wait.
+    pub fn rate_estimate(&self) -> u64 {
+        self.cc.rate_estimate(self.rtt.smoothed)
+    }
+
     /// Statistics, as of now: counters, RTT summary, congestion state, FEC counters.
     pub fn stats(&self) -> ConnectionStats {
         let c = &self.counters;
@@ -305,8 +312,9 @@ impl Connection {
             unreliable_unsent: c.unreliable_unsent,
             unsent: self.unsent_drops(),
             drops: c.drops.get(),
-            cwnd: self.cc.window,
-            bytes_in_flight: self.cc.in_flight,
+            cwnd: self.cc.window(),
+            bytes_in_flight: self.cc.in_flight(),
+            rate_estimate: self.cc.rate_estimate(self.rtt.smoothed),
             rto: self.current_rto(),
             srtt: self.rtt.smoothed,
             min_rtt: self.rtt.min,

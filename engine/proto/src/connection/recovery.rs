@@ -155,10 +155,11 @@ impl Connection {
         if let Some(t) = newest_covered {
             self.fec.on_acked(t, &mut self.cc);
         }
+        let mut path_sample = None;
         if let Some((sent_time, reliable)) = largest_newly {
             let sample = now.saturating_duration_since(sent_time);
             let reported = Duration::from_micros(ack.ack_delay_us);
-            match self.cfg.unreliable_ack_delay {
+            path_sample = Some(match self.cfg.unreliable_ack_delay {
                 // The peer held the ACK of an unreliable-only packet on purpose, up to its
                 // hold: that time is not the path's. Taken off before the estimator sees the
                 // sample, since with every sample held its minimum would include the hold and
@@ -168,14 +169,17 @@ impl Connection {
                     let path = sample.saturating_sub(held).max(Duration::from_micros(1));
                     self.rtt.update(path, Duration::ZERO);
                     self.note_rtt_sample(path);
+                    path
                 }
                 _ => {
-                    self.rtt
-                        .update(sample, reported.min(self.cfg.max_ack_delay));
+                    let delay = reported.min(self.cfg.max_ack_delay);
+                    self.rtt.update(sample, delay);
                     self.note_rtt_sample(sample);
+                    sample.saturating_sub(delay).max(Duration::from_micros(1))
                 }
-            }
+            });
         }
+        self.cc.on_ack_end(now, path_sample, self.rtt.smoothed);
         if self.recovery.largest_acked.is_none_or(|l| ack.largest > l) {
             self.recovery.largest_acked = Some(ack.largest);
         }

@@ -249,11 +249,11 @@ impl Connection {
     }
 
     /// The rate queued bytes are expected to leave at, bytes per second: the congestion
-    /// window over the smoothed RTT. The one place that says what the send rate is, so a
-    /// controller with a rate estimate of its own feeds lane queue times by changing it.
+    /// controller's rate estimate (NewReno: its window over the smoothed RTT). The one place
+    /// that says what the send rate is, for the lanes' queue times.
     fn send_rate(&self) -> Option<f64> {
-        let rtt = self.rtt.smoothed.as_secs_f64();
-        (rtt > 0.0 && self.cc.window > 0).then(|| self.cc.window as f64 / rtt)
+        let rate = self.rate_estimate();
+        (rate > 0 && !self.rtt.smoothed.is_zero()).then_some(rate as f64)
     }
 
     /// Lanes of this session ([`crate::Config::lanes`]; one without).
@@ -664,9 +664,9 @@ pub(super) fn write_segment(w: &mut Writer<'_>, s: &Segment) -> bool {
 
 impl Connection {
     /// The pacing gate: true when data must wait (until `pacing_until`). Only with
-    /// [`Config::pacing`].
+    /// [`Config::pacing`] or a controller that always paces.
     pub(super) fn paced(&mut self, now: Instant, max: usize) -> bool {
-        if !self.cfg.pacing {
+        if !self.cc.paces() {
             return false;
         }
         match self.cc.pacing_delay(now, self.rtt.smoothed, max) {

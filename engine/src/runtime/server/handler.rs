@@ -275,6 +275,18 @@ impl ServerContext<'_> {
             .map(|c| c.queued_bytes())
     }
 
+    /// The rate, bytes per second, that congestion control estimates `session`'s path carries
+    /// (if it is local): the budget to fit its snapshots to. See
+    /// [`SessionStats::rate_estimate`] for how a game uses it.
+    pub fn rate_estimate(&self, session: SessionId) -> Option<u64> {
+        if session.worker != self.worker {
+            return None;
+        }
+        self.endpoint
+            .connection(session.handle)
+            .map(|c| c.rate_estimate())
+    }
+
     /// The connected sessions this worker owns (for broadcasts). Other workers' sessions are
     /// not listed: with several workers, a broadcast over this reaches only this worker's
     /// players.

@@ -1,10 +1,10 @@
-//! NewReno congestion control on bytes in flight, with optional pacing.
+//! NewReno congestion control on bytes in flight, with optional pacing (the default controller).
 
 use std::time::{Duration, Instant};
 
 /// NewReno state.
 #[derive(Debug, Clone)]
-pub(crate) struct Congestion {
+pub(crate) struct NewReno {
     pub(crate) enabled: bool,
     pub(crate) loss_tolerant: bool,
     mss: usize,
@@ -23,7 +23,7 @@ pub(crate) struct Congestion {
 /// Multiplicative decrease factor (CUBIC's; gentler than Reno's 0.5 for small windows).
 const BETA: f64 = 0.7;
 
-impl Congestion {
+impl NewReno {
     pub(crate) fn new(cfg: &crate::Config) -> Self {
         let mss = cfg.max_datagram_size;
         Self {
@@ -39,6 +39,11 @@ impl Congestion {
             tokens: (10 * mss) as f64,
             refilled: None,
         }
+    }
+
+    /// Whether sends are paced ([`crate::Config::pacing`], with the window on).
+    pub(crate) fn paces(&self) -> bool {
+        self.pacing && self.enabled
     }
 
     /// May a packet of `size` bytes be sent now (window only; pacing is [`Self::pacing_delay`]).
@@ -141,7 +146,7 @@ mod tests {
     #[test]
     fn slow_start_loss_and_rto() {
         let cfg = crate::Config::default();
-        let mut c = Congestion::new(&cfg);
+        let mut c = NewReno::new(&cfg);
         let t0 = ricochet_testkit::SimClock::new().now();
         let w0 = c.window;
         // A flow that uses its window grows it in slow start.
@@ -178,7 +183,7 @@ mod tests {
     #[test]
     fn an_application_limited_flow_keeps_its_window() {
         let cfg = crate::Config::default();
-        let mut c = Congestion::new(&cfg);
+        let mut c = NewReno::new(&cfg);
         let t0 = ricochet_testkit::SimClock::new().now();
         let w0 = c.window;
         for _ in 0..10_000 {
