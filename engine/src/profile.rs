@@ -21,9 +21,10 @@ pub enum Profile {
     Default,
     /// Latency first, for game traffic: 30 ms minimum RTO, immediate ACKs of reliable data
     /// (the ACK of unreliable-only packets rides the next packet out, within 25 ms), redundant
-    /// retransmissions, adaptive forward error correction that follows the loss the peer
-    /// reports, and delay-aware congestion control that keeps a bottleneck's queue short and
-    /// estimates the rate the path carries ([`SessionStats::rate_estimate`](crate::SessionStats)).
+    /// retransmissions, and adaptive forward error correction that follows the loss the peer
+    /// reports. Its congestion controller is NewReno; the delay-aware one, which keeps a
+    /// bottleneck's queue short and estimates the rate the path carries, is opt-in
+    /// (`.session(|c| c.congestion_controller = CongestionController::Delay)`).
     Game,
     /// Throughput first: larger windows, longer ACK delay, pacing.
     Bulk,

@@ -51,7 +51,7 @@ pub struct SessionStats {
     /// Bytes in flight.
     pub bytes_in_flight: usize,
     /// The rate, bytes per second, that congestion control estimates the path carries for
-    /// this session: what the game can send without building a queue. With the game profile's
+    /// this session: what the game can send without building a queue. With the (opt-in)
     /// delay-aware controller ([`CongestionController::Delay`](crate::CongestionController))
     /// it is measured from what the path delivered and drops within a second when the path
     /// gets slower; while the game sends less than the path carries it is the most the path

@@ -9,8 +9,7 @@
 //!
 //! An *arm* is how the server and players configure their sessions: the baseline (one channel
 //! list as before issue 38: one queue, the game profile with NewReno), `cc` (one queue, the
-//! game profile as it is: the delay-aware controller) and `lanes` (the game profile as it is,
-//! with the event channel in a lane of its own ahead of the snapshot lane, whose channel keeps
+//! game profile with the delay-aware controller) and `lanes` (the same with the event channel in a lane of its own ahead of the snapshot lane, whose channel keeps
 //! only the newest snapshot). The arms of a run alternate, so they share the host's conditions.
 
 pub mod players;
@@ -71,7 +70,7 @@ pub enum Arm {
     /// Today's sending: one queue for all channels, the game profile with NewReno (its
     /// congestion control before issue 38).
     Baseline,
-    /// One queue for all channels, the game profile's delay-aware congestion control.
+    /// One queue for all channels, the game profile with the delay-aware controller.
     Cc,
     /// The game profile (delay-aware controller) with two lanes: the event channel first
     /// (priority 0), every other channel after it (priority 1), the snapshot channel

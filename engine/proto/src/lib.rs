@@ -56,8 +56,8 @@
 //! collapsing to the minimum window would make the next message slow-start again. The RTO
 //! timer itself still backs off. Set `loss_tolerant = false` for textbook NewReno.
 //!
-//! **The delay-aware controller** ([`CongestionController::Delay`], the game profile's,
-//! [`Config::competitive`]) keeps a bottleneck's queue short instead of filling it. It paces
+//! **The delay-aware controller** ([`CongestionController::Delay`], opt-in: set
+//! [`Config::congestion_controller`]) keeps a bottleneck's queue short instead of filling it. It paces
 //! every send at a rate built from what the path delivered: each round trip's acknowledged
 //! bytes over the time they took to be sent and acknowledged, the largest of the last ten
 //! rounds (a round the application did not fill counts only when it shows more). The pace

@@ -71,6 +71,12 @@ impl Connection {
                 local_cid,
                 remote_cid: ConnectionId(0),
                 remote,
+                mtu: PathMtu::boxed(
+                    cfg.path_mtu.enabled,
+                    cfg.max_datagram_size,
+                    cfg.max_path_datagram_size(),
+                    cfg.path_mtu.raise_interval,
+                ),
             },
             hs: Handshake::new(&cfg, now),
             send: Sending::new(&cfg),
@@ -89,12 +95,6 @@ impl Connection {
             rtt: RttEstimator::new(cfg.initial_rtt),
             receiver: Receiver::new(&cfg, Budget::unlimited()),
             fec: FecLink::new(&cfg, if sealed { wire::TAG_LEN } else { 0 }),
-            pmtu: PathMtu::boxed(
-                cfg.path_mtu.enabled,
-                cfg.max_datagram_size,
-                cfg.max_path_datagram_size(),
-                cfg.path_mtu.raise_interval,
-            ),
             protection: keys.map(|k| Box::new(Protection::new(&k, side == Side::Client))),
             open_buf: Vec::new(),
             events: VecDeque::new(),
@@ -323,8 +323,8 @@ impl Connection {
             peer_loss_report: c.peer_loss_report,
             fec: self.fec.stats(),
             path_mtu: self.datagram_size(),
-            path_mtu_probes: self.pmtu.as_ref().map_or(0, |p| p.probes_sent()),
-            path_mtu_black_holes: self.pmtu.as_ref().map_or(0, |p| p.black_holes()),
+            path_mtu_probes: self.path.mtu.as_ref().map_or(0, |p| p.probes_sent()),
+            path_mtu_black_holes: self.path.mtu.as_ref().map_or(0, |p| p.black_holes()),
         }
     }
 

@@ -24,13 +24,17 @@ impl Connection {
         if !self.probing_path() {
             return None;
         }
-        self.pmtu.as_ref()?.poll_timeout(self.activity.last_sent)
+        self.path
+            .mtu
+            .as_ref()?
+            .poll_timeout(self.activity.last_sent)
     }
 
     /// The largest datagram new packets may take: the size the search found, or the base
     /// while discovery is off.
     pub(super) fn datagram_size(&self) -> usize {
-        self.pmtu
+        self.path
+            .mtu
             .as_ref()
             .map_or(self.cfg.max_datagram_size, |m| m.current())
     }
@@ -47,7 +51,7 @@ impl Connection {
     /// tracked as not ack-eliciting, so congestion control and loss recovery never see it
     /// and nothing in it is retransmitted; the search watches its ACK itself.
     pub(super) fn transmit_path_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let pmtu = self.pmtu.as_deref_mut()?;
+        let pmtu = self.path.mtu.as_deref_mut()?;
         if pmtu.ceiling() > buf.len() {
             pmtu.cap(buf.len());
         }
@@ -77,7 +81,7 @@ impl Connection {
             .rtt
             .probe_delay(self.cfg.max_ack_delay)
             .max(self.cfg.min_probe_timeout);
-        if let Some(m) = self.pmtu.as_deref_mut() {
+        if let Some(m) = self.path.mtu.as_deref_mut() {
             m.on_probe_sent(pn, size, now, timeout);
         }
         let size = self.protect(now, buf, end)?;
@@ -89,11 +93,11 @@ impl Connection {
 
     /// An ACK arrived: the probe in flight is acknowledged if it names its packet number.
     pub(super) fn path_mtu_on_ack(&mut self, now: Instant, ack: &wire::AckFrame<'_>) {
-        let Some((pn, sent)) = self.pmtu.as_ref().and_then(|m| m.probe_in_flight()) else {
+        let Some((pn, sent)) = self.path.mtu.as_ref().and_then(|m| m.probe_in_flight()) else {
             return;
         };
         if ack.ranges().any(|(lo, hi)| lo <= pn && pn <= hi) {
-            if let Some(m) = self.pmtu.as_deref_mut() {
+            if let Some(m) = self.path.mtu.as_deref_mut() {
                 m.on_probe_acked(now);
             }
             // An RTT sample (packet numbers are never reused, and a ping is acknowledged at
@@ -115,7 +119,8 @@ impl Connection {
     pub(super) fn path_mtu_on_lost(&mut self, len: usize, sent: Instant) {
         let size = self.wire_size(len);
         let shrank = self
-            .pmtu
+            .path
+            .mtu
             .as_deref_mut()
             .is_some_and(|m| m.on_packet_lost(size, sent) == Change::Shrank);
         if shrank {

@@ -119,7 +119,7 @@ impl Connection {
                         self.cc.on_acked(p.size as usize, p.time);
                         let size = p.size as usize;
                         let wire = self.wire_size(size);
-                        if let Some(m) = self.pmtu.as_deref_mut() {
+                        if let Some(m) = self.path.mtu.as_deref_mut() {
                             m.on_packet_acked(wire);
                         }
                         let Some(p) = self.recovery.sent.get_mut(idx) else {

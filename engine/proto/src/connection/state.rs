@@ -53,6 +53,9 @@ pub(super) struct Path {
     pub(super) remote_cid: ConnectionId,
     /// The peer's current address (follows the peer when its address changes).
     pub(super) remote: SocketAddr,
+    /// The path-MTU search (boxed, and only while discovery is on): the size new packets
+    /// are built to.
+    pub(super) mtu: Option<Box<PathMtu>>,
 }
 
 /// A sans-IO RUDP connection. Usually owned by an [`crate::Endpoint`]; can be driven alone.
@@ -78,8 +81,6 @@ pub struct Connection {
     pub(super) rtt: RttEstimator,
     pub(super) receiver: Receiver,
     pub(super) fec: FecLink,
-    /// The path-MTU search: the size new packets are built to.
-    pub(super) pmtu: Option<Box<PathMtu>>,
     /// Packet keys and replay windows; `None` in the insecure mode, and for a client with a
     /// token until its sealed accept opened (the keys are bound to what it carries).
     pub(super) protection: Option<Box<Protection>>,

@@ -246,7 +246,7 @@ impl Connection {
             }
             Timer::Probe => self.on_probe_timeout(now),
             Timer::PathMtu => {
-                if let Some(p) = self.pmtu.as_deref_mut() {
+                if let Some(p) = self.path.mtu.as_deref_mut() {
                     p.handle_timeout(now);
                 }
             }
