@@ -9,7 +9,7 @@
 //! never saw) and stale (older than one already seen, or dropped as such by the protocol);
 //! reliable inputs lost (sent but never received by the server after a drain: must be 0); the
 //! server's tick rate, late and skipped ticks, CPU per tick and per player-tick, resident memory
-//! per session; the load generator's own CPU and whether it kept up ([`super::load`]).
+//! per session; the load generator's own CPU and whether it kept up (`load`).
 
 use std::ops::Range;
 use std::time::{Duration, Instant};

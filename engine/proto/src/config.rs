@@ -185,7 +185,7 @@ pub struct Config {
 /// retransmissions fit whatever the path shrinks to. When packets larger than the base keep
 /// being lost, the connection falls back to the base and searches again. Probes are not
 /// retransmitted and their loss is not congestion. The size in use is
-/// [`ConnectionStats::path_mtu`].
+/// [`crate::ConnectionStats::path_mtu`].
 ///
 /// Both peers should use the same setting: a receiver takes FEC-wrapped datagrams up to its
 /// own `max_datagram_size` here.
