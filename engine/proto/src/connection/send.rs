@@ -422,30 +422,10 @@ impl Connection {
                 let Some(f) = self.send.channels[ci].queue.pop_front() else {
                     continue;
                 };
-                self.send.queued_bytes -= f.data.len();
-                let ch = &mut self.send.channels[ci];
-                ch.queued = ch
-                    .queued
-                    .saturating_sub(u32::try_from(f.data.len()).unwrap_or(u32::MAX));
+                self.fragment_sent(ci, f, reliable, pn, segs);
                 progress = true;
                 wrote = true;
                 *ack_eliciting = true;
-                if reliable {
-                    let sid = self.send.seg_base + self.send.segments.len() as u64;
-                    self.send.segments.push_back(Segment {
-                        channel: ci as u8,
-                        message_id: f.message_id,
-                        index: f.index,
-                        count: f.count,
-                        data: f.data,
-                        last_pn: pn,
-                        acked: false,
-                        queued: false,
-                    });
-                    self.send.unacked_segments += 1;
-                    self.counters.segments_sent += 1;
-                    push_seg(segs, sid);
-                }
             }
             if !progress {
                 return wrote;
@@ -537,32 +517,39 @@ impl Connection {
                 continue;
             };
             let len = f.data.len();
-            self.send.queued_bytes -= len;
-            let ch = &mut self.send.channels[ci];
-            ch.queued = ch
-                .queued
-                .saturating_sub(u32::try_from(len).unwrap_or(u32::MAX));
+            self.fragment_sent(ci, f, reliable, pn, segs);
             wrote = true;
             *ack_eliciting = true;
             if let Some(l) = self.send.lanes.as_deref_mut() {
                 l.charge(lane, c, len);
             }
-            if reliable {
-                let sid = self.send.seg_base + self.send.segments.len() as u64;
-                self.send.segments.push_back(Segment {
-                    channel: c,
-                    message_id: f.message_id,
-                    index: f.index,
-                    count: f.count,
-                    data: f.data,
-                    last_pn: pn,
-                    acked: false,
-                    queued: false,
-                });
-                self.send.unacked_segments += 1;
-                self.counters.segments_sent += 1;
-                push_seg(segs, sid);
-            }
+        }
+    }
+
+    /// A first transmission of fragment `f` of channel `ci` went into packet `pn`: it leaves
+    /// the channel's queue counts, and a reliable one becomes a segment awaiting its ACK.
+    fn fragment_sent(&mut self, ci: usize, f: OutFrag, reliable: bool, pn: u64, segs: &mut Segs) {
+        let len = f.data.len();
+        self.send.queued_bytes -= len;
+        let ch = &mut self.send.channels[ci];
+        ch.queued = ch
+            .queued
+            .saturating_sub(u32::try_from(len).unwrap_or(u32::MAX));
+        if reliable {
+            let sid = self.send.seg_base + self.send.segments.len() as u64;
+            self.send.segments.push_back(Segment {
+                channel: ci as u8,
+                message_id: f.message_id,
+                index: f.index,
+                count: f.count,
+                data: f.data,
+                last_pn: pn,
+                acked: false,
+                queued: false,
+            });
+            self.send.unacked_segments += 1;
+            self.counters.segments_sent += 1;
+            push_seg(segs, sid);
         }
     }
 
