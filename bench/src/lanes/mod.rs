@@ -28,7 +28,7 @@ use ricochet::{CongestionController, Lane};
 use serde::Serialize;
 
 use crate::commands::Global;
-use crate::host::{command_line, HostInfo, UtcTime};
+use crate::host::{command_line, BuildInfo, HostInfo, UtcTime};
 use crate::relay::{BottleneckConfig, BottleneckCounters, RateSchedule, Relay, RelayConfig};
 use crate::scale::server::monotonic_ns;
 use players::{Arrival, PlayersProcess, PlayersSpec, HEADER};
@@ -279,6 +279,7 @@ struct LanesFile {
     at: String,
     command: String,
     host: HostInfo,
+    build: BuildInfo,
     snapshot_bytes: usize,
     event_bytes: usize,
     tick_hz: u32,
@@ -600,6 +601,7 @@ pub fn run(args: &LanesArgs, global: &Global) -> Result<bool> {
         at: at.iso(),
         command: command_line(),
         host: HostInfo::collect(),
+        build: BuildInfo::collect(),
         snapshot_bytes: args.snapshot_bytes,
         event_bytes: args.event_bytes,
         tick_hz: TICK_HZ,
