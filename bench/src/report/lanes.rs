@@ -273,35 +273,52 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) -> Result<()> {
         .into_iter()
         .flatten()
         .collect();
+    intro(&v, &scenarios, body);
+    let _ = write!(
+        body,
+        "From `{path}`: `{}`\n\n",
+        text(&v, "command").replace('`', "'").trim()
+    );
     let tick_hz = num(&v, "tick_hz").unwrap_or(60.0);
+    for sc in &scenarios {
+        scenario_table(sc, tick_hz, body);
+    }
+    let charted: Vec<&Value> = scenarios
+        .iter()
+        .copied()
+        .filter(|sc| CHARTED.contains(&text(sc, "scenario")))
+        .collect();
+    charts(cx, &charted, body)
+}
+
+/// The setup and the arms of the file `v`, one paragraph.
+fn intro(v: &Value, scenarios: &[&Value], body: &mut String) {
     let first = scenarios.first().copied().unwrap_or(&Value::Null);
-    let one_way_ms = num(first, "one_way_delay_ms").unwrap_or(0.0);
     let _ = write!(
         body,
         "The players run in a process of their own behind the bench relay's bottleneck (a rate \
-         limit with a drop-tail buffer of {} ms, {one_way_ms:.0} ms one way each way). The \
-         server ticks at {tick_hz:.0} Hz and sends each player a {} B unreliable snapshot every \
-         tick and a {} B reliable event at {} Hz, after that tick's snapshot. The arms, \
-         alternated in one run:",
+         limit with a drop-tail buffer of {} ms, {} ms one way each way). The server ticks at \
+         {} Hz and sends each player a {} B unreliable snapshot every tick and a {} B reliable \
+         event at {} Hz, after that tick's snapshot. The arms, alternated in one run:",
         num(first, "buffer_ms").map_or("-".into(), |b| format!("{b:.0}")),
-        num(&v, "snapshot_bytes").map_or("-".into(), |b| format!("{b:.0}")),
-        num(&v, "event_bytes").map_or("-".into(), |b| format!("{b:.0}")),
-        num(&v, "events_hz").map_or("-".into(), |b| format!("{b:.0}")),
+        num(first, "one_way_delay_ms").map_or("-".into(), |b| format!("{b:.0}")),
+        num(v, "tick_hz").map_or("-".into(), |b| format!("{b:.0}")),
+        num(v, "snapshot_bytes").map_or("-".into(), |b| format!("{b:.0}")),
+        num(v, "event_bytes").map_or("-".into(), |b| format!("{b:.0}")),
+        num(v, "events_hz").map_or("-".into(), |b| format!("{b:.0}")),
     );
-    let mut arms: Vec<&str> = Vec::new();
-    for sc in &scenarios {
-        for r in sc
-            .get("runs")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if !arms.contains(&text(r, "arm")) {
-                arms.push(text(r, "arm"));
-            }
-        }
-    }
+    let mut arms: Vec<&str> = scenarios
+        .iter()
+        .flat_map(|sc| {
+            sc.get("runs")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        })
+        .map(|r| text(r, "arm"))
+        .collect();
     arms.sort_unstable();
+    arms.dedup();
     for a in &arms {
         let _ = write!(body, " `{a}` ({});", arm_what(a));
     }
@@ -310,81 +327,81 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) -> Result<()> {
         ". Each key is the median over the arm's runs (reliable events lost: their sum); the \
          goals are issue 38's.\n\n",
     );
-    let _ = write!(
+}
+
+/// One scenario's heading and table: each key of the measured arm and of the baseline arm
+/// against its goal.
+fn scenario_table(sc: &Value, tick_hz: f64, body: &mut String) {
+    let name = text(sc, "scenario");
+    let measured = text(sc, "measured_arm");
+    let runs = arm_runs(sc, measured);
+    let base = arm_runs(sc, "baseline");
+    let _ = writeln!(
         body,
-        "From `{path}`: `{}`\n\n",
-        text(&v, "command").replace('`', "'").trim()
-    );
-    let mut charts = Vec::new();
-    for sc in &scenarios {
-        let name = text(sc, "scenario");
-        let measured = text(sc, "measured_arm");
-        let runs = arm_runs(sc, measured);
-        let base = arm_runs(sc, "baseline");
-        let _ = writeln!(
-            body,
-            "**`{name}`**: {}, {} the rate `{}`, {} s measured.\n",
-            count(num(sc, "players").unwrap_or(0.0) as usize, "player"),
-            if sc.get("shared_bottleneck").and_then(Value::as_bool) == Some(true) {
-                "sharing one bottleneck (the server's uplink) at"
-            } else {
-                "each behind a bottleneck (a downlink) at"
-            },
-            text(sc, "rate"),
-            num(sc, "seconds").map_or("-".into(), |s| format!("{s}")),
-        );
-        let mut table = Vec::new();
-        for row in rows(name, one_way_ms * 1000.0, 1e6 / tick_hz) {
-            let m = value(&runs, row.over);
-            let b = (measured != "baseline")
-                .then(|| value(&base, row.over))
-                .flatten();
-            table.push(vec![
-                row.label.clone(),
-                row.unit.goal(row.goal),
-                m.map_or("-".into(), |x| row.unit.show(x)),
-                b.map_or("-".into(), |x| row.unit.show(x)),
-                met(m, row.goal).to_string(),
-            ]);
-        }
-        let head_m = format!("`{measured}` ({})", count(runs.len(), "run"));
-        let head_b = if measured == "baseline" {
-            "`baseline`: the measured arm".to_string()
+        "**`{name}`**: {}, {} the rate `{}`, {} s measured.\n",
+        count(num(sc, "players").unwrap_or(0.0) as usize, "player"),
+        if sc.get("shared_bottleneck").and_then(Value::as_bool) == Some(true) {
+            "sharing one bottleneck (the server's uplink) at"
         } else {
-            format!("`baseline` ({})", count(base.len(), "run"))
-        };
-        body.push_str(&md_table(
-            &["key", "goal", &head_m, &head_b, "goal met"],
-            2,
-            &table,
-        ));
-        body.push('\n');
-        if CHARTED.contains(&name) {
-            charts.push((*sc, name, measured));
-        }
+            "each behind a bottleneck (a downlink) at"
+        },
+        text(sc, "rate"),
+        num(sc, "seconds").map_or("-".into(), |s| format!("{s}")),
+    );
+    let one_way_us = num(sc, "one_way_delay_ms").unwrap_or(0.0) * 1000.0;
+    let mut table = Vec::new();
+    for row in rows(name, one_way_us, 1e6 / tick_hz) {
+        let m = value(&runs, row.over);
+        let b = (measured != "baseline")
+            .then(|| value(&base, row.over))
+            .flatten();
+        table.push(vec![
+            row.label.clone(),
+            row.unit.goal(row.goal),
+            m.map_or("-".into(), |x| row.unit.show(x)),
+            b.map_or("-".into(), |x| row.unit.show(x)),
+            met(m, row.goal).to_string(),
+        ]);
     }
-    let drawable: Vec<_> = charts
+    let head_m = format!("`{measured}` ({})", count(runs.len(), "run"));
+    let head_b = if measured == "baseline" {
+        "`baseline`: the measured arm".to_string()
+    } else {
+        format!("`baseline` ({})", count(base.len(), "run"))
+    };
+    body.push_str(&md_table(
+        &["key", "goal", &head_m, &head_b, "goal met"],
+        2,
+        &table,
+    ));
+    body.push('\n');
+}
+
+/// The charts of latency over time of `scenarios`, or one line when the file has no series.
+fn charts(cx: &mut Ctx, scenarios: &[&Value], body: &mut String) -> Result<()> {
+    let drawable = scenarios
         .iter()
-        .filter(|(sc, _, m)| chart_run(sc, m).is_some())
-        .collect();
-    if drawable.is_empty() && !charts.is_empty() {
-        body.push_str(
-            "This file holds no latency-over-time series (written before `bench lanes` \
-             recorded them): the charts are left out.\n\n",
-        );
+        .filter(|sc| chart_run(sc, text(sc, "measured_arm")).is_some())
+        .count();
+    if drawable == 0 {
+        if !scenarios.is_empty() {
+            body.push_str(
+                "This file holds no latency-over-time series (written before `bench lanes` \
+                 recorded them): the charts are left out.\n\n",
+            );
+        }
         return Ok(());
     }
-    if !drawable.is_empty() {
-        body.push_str(
-            "Latency over time per lane: the event lane's latency (the largest of each 100 ms, \
-             by delivery), the snapshot lane's age at delivery (the median of each 100 ms) and \
-             the relay's queue delay (the mean of each 100 ms, dashed), for each arm's run with \
-             the median event p99. From the grey line \"sending stops\" on, the server sends \
-             nothing and the players receive what is still on its way.\n\n",
-        );
-    }
-    for (sc, name, measured) in charts {
-        match chart(sc, name, measured)? {
+    body.push_str(
+        "Latency over time per lane: the event lane's latency (the largest of each 100 ms, by \
+         delivery), the snapshot lane's age at delivery (the median of each 100 ms) and the \
+         relay's queue delay (the mean of each 100 ms, dashed), for each arm's run with the \
+         median event p99. From the grey line \"sending stops\" on, the server sends nothing \
+         and the players receive what is still on its way.\n\n",
+    );
+    for sc in scenarios {
+        let name = text(sc, "scenario");
+        match chart(sc, name, text(sc, "measured_arm"))? {
             Some(c) => {
                 let link = cx.chart(c, &format!("{name}: latency over time per lane"));
                 body.push_str(&link);
