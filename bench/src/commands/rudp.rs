@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::str::FromStr;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::Args;
 
 use super::Global;
@@ -100,6 +100,10 @@ pub struct RudpArgs {
     /// Shorthand for --security insecure.
     #[arg(long, conflicts_with = "security")]
     pub insecure: bool,
+    /// Congestion controller: the protocol profile's own, `newreno`, `delay`, or `both`
+    /// (NewReno and Delay rounds alternated, as two cases).
+    #[arg(long, default_value = "profile", value_parser = ["profile", "newreno", "delay", "both"])]
+    pub cc: String,
 }
 
 impl RudpArgs {
@@ -146,6 +150,10 @@ impl RudpArgs {
                 }
                 .into(),
             ),
+            congestion_controller: match self.cc.as_str() {
+                "newreno" | "delay" => Some(self.cc.clone()),
+                _ => None,
+            },
         };
         set_impairment(&mut cfg, &self.impairment.impairment()?);
         Ok(cfg)
@@ -154,6 +162,11 @@ impl RudpArgs {
     /// Whether to run both security modes side by side.
     pub fn both_security_modes(&self) -> bool {
         !self.insecure && self.security == "both"
+    }
+
+    /// Whether to run both congestion controllers side by side.
+    pub fn both_controllers(&self) -> bool {
+        self.cc == "both"
     }
 }
 
@@ -276,6 +289,59 @@ fn side_by_side(
         .collect()
 }
 
+/// NewReno and Delay rounds interleaved (NewReno, Delay, NewReno, ...: the same seeds, and the
+/// machine's drift spread over both), as two cases.
+fn controllers_side_by_side(
+    base: &RudpConfig,
+    rounds: usize,
+    mut report: impl FnMut(&RudpRun),
+) -> Vec<RudpCase> {
+    let controllers = ["newreno", "delay"];
+    let mut runs: [Vec<RudpRun>; 2] = [Vec::new(), Vec::new()];
+    for i in 0..rounds.max(1) {
+        for (k, cc) in controllers.iter().enumerate() {
+            let cfg = RudpConfig {
+                seed: base.seed.wrapping_add(i as u64),
+                congestion_controller: Some((*cc).into()),
+                ..base.clone()
+            };
+            let r = run_round(&cfg);
+            report(&r);
+            runs[k].push(r);
+        }
+    }
+    runs.into_iter()
+        .map(|runs| {
+            let label = runs
+                .first()
+                .map_or_else(|| label(base), |r| label(&r.config));
+            RudpCase {
+                label,
+                set: Some("congestion".into()),
+                ok: runs.iter().all(|r| r.ok),
+                summary: summarize(&runs),
+                rounds: runs,
+            }
+        })
+        .collect()
+}
+
+/// Delay over NewReno: round trips per second and p99 RTT (medians over the rounds).
+pub fn controller_ratios(newreno: &RudpCase, delay: &RudpCase) -> String {
+    let ratio = |a: Option<Spread>, b: Option<Spread>| match (a, b) {
+        (Some(a), Some(b)) if b.median > 0.0 => format!("{:.3}", a.median / b.median),
+        _ => "-".into(),
+    };
+    format!(
+        "delay / newreno: round trips per second × {}, p99 RTT × {}\n",
+        ratio(
+            delay.summary.round_trips_per_s,
+            newreno.summary.round_trips_per_s
+        ),
+        ratio(delay.summary.p99_us, newreno.summary.p99_us),
+    )
+}
+
 /// The cost of packet protection: secure over insecure, CPU per round trip and round trips
 /// per second (medians over the rounds).
 pub fn security_ratios(secure: &RudpCase, insecure: &RudpCase) -> String {
@@ -308,8 +374,13 @@ pub fn run(args: &RudpArgs, global: &Global) -> Result<bool> {
         cfg.payload, cfg.clients, cfg.window, args.rounds, cfg.seconds, cfg.warmup_s
     );
     let report = |r: &RudpRun| {
+        let cc = r
+            .config
+            .congestion_controller
+            .as_deref()
+            .map_or(String::new(), |c| format!(" {c}"));
         eprintln!(
-            "  seed {}{}: {} rt/s, max RTT {}{}{}",
+            "  seed {}{}{cc}: {} rt/s, max RTT {}{}{}",
             r.config.seed,
             if r.config.is_secure() {
                 ""
@@ -325,14 +396,25 @@ pub fn run(args: &RudpArgs, global: &Global) -> Result<bool> {
             if r.ok { "" } else { " (NOT ok)" }
         )
     };
+    if args.both_controllers() && args.both_security_modes() {
+        bail!("--cc both and --security both: choose one side-by-side comparison");
+    }
     let cases = if args.both_security_modes() {
         side_by_side(&cfg, args.rounds, report)
+    } else if args.both_controllers() {
+        controllers_side_by_side(&cfg, args.rounds, report)
     } else {
         vec![run_case(&l, None, &cfg, args.rounds, report)]
     };
     print!("{}", rudp_table(&cases));
-    if let [secure, insecure] = &cases[..] {
-        print!("{}", security_ratios(secure, insecure));
+    match &cases[..] {
+        [secure, insecure] if args.both_security_modes() => {
+            print!("{}", security_ratios(secure, insecure));
+        }
+        [newreno, delay] if args.both_controllers() => {
+            print!("{}", controller_ratios(newreno, delay));
+        }
+        _ => {}
     }
     let mut file = result_file(
         "rudp",

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
-use ricochet_proto::{Config, EndpointConfig};
+use ricochet_proto::{Config, CongestionController, EndpointConfig};
 
 use crate::schema::RudpConfig;
 
@@ -104,5 +104,11 @@ pub fn protocol(cfg: &RudpConfig) -> Result<EndpointConfig> {
     };
     // The policy is the round's, whatever the profile's default (competitive: adaptive).
     connection.fec.policy = FecPolicy::from_str(&cfg.fec)?.protocol();
+    match cfg.congestion_controller.as_deref() {
+        None => {}
+        Some("newreno") => connection.congestion_controller = CongestionController::NewReno,
+        Some("delay") => connection.congestion_controller = CongestionController::Delay,
+        Some(other) => bail!("congestion controller {other:?}: expected newreno or delay"),
+    }
     Ok(EndpointConfig::default().with(|c| c.connection = Arc::new(connection)))
 }

@@ -69,6 +69,7 @@ pub fn config_for(
         client_placement: Some(default_client_placement(direct, false).into()),
         clients_process: Some(DEFAULT_CLIENTS_PROCESS.into()),
         security: Some("secure".into()),
+        congestion_controller: None,
     };
     set_impairment(&mut cfg, &profile.impairment());
     cfg
@@ -684,8 +685,12 @@ pub fn label(cfg: &RudpConfig) -> String {
         cfg.profile.clone()
     };
     let insecure = if cfg.is_secure() { "" } else { " · insecure" };
+    let cc = cfg
+        .congestion_controller
+        .as_deref()
+        .map_or(String::new(), |c| format!(" · {c}"));
     format!(
-        "{fec} · {net} · {}×{} {}{insecure}",
+        "{fec} · {net} · {}×{} {}{insecure}{cc}",
         cfg.io_model, cfg.io_threads, cfg.backend
     )
 }

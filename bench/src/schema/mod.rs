@@ -458,6 +458,10 @@ pub struct RudpConfig {
     /// `CorePinning`). Absent in files from before the choice existed (always pinned).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_pinning: Option<String>,
+    /// The congestion controller the sessions use, when the round chose one over the
+    /// protocol profile's own: `newreno` or `delay` (`bench rudp --cc`). Absent: the profile's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion_controller: Option<String>,
 }
 
 impl RudpConfig {

@@ -69,7 +69,10 @@
 //! arrive at. Loss is not a signal by itself (with [`Config::loss_tolerant`]): 5 % random
 //! loss leaves the rate where the path puts it. While cuts recur (flows share a bottleneck)
 //! the probe also adds a few datagrams per RTT, the same for every flow, so that shares
-//! converge. [`Config::min_send_rate`] and [`Config::max_send_rate`] bound the rate. The
+//! converge. One cut leaves at least 85 % of half the estimate, and the pacer never goes below two
+//! datagrams per smoothed RTT, so that an outage (seconds of loss) cannot leave the sender
+//! stalled at a rate too slow to measure the path again. [`Config::min_send_rate`] and
+//! [`Config::max_send_rate`] bound the rate. The
 //! estimate is [`ConnectionStats::rate_estimate`]: what a game sizes its snapshots to. Its
 //! window only guards against a peer that stops acknowledging.
 //!

@@ -39,6 +39,13 @@
 //! At the start the rate doubles per round (startup) until the estimate stops growing by a
 //! quarter for three rounds in which the sender used its rate, or a queue shows.
 //!
+//! A cut leaves at least [`CUT`] times half the estimate (a round that spans an outage
+//! shows a delivery rate near zero that says nothing of the path once it is back), and a loss
+//! without a queue cuts the estimate itself, not to what the round delivered. The pacer never
+//! goes below two datagrams per smoothed RTT: slower, a round (and the sample that raises the
+//! estimate again) would take so long to end that a collapsed estimate stalled the sender for
+//! good; as with a minimum window, the smoothed RTT grows with any queue that makes.
+//!
 //! The send rate is clamped to the configured floor and ceiling, and so is the estimate the
 //! application reads ([`Delay::rate_estimate`]); a round paced at the ceiling measures the
 //! ceiling, not the path, and does not count. The congestion window only guards against a
@@ -59,6 +66,10 @@ const SHARED_ROUNDS: u32 = 4 * CYCLE.len() as u32;
 const STARTUP_GAIN: f64 = 2.0;
 /// The estimate after a cut, as a share of the round's delivery rate.
 pub(crate) const CUT: f64 = 0.85;
+/// One cut's base is at least this share of the estimate (see `Delay::cut`).
+const DEEPEST_CUT: f64 = 0.5;
+/// The pacer's lowest rate, datagrams per smoothed RTT (see `Delay::pacing_rate`).
+const LIVE_PACKETS: usize = 2;
 /// The window of the minimum-RTT filter: a path whose delay grew for good is learnt after this.
 pub(crate) const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 
@@ -216,7 +227,12 @@ impl Delay {
             Phase::Cycle(1) => (bw * CYCLE[1] - add).max(bw / 2.0),
             Phase::Cycle(i) => bw * CYCLE[i],
         };
-        rate.clamp(self.floor, self.ceiling)
+        // Never slower than [`LIVE_PACKETS`] datagrams per smoothed RTT: a sender paced below
+        // that waits so long for each datagram that a round, and with it the sample that
+        // would raise the estimate again, never ends (a collapsed estimate stalled for good).
+        // The smoothed RTT grows with any queue this makes, so it cannot fill a buffer.
+        let live = (LIVE_PACKETS * self.mss) as f64 / self.srtt.as_secs_f64().max(1e-4);
+        rate.max(live).clamp(self.floor, self.ceiling)
     }
 
     /// The bandwidth estimate, or before the first sample the initial window over the RTT.
@@ -407,7 +423,7 @@ impl Delay {
         match self.phase {
             Phase::Startup { full_bw, flat } => {
                 if congested {
-                    self.cut(ack_rate);
+                    self.cut(ack_rate, queued);
                 } else if r.limited {
                     if self.bw >= full_bw * 1.25 {
                         self.phase = Phase::Startup {
@@ -434,7 +450,7 @@ impl Delay {
                 if congested && guarded && self.since_cut >= 2 && drained {
                     // The cycle goes on: a flow that shares a standing queue with others
                     // still probes once per cycle.
-                    self.cut(ack_rate);
+                    self.cut(ack_rate, queued);
                 }
                 if !matches!(self.phase, Phase::Startup { .. }) {
                     self.phase = Phase::Cycle((i + 1) % CYCLE.len());
@@ -444,14 +460,19 @@ impl Delay {
     }
 
     /// A standing queue (or congestion loss): the estimate becomes [`CUT`] times this round's
-    /// ACK rate (what the path gave this flow), at most the estimate.
-    fn cut(&mut self, ack_rate: Option<f64>) {
+    /// ACK rate (what the path gave this flow), at most the estimate and at least
+    /// [`DEEPEST_CUT`] of it; a loss without a queue cuts the estimate itself by [`CUT`].
+    fn cut(&mut self, ack_rate: Option<f64>, queued: bool) {
         // With a standing queue the ACKs arrive at the rate the path gives this flow (its
-        // send rate would understate it while the queue drains).
+        // send rate would understate it while the queue drains). A round that spans an outage
+        // or a peer that stopped reading (seconds of nothing acknowledged) shows a rate near
+        // zero that says nothing of the path once it is back: one cut takes at most
+        // `DEEPEST_CUT`, the next rounds show whether more is needed. A loss without a queue
+        // says nothing of the rate at all.
         let base = match ack_rate {
-            Some(r) if self.bw > 0.0 => r.min(self.bw),
-            Some(r) => r,
-            None => self.bw,
+            Some(r) if queued && self.bw > 0.0 => r.clamp(self.bw * DEEPEST_CUT, self.bw),
+            Some(r) if self.bw <= 0.0 => r,
+            _ => self.bw,
         };
         if base > 0.0 {
             self.reset_estimate((base * CUT).max(self.floor));

@@ -73,13 +73,13 @@ struct Run {
 }
 
 /// Runs `flows` through a link of `rate(t)` bytes per second with a `buffer` of queue time,
-/// for `seconds`; `loss` is the share of datagrams lost at random before the link; bytes
+/// for `seconds`; `loss(t)` is the share of datagrams lost at random before the link; bytes
 /// delivered are counted after `from`.
 fn run(
     mut flows: Vec<Flow>,
     rate: &dyn Fn(Duration) -> f64,
     buffer: Duration,
-    loss: f64,
+    loss: &dyn Fn(Duration) -> f64,
     seconds: f64,
     from: Duration,
 ) -> Run {
@@ -236,7 +236,7 @@ fn run(
                 let pn = f.next_pn;
                 f.next_pn += 1;
                 f.sent.insert(pn, (now, MSS));
-                if uniform() < loss {
+                if uniform() < loss(t) {
                     continue;
                 }
                 if (queued_bytes + MSS) as f64 > r * buffer.as_secs_f64() {
@@ -275,7 +275,7 @@ fn keeps_the_queue_short_and_estimates_the_rate() {
         flows,
         &|_| MBIT,
         Duration::from_millis(100),
-        0.0,
+        &|_| 0.0,
         10.0,
         Duration::from_secs(2),
     );
@@ -332,7 +332,7 @@ fn follows_a_rate_step_down_within_a_second() {
         flows,
         &rate,
         Duration::from_millis(100),
-        0.0,
+        &|_| 0.0,
         10.0,
         Duration::ZERO,
     );
@@ -368,7 +368,7 @@ fn random_loss_does_not_collapse_the_rate() {
         flows,
         &|_| c,
         Duration::from_millis(100),
-        0.05,
+        &|_| 0.05,
         8.0,
         Duration::from_secs(2),
     );
@@ -376,6 +376,59 @@ fn random_loss_does_not_collapse_the_rate() {
     assert!(last >= 0.8 * c, "estimate {last:.0} B/s");
     let throughput = r.delivered_after[0] as f64 / 6.0;
     assert!(throughput >= 0.75 * c, "{throughput:.0} B/s");
+}
+
+/// Three seconds in which every datagram is lost (a server socket that overflows, a Wi-Fi
+/// that drops out), then the path comes back: the sender must pick up again at once. Before,
+/// each congestion RTO of the outage halved the estimate (and a round spanning it cut it to
+/// what it delivered over the three seconds), the pacer fell to a few bytes per second, too
+/// slow for a round to end and a new sample to raise it again: the sender stalled for good
+/// (`tests/fec_parity_flight.rs` with this controller: 184 of 360 reliable inputs).
+#[test]
+fn an_outage_does_not_stall_the_sender() {
+    let app = 0.5 * MBIT;
+    for loss_tolerant in [false, true] {
+        let flows = vec![Flow::new(
+            DelayParams {
+                loss_tolerant,
+                ..params()
+            },
+            Some(app),
+        )];
+        let outage = |t: Duration| {
+            if t >= Duration::from_secs(2) && t < Duration::from_secs(5) {
+                1.0
+            } else {
+                0.0
+            }
+        };
+        let r = run(
+            flows,
+            &|_| MBIT,
+            Duration::from_millis(100),
+            &outage,
+            10.0,
+            Duration::from_secs(6),
+        );
+        // From a second after the outage the game's offer (and the backlog it left) goes
+        // through: at least what it offers in those 4 s.
+        let throughput = r.delivered_after[0] as f64 / 4.0;
+        assert!(
+            throughput >= 0.95 * app,
+            "loss tolerant {loss_tolerant}: {throughput:.0} B/s after the outage, estimates {:?}",
+            r.estimates
+                .iter()
+                .filter(|(t, _)| *t >= Duration::from_secs(5))
+                .map(|(_, e)| e[0] as u64)
+                .step_by(5)
+                .collect::<Vec<_>>()
+        );
+        let last = r.estimates.last().map(|(_, e)| e[0]).unwrap_or_default();
+        assert!(
+            last >= 0.9 * app,
+            "loss tolerant {loss_tolerant}: estimate {last:.0} B/s"
+        );
+    }
 }
 
 /// Sixteen games each offering 1.25 Mbit/s through a shared 10 Mbit/s link (the server's
@@ -392,7 +445,7 @@ fn sixteen_flows_share_the_link_fairly() {
         flows,
         &|_| c,
         Duration::from_millis(100),
-        0.0,
+        &|_| 0.0,
         10.0,
         Duration::from_secs(2),
     );
@@ -423,7 +476,7 @@ fn floor_and_ceiling_bound_the_rate() {
         flows,
         &|_| MBIT,
         Duration::from_millis(100),
-        0.0,
+        &|_| 0.0,
         6.0,
         Duration::from_secs(2),
     );
@@ -438,7 +491,7 @@ fn floor_and_ceiling_bound_the_rate() {
         flows,
         &|_| 0.5 * MBIT,
         Duration::from_millis(100),
-        0.0,
+        &|_| 0.0,
         6.0,
         Duration::from_secs(2),
     );
