@@ -11,7 +11,7 @@ use ricochet_testkit::echo::EchoScenario;
 use ricochet_testkit::Profile;
 
 fn config(scheme: FecScheme) -> Config {
-    let mut c = Config::competitive();
+    let mut c = Config::game();
     c.fec.policy = FecPolicy::Adaptive { max_parity: 4 };
     c.fec.scheme = scheme;
     c

@@ -182,7 +182,7 @@ impl EchoScenario {
                     expires_unix: SIM_UNIX_START + 3600,
                     user_data: &[],
                 };
-                let token = ConnectToken::generate(&key, &params, &mut backend)
+                let token = ConnectToken::seal(&key, &params, &mut backend)
                     .map_err(|e| EchoError::Invalid(format!("connect token: {e}")))?;
                 ep.connect_with_token(base, &token)
             };
