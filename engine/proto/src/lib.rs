@@ -198,7 +198,17 @@ pub use event::{Event, SendError, Transmit};
 pub type ServerConfig = ListenConfig;
 pub use keys::SessionKeys;
 pub use lanes::{Lane, LaneStats, SendOptions, UnsentDrops};
-pub use prefetch::{prefetch, PrefetchStage};
+pub use prefetch::PrefetchStage;
+
+/// Hints the CPU to load the memory of `value` into its cache: the hint this crate exported
+/// before it was internal, kept one release.
+#[deprecated(
+    note = "a CPU cache hint is not protocol: use `ricochet_platform::prefetch` (the protocol's own hints: `Endpoint::prefetch`)"
+)]
+#[inline]
+pub fn prefetch<T: ?Sized>(value: &T) {
+    prefetch::prefetch(value);
+}
 // Packet protection internals, public for benchmarks and attack tests only.
 #[cfg(feature = "test-util")]
 pub use protect::{NumberSpace, PacketKey, Unauthenticated, REPLAY_WINDOW};

@@ -29,6 +29,10 @@ fn the_old_proto_names_still_work() {
     let new = ConnectToken::seal(&key, &params, &mut rng()).unwrap();
     assert_eq!(old, new);
 
+    // The cache hint, now `ricochet_platform::prefetch`, is still callable by its old path
+    // (the test would not compile without it).
+    ricochet_proto::prefetch(&params);
+
     // `ServerConfig` is `ListenConfig`.
     let listen: ricochet_proto::ServerConfig = ListenConfig::insecure();
     assert_eq!(
