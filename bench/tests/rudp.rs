@@ -87,7 +87,7 @@ fn short_relayed_random_round_passes_every_check() {
 #[test]
 fn fec_policies_run_as_asked() {
     let _serial = one_at_a_time();
-    // Off must mean no parity at all, even though the competitive profile defaults to adaptive.
+    // Off must mean no parity at all, even though the game profile defaults to adaptive.
     let off = run_round(&short(Profile::Random, false));
     assert_ok(&off);
     assert!(off.fec.is_none());
@@ -124,7 +124,7 @@ fn pattern(channel: u8, len: usize) -> Vec<u8> {
 
 /// Send every size on every channel through a relay with `profile`, check the echoes.
 fn sizes_through_relay(profile: Profile, io_model: &str, backend: &str) {
-    let config = Config::competitive();
+    let config = Config::game();
     let kinds = config.channels.clone();
     let endpoint = EndpointConfig::default().with(|c| c.connection = Arc::new(config));
     let key = ricochet_proto::token::TokenKey::generate(&mut rand::rng());

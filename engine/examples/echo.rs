@@ -37,7 +37,7 @@ fn mint_token(server: SocketAddr) -> Result<ConnectToken, Box<dyn std::error::Er
         expires_unix: now.as_secs() + 30,
         user_data: b"",
     };
-    Ok(ConnectToken::generate(
+    Ok(ConnectToken::seal(
         &TokenKey::from_bytes(DEV_KEY),
         &params,
         &mut rand::rng(),

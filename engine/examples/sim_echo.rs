@@ -4,10 +4,10 @@
 //! ```sh
 //! cargo run --release --example sim_echo -- random                 # gate shape, ARQ only
 //! cargo run --release --example sim_echo -- burst --fec            # adaptive FEC
-//! cargo run --release --example sim_echo -- random --window 1 --payload 4096 --competitive
+//! cargo run --release --example sim_echo -- random --window 1 --payload 4096 --game
 //! ```
 //!
-//! Flags: `--fec` (adaptive, max parity 4), `--competitive` (`Config::competitive()` instead of
+//! Flags: `--fec` (adaptive, max parity 4), `--game` (`Config::game()` instead of
 //! `Config::default()`), `--no-cc` (congestion control off), `--insecure` (no packet
 //! protection),
 //! `--redundant` / `--no-redundant` (retransmit every fragment twice, or not), `--clients N`, `--window N`, `--payload BYTES`, `--seconds S`,
@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let mut profile = Profile::Random;
     let mut fec = false;
-    let mut competitive = false;
+    let mut game = false;
     let mut clients = 4;
     let mut window = 16;
     let mut payload = 1024;
@@ -58,7 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         match a.as_str() {
             "--fec" => fec = true,
             "--insecure" => insecure = true,
-            "--competitive" => competitive = true,
+            "--game" => game = true,
             "--no-cc" => no_cc = true,
             "--redundant" => redundant = Some(true),
             "--no-redundant" => redundant = Some(false),
@@ -91,8 +91,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             other => profile = Profile::from_str(other)?,
         }
     }
-    let mut config = if competitive {
-        Config::competitive()
+    let mut config = if game {
+        Config::game()
     } else {
         Config::default()
     };

@@ -729,7 +729,7 @@ impl Client {
             match sent {
                 Ok(Some(_)) => {}
                 Ok(None) => break,
-                // Oversize: lost like a datagram the network dropped; ARQ repairs it.
+                // Oversize: lost like a datagram the network dropped; ARQ retransmits it.
                 Err(ricochet_platform::Error::PayloadTooLarge { .. }) => {}
                 // Still full (a flush that sent nothing): as above.
                 Err(_) => break,

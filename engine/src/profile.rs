@@ -35,7 +35,7 @@ impl Profile {
     pub fn config(self) -> Config {
         match self {
             Profile::Default => Config::default(),
-            Profile::Game => Config::competitive(),
+            Profile::Game => Config::game(),
             Profile::Bulk => Config::bulk(),
         }
     }
@@ -66,7 +66,7 @@ impl std::str::FromStr for Profile {
             "default" => Ok(Profile::Default),
             "game" => Ok(Profile::Game),
             "competitive" => {
-                // The old name of `game` (the proto's `Config::competitive`): one release more.
+                // The old name of `game` (as was the proto's `Config::competitive`): one release more.
                 tracing::warn!("profile \"competitive\" is deprecated: it is called \"game\"");
                 Ok(Profile::Game)
             }

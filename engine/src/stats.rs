@@ -64,7 +64,7 @@ pub struct SessionStats {
     /// rather than let them queue: what does not fit waits in the session's queue (see
     /// [`ServerContext::queued_bytes`](crate::ServerContext::queued_bytes)) and arrives late.
     pub rate_estimate: u64,
-    /// How loss was detected and repaired: what a benchmark or a game tuning its settings
+    /// How loss was detected and recovered: what a benchmark or a game tuning its settings
     /// reads beside [`SessionStats::retransmitted`] and [`SessionStats::fec_recovered`].
     pub recovery: RecoveryStats,
     /// The largest datagram (UDP payload bytes) the session sends now: the base
@@ -74,7 +74,7 @@ pub struct SessionStats {
 }
 
 /// A session's loss-recovery counters ([`SessionStats::recovery`]): how much reliable data
-/// went out for the first time, and by which means losses were found and repaired.
+/// went out for the first time, and by which means losses were found and recovered.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RecoveryStats {

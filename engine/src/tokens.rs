@@ -3,7 +3,7 @@
 //! key, the game's protocol id and the validity, and seals with the OS's random generator and
 //! the wall clock.
 //!
-//! The token format is in [`ricochet_proto::token`] (whose `ConnectToken::generate` is the
+//! The token format is in [`ricochet_proto::token`] (whose `ConnectToken::seal` is the
 //! sans-IO primitive this issuer calls, taking the time and the generator as arguments); a
 //! backend in another language implements that format, or links the C library's issuer.
 //! (Not to be confused with [`BackendKind`](crate::BackendKind), the datagram I/O backend.)
@@ -116,7 +116,7 @@ pub(crate) fn seal(
         expires_unix: now.saturating_add(valid_for).as_secs(),
         user_data,
     };
-    ConnectToken::generate(key, &params, &mut rand::rng())
+    ConnectToken::seal(key, &params, &mut rand::rng())
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ fn token(servers: &[SocketAddr], client_id: u64) -> ConnectToken {
         expires_unix: now + 120,
         user_data: b"",
     };
-    ConnectToken::generate(&key(), &params, &mut rand::rng()).unwrap()
+    ConnectToken::seal(&key(), &params, &mut rand::rng()).unwrap()
 }
 
 #[derive(Clone, Default)]

@@ -40,7 +40,7 @@ fn token_for(server_addresses: &[SocketAddr], client_id: u64) -> ConnectToken {
         expires_unix: now + 60,
         user_data: b"",
     };
-    ConnectToken::generate(&key(), &params, &mut rand::rng()).unwrap()
+    ConnectToken::seal(&key(), &params, &mut rand::rng()).unwrap()
 }
 
 struct Echo;
@@ -1068,7 +1068,7 @@ fn client_set_forgets_a_failed_member_replaced_in_place() {
         user_data: b"",
     };
     wrong_key =
-        ConnectToken::generate(&TokenKey::from_bytes([9; 32]), &params, &mut rand::rng()).unwrap();
+        ConnectToken::seal(&TokenKey::from_bytes([9; 32]), &params, &mut rand::rng()).unwrap();
     let mut set = ClientSet::new();
     set.start_connecting(&[wrong_key], &cfg).unwrap();
     let refused = set.wait_connected(Duration::from_secs(10)).unwrap_err();

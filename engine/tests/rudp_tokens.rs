@@ -36,7 +36,7 @@ fn token_with(client_id: u64, servers: &[SocketAddr], expires_unix: u64) -> Conn
         expires_unix,
         user_data: b"role=medic",
     };
-    ConnectToken::generate(&key(), &params, &mut rand::rng()).unwrap()
+    ConnectToken::seal(&key(), &params, &mut rand::rng()).unwrap()
 }
 
 fn token(client_id: u64, server: SocketAddr) -> ConnectToken {
@@ -159,7 +159,7 @@ fn refused_tokens_and_refused_players_get_clear_errors() {
         user_data: b"",
     };
     let foreign =
-        ConnectToken::generate(&TokenKey::from_bytes([1; 32]), &params, &mut rand::rng()).unwrap();
+        ConnectToken::seal(&TokenKey::from_bytes([1; 32]), &params, &mut rand::rng()).unwrap();
     assert_eq!(refused(&foreign), CloseReason::TokenInvalid);
     // The application says no, with a reason the player reads.
     match connect(&token(13, addr)) {

@@ -16,6 +16,7 @@
 
 pub mod backend;
 pub mod batch;
+mod cache;
 pub mod counters;
 pub mod error;
 mod open;
@@ -41,6 +42,7 @@ pub use batch::{
     max_coalesced_segment, max_payload_for, RecvBatch, RecvDatagram, RecvMeta, SendBatch,
     SendEntry, MAX_GSO_SEGMENTS, MAX_UDP_PAYLOAD_V4, MAX_UDP_PAYLOAD_V6,
 };
+pub use cache::prefetch;
 pub use counters::KernelCounters;
 pub use error::{Error, Result};
 pub use open::{open, probe, Capabilities, URING_FAIL_ENV};

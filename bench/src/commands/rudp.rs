@@ -67,8 +67,9 @@ pub struct RudpArgs {
     /// FEC policy: off (ARQ only), fixed or adaptive.
     #[arg(long, default_value = "off", value_parser = ["off", "fixed", "adaptive"])]
     pub fec: String,
-    /// Protocol profile: competitive, default or bulk.
-    #[arg(long, default_value = "competitive", value_parser = ["competitive", "default", "bulk"])]
+    /// Protocol profile: game, default or bulk (`competitive`, the game profile's old name,
+    /// is still accepted).
+    #[arg(long, default_value = "game", value_parser = ["game", "default", "bulk", "competitive"])]
     pub protocol: String,
     /// Network condition (profile and overrides), applied to both directions of every route.
     #[command(flatten)]

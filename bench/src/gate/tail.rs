@@ -37,7 +37,7 @@ pub struct TailSuite {
     pub window: usize,
     /// Message size, bytes.
     pub payload: usize,
-    /// Protocol profile (`competitive`: the game profile).
+    /// Protocol profile (`game`: the game profile).
     pub protocol: String,
     /// FEC policy.
     pub fec: String,
@@ -62,7 +62,7 @@ impl Default for TailSuite {
             client_threads: 1,
             window: 16,
             payload: 1024,
-            protocol: "competitive".into(),
+            protocol: "game".into(),
             fec: "adaptive".into(),
             warmup_s: 0.5,
             seconds: 1.0,
@@ -262,10 +262,7 @@ mod tests {
         let c = s.config("shared", 2).unwrap();
         assert!(c.direct && c.separate_clients());
         assert_eq!(c.client_placement.as_deref(), Some("os"));
-        assert_eq!(
-            (c.protocol.as_str(), c.fec.as_str()),
-            ("competitive", "adaptive")
-        );
+        assert_eq!((c.protocol.as_str(), c.fec.as_str()), ("game", "adaptive"));
         assert_eq!(c.seed, 44);
         let bad = TailSuite {
             max_rtt_ms: 0.0,

@@ -91,18 +91,19 @@ pub fn mint_token(
         expires_unix: now.as_secs() + 3600,
         user_data: b"",
     };
-    Ok(ConnectToken::generate(key, &params, &mut rand::rng())?)
+    Ok(ConnectToken::seal(key, &params, &mut rand::rng())?)
 }
 
 /// The protocol settings of a round.
 pub fn protocol(cfg: &RudpConfig) -> Result<EndpointConfig> {
     let mut connection = match cfg.protocol.as_str() {
-        "competitive" => Config::competitive(),
+        // "competitive": the game profile's old name, in older result files and scripts.
+        "game" | "competitive" => Config::game(),
         "default" => Config::default(),
         "bulk" => Config::bulk(),
-        other => bail!("protocol profile {other:?}: expected competitive, default or bulk"),
+        other => bail!("protocol profile {other:?}: expected game, default or bulk"),
     };
-    // The policy is the round's, whatever the profile's default (competitive: adaptive).
+    // The policy is the round's, whatever the profile's default (game: adaptive).
     connection.fec.policy = FecPolicy::from_str(&cfg.fec)?.protocol();
     match cfg.congestion_controller.as_deref() {
         None => {}

@@ -49,7 +49,7 @@ pub fn config_for(
         io_threads,
         backend: backend.into(),
         fec: fec.name().into(),
-        protocol: "competitive".into(),
+        protocol: "game".into(),
         profile: profile.name().into(),
         loss_percent: 0.0,
         burst: None,

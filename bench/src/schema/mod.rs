@@ -395,7 +395,7 @@ pub struct RudpConfig {
     pub backend: String,
     /// FEC policy: `off`, `fixed` or `adaptive`.
     pub fec: String,
-    /// Protocol profile (`competitive`: 30 ms min RTO, 1 ms max ACK delay).
+    /// Protocol profile (`game`: 30 ms min RTO, 1 ms max ACK delay; `competitive` in older files).
     pub protocol: String,
     /// Network condition name: `none`, `random`, `burst` or `sustained` (flags may override it).
     pub profile: String,

@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use common::vectors::PATH;
 
 /// A generator that hands out given bytes (a token's keys, then its nonce) in order: with it,
-/// `ConnectToken::generate` (what the issuer runs) makes the vector's token.
+/// `ConnectToken::seal` (what the issuer runs) makes the vector's token.
 struct Replay(Vec<u8>, usize);
 
 impl RngCore for Replay {
@@ -43,7 +43,7 @@ fn issue(v: &Vector) -> ConnectToken {
     random.extend_from_slice(&v.s2c);
     random.extend_from_slice(&v.nonce);
     let mut rng = Replay(random, 0);
-    let token = ConnectToken::generate(
+    let token = ConnectToken::seal(
         &TokenKey::from_bytes(v.key),
         &TokenParams {
             protocol_id: v.protocol_id,

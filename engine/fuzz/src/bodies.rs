@@ -264,7 +264,7 @@ pub fn token_handshake(data: &[u8]) -> u64 {
             expires_unix: expires,
             user_data: b"u",
         };
-        ConnectToken::generate(&key, &params, &mut rng).expect("a token")
+        ConnectToken::seal(&key, &params, &mut rng).expect("a token")
     };
     let tokens = [
         mint(1, server_addr, UNIX + 60),

@@ -34,7 +34,7 @@ impl ChannelKind {
 
 /// Connection configuration. Both peers must use the same channel list.
 ///
-/// `#[non_exhaustive]`: start from a profile ([`Config::default`], [`Config::competitive`],
+/// `#[non_exhaustive]`: start from a profile ([`Config::default`], [`Config::game`],
 /// [`Config::bulk`]) and change fields, or use [`Config::with`], so a new setting is not a
 /// breaking change.
 ///
@@ -42,8 +42,8 @@ impl ChannelKind {
 /// use ricochet_proto::Config;
 /// use std::time::Duration;
 ///
-/// let config = Config::competitive().with(|c| c.idle_timeout = Duration::from_secs(30));
-/// assert_eq!(config.min_rto, Config::competitive().min_rto);
+/// let config = Config::game().with(|c| c.idle_timeout = Duration::from_secs(30));
+/// assert_eq!(config.min_rto, Config::game().min_rto);
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -105,11 +105,11 @@ pub struct Config {
     pub loss_tolerant: bool,
     /// Spread each window over the smoothed RTT.
     pub pacing: bool,
-    /// Send every retransmitted fragment twice, in two consecutive packets. A lost repair
-    /// costs another loss detection (about a round trip), and on an ordered channel every
+    /// Send every retransmitted fragment twice, in two consecutive packets. A lost
+    /// retransmission costs another loss detection (about a round trip), and on an ordered channel every
     /// later message waits for it; the second copy makes that a double loss. Costs the
     /// retransmitted bytes once more. Skipped while FEC groups carry parity (the parity
-    /// protects the repair). On in [`Config::competitive`].
+    /// protects the retransmission). On in [`Config::game`].
     pub redundant_retransmit: bool,
     /// Initial congestion window in packets.
     pub initial_window_packets: usize,
@@ -169,7 +169,7 @@ pub struct Config {
     /// How often a [`crate::wire::Frame::LossReport`] is sent while packets arrive.
     pub loss_report_interval: Duration,
     /// Forward error correction of outgoing datagrams (policy `Off` by default; adaptive in
-    /// [`Config::competitive`]). With `Off` this side sends plain `Data` packets (no FEC
+    /// [`Config::game`]). With `Off` this side sends plain `Data` packets (no FEC
     /// header); either way it accepts FEC packets from its peer. `max_payload` is derived from
     /// `max_datagram_size`.
     pub fec: FecConfig,
@@ -278,13 +278,14 @@ impl Default for Config {
 impl Config {
     /// The game profile: 30 ms minimum RTO, 1 ms maximum ACK delay, immediate ACKs of reliable
     /// data, ACKs of unreliable-only packets held up to 25 ms to ride the next packet out,
-    /// redundant retransmissions, adaptive FEC with the sliding-window code (0..4 repairs per 12
-    /// sources plus tail repairs, following the loss the peer reports; see
+    /// redundant retransmissions, adaptive FEC with the sliding-window code (0..4 repair
+    /// symbols per 12 sources plus tail repairs, following the loss the peer reports; see
     /// [`crate::fec::FecScheme`]). Its congestion controller is NewReno for now: the
     /// delay-aware one ([`CongestionController::Delay`]) is opt-in until it holds the game
     /// profile's goals (through the bench relay under `random` loss it lost about a quarter of
     /// the echo rate, and paced a loopback echo below NewReno's).
-    pub fn competitive() -> Self {
+    /// The `ricochet` runtime's `Profile::Game` ("game") is this configuration.
+    pub fn game() -> Self {
         Self {
             initial_rtt: Duration::from_millis(50),
             min_rto: Duration::from_millis(30),
@@ -296,6 +297,12 @@ impl Config {
             fec: FecConfig::default(),
             ..Self::default()
         }
+    }
+
+    /// The game profile under its old name.
+    #[deprecated(note = "renamed `Config::game`, after the profile it is (`Profile::Game`)")]
+    pub fn competitive() -> Self {
+        Self::game()
     }
 
     /// This configuration with `tune` applied.

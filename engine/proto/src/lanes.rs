@@ -17,7 +17,7 @@
 //!
 //! // Channel 0 (reliable events) before everything; channel 1 (snapshots, newest only) and
 //! // channel 2 (chat) share the rest 3:1.
-//! let config = Config::competitive().with(|c| {
+//! let config = Config::game().with(|c| {
 //!     c.channels = vec![
 //!         ChannelKind::ReliableOrdered,
 //!         ChannelKind::UnreliableSequenced,

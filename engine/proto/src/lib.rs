@@ -9,6 +9,26 @@
 //! server spreads its sessions is the embedder's business, behind the [`Router`] trait. The same
 //! code runs over io_uring, kqueue, the simulator and the benchmark's relay.
 //!
+//! # Words
+//!
+//! One word per concept, here and in the `ricochet` runtime:
+//!
+//! - *connection*: this crate's protocol state for one peer ([`Connection`], named on its
+//!   endpoint by a [`ConnectionHandle`], counted in [`ConnectionStats`]). The runtime says
+//!   *session* for the same thing seen by a game: one runtime session is one connection here,
+//!   its `SessionId` is the worker plus the [`ConnectionHandle`], its `SessionStats` are read
+//!   from the [`ConnectionStats`].
+//! - *retransmission*: ARQ sending lost data again in a new packet
+//!   ([`ConnectionStats::segments_retransmitted`], [`Config::redundant_retransmit`]).
+//! - *parity*: forward error correction's redundant packets, of either code (`FecParity`
+//!   packets, the `parity_*` counters of [`FecStats`]); for the block code, its Reed-Solomon
+//!   parity shards.
+//! - *repair* (symbol): the sliding-window code's parity packet, a combination of the sources
+//!   in its window; only that code's settings and counters use the word
+//!   ([`fec::SlidingConfig::tail_repairs`]).
+//! - *recovered*: a data datagram forward error correction rebuilt from parity
+//!   ([`FecStats::data_recovered`]).
+//!
 //! # Loss recovery
 //!
 //! Packet numbers are never reused: lost *data* (a fragment) is put into a new packet. ACK frames
@@ -29,11 +49,11 @@
 //! and is not raised to the RTO's floor. With only unreliable packets in flight, no reliable
 //! data queued and [`Config::unreliable_ack_delay`] set, the probe waits that delay longer,
 //! because their ACK may be held that long. The probe
-//! sends a copy of the oldest unacknowledged fragment, so a lost last packet, or a lost repair
-//! blocking an ordered channel, is repaired without waiting for the RTO. If that also goes
+//! sends a copy of the oldest unacknowledged fragment, so a lost last packet, or a lost
+//! retransmission blocking an ordered channel, is sent again without waiting for the RTO. If that also goes
 //! unanswered the RTO declares everything in flight lost and backs off (doubling, capped). The
-//! minimum RTO is configurable: 30 ms in [`Config::competitive`]. With
-//! [`Config::redundant_retransmit`] (competitive) each repaired fragment goes out in two
+//! minimum RTO is configurable: 30 ms in [`Config::game`]. With
+//! [`Config::redundant_retransmit`] (the game profile) each retransmitted fragment goes out in two
 //! consecutive packets, so only a double loss costs another detection.
 //!
 //! # Congestion control
@@ -77,7 +97,7 @@
 //! window only guards against a peer that stops acknowledging.
 //!
 //! What random loss still costs is latency, not window: a fragment lost on an ordered channel
-//! holds back every later message until its repair arrives, and the repair cannot arrive
+//! holds back every later message until its retransmission arrives, which cannot arrive
 //! sooner than one round trip after the original (the loss is seen through the ACKs of later
 //! packets). With many messages in flight on a lossy path (the `random` profile of `bench gate`:
 //! 5 % loss and 5 % of packets 15 ms late per direction), a large share of the round trips wait
@@ -127,7 +147,7 @@
 //! - `fec` (default): the FEC codecs, senders and receivers ([`fec`]; the `reed-solomon-simd`
 //!   dependency). Without it a connection sends no FEC whatever [`Config::fec`] says, and takes
 //!   the data out of its peer's `FecData` packets without recovering lost ones (ARQ does) and
-//!   drops its repair packets ([`fec::ReceiverStats::parity_ignored`]), so it still talks to a
+//!   drops its parity packets ([`fec::ReceiverStats::parity_ignored`]), so it still talks to a
 //!   peer that sends FEC. The configuration and statistics types exist either way.
 //! - `aws-lc-rs`: packet protection with aws-lc-rs instead of RustCrypto's `aes-gcm` (same
 //!   algorithm and bytes; the `ricochet` runtime turns it on).
@@ -181,7 +201,17 @@ pub use event::{Event, SendError, Transmit};
 pub type ServerConfig = ListenConfig;
 pub use keys::SessionKeys;
 pub use lanes::{Lane, LaneStats, SendOptions, UnsentDrops};
-pub use prefetch::{prefetch, PrefetchStage};
+pub use prefetch::PrefetchStage;
+
+/// Hints the CPU to load the memory of `value` into its cache: the hint this crate exported
+/// before it was internal, kept one release.
+#[deprecated(
+    note = "a CPU cache hint is not protocol: use `ricochet_platform::prefetch` (the protocol's own hints: `Endpoint::prefetch`)"
+)]
+#[inline]
+pub fn prefetch<T: ?Sized>(value: &T) {
+    prefetch::prefetch(value);
+}
 // Packet protection internals, public for benchmarks and attack tests only.
 #[cfg(feature = "test-util")]
 pub use protect::{NumberSpace, PacketKey, Unauthenticated, REPLAY_WINDOW};

@@ -29,13 +29,10 @@ pub enum PrefetchStage {
 
 /// Hints the CPU to load the memory of `value` itself (not what it points to) into its cache.
 /// A hint only: it never faults and changes no result, and it compiles to nothing on targets
-/// other than x86-64. An embedder that walks many cold states (a runtime's clients) issues it
-/// for the next one while it works on the current one. It costs one instruction per 64-byte
-/// line of `value`: meant for a struct, not for a large buffer, whose lines would evict what
-/// the hint was for. Public for the `ricochet` runtime, whose `ClientSet` walks its members'
-/// endpoints with it.
+/// other than x86-64. It costs one instruction per 64-byte line of `value`: meant for a
+/// struct, not for a large buffer, whose lines would evict what the hint was for.
 #[inline]
-pub fn prefetch<T: ?Sized>(value: &T) {
+pub(crate) fn prefetch<T: ?Sized>(value: &T) {
     bytes(
         (value as *const T).cast::<u8>(),
         std::mem::size_of_val(value),

@@ -19,8 +19,10 @@ const ABSENT: u32 = u32::MAX;
 /// number of slots with a deadline. Memory is one entry per such slot plus four bytes per slot
 /// index up to the highest ever set (until [`TimerQueue::shrink`] finds most of them unused).
 ///
-/// Shared by the endpoint and `ricochet`'s `ClientSet`; not part of the crate's API promise.
-#[doc(hidden)]
+/// The endpoint keeps its connections' deadlines in one. A driver of many endpoints on one
+/// thread keeps their [`Endpoint::poll_timeout`](crate::Endpoint::poll_timeout)s in another,
+/// keyed by its own index of each endpoint (`ricochet`'s `ClientSet` does, for its members),
+/// so that a turn runs only the endpoints whose deadline is due.
 #[derive(Debug, Default)]
 pub struct TimerQueue {
     heap: Vec<(Instant, u32)>,

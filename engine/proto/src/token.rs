@@ -9,6 +9,12 @@
 //! a server opens it without contacting anyone. The client cannot read or alter the private
 //! part; it learns the keys from the public part, which the backend sent it in confidence.
 //!
+//! One way to issue tokens: a backend in Rust uses `ricochet::TokenIssuer` (the wall clock, the
+//! OS's generator, a validity); one in another language links the C library's issuer or
+//! implements the layout below. This module holds the format and the sans-IO primitive that
+//! issuer calls, [`ConnectToken::seal`], which takes the expiry and the generator as arguments
+//! (tests and fuzz targets pass a seeded one):
+//!
 //! ```
 //! use rand::SeedableRng;
 //! use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
@@ -18,7 +24,7 @@
 //! // A backend draws from a generator the OS seeds (e.g. `rand::rng()`); a fixed seed here.
 //! let mut rng = rand_chacha::ChaCha20Rng::seed_from_u64(1);
 //! let now_unix = 1_800_000_000; // the backend's clock, seconds since 1970
-//! let token = ConnectToken::generate(
+//! let token = ConnectToken::seal(
 //!     &key,
 //!     &TokenParams {
 //!         protocol_id: 0x1234,
@@ -436,9 +442,16 @@ pub struct ConnectToken {
 }
 
 impl ConnectToken {
-    /// Issue a token: draw the session keys and the nonce from `rng` (use a cryptographic
-    /// generator seeded by the OS, e.g. `rand::rng()`), seal the private part with `key`.
-    pub fn generate<R: CryptoRng + ?Sized>(
+    /// The sans-IO primitive that makes a token: draw the session keys and the nonce from
+    /// `rng` (a cryptographic generator seeded by the OS, e.g. `rand::rng()`, outside tests),
+    /// seal the private part with `key`, with the expiry the caller computed from its own
+    /// clock. [`PrivateToken::open`] is its counterpart on the server.
+    ///
+    /// A backend in Rust issues tokens with `ricochet::TokenIssuer`, which calls this with
+    /// the wall clock and the OS's generator: that is the one way a user is pointed to. This
+    /// is for what must choose the time and the randomness itself (deterministic tests, fuzz
+    /// targets, an embedder without the `ricochet` runtime).
+    pub fn seal<R: CryptoRng + ?Sized>(
         key: &TokenKey,
         params: &TokenParams<'_>,
         rng: &mut R,
@@ -469,13 +482,25 @@ impl ConnectToken {
         })
     }
 
+    /// [`ConnectToken::seal`] under its old name.
+    #[deprecated(
+        note = "renamed `ConnectToken::seal` (the sans-IO primitive); to issue tokens use `ricochet::TokenIssuer`"
+    )]
+    pub fn generate<R: CryptoRng + ?Sized>(
+        key: &TokenKey,
+        params: &TokenParams<'_>,
+        rng: &mut R,
+    ) -> Result<ConnectToken, TokenError> {
+        Self::seal(key, params, rng)
+    }
+
     /// The serialized form (see the module docs), [`CONNECT_TOKEN_LEN`] bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = vec![0u8; CONNECT_TOKEN_LEN];
         out[..16].copy_from_slice(TOKEN_VERSION);
         out[16..24].copy_from_slice(&self.protocol_id.to_be_bytes());
         out[24..32].copy_from_slice(&self.expires_unix.to_be_bytes());
-        // `from_bytes` and `generate` only make tokens with 1..=8 addresses; a token whose
+        // `from_bytes` and `seal` only make tokens with 1..=8 addresses; a token whose
         // list was edited since keeps its first eight.
         let n = self.server_addresses.len().min(MAX_SERVER_ADDRESSES);
         put_addresses(&mut out[32..], &self.server_addresses[..n]);
@@ -538,7 +563,7 @@ mod tests {
             "10.0.0.1:7777".parse().unwrap(),
             "[2001:db8::1]:7778".parse().unwrap(),
         ];
-        let t = ConnectToken::generate(&key, &params(&addrs, b"blue"), &mut rng).unwrap();
+        let t = ConnectToken::seal(&key, &params(&addrs, b"blue"), &mut rng).unwrap();
         let back = ConnectToken::from_bytes(&t.to_bytes()).unwrap();
         assert_eq!(back, t);
         let p = PrivateToken::open(&key, 9, 1_000, &t.sealed, 999).unwrap();
@@ -587,18 +612,18 @@ mod tests {
             .map(|i| SocketAddr::from(([10, 0, 0, i], 1)))
             .collect();
         assert_eq!(
-            ConnectToken::generate(&key, &params(&[], b""), &mut rng),
+            ConnectToken::seal(&key, &params(&[], b""), &mut rng),
             Err(TokenError::NoServerAddress)
         );
         assert_eq!(
-            ConnectToken::generate(&key, &params(&nine, b""), &mut rng),
+            ConnectToken::seal(&key, &params(&nine, b""), &mut rng),
             Err(TokenError::TooManyServerAddresses(9))
         );
         assert_eq!(
-            ConnectToken::generate(&key, &params(&one, &[1; 257]), &mut rng),
+            ConnectToken::seal(&key, &params(&one, &[1; 257]), &mut rng),
             Err(TokenError::UserDataTooLarge(257))
         );
-        let full = ConnectToken::generate(&key, &params(&nine[..8], &[0xab; 256]), &mut rng)
+        let full = ConnectToken::seal(&key, &params(&nine[..8], &[0xab; 256]), &mut rng)
             .expect("8 addresses and 256 bytes fit");
         let p = PrivateToken::open(&key, 9, 1_000, &full.sealed, 0).unwrap();
         assert_eq!(p.server_addresses.len(), 8);
@@ -610,7 +635,7 @@ mod tests {
         let mut rng = ChaCha20Rng::seed_from_u64(3);
         let key = TokenKey::generate(&mut rng);
         let one: Vec<SocketAddr> = vec!["10.0.0.1:1".parse().unwrap()];
-        let b = ConnectToken::generate(&key, &params(&one, b""), &mut rng)
+        let b = ConnectToken::seal(&key, &params(&one, b""), &mut rng)
             .unwrap()
             .to_bytes();
         assert_eq!(

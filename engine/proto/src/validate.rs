@@ -230,7 +230,7 @@ mod tests {
 
     #[test]
     fn the_profiles_pass() {
-        for c in [Config::default(), Config::competitive(), Config::bulk()] {
+        for c in [Config::default(), Config::game(), Config::bulk()] {
             assert_eq!(c.validate(), Ok(()));
         }
     }
@@ -329,7 +329,7 @@ mod tests {
     /// byte of payload) while data stays queued: `poll_timeout` would point at the past.
     #[test]
     fn a_datagram_size_below_the_minimum_is_refused_naming_it() {
-        for base in [Config::default(), Config::competitive()] {
+        for base in [Config::default(), Config::game()] {
             let min = base.min_datagram_size();
             assert_eq!(min, crate::wire::MAX_CLIENT_HANDSHAKE_LEN);
             assert!(base.min_data_datagram_size() < min);

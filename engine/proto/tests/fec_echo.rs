@@ -21,7 +21,7 @@ const FIXED: FecPolicy = FecPolicy::Fixed { parity: 2 };
 const ADAPTIVE: FecPolicy = FecPolicy::Adaptive { max_parity: 4 };
 
 fn config(policy: FecPolicy) -> Config {
-    let mut c = Config::competitive();
+    let mut c = Config::game();
     c.fec.policy = policy;
     c
 }
@@ -107,7 +107,7 @@ fn lossy_case(p: Profile, min_recovered_per_1000: f64) {
         );
         // Fixed parity 2 cannot rebuild a 3-packet burst in one group: under `burst` its tail
         // is ARQ's repair of those groups, as fast as ARQ-only's (whose repairs are redundant
-        // in the competitive profile). It must not be slower; adaptive parity must be faster.
+        // in the game profile). It must not be slower; adaptive parity must be faster.
         let beats = if policy == FIXED {
             p99_ms(&r) <= p99_ms(&arq)
         } else {

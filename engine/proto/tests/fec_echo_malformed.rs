@@ -17,7 +17,7 @@ use ricochet_proto::{
 };
 
 fn config(policy: FecPolicy) -> Arc<Config> {
-    let mut c = Config::competitive();
+    let mut c = Config::game();
     c.fec.policy = policy;
     // The malformed bodies below are block-code parity bodies (the sliding code's repair
     // bodies have their own table in tests/fec_sliding.rs).

@@ -11,7 +11,7 @@ use ricochet_testkit::echo::EchoScenario;
 use ricochet_testkit::Profile;
 
 fn config(scheme: FecScheme) -> Config {
-    let mut c = Config::competitive();
+    let mut c = Config::game();
     c.fec.policy = FecPolicy::Adaptive { max_parity: 4 };
     c.fec.scheme = scheme;
     c
@@ -38,7 +38,7 @@ fn mixed(client: FecScheme, server: FecScheme, profile: Profile) {
         "{name}: {} round trips",
         r.round_trips
     );
-    // Both sides send repairs the other cannot use: nothing is rebuilt, ARQ repairs it all.
+    // Both sides send parity the other cannot use: nothing is rebuilt, ARQ retransmits it all.
     assert!(
         r.fec_parity_shards.unwrap_or(0) > 0,
         "{name}: no parity sent"

@@ -39,7 +39,7 @@ fn run(
     // A window that shrinks with every loss, as a loss-tolerant one does when the RTT shows a
     // queue (the bench's stuck clients had RTTs near 2 s and windows of 5 to 13 KB): then the
     // parity of a few lossy round trips fills it.
-    let cfg = Arc::new(Config::competitive().with(|c| c.loss_tolerant = false));
+    let cfg = Arc::new(Config::game().with(|c| c.loss_tolerant = false));
     let mut net = Net::new(
         Impair {
             delay: Duration::from_millis(1),

@@ -39,19 +39,19 @@ fn report(name: &str, r: &EchoReport) {
 }
 
 /// The game profile with FEC off: ARQ alone.
-fn competitive_arq() -> Config {
-    let mut c = Config::competitive();
+fn game_arq() -> Config {
+    let mut c = Config::game();
     c.fec.policy = FecPolicy::Off;
     c
 }
 
-/// The acceptance run: 60 simulated seconds per profile, default and competitive configs.
+/// The acceptance run: 60 simulated seconds per profile, default and game configs.
 #[test]
 fn echo_under_each_profile_60s() {
     for (cname, cfg) in [
         ("default", Config::default()),
-        ("competitive-arq", competitive_arq()),
-        ("competitive+fec", Config::competitive()),
+        ("game-arq", game_arq()),
+        ("game+fec", Config::game()),
     ] {
         for p in Profile::ALL {
             let r = run(p, cfg.clone(), 42, 60);
@@ -85,7 +85,7 @@ fn same_seed_same_trace() {
     );
 }
 
-/// Pacing, congestion control off, textbook NewReno and the competitive profile keep the echo
+/// Pacing, congestion control off, textbook NewReno and the game profile keep the echo
 /// correct.
 #[test]
 fn echo_smoke_config_variants() {
@@ -99,8 +99,8 @@ fn echo_smoke_config_variants() {
             "textbook-newreno",
             Config::default().with(|c| c.loss_tolerant = false),
         ),
-        ("competitive-arq", competitive_arq()),
-        ("competitive+fec", Config::competitive()),
+        ("game-arq", game_arq()),
+        ("game+fec", Config::game()),
     ];
     for (name, cfg) in variants {
         let r = run(Profile::Random, cfg, 5, 3);

@@ -296,7 +296,7 @@ fn a_close_that_cannot_be_sealed_is_not_sent_in_clear() {
     use ricochet_proto::wire::{DATA_HEADER_LEN, TAG_LEN};
     // Header and a close frame (type, reason): the packet in clear.
     let clear = DATA_HEADER_LEN + 2;
-    for config in [Config::default(), Config::competitive()] {
+    for config in [Config::default(), Config::game()] {
         let fec = config.fec.policy != ricochet_proto::fec::FecPolicy::Off;
         for buf_len in [clear, 1500] {
             let (mut net, s, c, h) = secure_pair(config.clone());

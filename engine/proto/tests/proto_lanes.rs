@@ -79,20 +79,19 @@ fn bulk_on_two_channels(cfg: Config) -> Vec<u8> {
 #[test]
 fn a_lower_priority_number_goes_first_even_queued_last() {
     let order = bulk_on_two_channels(
-        Config::competitive()
-            .with(|c| c.lanes = vec![Lane::new([0]), Lane::new([1, 2]).priority(1)]),
+        Config::game().with(|c| c.lanes = vec![Lane::new([0]), Lane::new([1, 2]).priority(1)]),
     );
     // Channel 0's lane has priority: all of it arrives before any of channel 2.
     assert_eq!(&order[..30], &[0; 30], "{order:?}");
     // Without lanes the two channels take turns.
-    let order = bulk_on_two_channels(Config::competitive());
+    let order = bulk_on_two_channels(Config::game());
     let first_half_on_2 = order[..30].iter().filter(|&&c| c == 2).count();
     assert!(first_half_on_2 >= 10, "{order:?}");
 }
 
 #[test]
 fn lanes_of_one_priority_share_bytes_by_weight() {
-    let cfg = Config::competitive().with(|c| {
+    let cfg = Config::game().with(|c| {
         c.channels = channels();
         c.lanes = vec![Lane::new([0]).weight(3), Lane::new([2]), Lane::new([1])];
         c.initial_window_packets = 8;
@@ -114,7 +113,7 @@ fn lanes_of_one_priority_share_bytes_by_weight() {
 
 #[test]
 fn a_deadline_drops_the_message_unsent_and_counts_it() {
-    let cfg = Config::competitive().with(|c| {
+    let cfg = Config::game().with(|c| {
         c.channels = channels();
         c.initial_window_packets = 4;
         c.min_window_packets = 4;
@@ -148,7 +147,7 @@ fn a_deadline_drops_the_message_unsent_and_counts_it() {
 
 #[test]
 fn a_newest_only_channel_sends_the_newest_snapshot() {
-    let cfg = Config::competitive().with(|c| {
+    let cfg = Config::game().with(|c| {
         c.channels = channels();
         c.newest_only = vec![1];
     });
@@ -172,7 +171,7 @@ fn a_newest_only_channel_sends_the_newest_snapshot() {
 
 #[test]
 fn a_lane_cap_drops_the_oldest_unreliable_and_refuses_reliable_past_it() {
-    let cfg = Config::competitive().with(|c| {
+    let cfg = Config::game().with(|c| {
         c.channels = channels();
         c.lanes = vec![Lane::new([0, 1]).queue_limit(5000), Lane::new([2])];
     });
@@ -221,7 +220,7 @@ fn a_lane_cap_drops_the_oldest_unreliable_and_refuses_reliable_past_it() {
 fn retransmissions_keep_their_lane() {
     // Lane 1's reliable bulk loses packets; events sent on lane 0 while its repairs are
     // pending go first, as the window opens.
-    let cfg = Config::competitive().with(|c| {
+    let cfg = Config::game().with(|c| {
         c.channels = channels();
         c.lanes = vec![Lane::new([0]), Lane::new([1, 2]).priority(1)];
         c.redundant_retransmit = false;

@@ -120,8 +120,8 @@ fn one_then_two_per_tick(side: &str, held: u64, eager: u64) {
 
 #[test]
 fn snapshot_acks_ride_the_next_input() {
-    let lazy = game_ticks(Config::competitive());
-    let eager = game_ticks(Config::competitive().with(|c| c.unreliable_ack_delay = None));
+    let lazy = game_ticks(Config::game());
+    let eager = game_ticks(Config::game().with(|c| c.unreliable_ack_delay = None));
     for (name, r) in [("lazy", &lazy), ("eager", &eager)] {
         println!(
             "{name}: client sent {} datagrams for {TICKS} inputs; server srtt {:?}, probes {}, rtos {}; client srtt {:?}",
@@ -148,7 +148,7 @@ fn snapshot_acks_ride_the_next_input() {
 /// passed, so the sender still learns the RTT and sees no probe.
 #[test]
 fn a_held_ack_goes_out_alone_after_the_delay() {
-    let cfg = Arc::new(Config::competitive());
+    let cfg = Arc::new(Config::game());
     let held = cfg
         .unreliable_ack_delay
         .expect("the game profile holds unreliable ACKs");
@@ -213,12 +213,12 @@ fn a_held_ack_goes_out_alone_after_the_delay() {
 /// input arrives.
 #[test]
 fn input_acks_can_ride_the_next_tick() {
-    let held = Config::competitive().with(|c| {
+    let held = Config::game().with(|c| {
         c.max_ack_delay = TICK + Duration::from_millis(1);
         c.ack_frequency = 8;
     });
-    let r = game_ticks_with(held, Config::competitive());
-    let eager = game_ticks(Config::competitive());
+    let r = game_ticks_with(held, Config::game());
+    let eager = game_ticks(Config::game());
     println!(
         "held: server sent {} datagrams, client {}; client srtt {:?}, probes {}, rtos {}, retransmitted {}",
         r.server_datagrams,

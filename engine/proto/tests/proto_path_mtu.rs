@@ -146,11 +146,11 @@ fn a_path_that_narrows_mid_session_shrinks_and_loses_no_reliable_message() {
     narrowing_path(pmtu_cfg());
 }
 
-/// The same in the competitive profile: FEC groups (sized to the path's ceiling), held
+/// The same in the game profile: FEC groups (sized to the path's ceiling), held
 /// unreliable ACKs, redundant retransmissions.
 #[test]
 fn a_path_that_narrows_mid_session_shrinks_with_fec_on() {
-    narrowing_path(Config::competitive().with(|c| c.path_mtu = PathMtuConfig::on()));
+    narrowing_path(Config::game().with(|c| c.path_mtu = PathMtuConfig::on()));
 }
 
 fn narrowing_path(cfg: Config) {

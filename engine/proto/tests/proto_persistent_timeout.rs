@@ -88,7 +88,7 @@ fn blackout(cfg: Config, warmup: Duration) -> (ricochet_proto::ConnectionStats, 
 fn repeated_timeouts_collapse_a_loss_tolerant_window() {
     // With RTT samples (a steady 2 ms path: no queueing) and without any.
     for warmup in [Duration::from_secs(1), Duration::ZERO] {
-        let (st, dark_bytes, sent, received) = blackout(Config::competitive(), warmup);
+        let (st, dark_bytes, sent, received) = blackout(Config::game(), warmup);
         assert_eq!(received, sent, "every input arrives once the path is back");
         // 240 inputs of 32 bytes were queued in the dark; a window kept at its initial 38 KB
         // resends them all on every expiry.
@@ -110,7 +110,7 @@ fn repeated_timeouts_collapse_a_loss_tolerant_window() {
 /// (128 fragments) is full no new input leaves.
 #[test]
 fn acks_slower_than_every_timeout_still_settle_and_teach_the_rtt() {
-    let cfg = Arc::new(Config::competitive());
+    let cfg = Arc::new(Config::game());
     let mut net = Net::delayed(Duration::from_millis(1), 5);
     let (s, c) = net.add_pair(cfg);
     let now = net.now;

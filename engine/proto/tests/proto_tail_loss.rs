@@ -100,9 +100,9 @@ fn lost_tail_fragment_is_repaired_by_a_probe_before_the_rto() {
 /// The game profile's 30 ms RTO floor is below two RTTs here: the probe fires at the RTO
 /// (30 ms after the tail left) and the copy arrives 10 ms later.
 #[test]
-fn lost_tail_fragment_competitive() {
-    let (took, probes, rtos) = lost_tail_delivery(Config::competitive());
-    println!("competitive: lost tail delivered after {took:?}");
+fn lost_tail_fragment_game() {
+    let (took, probes, rtos) = lost_tail_delivery(Config::game());
+    println!("game: lost tail delivered after {took:?}");
     assert!(probes >= 1, "no tail-loss probe");
     assert_eq!(rtos, 0, "an RTO fired");
     assert!(
@@ -115,7 +115,7 @@ fn lost_tail_fragment_competitive() {
 /// ACK is recognised (counted as a spurious loss) instead of being ignored.
 #[test]
 fn late_acks_of_reordered_packets_count_as_spurious_losses() {
-    let cfg = Arc::new(Config::competitive());
+    let cfg = Arc::new(Config::game());
     let mut net = Net::new(
         Impair {
             delay: ONE_WAY,
@@ -201,9 +201,9 @@ fn lost_repair_delivery(cfg: Config) -> Duration {
 
 #[test]
 fn redundant_retransmission_survives_a_lost_repair() {
-    let on = Config::competitive();
+    let on = Config::game();
     assert!(on.redundant_retransmit);
-    let off = Config::competitive().with(|c| c.redundant_retransmit = false);
+    let off = Config::game().with(|c| c.redundant_retransmit = false);
     let with = lost_repair_delivery(on);
     let without = lost_repair_delivery(off);
     println!(
@@ -224,7 +224,7 @@ fn redundant_retransmission_survives_a_lost_repair() {
 /// with a 10 ms floor a 13.6 ms stall of the bench host still drew one).
 #[test]
 fn a_paused_peer_on_a_short_clean_path_draws_no_probe() {
-    for cfg in [Config::competitive(), Config::default()] {
+    for cfg in [Config::game(), Config::default()] {
         assert_eq!(cfg.min_probe_timeout, Duration::from_millis(20));
         let cfg = Arc::new(cfg);
         let mut net = Net::new(
@@ -308,7 +308,7 @@ fn longest_round_trip_across_a_stall(
     stalled: std::net::SocketAddr,
     stall_ms: u64,
 ) -> (Duration, u64) {
-    let cfg = Arc::new(Config::competitive());
+    let cfg = Arc::new(Config::game());
     let mut net = Net::new(
         Impair {
             delay: Duration::from_micros(30),

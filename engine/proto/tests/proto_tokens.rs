@@ -58,7 +58,7 @@ fn mint(key: &TokenKey, client_id: u64, servers: &[SocketAddr], expires: u64) ->
         expires_unix: expires,
         user_data: b"team=blue",
     };
-    ConnectToken::generate(key, &params, &mut rng).unwrap()
+    ConnectToken::seal(key, &params, &mut rng).unwrap()
 }
 
 fn good_token(client_id: u64) -> ConnectToken {
@@ -171,7 +171,7 @@ fn a_token_admits_its_player_with_its_keys_and_identity() {
 /// message cut in many fragments arrives whole, with and without FEC.
 #[test]
 fn a_token_session_works_at_the_smallest_valid_datagram_size() {
-    for base in [Config::default(), Config::competitive()] {
+    for base in [Config::default(), Config::game()] {
         let min = base.min_datagram_size();
         let config = Arc::new(base.with(|c| c.max_datagram_size = min));
         assert_eq!(config.validate(), Ok(()));

@@ -619,7 +619,7 @@ impl ClientSet {
             c.endpoint.prefetch(PrefetchStage::Connection);
         }
         if let Some(c) = member(2) {
-            ricochet_proto::prefetch(c);
+            platform::prefetch(c);
         }
     }
 

@@ -182,7 +182,7 @@ impl EchoScenario {
                     expires_unix: SIM_UNIX_START + 3600,
                     user_data: &[],
                 };
-                let token = ConnectToken::generate(&key, &params, &mut backend)
+                let token = ConnectToken::seal(&key, &params, &mut backend)
                     .map_err(|e| EchoError::Invalid(format!("connect token: {e}")))?;
                 ep.connect_with_token(base, &token)
             };
@@ -423,7 +423,7 @@ pub struct EchoReport {
     pub fec_groups: Option<u64>,
     /// Data shards both sides' FEC senders protected; `None` without FEC.
     pub fec_data_shards: Option<u64>,
-    /// Groups the FEC receivers could not rebuild (ARQ repaired them); `None` without FEC.
+    /// Groups the FEC receivers could not rebuild (ARQ retransmitted them); `None` without FEC.
     pub fec_unrecoverable: Option<u64>,
     /// Parity shards both sides sent; `None` without FEC.
     pub fec_parity_shards: Option<u64>,

@@ -156,7 +156,7 @@ impl SessionsScenario {
                 };
                 // A constant key and valid parameters: generating cannot fail.
                 Some(Box::new(
-                    ConnectToken::generate(&key, &params, &mut rng)
+                    ConnectToken::seal(&key, &params, &mut rng)
                         .map_err(|_| SimError::NoSuchNode(server_addr))?,
                 ))
             } else {

@@ -427,7 +427,7 @@ impl FecState {
         };
         if FEC_HEADER_LEN + n + TAG_LEN > buf.len() {
             // Cannot happen with the budget from `arq_budget`; the datagram is already part of
-            // the group, so the receiver will count it lost and ARQ repairs it.
+            // the group, so the receiver will count it lost and ARQ retransmits it.
             return len;
         }
         let p = Packet::FecData {
@@ -662,7 +662,7 @@ impl FecState {
 
 /// Without the `fec` feature (no codecs compiled in): this side sends no FEC whatever its
 /// policy, and takes the ARQ datagram out of each of its peer's `FecData` packets as it
-/// arrives, with no recovery of lost ones (ARQ repairs them); the peer's repair packets are
+/// arrives, with no recovery of lost ones (ARQ retransmits them); the peer's parity packets are
 /// counted ([`ReceiverStats::parity_ignored`]) and dropped. Both ends stay interoperable.
 #[cfg(not(feature = "fec"))]
 #[derive(Debug)]
@@ -762,7 +762,7 @@ impl FecLink {
     }
 
     /// A data body yields its ARQ datagram (a `Data` header for `local` in front of the
-    /// payload); a repair body is counted and dropped. `Err`: malformed, dropped and counted.
+    /// payload); a parity body is counted and dropped. `Err`: malformed, dropped and counted.
     pub(crate) fn receive(
         &mut self,
         cfg: &Config,
@@ -847,7 +847,7 @@ mod tests {
     use crate::fec::FecScheme;
 
     fn adaptive_link() -> FecLink {
-        let mut cfg = Config::competitive();
+        let mut cfg = Config::game();
         cfg.fec.policy = FecPolicy::Adaptive { max_parity: 4 };
         cfg.fec.scheme = FecScheme::Block;
         FecLink::new(&cfg, 0)
@@ -878,7 +878,7 @@ mod tests {
     #[test]
     fn data_unwrapped_without_the_codecs_is_the_datagram_sent() {
         for scheme in [FecScheme::Block, FecScheme::Sliding] {
-            let mut cfg = Config::competitive();
+            let mut cfg = Config::game();
             cfg.fec.policy = FecPolicy::Fixed { parity: 2 };
             cfg.fec.scheme = scheme;
             let mut tx = FecLink::new(&cfg, 0);
@@ -912,7 +912,7 @@ mod tests {
     #[test]
     fn loss_report_carries_the_receivers_longest_burst() {
         let cfg = {
-            let mut c = Config::competitive();
+            let mut c = Config::game();
             c.fec.policy = FecPolicy::Fixed { parity: 1 };
             c
         };

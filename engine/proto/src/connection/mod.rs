@@ -862,7 +862,7 @@ impl Connection {
         }
         self.record_sent(now, pn, len, ack_eliciting, acks_below, segs);
         self.send.next_turn();
-        // A packet that cannot be sealed is dropped (already counted sent: ARQ repairs it as
+        // A packet that cannot be sealed is dropped (already counted sent: ARQ retransmits it as
         // a loss).
         let size = self.seal_outgoing(now, buf, len)?;
         Some(Transmit {
@@ -884,7 +884,7 @@ impl Connection {
     /// returns its length with the tag; without keys it is left as is. `None` when it cannot
     /// be sealed: the packet must then not be sent (a secure session never sends plaintext).
     /// Every budget leaves room for the tag, so that is a bug: the packet is lost, and ARQ
-    /// repairs it like any loss.
+    /// retransmits it like any loss.
     fn protect(&mut self, now: Instant, buf: &mut [u8], len: usize) -> Option<usize> {
         let Some(p) = self.protection.as_deref_mut() else {
             return Some(len);

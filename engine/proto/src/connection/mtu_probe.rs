@@ -47,7 +47,7 @@ impl Connection {
     }
 
     /// Sends the probe the search asks for, if any: a `Data` packet of a ping padded to the
-    /// size under test. It bypasses FEC (its loss must not cost a group its repair) and is
+    /// size under test. It bypasses FEC (its loss must not cost a FEC group its recovery) and is
     /// tracked as not ack-eliciting, so congestion control and loss recovery never see it
     /// and nothing in it is retransmitted; the search watches its ACK itself.
     pub(super) fn transmit_path_probe(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {

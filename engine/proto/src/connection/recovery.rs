@@ -56,7 +56,7 @@ impl Connection {
     /// How long after the last ack-eliciting packet the next probe timer fires. The first
     /// expiry is a tail-loss probe after two smoothed RTTs (or the smoothed RTT and four
     /// deviations, if longer) plus the peer's ACK delay (RFC 8985, [`RttEstimator::probe_delay`]),
-    /// at least [`Config::min_probe_timeout`] and never later than the RTO: it repairs a lost
+    /// at least [`Config::min_probe_timeout`] and never later than the RTO: it resends a lost
     /// last packet (or a lost retransmission that blocks an ordered channel) well before a
     /// conservative minimum RTO would, without firing at every scheduling hiccup of a short
     /// path.
@@ -68,7 +68,7 @@ impl Connection {
                 .max(self.cfg.min_probe_timeout)
                 .max(Duration::from_millis(1));
             // Only unreliable packets in flight: their ACK may be held (nothing would be
-            // repaired by probing for it sooner).
+            // resent by probing for it sooner).
             if let Some(held) = self.cfg.unreliable_ack_delay {
                 if self.recovery.reliable_in_flight == 0 && !self.has_queued_reliable() {
                     return tlp + held;
@@ -288,7 +288,7 @@ impl Connection {
                     self.send.retx.push_back(sid);
                     if self.cfg.redundant_retransmit && self.fec.reorder_allowance() == 0 {
                         // Second copy, sent in the packet after the first (see the config).
-                        // Not while FEC groups carry parity: that protects the repair too.
+                        // Not while FEC groups carry parity: that protects the retransmission too.
                         self.send.retx.push_back(sid);
                     }
                 }
@@ -371,7 +371,7 @@ impl Connection {
     pub(super) fn on_probe_timeout(&mut self, now: Instant) {
         self.recovery.pto_count += 1;
         if self.recovery.pto_count == 1 {
-            // Tail-loss probe: elicit an ACK (and repair a lost tail) before the RTO.
+            // Tail-loss probe: elicit an ACK (and resend a lost tail) before the RTO.
             self.counters.tail_loss_probes += 1;
         } else {
             self.counters.rto_count += 1;

@@ -98,7 +98,7 @@ impl ListenConfig {
 /// use std::sync::Arc;
 ///
 /// let server = EndpointConfig::server(ListenConfig::insecure())
-///     .with(|e| e.connection = Arc::new(Config::competitive()));
+///     .with(|e| e.connection = Arc::new(Config::game()));
 /// assert!(server.server.is_some());
 /// ```
 #[derive(Debug, Clone)]

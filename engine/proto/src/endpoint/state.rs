@@ -132,7 +132,7 @@ pub(super) struct Slot {
 impl Slot {
     pub(super) fn prefetch(&self, stage: PrefetchStage) {
         match stage {
-            PrefetchStage::Connection => crate::prefetch(self),
+            PrefetchStage::Connection => crate::prefetch::prefetch(self),
             PrefetchStage::Parts => {
                 if let Some(conn) = &self.conn {
                     conn.prefetch_parts();

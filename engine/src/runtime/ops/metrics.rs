@@ -299,12 +299,23 @@ impl Collector for ServerCollector {
         )?;
         per_worker(
             e,
-            "ricochet_fec_repairs_sent",
-            "FEC repair packets sent",
+            "ricochet_fec_parity_sent",
+            "FEC parity packets sent (both codes)",
             None,
             k,
             &totals,
-            |m, x| counter(m, x.fec_repairs_sent),
+            |m, x| counter(m, x.fec_parity_sent),
+        )?;
+        // The old name of the family above ("repair" now names only the sliding-window
+        // code's symbol), kept for one release so that dashboards can move.
+        per_worker(
+            e,
+            "ricochet_fec_repairs_sent",
+            "Deprecated: renamed ricochet_fec_parity_sent",
+            None,
+            k,
+            &totals,
+            |m, x| counter(m, x.fec_parity_sent),
         )?;
         per_worker(
             e,

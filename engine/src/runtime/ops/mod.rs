@@ -37,7 +37,7 @@ pub(crate) struct SessionTotals {
     pub packets_sent: u64,
     pub packets_lost: u64,
     pub retransmitted: u64,
-    pub fec_repairs_sent: u64,
+    pub fec_parity_sent: u64,
     pub fec_recovered: u64,
 }
 
@@ -46,7 +46,7 @@ impl SessionTotals {
         self.packets_sent += s.packets_sent;
         self.packets_lost += s.packets_lost;
         self.retransmitted += s.segments_retransmitted;
-        self.fec_repairs_sent += s.fec.parity_sent;
+        self.fec_parity_sent += s.fec.parity_sent;
         self.fec_recovered += s.fec.data_recovered;
     }
 }

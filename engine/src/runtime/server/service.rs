@@ -334,7 +334,7 @@ impl<H: Handler> RudpService<H> {
             match sent {
                 Ok(Some(n)) => self.bytes_out += n as u64,
                 Ok(None) => break,
-                // Oversize: the context counted it; ARQ repairs what it carried.
+                // Oversize: the context counted it; ARQ retransmits what it carried.
                 Err(platform::Error::PayloadTooLarge { .. }) => {}
                 // No room (the batch is full and a flush freed nothing): the datagram was not
                 // written and stays queued in the endpoint, whose timer is then due at once,

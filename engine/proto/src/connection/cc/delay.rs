@@ -20,7 +20,7 @@
 //! costs a game's urgent messages little.
 //!
 //! Loss alone does not change the rate (with `loss_tolerant`): random loss on a path without a
-//! queue is not congestion, and a packet that FEC rebuilt or ARQ repaired late inflates the
+//! queue is not congestion, and a packet that FEC rebuilt or ARQ retransmitted late inflates the
 //! smoothed RTT but not a round's smallest sample. What does is *queueing delay*: the smallest
 //! RTT sample of a cruise round above the path's minimum RTT (a windowed minimum over
 //! [`MIN_RTT_WINDOW`]) by more than [`queue_threshold`] means a standing queue (the path got
@@ -301,7 +301,7 @@ impl Delay {
     }
 
     /// A loss was declared. Loss tolerant, it is not congestion by itself: the round's own
-    /// queueing delay decides (a packet rebuilt by FEC or repaired late inflates the smoothed
+    /// queueing delay decides (a packet rebuilt by FEC or retransmitted late inflates the smoothed
     /// RTT the connection's `queueing` reads, not the round's minimum). Otherwise every loss
     /// counts.
     pub(crate) fn on_loss(&mut self) {
