@@ -171,10 +171,11 @@ impl SlidingSender {
     /// The adaptive policy sizes a chunk of `k` sources with the binomial tail: the fewest
     /// repairs `r` for which `k + r` datagrams lose more than `r` with a chance of at most
     /// `adaptive.target_residual` / (chunks of the message), at the peer's reported loss, at
-    /// most `k · max_parity / span`. A 64 KiB message of 55 fragments at 5 % loss is two
-    /// chunks of 28 and 27 with 6 and 5 repairs (each lost with odds of 0.13 % and 0.46 %: the
-    /// message arrives whole with odds above 99 %, where without FEC 0.95^55 = 6 %); the ratio
-    /// would have sent 14 plus tails. The fixed policy sends its ratio, all at the chunk's end.
+    /// most `k · max_parity / span`. A 64 KiB message (64 fragments in 1,200 B datagrams) at
+    /// 5 % loss is two chunks of 32 with 6 repairs each (38 datagrams lose more than 6 with
+    /// odds of 0.25 %: the message arrives whole with odds of 99.5 %, where without FEC
+    /// 0.95^64 = 3.8 %); the ratio at that loss (3 per 12 sources) sent 16 plus tails. The
+    /// fixed policy sends its ratio, all at the chunk's end.
     /// A chunk also closes when the sender goes quiet for `max_group_age` / 2 in it (the
     /// receiver holds sources that long at least) and, for the adaptive policy, carries no
     /// repairs once the peer reports a clean path.
