@@ -220,15 +220,15 @@ impl FecLink {
 
     /// Wraps an outgoing ARQ datagram (see [`FecState::seal`]); as is without FEC.
     /// `remaining`: the datagram carries a fragment of an unreliable message of several
-    /// fragments, that many of which follow it (the FEC code spends its repairs on the
-    /// message, see `SlidingSender::protect_fragment`).
+    /// fragments: (how many follow it, how many it has); the FEC code spends its repairs on
+    /// the message (see `SlidingSender::protect_fragment`).
     pub(crate) fn seal(
         &mut self,
         now: Instant,
         dst: ConnectionId,
         buf: &mut [u8],
         len: usize,
-        remaining: Option<u32>,
+        remaining: Option<(u32, u32)>,
     ) -> usize {
         match self.state.as_mut() {
             Some(s) => s.seal(now, dst, buf, len, remaining),
@@ -430,7 +430,7 @@ impl FecState {
         dst: ConnectionId,
         buf: &mut [u8],
         len: usize,
-        remaining: Option<u32>,
+        remaining: Option<(u32, u32)>,
     ) -> usize {
         let Some(tx) = self.tx.as_mut() else {
             return len;
@@ -739,7 +739,7 @@ impl FecLink {
         _dst: ConnectionId,
         _buf: &mut [u8],
         len: usize,
-        _remaining: Option<u32>,
+        _remaining: Option<(u32, u32)>,
     ) -> usize {
         len
     }

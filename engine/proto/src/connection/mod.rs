@@ -879,13 +879,13 @@ impl Connection {
     /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group. Either way it is then sealed
     /// (FEC below packet protection: see the `fec` submodule).
     /// `rest`: the datagram carries a fragment of an unreliable message of several
-    /// fragments, that many of which follow it (see `FecLink::seal`).
+    /// fragments: (how many follow it, how many it has); see `FecLink::seal`.
     fn seal_outgoing(
         &mut self,
         now: Instant,
         buf: &mut [u8],
         len: usize,
-        rest: Option<u32>,
+        rest: Option<(u32, u32)>,
     ) -> Option<usize> {
         let len = self.fec.seal(now, self.path.remote_cid, buf, len, rest);
         self.protect(now, buf, len)

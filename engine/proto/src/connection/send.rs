@@ -392,7 +392,8 @@ impl Connection {
     /// Writes queued fragments, channels in turn (with lanes: lanes by priority and weight,
     /// retransmissions in their lane); true when it wrote any. `rest`: set when the packet
     /// carries a fragment of an unreliable message of several fragments, to how many of the
-    /// last such message's fragments follow (FEC spends its repairs on the message).
+    /// last such message's fragments follow and how many it has (FEC spends its repairs on
+    /// the message).
     pub(super) fn fill_new_data(
         &mut self,
         now: Instant,
@@ -400,7 +401,7 @@ impl Connection {
         pn: u64,
         segs: &mut Segs,
         ack_eliciting: &mut bool,
-        rest: &mut Option<u32>,
+        rest: &mut Option<(u32, u32)>,
     ) -> bool {
         if self.send.lanes.is_some() {
             return self.fill_lanes(now, w, pn, segs, ack_eliciting, rest);
@@ -446,7 +447,7 @@ impl Connection {
         pn: u64,
         segs: &mut Segs,
         ack_eliciting: &mut bool,
-        rest: &mut Option<u32>,
+        rest: &mut Option<(u32, u32)>,
     ) -> bool {
         self.drop_expired(now);
         let base = self.send.seg_base;
@@ -532,7 +533,8 @@ impl Connection {
 
     /// A first transmission of fragment `f` of channel `ci` went into packet `pn`: it leaves
     /// the channel's queue counts, and a reliable one becomes a segment awaiting its ACK; an
-    /// unreliable one of several sets `rest` to the fragments of its message still to come.
+    /// unreliable one of several sets `rest` to the fragments of its message still to come and
+    /// their count.
     fn fragment_sent(
         &mut self,
         ci: usize,
@@ -540,10 +542,10 @@ impl Connection {
         reliable: bool,
         pn: u64,
         segs: &mut Segs,
-        rest: &mut Option<u32>,
+        rest: &mut Option<(u32, u32)>,
     ) {
         if !reliable && f.count > 1 {
-            *rest = Some(f.count - 1 - f.index.min(f.count - 1));
+            *rest = Some((f.count - 1 - f.index.min(f.count - 1), f.count));
         }
         let len = f.data.len();
         self.send.queued_bytes -= len;

@@ -33,14 +33,14 @@ impl Tx {
     }
 
     /// Protects one datagram; `remaining`: it carries a fragment of an unreliable message of
-    /// several fragments, that many of which follow (see
+    /// several fragments, (how many follow, how many it has) (see
     /// [`SlidingSender::protect_fragment`]; the block code protects it like any datagram).
     pub(crate) fn protect(
         &mut self,
         now: Instant,
         payload: &[u8],
         out: &mut [u8],
-        remaining: Option<u32>,
+        remaining: Option<(u32, u32)>,
     ) -> Result<usize, FecError> {
         match self {
             Tx::Block(t) => t.protect(now, payload, out),

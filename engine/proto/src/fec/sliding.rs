@@ -48,8 +48,8 @@ struct Chunk {
     started: Instant,
     /// Sources at which it closes.
     planned: usize,
-    /// The chance of losing the chunk that its repairs are sized for: the message's target
-    /// shared among the message's chunks.
+    /// The chance of losing the chunk that its repairs are sized for: the message's target,
+    /// the chunk's share by length.
     residual: f64,
 }
 
@@ -157,8 +157,8 @@ impl SlidingSender {
     }
 
     /// [`Self::protect`] for a datagram that carries a fragment of an unreliable message of
-    /// several fragments, `remaining` of which follow it (0: the message ends here); `None`
-    /// for any other datagram.
+    /// several fragments: `remaining` is (how many of them follow it, 0 when the message ends
+    /// here; how many it has); `None` for any other datagram.
     ///
     /// One lost fragment loses such a message whole, and ARQ never repairs it, so its
     /// repairs are spent on the message: its fragments (and whatever datagrams go between
@@ -170,7 +170,7 @@ impl SlidingSender {
     ///
     /// The adaptive policy sizes a chunk of `k` sources with the binomial tail: the fewest
     /// repairs `r` for which `k + r` datagrams lose more than `r` with a chance of at most
-    /// `adaptive.target_residual` / (chunks of the message), at the peer's reported loss, at
+    /// `adaptive.target_residual` · k / (the message's fragments), at the peer's reported loss, at
     /// most `k · max_parity / span`. A 64 KiB message (64 fragments in 1,200 B datagrams) at
     /// 5 % loss is two chunks of 32 with 6 repairs each (38 datagrams lose more than 6 with
     /// odds of 0.25 %: the message arrives whole with odds of 99.5 %, where without FEC
@@ -184,7 +184,7 @@ impl SlidingSender {
         now: Instant,
         payload: &[u8],
         out: &mut [u8],
-        remaining: Option<u32>,
+        remaining: Option<(u32, u32)>,
     ) -> Result<usize, FecError> {
         if payload.len() > self.cfg.max_payload {
             return Err(FecError::LengthTooLarge);
@@ -200,8 +200,8 @@ impl SlidingSender {
             // Its repairs must reach the receiver while it still holds the chunk's sources.
             self.close_chunk(now);
         }
-        if let (None, Some(rest)) = (self.chunk, remaining) {
-            self.open_chunk(now, rest);
+        if let (None, Some((rest, count))) = (self.chunk, remaining) {
+            self.open_chunk(now, rest, count);
         }
         let chunked = self.chunk.is_some();
         let protected = chunked || self.repair_interval().is_some();
@@ -233,7 +233,7 @@ impl SlidingSender {
         self.stats.data_shards += 1;
         self.stats.data_bytes += need as u64;
         if let Some(c) = self.chunk {
-            if remaining == Some(0) || self.window.len() >= c.planned {
+            if remaining.is_some_and(|(rest, _)| rest == 0) || self.window.len() >= c.planned {
                 self.close_chunk(now);
             }
             return Ok(need);
@@ -439,11 +439,12 @@ impl SlidingSender {
     }
 
     /// Opens a chunk at the datagram about to be protected, a fragment with `rest` more of
-    /// its message to follow, if the policy protects messages now. Sources a repair already
-    /// covers leave the window (the chunk's repairs cover the chunk alone); uncovered ones
-    /// join the chunk. The message (with them) is cut into chunks of equal length, at most
-    /// `sliding.window` each.
-    fn open_chunk(&mut self, now: Instant, rest: u32) {
+    /// its message of `count` to follow, if the policy protects messages now. Sources a
+    /// repair already covers leave the window (the chunk's repairs cover the chunk alone);
+    /// uncovered ones join the chunk. What is left of the message (with them) is cut into
+    /// chunks of equal length, at most `sliding.window` each, and each may leave the share
+    /// of the message's residual its length is of the message.
+    fn open_chunk(&mut self, now: Instant, rest: u32, count: u32) {
         let protects = match self.cfg.policy {
             FecPolicy::Off => false,
             FecPolicy::Fixed { parity } => parity > 0,
@@ -458,10 +459,12 @@ impl SlidingSender {
         }
         let total = self.window.len() + rest as usize + 1;
         let chunks = total.div_ceil(self.cfg.sliding.window);
+        let planned = total.div_ceil(chunks);
+        let message = total.max(count as usize);
         self.chunk = Some(Chunk {
             started: self.window.front().map_or(now, |s| s.sent),
-            planned: total.div_ceil(chunks),
-            residual: self.cfg.adaptive.target_residual / chunks as f64,
+            planned,
+            residual: self.cfg.adaptive.target_residual * planned as f64 / message as f64,
         });
         self.stats.message_chunks += 1;
     }

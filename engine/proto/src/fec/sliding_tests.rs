@@ -231,7 +231,7 @@ fn send_message(
     let (mut data, mut repairs) = (Vec::new(), Vec::new());
     for i in 0..count {
         let n = tx
-            .protect_fragment(now, &[i as u8; 40], buf, Some(count - 1 - i))
+            .protect_fragment(now, &[i as u8; 40], buf, Some((count - 1 - i, count)))
             .unwrap();
         data.push(buf[..n].to_vec());
         let mut r = Vec::new();
@@ -330,7 +330,7 @@ fn a_chunk_whose_message_stops_closes_on_its_timer() {
     let (mut tx, mut buf) = message_sender(0, 0);
     let now = ricochet_testkit::SimClock::new().now();
     for i in 0..10u32 {
-        tx.protect_fragment(now, &[i as u8; 40], &mut buf, Some(63 - i))
+        tx.protect_fragment(now, &[i as u8; 40], &mut buf, Some((63 - i, 64)))
             .unwrap();
     }
     assert!(
