@@ -77,7 +77,7 @@ fn run(policy: FecPolicy, count: u32) -> (u32, u32) {
         .connect_timeout(Duration::from_secs(10));
     let mut c = Client::connect_insecure_blocking(srv.local_addr(), ccfg).unwrap();
     let mut next = Instant::now();
-    let mut pump = |c: &mut Client, until: Instant| loop {
+    let pump = |c: &mut Client, until: Instant| loop {
         let now = Instant::now();
         if now >= until {
             return;
