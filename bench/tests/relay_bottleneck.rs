@@ -96,6 +96,16 @@ fn a_one_mbit_route_delivers_about_one_mbit() {
         "{neck:?}"
     );
     assert_eq!(neck.queued_bytes, 0);
+    // The same departures over time, in bins of 100 ms: every one counted once, none waited
+    // longer than the buffer.
+    let series = c.down_queue_series.expect("the route's queue over time");
+    let bins = series.bins();
+    assert_eq!(bins.iter().map(|b| b.departed).sum::<u64>(), neck.departed);
+    assert!(bins.iter().all(|b| b.sojourn_max_us <= 100_500), "{bins:?}");
+    assert!(
+        bins.iter().filter_map(|b| b.mean_us()).any(|m| m > 50_000),
+        "{bins:?}"
+    );
 }
 
 #[test]
@@ -162,6 +172,11 @@ fn a_shared_bottleneck_carries_every_route_at_its_one_rate() {
     assert_eq!(neck.offered, 2 * u64::from(N));
     assert_eq!(neck.departed + neck.dropped, neck.offered, "{neck:?}");
     assert_eq!(got.iter().sum::<u64>(), neck.departed, "{got:?} {neck:?}");
+    let series = c.down_queue_series.expect("the shared queue over time");
+    assert_eq!(
+        series.bins().iter().map(|b| b.departed).sum::<u64>(),
+        neck.departed
+    );
     // About one link's worth in the sending time (2.88 s at 125,000 B/s, plus the buffer).
     let carried = neck.departed_bytes as f64 / 125_000.0;
     assert!(

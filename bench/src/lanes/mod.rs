@@ -5,7 +5,8 @@
 //! snapshot age at delivery (server send to player receive, on the host's monotonic clock),
 //! the relay's queue delay at the bottleneck, reliable events lost, snapshots delivered, and
 //! and the server session's rate estimate, sampled every tick, against the bottleneck's rate
-//! (or the fair share of a shared one).
+//! (or the fair share of a shared one). Each arm's run also carries its [`series`] over time
+//! (bins of 100 ms): what the report's chart of latency over time per lane draws.
 //!
 //! An *arm* is how the server and players configure their sessions: the baseline (one channel
 //! list as before issue 38: one queue, the game profile with NewReno), `cc` (one queue, the
@@ -13,6 +14,7 @@
 //! only the newest snapshot). The arms of a run alternate, so they share the host's conditions.
 
 pub mod players;
+pub mod series;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,11 +28,12 @@ use ricochet::{CongestionController, Lane};
 use serde::Serialize;
 
 use crate::commands::Global;
-use crate::host::{command_line, HostInfo, UtcTime};
+use crate::host::{command_line, BuildInfo, HostInfo, UtcTime};
 use crate::relay::{BottleneckConfig, BottleneckCounters, RateSchedule, Relay, RelayConfig};
 use crate::scale::server::monotonic_ns;
 use players::{Arrival, PlayersProcess, PlayersSpec, HEADER};
 use ricochet_testkit::Impairment;
+use series::{Observed, Series};
 
 /// Channel of the events (reliable-ordered in every profile's channel list).
 const EVENT_CHANNEL: u8 = 0;
@@ -226,6 +229,9 @@ pub struct ArmRun {
     pub rate_estimate_error_p50_pct: Option<f64>,
     /// The bottleneck's full counters.
     pub bottleneck: BottleneckCounters,
+    /// The run over time (bins of 100 ms from the relay's start, through the drain): the
+    /// chart of latency over time per lane.
+    pub series: Series,
 }
 
 /// One scenario's result: the keys scripts read, then every run of every arm.
@@ -273,6 +279,7 @@ struct LanesFile {
     at: String,
     command: String,
     host: HostInfo,
+    build: BuildInfo,
     snapshot_bytes: usize,
     event_bytes: usize,
     tick_hz: u32,
@@ -470,16 +477,22 @@ fn run_once(sc: &Scenario, arm: Arm, args: &LanesArgs) -> Result<ArmRun> {
     distinct.sort_unstable();
     distinct.dedup();
     let events_sent = counts.events.load(Ordering::Relaxed);
-    let (estimate, error_max, error_p50) = judge_estimates(
-        sc,
-        &schedule,
-        relay_start_ns,
-        &counts
-            .estimates
-            .lock()
-            .map(|e| e.clone())
-            .unwrap_or_default(),
-    );
+    let estimates = counts
+        .estimates
+        .lock()
+        .map(|e| e.clone())
+        .unwrap_or_default();
+    let (estimate, error_max, error_p50) =
+        judge_estimates(sc, &schedule, relay_start_ns, &estimates);
+    let series = Series::build(&Observed {
+        start_ns: relay_start_ns,
+        sending: Duration::from_secs_f64(sc.seconds),
+        drain: DRAIN,
+        events: &report.events,
+        snapshots: &report.snapshots,
+        queue: relay_counters.down_queue_series.as_ref(),
+        estimates: &estimates,
+    });
     if report.malformed > 0 || report.disconnected > 0 {
         bail!(
             "{}: {} malformed messages, {} players disconnected",
@@ -511,6 +524,7 @@ fn run_once(sc: &Scenario, arm: Arm, args: &LanesArgs) -> Result<ArmRun> {
         rate_estimate_error_pct: error_max,
         rate_estimate_error_p50_pct: error_p50,
         bottleneck,
+        series,
     })
 }
 
@@ -587,6 +601,7 @@ pub fn run(args: &LanesArgs, global: &Global) -> Result<bool> {
         at: at.iso(),
         command: command_line(),
         host: HostInfo::collect(),
+        build: BuildInfo::collect(),
         snapshot_bytes: args.snapshot_bytes,
         event_bytes: args.event_bytes,
         tick_hz: TICK_HZ,

@@ -19,6 +19,8 @@ use anyhow::{anyhow, bail, Context};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use super::queue_series::QueueSeries;
+
 /// A send rate that changes at given times: `(offset from the start of the run, bytes per
 /// second)`, sorted by offset, the first at offset zero, every rate above zero.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,6 +240,8 @@ pub struct Bottleneck<T> {
     /// Bytes in `queue` (some may have departed already at a given `now`).
     held_bytes: u64,
     sojourn: Histogram<u64>,
+    /// The sojourns again, binned by departure time.
+    series: QueueSeries,
     counters: BottleneckCounters,
 }
 
@@ -254,6 +258,7 @@ impl<T> Bottleneck<T> {
             held_bytes: 0,
             sojourn: Histogram::new_with_bounds(1, SOJOURN_MAX_US, 2)
                 .context("sojourn histogram")?,
+            series: QueueSeries::default(),
             counters: BottleneckCounters::default(),
         })
     }
@@ -317,9 +322,15 @@ impl<T> Bottleneck<T> {
         self.counters.departed += 1;
         self.counters.departed_bytes += w.len;
         let us = w.departure.saturating_duration_since(w.arrival).as_micros();
-        self.sojourn
-            .saturating_record(u64::try_from(us).unwrap_or(u64::MAX).max(1));
+        let us = u64::try_from(us).unwrap_or(u64::MAX);
+        self.sojourn.saturating_record(us.max(1));
+        self.series.record(self.offset(w.departure), us);
         Some((w.departure, w.item))
+    }
+
+    /// The sojourns of the datagrams departed so far, binned by departure time.
+    pub fn queue_series(&self) -> &QueueSeries {
+        &self.series
     }
 
     /// The counters, with the sojourn percentiles of the datagrams departed so far.
@@ -433,6 +444,13 @@ mod tests {
         let p50 = c.sojourn_p50_us;
         assert!((57_000..=58_000).contains(&p50), "{p50}");
         assert!((95_000..=96_500).contains(&c.sojourn_max_us), "{c:?}");
+        // Over time: five departures in the first 100 ms (19.2 … 96 ms), the sixth at 115.2 ms.
+        let bins = b.queue_series().bins();
+        assert_eq!(bins.len(), 2);
+        assert_eq!((bins[0].departed, bins[1].departed), (5, 1));
+        assert_eq!(bins[0].sojourn_max_us, 96_000);
+        assert_eq!(bins[0].mean_us(), Some(57_600));
+        assert_eq!(bins[1].sojourn_max_us, 95_200);
     }
 
     #[test]

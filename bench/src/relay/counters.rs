@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use ricochet_testkit::LinkCounters;
 
 use super::bottleneck::BottleneckCounters;
+use super::queue_series::QueueSeries;
 use serde::Serialize;
 
 /// Counters of one direction of one route (or, summed, of several).
@@ -247,6 +248,11 @@ pub struct RelayCounters {
     /// configured so.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shared_down: Option<BottleneckCounters>,
+    /// The server-to-client bottlenecks' queue delay over time (the shared one, or every
+    /// route's own merged), if there are any. Not in the JSON of the runs that embed these
+    /// counters; `bench lanes` writes its own series.
+    #[serde(skip)]
+    pub down_queue_series: Option<QueueSeries>,
 }
 
 impl RelayCounters {

@@ -72,6 +72,7 @@ mod bottleneck;
 mod cli;
 mod config;
 mod counters;
+mod queue_series;
 mod shared;
 mod sys;
 mod worker;
@@ -91,6 +92,7 @@ pub use config::{RelayConfig, DEFAULT_SOCKET_BUFFER};
 pub use counters::{
     DirectionCounters, Lateness, RelayCounters, RelayErrors, RouteCounters, RoutePeaks,
 };
+pub use queue_series::{QueueBin, QueueSeries, QUEUE_BIN};
 
 /// The relay; see the [module docs](self).
 #[derive(Debug)]

@@ -16,6 +16,7 @@ use ricochet_testkit::{Direction, ImpairedLink, ImpairedQueue, Impairment};
 use super::bottleneck::{Bottleneck, BottleneckConfig};
 use super::config::RelayConfig;
 use super::counters::{DirectionCounters, Lateness, RelayCounters, RelayErrors, RouteCounters};
+use super::queue_series::QueueSeries;
 use super::shared::Shared;
 use super::sys::{self, PollFd, POLLIN, POLLOUT};
 
@@ -546,6 +547,18 @@ impl Worker {
         };
         c.shared_up = self.shared_up.as_ref().map(|n| n.counters(now));
         c.shared_down = self.shared_down.as_ref().map(|n| n.counters(now));
+        c.down_queue_series = match &self.shared_down {
+            Some(n) => Some(n.queue_series().clone()),
+            None => self
+                .routes
+                .iter()
+                .filter_map(|r| r.down.neck.as_ref())
+                .fold(None, |acc: Option<QueueSeries>, n| {
+                    let mut s = acc.unwrap_or_default();
+                    s.merge(n.queue_series());
+                    Some(s)
+                }),
+        };
         c.thread_cpu_ns = sys::thread_cpu_ns();
         c.elapsed_ns = u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         c

@@ -1,4 +1,5 @@
-//! SVG charts (plotters): horizontal bars and a heat table. Deterministic for the same data.
+//! SVG charts (plotters): horizontal bars, a heat table and lines over time. Deterministic for
+//! the same data.
 
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
@@ -161,6 +162,152 @@ pub fn heat_table(
     })
 }
 
+/// One line of a chart over time.
+#[derive(Debug, Clone)]
+pub struct Line {
+    /// Legend label.
+    pub label: String,
+    /// Colour.
+    pub color: RGBColor,
+    /// Stroke width, px.
+    pub width: u32,
+    /// Drawn dashed (a secondary quantity).
+    pub dashed: bool,
+    /// (x, y) points in x order; `None` leaves a gap.
+    pub points: Vec<(f64, Option<f64>)>,
+}
+
+/// The runs of points of `points` that have a value, a run broken where more than `bridge`
+/// points in a row have none.
+fn segments(points: &[(f64, Option<f64>)], bridge: usize) -> Vec<Vec<(f64, f64)>> {
+    let mut out = Vec::new();
+    let mut run = Vec::new();
+    let mut missing = 0;
+    for &(x, y) in points {
+        match y.filter(|y| y.is_finite()) {
+            Some(y) => {
+                missing = 0;
+                run.push((x, y));
+            }
+            None => {
+                missing += 1;
+                if missing > bridge && !run.is_empty() {
+                    out.push(std::mem::take(&mut run));
+                }
+            }
+        }
+    }
+    if !run.is_empty() {
+        out.push(run);
+    }
+    out
+}
+
+/// Lines over time: x in seconds from `0` to `x_max`, y on a logarithmic axis from `y_min`
+/// (values below it are drawn at it) to above the largest value; a labelled vertical mark at
+/// each `(x, label)` of `marks`; the legend in a column on the right. A line bridges a gap
+/// of up to `bridge` points without a value and breaks at a longer one.
+#[allow(clippy::too_many_arguments)]
+pub fn time_lines(
+    file: &str,
+    title: &str,
+    y_desc: &str,
+    x_max: f64,
+    y_min: f64,
+    bridge: usize,
+    lines: &[Line],
+    marks: &[(f64, String)],
+) -> Result<Chart> {
+    const LEGEND_W: i32 = 230;
+    let (width, height) = (1000i32, 460i32);
+    let y_top = lines
+        .iter()
+        .flat_map(|l| l.points.iter().filter_map(|p| p.1))
+        .filter(|v| v.is_finite())
+        .fold(y_min, f64::max)
+        * 2.0;
+    let grey = RGBColor(0x77, 0x77, 0x77);
+    let mut svg = String::new();
+    {
+        let root =
+            SVGBackend::with_string(&mut svg, (width as u32, height as u32)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .margin_right(LEGEND_W)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..x_max.max(1.0), (y_min..y_top).log_scale())
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc(y_desc)
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .y_label_formatter(&|y| fmt_axis(*y))
+            .draw()
+            .map_err(err)?;
+        for (x, label) in marks {
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(*x, y_min), (*x, y_top)],
+                    grey.stroke_width(1),
+                )))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    label.clone(),
+                    (*x, y_top / 1.3),
+                    ("sans-serif", 13).into_font().color(&grey),
+                )))
+                .map_err(err)?;
+        }
+        for l in lines {
+            let style = l.color.stroke_width(l.width);
+            for seg in segments(&l.points, bridge) {
+                let seg: Vec<(f64, f64)> =
+                    seg.into_iter().map(|(x, y)| (x, y.max(y_min))).collect();
+                if l.dashed {
+                    chart
+                        .draw_series(DashedLineSeries::new(seg, 6, 4, style))
+                        .map_err(err)?;
+                } else {
+                    chart
+                        .draw_series(LineSeries::new(seg, style))
+                        .map_err(err)?;
+                }
+            }
+        }
+        // The legend, beside the plot so that it hides no data.
+        let x0 = width - LEGEND_W + 10;
+        for (i, l) in lines.iter().enumerate() {
+            let y = 60 + 22 * i as i32;
+            let style = l.color.stroke_width(l.width);
+            let dash: &[(i32, i32)] = if l.dashed {
+                &[(0, 7), (11, 18), (22, 28)]
+            } else {
+                &[(0, 28)]
+            };
+            for &(a, b) in dash {
+                root.draw(&PathElement::new(vec![(x0 + a, y), (x0 + b, y)], style))
+                    .map_err(err)?;
+            }
+            root.draw(&Text::new(
+                l.label.clone(),
+                (x0 + 36, y - 7),
+                ("sans-serif", 13).into_font(),
+            ))
+            .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(Chart {
+        file: file.to_string(),
+        svg,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -191,5 +338,65 @@ mod tests {
         .unwrap();
         assert!(c.svg.contains("\n0\n</text>"), "{}", c.svg);
         assert!(c.svg.contains("\n-\n</text>"), "{}", c.svg);
+    }
+
+    #[test]
+    fn time_lines_break_at_gaps_and_are_deterministic() {
+        assert_eq!(
+            segments(
+                &[
+                    (0.0, Some(1.0)),
+                    (1.0, None),
+                    (2.0, Some(2.0)),
+                    (3.0, Some(3.0))
+                ],
+                0
+            ),
+            vec![vec![(0.0, 1.0)], vec![(2.0, 2.0), (3.0, 3.0)]]
+        );
+        // A gap of one point is bridged when asked, one of two is not.
+        let p = [
+            (0.0, Some(1.0)),
+            (1.0, None),
+            (2.0, Some(2.0)),
+            (3.0, None),
+            (4.0, None),
+            (5.0, Some(5.0)),
+        ];
+        assert_eq!(
+            segments(&p, 1),
+            vec![vec![(0.0, 1.0), (2.0, 2.0)], vec![(5.0, 5.0)]]
+        );
+        let line = |label: &str, dashed| Line {
+            label: label.into(),
+            color: BAR,
+            width: 2,
+            dashed,
+            points: (0..50)
+                .map(|i| {
+                    (
+                        f64::from(i) / 10.0,
+                        (i % 7 != 0).then(|| f64::from(i) + 20.0),
+                    )
+                })
+                .collect(),
+        };
+        let draw = || {
+            time_lines(
+                "t.svg",
+                "over time",
+                "ms",
+                5.0,
+                1.0,
+                1,
+                &[line("event", false), line("queue", true)],
+                &[(2.5, "step".into())],
+            )
+            .unwrap()
+        };
+        let a = draw();
+        assert_eq!(a, draw());
+        assert!(a.svg.contains("event") && a.svg.contains("queue"));
+        assert!(a.svg.contains("step"));
     }
 }

@@ -64,6 +64,7 @@ pub(super) fn render(cx: &mut Ctx) -> Result<()> {
     security_cost(cx, &mut body);
     other_languages(cx, &mut body);
     super::ops::render(cx, &mut body);
+    super::lanes::render(cx, &mut body)?;
     cx.section(FRONT_SECTION, body);
     Ok(())
 }

@@ -14,7 +14,7 @@
 //! trying the benchmark does not change the report.
 //!
 //! Inputs it understands (by their own kind field): `tour` / `udp` / `udp-limits` / `rudp` /
-//! `rudp-matrix` (the bench result schema), `platform-blast` (the platform crate's blast example), `fec-codecs` (`bench fec`), `ops` (`bench ops`), and the
+//! `rudp-matrix` (the bench result schema), `platform-blast` (the platform crate's blast example), `fec-codecs` (`bench fec`), `ops` (`bench ops`), `lanes` (`bench lanes`), and the
 //! gate baseline (`results/baseline/gate-*.json`: the simulated echo). A measurement
 //! that failed or is incomplete is refused: left out of every table and chart and listed, with
 //! the reason, in the `refused` section. Files of an unknown kind are listed there too.
@@ -22,6 +22,7 @@
 mod charts;
 mod ctx;
 mod headline;
+mod lanes;
 mod ops;
 mod reference;
 mod rudp;
@@ -60,6 +61,8 @@ pub enum Input {
     Ffi(Value),
     /// `bench ops`: metrics, scrape and conditioner costs.
     Ops(Value),
+    /// `bench lanes`: players behind a bottleneck, the arms side by side.
+    Lanes(Value),
     /// The gate baseline (simulated echo metrics).
     Gate(Baseline),
 }
@@ -142,6 +145,13 @@ pub fn classify(text: &str) -> Result<Input, String> {
             Ok(Input::Ops(v))
         } else {
             Err("ops without its echo shape".into())
+        };
+    }
+    if v.get("kind").and_then(Value::as_str) == Some("lanes") {
+        return if v.get("scenarios").and_then(Value::as_array).is_some() {
+            Ok(Input::Lanes(v))
+        } else {
+            Err("lanes without scenarios".into())
         };
     }
     let kind = v

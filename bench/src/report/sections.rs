@@ -163,9 +163,13 @@ fn environment(cx: &mut Ctx) {
                     }),
                 ]
             }
-            Input::Crypto(v) | Input::Ffi(v) | Input::Ops(v) => vec![
+            Input::Crypto(v) | Input::Ffi(v) | Input::Ops(v) | Input::Lanes(v) => vec![
                 format!("`{path}`"),
-                text(v, "created_utc").into(),
+                // `bench lanes` names the time `at`.
+                match text(v, "created_utc") {
+                    "" => text(v, "at").into(),
+                    t => t.into(),
+                },
                 v.get("host")
                     .map_or("-".into(), |h| text(h, "hostname").to_string()),
                 v.get("host").map_or("-".into(), |h| {

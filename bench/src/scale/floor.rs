@@ -373,12 +373,18 @@ pub(super) fn serve_process(
             .collect(),
         ..ServerStats::default()
     };
-    answer_commands(lines, &mut output, |reset| {
-        if reset {
-            since = (CpuTimes::now(), Instant::now());
-        }
-        stats(&server, &since)
-    })?;
+    // The echo floor has no game to start.
+    answer_commands(
+        lines,
+        &mut output,
+        || {},
+        |reset| {
+            if reset {
+                since = (CpuTimes::now(), Instant::now());
+            }
+            stats(&server, &since)
+        },
+    )?;
     // Joined first, so the last report counts every echo sent.
     server.shutdown()?;
     let last = stats(&server, &since);

@@ -315,13 +315,19 @@ pub(super) fn serve_process(
             ..ServerStats::default()
         }
     };
-    answer_commands(lines, &mut output, |reset| {
-        if reset {
-            base = totals(&server);
-            since = (CpuTimes::now(), Instant::now());
-        }
-        stats(&server, &base, &since)
-    })?;
+    // Snapshots go to the players whose inputs came (they start at the go).
+    answer_commands(
+        lines,
+        &mut output,
+        || {},
+        |reset| {
+            if reset {
+                base = totals(&server);
+                since = (CpuTimes::now(), Instant::now());
+            }
+            stats(&server, &base, &since)
+        },
+    )?;
     server.shutdown()?;
     let last = stats(&server, &base, &since);
     tell(&mut output, &FromServer::Stats(Box::new(last)))?;

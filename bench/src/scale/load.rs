@@ -196,7 +196,8 @@ pub(super) fn drive<S: Send, E: Send>(
             join(threads)?;
             return Ok(Err(errors.join("; ")));
         }
-        let loaded = server.stats()?;
+        // Every player in: the game starts (snapshots), the grid with it.
+        let loaded = server.play()?;
         let start = Instant::now();
         let _ = ctl.start.set(start);
         ctl.go.wait();

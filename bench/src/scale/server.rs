@@ -4,12 +4,15 @@
 //! The parent talks to the child over its standard input and output, one JSON message a line:
 //!
 //! ```text
-//! parent → child   spec                    stats | reset              quit
-//! child → parent         ready {addr}            stats {..}               stats {..} (final)
+//! parent → child   spec                    stats | play | reset              quit
+//! child → parent         ready {addr}            stats {..}                      stats {..} (final)
 //! ```
 //!
 //! `reset` empties the RTT histograms and restarts the CPU and game counters (the start of a
-//! measured phase); `stats` reports everything since.
+//! measured phase); `stats` reports everything since. `play` starts a game server's snapshots
+//! once every player connected (the go): until then its ticks send nothing, as the kernel
+//! floor's server sends only to players whose inputs it has seen, so the connect phase of
+//! thousands of players is not run under the snapshot load of those already in.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -155,6 +158,8 @@ struct GameShared {
     inputs_received: AtomicU64,
     input_order_errors: AtomicU64,
     ticks: AtomicU64,
+    /// Every player connected: ticks send snapshots (`play`).
+    playing: std::sync::atomic::AtomicBool,
 }
 
 impl GameShared {
@@ -206,6 +211,8 @@ struct ScaleHandler {
     next_input: HashMap<SessionId, u64>,
     tick: u64,
     body: Vec<u8>,
+    /// The sessions a tick sends to (kept between ticks: no allocation per tick).
+    sessions: Vec<SessionId>,
 }
 
 impl Handler for ScaleHandler {
@@ -255,6 +262,9 @@ impl Handler for ScaleHandler {
         let ServerKind::Game { snapshot_bytes, .. } = self.kind else {
             return;
         };
+        if !self.shared.playing.load(Ordering::Relaxed) {
+            return;
+        }
         self.tick += 1;
         self.shared.ticks.fetch_add(1, Ordering::Relaxed);
         // One body per tick, shared by every session's send (reference-counted, not copied).
@@ -263,9 +273,10 @@ impl Handler for ScaleHandler {
         self.body.extend_from_slice(&monotonic_ns().to_le_bytes());
         self.body.resize(snapshot_bytes.max(SNAPSHOT_HEADER), 0xab);
         let snapshot = Bytes::copy_from_slice(&self.body);
-        let sessions: Vec<SessionId> = ctx.sessions().collect();
+        self.sessions.clear();
+        self.sessions.extend(ctx.sessions());
         let (mut sent, mut failed) = (0, 0);
-        for s in sessions {
+        for &s in &self.sessions {
             match ctx.send(s, SNAPSHOT_CHANNEL, snapshot.clone()) {
                 Ok(()) => sent += 1,
                 Err(_) => failed += 1,
@@ -337,6 +348,7 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
         next_input: HashMap::new(),
         tick: 0,
         body: Vec::new(),
+        sessions: Vec::new(),
     })
     .map_err(|e| anyhow!("starting the server: {e}"))
 }
@@ -345,6 +357,7 @@ fn start_server(spec: &ServerSpec, shared: &Arc<GameShared>) -> Result<Server> {
 #[serde(deny_unknown_fields)]
 enum ToServer {
     Stats,
+    Play,
     Reset,
     Quit,
 }
@@ -409,7 +422,8 @@ pub(super) fn serve_ricochet(
             tokens_evicted,
         }
     };
-    answer_commands(lines, &mut output, |reset| {
+    let play = || shared.playing.store(true, Ordering::Relaxed);
+    answer_commands(lines, &mut output, play, |reset| {
         if reset {
             let _ = server.take_rtt();
             shared.reset();
@@ -447,16 +461,22 @@ pub(super) fn announce<S>(
 }
 
 /// Answers the parent's commands until `quit` (or the end of its input): `stats` with
-/// `report(false)`, `reset` with `report(true)`, which restarts the phase's counters first.
+/// `report(false)`, `reset` with `report(true)`, which restarts the phase's counters first,
+/// `play` with `play()` then `report(false)`.
 pub(super) fn answer_commands(
     lines: impl Iterator<Item = std::io::Result<String>>,
     output: &mut impl Write,
+    mut play: impl FnMut(),
     mut report: impl FnMut(bool) -> ServerStats,
 ) -> Result<()> {
     for line in lines {
         let line = line.context("reading a command")?;
         let reset = match serde_json::from_str::<ToServer>(&line).context("a server command")? {
             ToServer::Stats => false,
+            ToServer::Play => {
+                play();
+                false
+            }
             ToServer::Reset => true,
             ToServer::Quit => break,
         };
@@ -524,6 +544,11 @@ impl ServerProcess {
     /// Everything since the start or the last [`ServerProcess::reset`].
     pub fn stats(&mut self) -> Result<ServerStats> {
         self.ask(&ToServer::Stats)
+    }
+
+    /// Every player connected: a game server's ticks start sending snapshots.
+    pub fn play(&mut self) -> Result<ServerStats> {
+        self.ask(&ToServer::Play)
     }
 
     /// Start a measured phase: RTT histograms, CPU and game counters restart.

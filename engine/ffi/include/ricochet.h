@@ -188,6 +188,36 @@ typedef enum ricochet_event_kind {
 } ricochet_event_kind;
 
 /**
+ * One lane: the channels it groups and its place in the send order. Plain data; the
+ * channel array is read during the call that takes the config only.
+ */
+typedef struct ricochet_lane {
+  /**
+   * The channel ids of the lane (`channel_count` of them): every channel of the session
+   * is in exactly one lane.
+   */
+  const uint8_t *channels;
+  /**
+   * How many ids `channels` holds.
+   */
+  size_t channel_count;
+  /**
+   * Lower goes first: a lane is served only when no lane of a lower number has anything
+   * it may send.
+   */
+  uint8_t priority;
+  /**
+   * Share of the rate among lanes of the same priority, in proportion; 0: 1.
+   */
+  uint16_t weight;
+  /**
+   * Bytes the lane holds queued and not yet sent; past it a send drops the lane's oldest
+   * unreliable messages. 0: no cap of its own.
+   */
+  size_t queue_limit;
+} ricochet_lane;
+
+/**
  * Client settings. Fill it with [`ricochet_client_config_default`], then change fields.
  */
 typedef struct ricochet_client_config {
@@ -199,6 +229,15 @@ typedef struct ricochet_client_config {
    * Seed for connection ids and nonces (reproducible tests); 0 draws from the OS.
    */
   uint64_t seed;
+  /**
+   * The session's lanes (`lane_count` of them, read during the connect call only); null
+   * and 0: one lane of every channel. Use the server's.
+   */
+  const struct ricochet_lane *lanes;
+  /**
+   * How many lanes `lanes` holds.
+   */
+  size_t lane_count;
 } ricochet_client_config;
 
 /**
@@ -349,6 +388,15 @@ typedef struct ricochet_server_config {
    * (64 MiB).
    */
   uint64_t event_queue_bytes;
+  /**
+   * The sessions' lanes (`lane_count` of them, read during [`ricochet_server_start`]
+   * only); null and 0: one lane of every channel. Clients should use the same.
+   */
+  const struct ricochet_lane *lanes;
+  /**
+   * How many lanes `lanes` holds.
+   */
+  size_t lane_count;
 } ricochet_server_config;
 
 /**
@@ -487,8 +535,9 @@ enum ricochet_status ricochet_client_config_default(struct ricochet_client_confi
  *
  * # Safety
  *
- * `token` null or `token_len` readable bytes; `config` null or one readable config; `out`
- * null or one writable handle.
+ * `token` null or `token_len` readable bytes; `config` null or one readable config (its
+ * `lanes` null or `lane_count` readable lanes, each `channels` null or `channel_count`
+ * readable bytes); `out` null or one writable handle.
  */
 enum ricochet_status ricochet_client_connect(const uint8_t *token,
                                              size_t token_len,
@@ -590,8 +639,9 @@ enum ricochet_status ricochet_server_config_default(struct ricochet_server_confi
  *
  * # Safety
  *
- * `config` null or one readable config whose strings are null or NUL-terminated; `out` null
- * or one writable handle.
+ * `config` null or one readable config whose strings are null or NUL-terminated and whose
+ * `lanes` is null or `lane_count` readable lanes (each `channels` null or `channel_count`
+ * readable bytes); `out` null or one writable handle.
  */
 enum ricochet_status ricochet_server_start(const struct ricochet_server_config *config,
                                            struct ricochet_server *out);

@@ -9,6 +9,7 @@ use ricochet::proto::token::ConnectToken;
 use ricochet::{Client, ClientConfig, ClientEvent, Profile};
 
 use crate::handles::{self, Object};
+use crate::lanes::{read_lanes, ricochet_lane};
 use crate::status::{guard, write_bytes, Error};
 use crate::token::{read_addr, read_bytes};
 use crate::{ricochet_event_kind, ricochet_stats, ricochet_status};
@@ -36,6 +37,11 @@ pub struct ricochet_client_config {
     pub profile: u32,
     /// Seed for connection ids and nonces (reproducible tests); 0 draws from the OS.
     pub seed: u64,
+    /// The session's lanes (`lane_count` of them, read during the connect call only); null
+    /// and 0: one lane of every channel. Use the server's.
+    pub lanes: *const ricochet_lane,
+    /// How many lanes `lanes` holds.
+    pub lane_count: usize,
 }
 
 /// One client event. `len` is the message's size (also when the buffer was too small).
@@ -95,7 +101,8 @@ pub(crate) fn profile(p: u32) -> Result<Profile, Error> {
 
 /// # Safety
 ///
-/// `config` null or one readable config.
+/// `config` null or one readable config, its `lanes` null or `lane_count` readable lanes
+/// (each `channels` null or `channel_count` readable bytes).
 unsafe fn client_config(config: *const ricochet_client_config) -> Result<ClientConfig, Error> {
     let c = if config.is_null() {
         default_config()
@@ -107,6 +114,10 @@ unsafe fn client_config(config: *const ricochet_client_config) -> Result<ClientC
     if c.seed != 0 {
         out = out.seed(c.seed);
     }
+    // SAFETY: null or `lane_count` readable lanes (caller's contract).
+    if let Some(lanes) = unsafe { read_lanes(c.lanes, c.lane_count) }? {
+        out = out.lanes(lanes);
+    }
     Ok(out)
 }
 
@@ -114,6 +125,8 @@ fn default_config() -> ricochet_client_config {
     ricochet_client_config {
         profile: RICOCHET_PROFILE_DEFAULT,
         seed: 0,
+        lanes: std::ptr::null(),
+        lane_count: 0,
     }
 }
 
@@ -155,8 +168,9 @@ pub unsafe extern "C" fn ricochet_client_config_default(
 ///
 /// # Safety
 ///
-/// `token` null or `token_len` readable bytes; `config` null or one readable config; `out`
-/// null or one writable handle.
+/// `token` null or `token_len` readable bytes; `config` null or one readable config (its
+/// `lanes` null or `lane_count` readable lanes, each `channels` null or `channel_count`
+/// readable bytes); `out` null or one writable handle.
 #[no_mangle]
 pub unsafe extern "C" fn ricochet_client_connect(
     token: *const u8,

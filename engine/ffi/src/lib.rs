@@ -20,11 +20,13 @@
 
 pub mod client;
 mod handles;
+pub mod lanes;
 pub mod server;
 mod status;
 pub mod token;
 
 pub use client::{ricochet_client, ricochet_client_config, ricochet_client_event};
+pub use lanes::ricochet_lane;
 pub use server::{
     ricochet_server, ricochet_server_config, ricochet_server_event, ricochet_session,
 };

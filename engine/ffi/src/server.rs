@@ -16,6 +16,7 @@ use ricochet::{
 
 use crate::client::profile;
 use crate::handles::{self, Object};
+use crate::lanes::{read_lanes, ricochet_lane};
 use crate::status::{guard, write_bytes, write_str, Error};
 use crate::token::{read_addr, read_bytes, read_key};
 use crate::{ricochet_event_kind, ricochet_status};
@@ -85,6 +86,11 @@ pub struct ricochet_server_config {
     /// it (a message larger than this still goes into an empty queue); 0: the default
     /// (64 MiB).
     pub event_queue_bytes: u64,
+    /// The sessions' lanes (`lane_count` of them, read during [`ricochet_server_start`]
+    /// only); null and 0: one lane of every channel. Clients should use the same.
+    pub lanes: *const ricochet_lane,
+    /// How many lanes `lanes` holds.
+    pub lane_count: usize,
 }
 
 /// One server event. `len` is the message's size (also when the buffer was too small).
@@ -281,6 +287,8 @@ pub unsafe extern "C" fn ricochet_server_config_default(
             max_sessions_per_address: 0,
             event_queue_capacity: 0,
             event_queue_bytes: 0,
+            lanes: std::ptr::null(),
+            lane_count: 0,
         };
         // SAFETY: non-null, writable (caller's contract).
         unsafe { out.write(c) };
@@ -295,8 +303,9 @@ pub unsafe extern "C" fn ricochet_server_config_default(
 ///
 /// # Safety
 ///
-/// `config` null or one readable config whose strings are null or NUL-terminated; `out` null
-/// or one writable handle.
+/// `config` null or one readable config whose strings are null or NUL-terminated and whose
+/// `lanes` is null or `lane_count` readable lanes (each `channels` null or `channel_count`
+/// readable bytes); `out` null or one writable handle.
 #[no_mangle]
 pub unsafe extern "C" fn ricochet_server_start(
     config: *const ricochet_server_config,
@@ -341,6 +350,10 @@ pub unsafe extern "C" fn ricochet_server_start(
                     "config.admission {other} is not a RICOCHET_ADMISSION_* value"
                 )))
             }
+        }
+        // SAFETY: null or `lane_count` readable lanes (caller's contract).
+        if let Some(lanes) = unsafe { read_lanes(c.lanes, c.lane_count) }? {
+            sc = sc.lanes(lanes);
         }
         if c.workers != 0 {
             sc = sc.workers(c.workers as usize);

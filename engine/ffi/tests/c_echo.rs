@@ -1,5 +1,6 @@
 //! The C examples against Rust peers, with tokens on and every byte checked, under
-//! AddressSanitizer and UndefinedBehaviorSanitizer: 10,000 messages of 1 KiB, 16 in flight.
+//! AddressSanitizer and UndefinedBehaviorSanitizer: 10,000 messages of 1 KiB, 16 in flight;
+//! and lanes configured from C on both sides.
 
 mod common;
 
@@ -126,6 +127,24 @@ fn the_cpp_wrapper_echoes_in_one_process() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("1000 echoes checked"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_c_server_and_client_with_lanes_exchange_messages_and_refuse_bad_lane_lists() {
+    let exe = build_c("lanes");
+    let out = run(
+        sanitizer_env(Command::new(exe).args(["--messages", "200"])),
+        b"",
+        LIMIT,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && stdout.contains("\"echoed_events\":200")
+            && stdout.contains("\"ok\":true"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );

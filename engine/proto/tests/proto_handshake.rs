@@ -360,3 +360,115 @@ fn secure_pair(config: Config) -> (Net, usize, usize, ricochet_proto::Connection
     assert!(net.ep(c).connection(h).unwrap().is_secure());
     (net, s, c, h)
 }
+
+/// A client whose handshake outlives the default 5 s (a loaded host).
+fn patient_client_cfg() -> EndpointConfig {
+    EndpointConfig::default().with(|c| {
+        c.connection = Arc::new(Config::default().with(|k| {
+            k.handshake_timeout = Duration::from_secs(30);
+        }))
+    })
+}
+
+/// Runs `client`'s timers up to `until` in 100 ms steps, discarding what it sends (lost on
+/// the way); returns the last datagram it sent.
+fn client_sends_lost(
+    client: &mut Endpoint,
+    from: std::time::Instant,
+    until: std::time::Instant,
+) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 2048];
+    let (mut now, mut last) = (from, None);
+    while now < until {
+        now += Duration::from_millis(100);
+        client.handle_timeout(now);
+        while let Some(t) = client.poll_transmit(now, &mut buf) {
+            last = Some(buf[..t.size].to_vec());
+        }
+    }
+    last
+}
+
+/// Delivers every datagram between `client` (at addr(50)) and `server` (at addr(1)) at
+/// `now` until neither has anything to send.
+fn exchange(client: &mut Endpoint, server: &mut Endpoint, now: std::time::Instant) {
+    let mut buf = vec![0u8; 2048];
+    for _ in 0..16 {
+        let mut moved = false;
+        while let Some(t) = client.poll_transmit(now, &mut buf) {
+            let _ = server.handle_datagram(now, addr(50), &buf[..t.size]);
+            moved = true;
+        }
+        while let Some(t) = server.poll_transmit(now, &mut buf) {
+            let _ = client.handle_datagram(now, addr(1), &buf[..t.size]);
+            moved = true;
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+/// A cookie echo that reaches the server only after the cookie expired (its first echoes
+/// lost, or the client too busy to send them) gets a fresh challenge instead of a silent
+/// drop, and the client connects with it: before, the client echoed the stale cookie until
+/// its handshake timed out (the 10,000-session connect wall of `bench game` on a loaded
+/// host).
+#[test]
+fn an_echo_of_an_expired_cookie_is_answered_with_a_fresh_challenge() {
+    let t0 = std::time::Instant::now();
+    let mut server = Endpoint::new(server_cfg(), t0, 1);
+    let mut client = Endpoint::new(patient_client_cfg(), t0, 2);
+    let first = echo_after_challenge(&mut client, &mut server, t0);
+    let lifetime = server_cfg().server.expect("listening").cookie_lifetime;
+    let late = t0 + lifetime + Duration::from_secs(1);
+    let echo = client_sends_lost(&mut client, t0, late).expect("the client echoes again");
+    assert_eq!(echo.len(), first.len(), "still echoing its cookie");
+    server.handle_datagram(late, addr(50), &echo).unwrap();
+    assert_eq!(server.stats().cookies_renewed, 1);
+    assert_eq!(
+        server.connection_count(),
+        0,
+        "nothing kept for a stale echo"
+    );
+    exchange(&mut client, &mut server, late);
+    assert_eq!(server.connection_count(), 1);
+    assert!(
+        std::iter::from_fn(|| client.poll_event()).any(|(_, e)| e == Event::Connected),
+        "the client connected with the renewed cookie"
+    );
+    // No reply was larger than the request that caused it.
+    assert!(server.stats().max_stateless_reply < ricochet_proto::wire::MIN_CLIENT_HELLO_LEN);
+}
+
+/// An echo of a session the server opened, arriving after its cookie expired (the accept
+/// lost, or read late by a busy client), brings the accept again.
+#[test]
+fn a_late_echo_of_an_open_session_brings_its_accept_again() {
+    let t0 = std::time::Instant::now();
+    let mut server = Endpoint::new(server_cfg(), t0, 1);
+    let mut client = Endpoint::new(patient_client_cfg(), t0, 2);
+    let echo = echo_after_challenge(&mut client, &mut server, t0);
+    server.handle_datagram(t0, addr(50), &echo).unwrap();
+    assert_eq!(server.connection_count(), 1);
+    let mut buf = vec![0u8; 2048];
+    assert!(
+        server.poll_transmit(t0, &mut buf).is_some(),
+        "the accept (lost)"
+    );
+    let lifetime = server_cfg().server.expect("listening").cookie_lifetime;
+    let late = t0 + lifetime + Duration::from_secs(1);
+    let again = client_sends_lost(&mut client, t0, late).expect("the client echoes again");
+    server.handle_datagram(late, addr(50), &again).unwrap();
+    assert_eq!(
+        server.stats().cookies_renewed,
+        0,
+        "the session's own cookie"
+    );
+    exchange(&mut client, &mut server, late);
+    assert_eq!(server.connection_count(), 1, "the same session");
+    assert!(
+        std::iter::from_fn(|| client.poll_event()).any(|(_, e)| e == Event::Connected),
+        "the client connected"
+    );
+}

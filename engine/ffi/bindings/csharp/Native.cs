@@ -58,6 +58,9 @@ namespace Ricochet.Native
     {
         public uint Profile;
         public ulong Seed;
+        /// <summary>ricochet_lane*: null and 0 for one lane of every channel.</summary>
+        public IntPtr Lanes;
+        public UIntPtr LaneCount;
     }
 
     [StructLayout(LayoutKind.Sequential)]
@@ -74,6 +77,9 @@ namespace Ricochet.Native
         public uint MaxSessionsPerAddress;
         public uint EventQueueCapacity;
         public ulong EventQueueBytes;
+        /// <summary>ricochet_lane*: null and 0 for one lane of every channel.</summary>
+        public IntPtr Lanes;
+        public UIntPtr LaneCount;
     }
 
     [StructLayout(LayoutKind.Sequential)]

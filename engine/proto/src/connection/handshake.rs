@@ -282,7 +282,11 @@ impl Connection {
                 return Err(DropCause::Unauthenticated);
             }
         }
-        if self.hs.cookie.is_none() {
+        // A challenge other than the one held replaces it: the server renews a cookie that
+        // expired before its echo arrived (a loaded host), and an echo of the stale one
+        // would never be taken. A late answer to an earlier hello replaces it too, at the
+        // cost of one more echo (each hello is answered once).
+        if self.hs.cookie != Some((timestamp, cookie)) {
             self.hs.cookie = Some((timestamp, cookie));
             self.hs.resend_at = now;
             self.hs.interval = self.cfg.handshake_retry;

@@ -186,6 +186,10 @@ pub struct EndpointStats {
     pub drops: DropCounters,
     /// Challenges sent.
     pub challenges_sent: u64,
+    /// Cookie echoes that came after their cookie expired, answered with a fresh challenge
+    /// (counted among `challenges_sent` too): a count that grows says handshakes take
+    /// longer than [`ListenConfig::cookie_lifetime`] on this server (a loaded host or client).
+    pub cookies_renewed: u64,
     /// Refusals sent.
     pub refusals_sent: u64,
     /// Stateless replies dropped because the reply queue was full.

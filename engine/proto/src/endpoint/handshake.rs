@@ -238,6 +238,31 @@ impl Endpoint {
             Ok(a) => a,
             Err(v) => return self.verdict(from, client_cid, nonce, v),
         };
+        self.challenge(
+            now_ms,
+            period,
+            from,
+            client_cid,
+            nonce,
+            token,
+            admitted.as_ref(),
+        );
+        Ok(())
+    }
+
+    /// Queues a challenge to `from`: a cookie stamped `now_ms` (and the route the router
+    /// chose) for the client to echo, tagged with the token's keys when it has one.
+    #[allow(clippy::too_many_arguments)]
+    fn challenge(
+        &mut self,
+        now_ms: u64,
+        period: u64,
+        from: SocketAddr,
+        client_cid: ConnectionId,
+        nonce: u64,
+        token: Option<TokenSection<'_>>,
+        admitted: Option<&Admitted>,
+    ) -> bool {
         let mut timestamp = now_ms & ((1 << COOKIE_MS_BITS) - 1);
         timestamp |= u64::from(self.router.route_new_session()) << COOKIE_MS_BITS;
         let key = self.epoch_key(now_ms / period);
@@ -250,10 +275,11 @@ impl Endpoint {
             cookie,
             tag: admitted.map(|a| a.hk.challenge_tag(client_cid, nonce, timestamp, &cookie)),
         };
-        if self.queue_stateless(from, &reply) {
+        let queued = self.queue_stateless(from, &reply);
+        if queued {
             self.stats.challenges_sent += 1;
         }
-        Ok(())
+        queued
     }
 
     /// A cookie echo: the cookie, a retransmitted echo of an open session, the token's
@@ -278,29 +304,56 @@ impl Endpoint {
         } = echo;
         let now_ms = self.now_ms(now);
         // The cookie first: one keyed hash, and it proves the address before anything else
-        // is spent on the echo.
+        // is spent on the echo. Its key lives two rotation periods, longer than the cookie.
         let issued_ms = timestamp & ((1 << COOKIE_MS_BITS) - 1);
-        let fresh = issued_ms <= now_ms && now_ms - issued_ms <= cookie_lifetime;
+        let expired = issued_ms <= now_ms && now_ms - issued_ms > cookie_lifetime;
         let tag = token.map_or([0; TAG_LEN], |t| token_tag(&t));
-        let valid = fresh
+        let signed = issued_ms <= now_ms
             && self.key_for(issued_ms, now_ms, period).is_some_and(|k| {
                 let expect = self.cookie(k, from, timestamp, nonce, client_cid, &tag);
                 constant_time_eq(&expect, &cookie)
             });
-        if !valid {
-            return Err(DropCause::BadCookie);
-        }
-        if let Some(&h) = self.by_client.get(&(from, client_cid)) {
-            // A retransmitted echo: the existing connection re-sends its accept.
-            if let Some(idx) = self.index_of(h) {
-                let r = self
-                    .with_conn(idx, |c| c.handle_datagram(now, from, datagram))
-                    .unwrap_or(Ok(()));
-                self.touch(idx);
-                return r;
+        if signed {
+            if let Some(&h) = self.by_client.get(&(from, client_cid)) {
+                // A retransmitted echo: the existing connection re-sends its accept, also
+                // when the cookie expired meanwhile (an accept lost, or read late by a busy
+                // client, is sent again for as long as the client asks).
+                if let Some(idx) = self.index_of(h) {
+                    let r = self
+                        .with_conn(idx, |c| c.handle_datagram(now, from, datagram))
+                        .unwrap_or(Ok(()));
+                    self.touch(idx);
+                    return r;
+                }
             }
         }
         let ty = wire::PacketType::ClientCookieEcho;
+        if expired {
+            // The echo came too late (the client or the server was slow, or its first
+            // echoes were lost): a fresh challenge, as its hello would get, instead of a
+            // silent drop that leaves the client echoing the stale cookie until its
+            // handshake times out. Stateless, after the same token checks as a hello, and
+            // smaller than the echo.
+            let admitted = match self.admit(now, ty, client_cid, nonce, timestamp, &cookie, token) {
+                Ok(a) => a,
+                Err(v) => return self.verdict(from, client_cid, nonce, v),
+            };
+            if self.challenge(
+                now_ms,
+                period,
+                from,
+                client_cid,
+                nonce,
+                token,
+                admitted.as_ref(),
+            ) {
+                self.stats.cookies_renewed += 1;
+            }
+            return Ok(());
+        }
+        if !signed {
+            return Err(DropCause::BadCookie);
+        }
         let admitted = match self.admit(now, ty, client_cid, nonce, timestamp, &cookie, token) {
             Ok(a) => a,
             Err(v) => return self.verdict(from, client_cid, nonce, v),
