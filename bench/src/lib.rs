@@ -19,6 +19,7 @@ pub mod gate;
 pub mod host;
 pub mod kernel;
 pub mod lanes;
+pub mod large_messages;
 pub mod output;
 pub mod relay;
 pub mod report;

@@ -85,6 +85,9 @@ enum Command {
     /// Players behind the relay's bottleneck: event latency, snapshot age, relay queue delay
     /// (issue 38's scenarios).
     Lanes(bench::lanes::LanesArgs),
+    /// 64 KiB unreliable messages through the relay's random loss, FEC off, fixed and
+    /// adaptive: messages delivered whole and the wire overhead (issue 38).
+    LargeMessages(bench::large_messages::LargeMessagesArgs),
     /// The players' process of `bench lanes` (started by the bench itself; talks JSON lines
     /// on standard input and output).
     #[command(name = "lanes-players", hide = true)]
@@ -128,6 +131,7 @@ fn main() -> ExitCode {
         Some(Command::Sessions(a)) => commands::sessions::run(a, &cli.global),
         Some(Command::Game(a)) => commands::game::run(a, &cli.global),
         Some(Command::Lanes(a)) => bench::lanes::run(a, &cli.global),
+        Some(Command::LargeMessages(a)) => bench::large_messages::run(a, &cli.global),
         Some(Command::LanesPlayers) => bench::lanes::players::serve_process(
             std::io::BufReader::new(std::io::stdin()),
             std::io::stdout(),

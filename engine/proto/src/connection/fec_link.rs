@@ -219,15 +219,19 @@ impl FecLink {
     }
 
     /// Wraps an outgoing ARQ datagram (see [`FecState::seal`]); as is without FEC.
+    /// `remaining`: the datagram carries a fragment of an unreliable message of several
+    /// fragments: (how many follow it, how many it has); the FEC code spends its repairs on
+    /// the message (see `SlidingSender::protect_fragment`).
     pub(crate) fn seal(
         &mut self,
         now: Instant,
         dst: ConnectionId,
         buf: &mut [u8],
         len: usize,
+        remaining: Option<(u32, u32)>,
     ) -> usize {
         match self.state.as_mut() {
-            Some(s) => s.seal(now, dst, buf, len),
+            Some(s) => s.seal(now, dst, buf, len, remaining),
             None => len,
         }
     }
@@ -386,8 +390,12 @@ impl FecState {
             Some(Tx::Block(tx)) if tx.parity_level() > 0 => {
                 (self.cfg.max_data_shards + tx.parity_level()) as u64
             }
-            // A sliding repair follows at most one repair interval later (or the tail timer).
-            Some(Tx::Sliding(tx)) => tx.repair_interval().map_or(0, |k| k as u64 + 1),
+            // A sliding repair follows at most one repair interval later (or the tail timer),
+            // a message chunk's repairs its last source.
+            Some(Tx::Sliding(tx)) => {
+                let ratio = tx.repair_interval().map_or(0, |k| k as u64 + 1);
+                ratio.max(tx.chunk_reorder().map_or(0, |(n, _)| n as u64))
+            }
             _ => 0,
         }
     }
@@ -398,7 +406,17 @@ impl FecState {
     pub(crate) fn reorder_delay(&self) -> std::time::Duration {
         match self.tx.as_deref() {
             Some(Tx::Block(tx)) if tx.parity_level() > 0 => self.cfg.group_wait,
-            Some(Tx::Sliding(tx)) if tx.parity_level() > 0 => self.cfg.sliding.tail_wait,
+            Some(Tx::Sliding(tx)) => {
+                let ratio = if tx.parity_level() > 0 {
+                    self.cfg.sliding.tail_wait
+                } else {
+                    std::time::Duration::ZERO
+                };
+                ratio.max(
+                    tx.chunk_reorder()
+                        .map_or(std::time::Duration::ZERO, |(_, d)| d),
+                )
+            }
             _ => std::time::Duration::ZERO,
         }
     }
@@ -412,6 +430,7 @@ impl FecState {
         dst: ConnectionId,
         buf: &mut [u8],
         len: usize,
+        remaining: Option<(u32, u32)>,
     ) -> usize {
         let Some(tx) = self.tx.as_mut() else {
             return len;
@@ -422,7 +441,7 @@ impl FecState {
         if self.body.is_empty() {
             self.body = vec![0u8; self.cfg.max_parity_body()];
         }
-        let Ok(n) = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body) else {
+        let Ok(n) = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body, remaining) else {
             return len;
         };
         if FEC_HEADER_LEN + n + TAG_LEN > buf.len() {
@@ -720,6 +739,7 @@ impl FecLink {
         _dst: ConnectionId,
         _buf: &mut [u8],
         len: usize,
+        _remaining: Option<(u32, u32)>,
     ) -> usize {
         len
     }
@@ -890,7 +910,7 @@ mod tests {
                 let len = n + 100 + usize::from(i);
                 buf[n..len].fill(i);
                 let sent = buf[..len].to_vec();
-                let wrapped = tx.seal(now, cid, &mut buf, len);
+                let wrapped = tx.seal(now, cid, &mut buf, len, None);
                 let Ok(Packet::FecData { body, .. }) = wire::decode_packet(&buf[..wrapped]) else {
                     panic!("{scheme:?}: not an FEC data packet");
                 };
@@ -925,7 +945,7 @@ mod tests {
             let mut buf = vec![0u8; 1200];
             let n = wire::encode_data_header(cid, u64::from(i), &mut buf).unwrap();
             buf[n] = i;
-            let len = tx.seal(now, cid, &mut buf, n + 1);
+            let len = tx.seal(now, cid, &mut buf, n + 1, None);
             buf.truncate(len);
             bodies.push(buf);
         }

@@ -820,6 +820,7 @@ impl Connection {
         let mut w = Writer::new(&mut body[..max.saturating_sub(hdr)]);
         let mut segs = Segs::new();
         let mut ack_eliciting = false;
+        let mut rest = None;
         let acks_below = if self.ack.pending {
             self.ack
                 .write_ack(&self.cfg, self.receiver.segments, now, &mut w)
@@ -837,12 +838,14 @@ impl Connection {
             self.write_retransmissions(&mut w, pn, &mut segs, &mut ack_eliciting);
         }
         if cc_ok {
-            wrote_data |= self.fill_new_data(now, &mut w, pn, &mut segs, &mut ack_eliciting);
+            wrote_data |=
+                self.fill_new_data(now, &mut w, pn, &mut segs, &mut ack_eliciting, &mut rest);
         }
         if probe && !ack_eliciting {
             self.write_probe_data(&mut w, pn, &mut segs, &mut ack_eliciting);
             if !ack_eliciting {
-                wrote_data |= self.fill_new_data(now, &mut w, pn, &mut segs, &mut ack_eliciting);
+                wrote_data |=
+                    self.fill_new_data(now, &mut w, pn, &mut segs, &mut ack_eliciting, &mut rest);
             }
         }
         if (probe || keepalive_due)
@@ -864,7 +867,7 @@ impl Connection {
         self.send.next_turn();
         // A packet that cannot be sealed is dropped (already counted sent: ARQ retransmits it as
         // a loss).
-        let size = self.seal_outgoing(now, buf, len)?;
+        let size = self.seal_outgoing(now, buf, len, rest)?;
         Some(Transmit {
             destination: self.path.remote,
             size,
@@ -875,8 +878,16 @@ impl Connection {
     /// with FEC it becomes a `FecData` packet in place (`buf` must hold
     /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group. Either way it is then sealed
     /// (FEC below packet protection: see the `fec` submodule).
-    fn seal_outgoing(&mut self, now: Instant, buf: &mut [u8], len: usize) -> Option<usize> {
-        let len = self.fec.seal(now, self.path.remote_cid, buf, len);
+    /// `rest`: the datagram carries a fragment of an unreliable message of several
+    /// fragments: (how many follow it, how many it has); see `FecLink::seal`.
+    fn seal_outgoing(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        len: usize,
+        rest: Option<(u32, u32)>,
+    ) -> Option<usize> {
+        let len = self.fec.seal(now, self.path.remote_cid, buf, len, rest);
         self.protect(now, buf, len)
     }
 

@@ -390,7 +390,10 @@ impl Connection {
     }
 
     /// Writes queued fragments, channels in turn (with lanes: lanes by priority and weight,
-    /// retransmissions in their lane); true when it wrote any.
+    /// retransmissions in their lane); true when it wrote any. `rest`: set when the packet
+    /// carries a fragment of an unreliable message of several fragments, to how many of the
+    /// last such message's fragments follow and how many it has (FEC spends its repairs on
+    /// the message).
     pub(super) fn fill_new_data(
         &mut self,
         now: Instant,
@@ -398,9 +401,10 @@ impl Connection {
         pn: u64,
         segs: &mut Segs,
         ack_eliciting: &mut bool,
+        rest: &mut Option<(u32, u32)>,
     ) -> bool {
         if self.send.lanes.is_some() {
-            return self.fill_lanes(now, w, pn, segs, ack_eliciting);
+            return self.fill_lanes(now, w, pn, segs, ack_eliciting, rest);
         }
         let n = self.send.channels.len();
         let mut wrote = false;
@@ -422,7 +426,7 @@ impl Connection {
                 let Some(f) = self.send.channels[ci].queue.pop_front() else {
                     continue;
                 };
-                self.fragment_sent(ci, f, reliable, pn, segs);
+                self.fragment_sent(ci, f, reliable, pn, segs, rest);
                 progress = true;
                 wrote = true;
                 *ack_eliciting = true;
@@ -443,6 +447,7 @@ impl Connection {
         pn: u64,
         segs: &mut Segs,
         ack_eliciting: &mut bool,
+        rest: &mut Option<(u32, u32)>,
     ) -> bool {
         self.drop_expired(now);
         let base = self.send.seg_base;
@@ -517,7 +522,7 @@ impl Connection {
                 continue;
             };
             let len = f.data.len();
-            self.fragment_sent(ci, f, reliable, pn, segs);
+            self.fragment_sent(ci, f, reliable, pn, segs, rest);
             wrote = true;
             *ack_eliciting = true;
             if let Some(l) = self.send.lanes.as_deref_mut() {
@@ -527,8 +532,21 @@ impl Connection {
     }
 
     /// A first transmission of fragment `f` of channel `ci` went into packet `pn`: it leaves
-    /// the channel's queue counts, and a reliable one becomes a segment awaiting its ACK.
-    fn fragment_sent(&mut self, ci: usize, f: OutFrag, reliable: bool, pn: u64, segs: &mut Segs) {
+    /// the channel's queue counts, and a reliable one becomes a segment awaiting its ACK; an
+    /// unreliable one of several sets `rest` to the fragments of its message still to come and
+    /// their count.
+    fn fragment_sent(
+        &mut self,
+        ci: usize,
+        f: OutFrag,
+        reliable: bool,
+        pn: u64,
+        segs: &mut Segs,
+        rest: &mut Option<(u32, u32)>,
+    ) {
+        if !reliable && f.count > 1 {
+            *rest = Some((f.count - 1 - f.index.min(f.count - 1), f.count));
+        }
         let len = f.data.len();
         self.send.queued_bytes -= len;
         let ch = &mut self.send.channels[ci];

@@ -33,7 +33,9 @@ fn run_ops(
             0 | 1 => {
                 payload.clear();
                 payload.extend((0..arg as usize * payload_scale).map(|i| i as u8 ^ op));
-                if let Ok(n) = tx.protect(now, &payload, &mut body) {
+                // Bit 6 of the op: a fragment of a message of 8 with `arg % 8` more to come.
+                let rest = (op & 0x40 != 0).then_some((u32::from(arg % 8), 8));
+                if let Ok(n) = tx.protect(now, &payload, &mut body, rest) {
                     if op % 6 == 0 {
                         let _ = rx.receive(now, &body[..n], false, check);
                     }

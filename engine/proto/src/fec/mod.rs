@@ -24,7 +24,11 @@
 //!   ([`SlidingReceiver`]) keeps recent sources and pending repair equations within the same
 //!   budget, substitutes known sources, solves single unknowns at once and small systems by
 //!   Gaussian elimination. A group of a few datagrams needs its own parity; a repair covers
-//!   every recent source, so fewer repairs protect the same stream.
+//!   every recent source, so fewer repairs protect the same stream. The datagrams of an
+//!   unreliable message of several fragments (which one lost fragment loses whole, and ARQ
+//!   never repairs) are coded in chunks of their own instead, each chunk's repairs sized by the
+//!   binomial tail at the reported loss and sent after its last source (see
+//!   `SlidingSender::protect_fragment`, which the connection calls).
 //!
 //! Either way ARQ only retransmits what FEC could not rebuild.
 //!

@@ -32,15 +32,19 @@ impl Tx {
         }
     }
 
+    /// Protects one datagram; `remaining`: it carries a fragment of an unreliable message of
+    /// several fragments, (how many follow, how many it has) (see
+    /// [`SlidingSender::protect_fragment`]; the block code protects it like any datagram).
     pub(crate) fn protect(
         &mut self,
         now: Instant,
         payload: &[u8],
         out: &mut [u8],
+        remaining: Option<(u32, u32)>,
     ) -> Result<usize, FecError> {
         match self {
             Tx::Block(t) => t.protect(now, payload, out),
-            Tx::Sliding(t) => t.protect(now, payload, out),
+            Tx::Sliding(t) => t.protect_fragment(now, payload, out, remaining),
         }
     }
 

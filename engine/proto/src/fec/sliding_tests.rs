@@ -202,3 +202,150 @@ fn the_tail_timer_repairs_a_quiet_sender() {
     assert!(tx.poll_parity(t, &mut buf).is_some());
     assert_eq!(tx.poll_timeout(), None);
 }
+
+/// An adaptive sender (`max_parity` 4) that heard `received + lost` datagrams reported.
+fn message_sender(received: u64, lost: u64) -> (SlidingSender, Vec<u8>) {
+    let c = FecConfig {
+        policy: FecPolicy::Adaptive { max_parity: 4 },
+        ..cfg()
+    };
+    let mut tx = SlidingSender::new(c);
+    if received + lost > 0 {
+        tx.on_loss_report_detail(LossReport {
+            received,
+            lost,
+            max_burst: 1,
+        });
+    }
+    (tx, vec![0u8; c.max_parity_body()])
+}
+
+/// Sends the `count` fragments of one message (payloads `[i; 40]`), returning the data bodies
+/// and, after each, the repairs then queued.
+fn send_message(
+    tx: &mut SlidingSender,
+    now: Instant,
+    count: u32,
+    buf: &mut [u8],
+) -> (Vec<Vec<u8>>, Vec<Vec<Vec<u8>>>) {
+    let (mut data, mut repairs) = (Vec::new(), Vec::new());
+    for i in 0..count {
+        let n = tx
+            .protect_fragment(now, &[i as u8; 40], buf, Some((count - 1 - i, count)))
+            .unwrap();
+        data.push(buf[..n].to_vec());
+        let mut r = Vec::new();
+        while let Some(n) = tx.poll_parity(now, buf) {
+            r.push(buf[..n].to_vec());
+        }
+        repairs.push(r);
+    }
+    (data, repairs)
+}
+
+#[test]
+fn a_message_of_64_fragments_is_two_chunks_each_repaired_at_its_end() {
+    // Before the peer's reports can be trusted the chunks are sized for 5 % loss: 32 sources
+    // and 6 repairs lose more than 6 with 0.25 % odds (each chunk may leave 0.5 %).
+    let (mut tx, mut buf) = message_sender(0, 0);
+    let now = ricochet_testkit::SimClock::new().now();
+    let (data, repairs) = send_message(&mut tx, now, 64, &mut buf);
+    for (i, r) in repairs.iter().enumerate() {
+        let expect = if i == 31 || i == 63 { 6 } else { 0 };
+        assert_eq!(r.len(), expect, "repairs after fragment {i}");
+    }
+    for (chunk, at) in [(0u16, 31), (32, 63)] {
+        for r in &repairs[at] {
+            let (h, _) = RepairHeader::parse(r).unwrap();
+            assert_eq!((h.first_seq, h.count), (chunk, 32));
+        }
+    }
+    assert_eq!(tx.stats().message_chunks, 2);
+    assert_eq!(tx.stats().message_repairs, 12);
+    assert_eq!(tx.poll_timeout(), None, "no chunk left open");
+    // Every source is held by the receiver; any 6 lost of a chunk are rebuilt.
+    let mut rx = SlidingReceiver::new(tx.config().with(|_| {}));
+    let mut got = BTreeMap::new();
+    let lost = [0usize, 5, 17, 18, 19, 31, 40, 63];
+    for (i, d) in data.iter().enumerate() {
+        let (h, _) = crate::fec::header::DataHeader::parse(d).unwrap();
+        assert!(h.protected, "fragment {i} is a source");
+        if !lost.contains(&i) {
+            rx.on_data(now, d, |p| {
+                got.insert(p[0], p.to_vec());
+            })
+            .unwrap();
+        }
+        for r in &repairs[i] {
+            rx.on_parity(now, r, |p| {
+                got.insert(p[0], p.to_vec());
+            })
+            .unwrap();
+        }
+    }
+    assert_eq!(
+        got.len(),
+        64,
+        "missing {:?}",
+        (0..64u8)
+            .filter(|i| !got.contains_key(i))
+            .collect::<Vec<_>>()
+    );
+    for (i, p) in &got {
+        assert_eq!(p, &vec![*i; 40]);
+    }
+    assert_eq!(rx.stats().data_recovered, lost.len() as u64);
+}
+
+#[test]
+fn message_repairs_follow_the_trusted_estimate() {
+    let now = ricochet_testkit::SimClock::new().now();
+    // A clean path, reported over 1,000 datagrams: no chunk, no repair, no source held.
+    let (mut tx, mut buf) = message_sender(1000, 0);
+    let (data, repairs) = send_message(&mut tx, now, 20, &mut buf);
+    assert!(repairs.iter().all(Vec::is_empty));
+    assert_eq!(tx.stats().message_chunks, 0);
+    assert!(
+        !crate::fec::header::DataHeader::parse(&data[0])
+            .unwrap()
+            .0
+            .protected
+    );
+    // 10 % loss: 20 sources get 7 repairs (the most 4 per 12 sources allows).
+    let (mut tx, mut buf) = message_sender(900, 100);
+    let (_, repairs) = send_message(&mut tx, now, 20, &mut buf);
+    assert_eq!(repairs[19].len(), 7);
+    // 2 % loss: 22 datagrams lose more than 2 with 0.9 % odds.
+    let (mut tx, mut buf) = message_sender(980, 20);
+    let (_, repairs) = send_message(&mut tx, now, 20, &mut buf);
+    assert_eq!(repairs[19].len(), 2);
+    // The first report alone (fewer than 512 datagrams) reads no loss: the prior holds.
+    let (mut tx, mut buf) = message_sender(32, 0);
+    let (_, repairs) = send_message(&mut tx, now, 20, &mut buf);
+    assert_eq!(repairs[19].len(), least_parity(PRIOR_LOSS, 20, 0.01, 1, 7));
+}
+
+#[test]
+fn a_chunk_whose_message_stops_closes_on_its_timer() {
+    let (mut tx, mut buf) = message_sender(0, 0);
+    let now = ricochet_testkit::SimClock::new().now();
+    for i in 0..10u32 {
+        tx.protect_fragment(now, &[i as u8; 40], &mut buf, Some((63 - i, 64)))
+            .unwrap();
+    }
+    assert!(
+        tx.poll_parity(now, &mut buf).is_none(),
+        "no repair inside a chunk"
+    );
+    // The rest of the message never comes (dropped unsent): the chunk closes when it is as
+    // old as half the receiver's hold, with repairs for its 10 sources.
+    let t = tx.poll_timeout().unwrap();
+    assert_eq!(t, now + tx.config().max_group_age / 2);
+    assert_eq!(
+        drain(&mut tx, t, &mut buf),
+        least_parity(PRIOR_LOSS, 10, 0.005, 1, 4)
+    );
+    assert_eq!(tx.poll_timeout(), None);
+    // ARQ was told to wait for them meanwhile, and is after, until the ratio resumes.
+    assert!(tx.chunk_reorder().is_some());
+}

@@ -232,6 +232,11 @@ pub struct SenderStats {
     /// Sliding code: tail timer firings that queued no repair because the uncovered sources
     /// were likely all received (`SlidingConfig::tail_skip_residual`).
     pub tails_skipped: u64,
+    /// Sliding code: chunks of messages of several fragments protected as such (see
+    /// `Connection` docs on large unreliable messages).
+    pub message_chunks: u64,
+    /// Sliding code: repairs queued at the end of those chunks.
+    pub message_repairs: u64,
 }
 
 impl SenderStats {
