@@ -60,7 +60,7 @@ impl Outcome {
 }
 
 fn config(policy: FecPolicy) -> Config {
-    Config::competitive().with(|c| {
+    Config::game().with(|c| {
         c.fec.policy = policy;
         c.channels = vec![
             ChannelKind::ReliableOrdered,
