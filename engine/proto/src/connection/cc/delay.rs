@@ -38,6 +38,9 @@
 //!
 //! At the start the rate doubles per round (startup) until the estimate stops growing by a
 //! quarter for three rounds in which the sender used its rate, or a queue shows.
+//! Startup that ends on a queue (a game that offers more than the path fills the buffer for
+//! the rounds it takes to see it) drains it at [`DRAIN_GAIN`] for up to [`DRAIN_ROUNDS`]
+//! rounds before the cycle's cruise, which alone would take seconds to.
 //!
 //! A cut leaves at least [`CUT`] times half the estimate (a round that spans an outage
 //! shows a delivery rate near zero that says nothing of the path once it is back), and a loss
@@ -64,6 +67,10 @@ const GUARD_FROM: usize = 3;
 const SHARED_ROUNDS: u32 = 4 * CYCLE.len() as u32;
 /// Pacing gain in startup.
 const STARTUP_GAIN: f64 = 2.0;
+/// Pacing gain while the queue startup left behind drains (see [`Phase::Drain`]).
+const DRAIN_GAIN: f64 = 0.75;
+/// Most rounds of [`Phase::Drain`].
+const DRAIN_ROUNDS: u32 = 3;
 /// The estimate after a cut, as a share of the round's delivery rate.
 pub(crate) const CUT: f64 = 0.85;
 /// One cut's base is at least this share of the estimate (see `Delay::cut`).
@@ -87,6 +94,12 @@ enum Phase {
     /// Doubling per round; `full_bw` is the estimate last grown by a quarter, `flat` the
     /// rounds since.
     Startup { full_bw: f64, flat: u32 },
+    /// Startup ended on a standing queue: paced at [`DRAIN_GAIN`] until a round shows it
+    /// gone (at most a cycle's rounds), then the cycle's cruise. Cruise alone would drain it
+    /// at a twentieth of the path's rate, over a second in which every datagram, a game's
+    /// urgent ones too, waits behind it; the cut's lower estimate lasts only a round (the
+    /// next round's sample, taken with the queue still feeding the link, is the path's rate).
+    Drain { rounds: u32 },
     /// The probe cycle, at this index of [`CYCLE`].
     Cycle(usize),
 }
@@ -223,6 +236,7 @@ impl Delay {
         };
         let rate = match self.phase {
             Phase::Startup { .. } => bw * STARTUP_GAIN,
+            Phase::Drain { .. } => bw * DRAIN_GAIN,
             Phase::Cycle(0) => bw * CYCLE[0] + add,
             Phase::Cycle(1) => (bw * CYCLE[1] - add).max(bw / 2.0),
             Phase::Cycle(i) => bw * CYCLE[i],
@@ -440,6 +454,13 @@ impl Delay {
                     }
                 }
             }
+            Phase::Drain { rounds } => {
+                self.phase = if queued && rounds + 1 < DRAIN_ROUNDS {
+                    Phase::Drain { rounds: rounds + 1 }
+                } else {
+                    Phase::Cycle(2)
+                };
+            }
             Phase::Cycle(i) => {
                 let guarded = i >= GUARD_FROM || r.congestion_loss;
                 // After a cut the queue takes a while to drain (at the rate the cut freed): no
@@ -478,7 +499,11 @@ impl Delay {
             self.reset_estimate((base * CUT).max(self.floor));
         }
         if matches!(self.phase, Phase::Startup { .. }) {
-            self.phase = Phase::Cycle(1);
+            self.phase = if queued {
+                Phase::Drain { rounds: 0 }
+            } else {
+                Phase::Cycle(1)
+            };
         }
         self.cut_gap = self.since_cut;
         self.since_cut = 0;

@@ -507,3 +507,32 @@ fn the_default_controller_costs_no_memory() {
         std::mem::size_of::<NewReno>()
     );
 }
+
+/// A game offering more than the path (1.2 Mbit/s into 1 Mbit/s, 100 ms buffer): startup
+/// fills the buffer for a few rounds before it sees the queue, and that queue must be drained
+/// at once, not at cruise's 5 % a round (a game's urgent messages wait behind it).
+#[test]
+fn startup_overshoot_drains_within_a_second() {
+    let flows = vec![Flow::new(params(), Some(1.2 * MBIT))];
+    let r = run(
+        flows,
+        &|_| MBIT,
+        Duration::from_millis(100),
+        &|_| 0.0,
+        4.0,
+        Duration::from_secs(1),
+    );
+    let after: Vec<Duration> = r
+        .sojourns
+        .iter()
+        .filter(|(t, _)| *t >= Duration::from_secs(1))
+        .map(|x| x.1)
+        .collect();
+    let peak = r.sojourns.iter().map(|x| x.1).max().unwrap_or_default();
+    let p99 = percentile(after, 0.99);
+    assert!(
+        p99 <= Duration::from_millis(25),
+        "queue p99 after 1 s {p99:?} (peak {peak:?})"
+    );
+    assert_eq!(r.dropped, 0);
+}
