@@ -328,12 +328,14 @@ impl Endpoint {
             }
         }
         let ty = wire::PacketType::ClientCookieEcho;
-        if expired {
+        if expired && signed {
             // The echo came too late (the client or the server was slow, or its first
             // echoes were lost): a fresh challenge, as its hello would get, instead of a
             // silent drop that leaves the client echoing the stale cookie until its
             // handshake times out. Stateless, after the same token checks as a hello, and
-            // smaller than the echo.
+            // smaller than the echo. Only for a cookie this server signed (its key is held
+            // two rotation periods, far longer than a handshake lasts): a forged one stays
+            // `BadCookie`, so the count an operator watches for forgeries keeps them.
             let admitted = match self.admit(now, ty, client_cid, nonce, timestamp, &cookie, token) {
                 Ok(a) => a,
                 Err(v) => return self.verdict(from, client_cid, nonce, v),
