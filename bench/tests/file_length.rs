@@ -2,24 +2,15 @@
 //! out (issue 37): a file that grows past it holds more than one room and is split by concern.
 //! A file's unit tests are the lines from its first `#[cfg(test)]` at the start of a line on.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::rust_files;
+use std::path::Path;
 
 /// The source trees held to the limit, relative to the workspace root.
 const TREES: &[&str] = &["engine/src", "engine/proto/src"];
 
 const LIMIT: usize = 1_000;
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    for entry in entries {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// Lines before the file's unit tests.
 fn code_lines(text: &str) -> usize {

@@ -3,24 +3,15 @@
 //! work and is split into named steps. A function is measured from the line of its `fn` to
 //! its closing brace; braces in comments, strings and character literals do not count.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::rust_files;
+use std::path::Path;
 
 /// The source tree held to the limit, relative to the workspace root.
 const TREE: &str = "engine/proto/src";
 
 const LIMIT: usize = 120;
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    for entry in entries {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// A file of unit tests only (`tests.rs`, or `x_tests.rs` beside `x.rs`).
 fn is_test_file(path: &Path) -> bool {

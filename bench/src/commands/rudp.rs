@@ -253,25 +253,26 @@ pub fn rudp_table(cases: &[RudpCase]) -> String {
     out
 }
 
-/// Secure and insecure rounds interleaved (secure, insecure, secure, ...: the same seeds, and
-/// the machine's drift spread over both), as two cases.
-fn side_by_side(
+/// Two variants of `base` run in interleaved rounds (A, B, A, B, ...: the same seeds, and the
+/// machine's drift spread over both), as two cases of set `set`. `vary` makes variant `k`
+/// (0 or 1) of a round's config.
+fn interleaved(
     base: &RudpConfig,
     rounds: usize,
+    set: &str,
+    vary: impl Fn(RudpConfig, usize) -> RudpConfig,
     mut report: impl FnMut(&RudpRun),
 ) -> Vec<RudpCase> {
-    let modes = ["secure", "insecure"];
     let mut runs: [Vec<RudpRun>; 2] = [Vec::new(), Vec::new()];
     for i in 0..rounds.max(1) {
-        for (k, mode) in modes.iter().enumerate() {
-            let cfg = RudpConfig {
+        for (k, variant) in runs.iter_mut().enumerate() {
+            let round = RudpConfig {
                 seed: base.seed.wrapping_add(i as u64),
-                security: Some((*mode).into()),
                 ..base.clone()
             };
-            let r = run_round(&cfg);
+            let r = run_round(&vary(round, k));
             report(&r);
-            runs[k].push(r);
+            variant.push(r);
         }
     }
     runs.into_iter()
@@ -281,7 +282,7 @@ fn side_by_side(
                 .map_or_else(|| label(base), |r| label(&r.config));
             RudpCase {
                 label,
-                set: Some("security".into()),
+                set: Some(set.into()),
                 ok: runs.iter().all(|r| r.ok),
                 summary: summarize(&runs),
                 rounds: runs,
@@ -290,41 +291,28 @@ fn side_by_side(
         .collect()
 }
 
-/// NewReno and Delay rounds interleaved (NewReno, Delay, NewReno, ...: the same seeds, and the
-/// machine's drift spread over both), as two cases.
+/// Secure and insecure rounds interleaved, as two cases.
+fn side_by_side(base: &RudpConfig, rounds: usize, report: impl FnMut(&RudpRun)) -> Vec<RudpCase> {
+    let modes = ["secure", "insecure"];
+    let vary = |cfg: RudpConfig, k: usize| RudpConfig {
+        security: Some(modes[k].into()),
+        ..cfg
+    };
+    interleaved(base, rounds, "security", vary, report)
+}
+
+/// NewReno and Delay rounds interleaved, as two cases.
 fn controllers_side_by_side(
     base: &RudpConfig,
     rounds: usize,
-    mut report: impl FnMut(&RudpRun),
+    report: impl FnMut(&RudpRun),
 ) -> Vec<RudpCase> {
     let controllers = ["newreno", "delay"];
-    let mut runs: [Vec<RudpRun>; 2] = [Vec::new(), Vec::new()];
-    for i in 0..rounds.max(1) {
-        for (k, cc) in controllers.iter().enumerate() {
-            let cfg = RudpConfig {
-                seed: base.seed.wrapping_add(i as u64),
-                congestion_controller: Some((*cc).into()),
-                ..base.clone()
-            };
-            let r = run_round(&cfg);
-            report(&r);
-            runs[k].push(r);
-        }
-    }
-    runs.into_iter()
-        .map(|runs| {
-            let label = runs
-                .first()
-                .map_or_else(|| label(base), |r| label(&r.config));
-            RudpCase {
-                label,
-                set: Some("congestion".into()),
-                ok: runs.iter().all(|r| r.ok),
-                summary: summarize(&runs),
-                rounds: runs,
-            }
-        })
-        .collect()
+    let vary = |cfg: RudpConfig, k: usize| RudpConfig {
+        congestion_controller: Some(controllers[k].into()),
+        ..cfg
+    };
+    interleaved(base, rounds, "congestion", vary, report)
 }
 
 /// Delay over NewReno: round trips per second and p99 RTT (medians over the rounds).

@@ -328,31 +328,6 @@ impl Endpoint {
             }
         }
         let ty = wire::PacketType::ClientCookieEcho;
-        if expired && signed {
-            // The echo came too late (the client or the server was slow, or its first
-            // echoes were lost): a fresh challenge, as its hello would get, instead of a
-            // silent drop that leaves the client echoing the stale cookie until its
-            // handshake times out. Stateless, after the same token checks as a hello, and
-            // smaller than the echo. Only for a cookie this server signed (its key is held
-            // two rotation periods, far longer than a handshake lasts): a forged one stays
-            // `BadCookie`, so the count an operator watches for forgeries keeps them.
-            let admitted = match self.admit(now, ty, client_cid, nonce, timestamp, &cookie, token) {
-                Ok(a) => a,
-                Err(v) => return self.verdict(from, client_cid, nonce, v),
-            };
-            if self.challenge(
-                now_ms,
-                period,
-                from,
-                client_cid,
-                nonce,
-                token,
-                admitted.as_ref(),
-            ) {
-                self.stats.cookies_renewed += 1;
-            }
-            return Ok(());
-        }
         if !signed {
             return Err(DropCause::BadCookie);
         }
@@ -360,6 +335,20 @@ impl Endpoint {
             Ok(a) => a,
             Err(v) => return self.verdict(from, client_cid, nonce, v),
         };
+        if expired {
+            // The echo came too late (the client or the server was slow, or its first
+            // echoes were lost): a fresh challenge, as its hello would get, instead of a
+            // silent drop that leaves the client echoing the stale cookie until its
+            // handshake times out. Stateless, after the same token checks as a hello, and
+            // smaller than the echo. Only for a cookie this server signed (its key is held
+            // two rotation periods, far longer than a handshake lasts): a forged one stays
+            // `BadCookie`, so the count an operator watches for forgeries keeps them.
+            let admitted = admitted.as_ref();
+            if self.challenge(now_ms, period, from, client_cid, nonce, token, admitted) {
+                self.stats.cookies_renewed += 1;
+            }
+            return Ok(());
+        }
         // The per-address budget, now that the echo proved the address and (with a token)
         // the token's keys. It counts the sessions this echo's address opened, charged when
         // one opens: an echo that opens none (a refusal, a token already used, a copy of an
