@@ -101,16 +101,14 @@ pub(crate) struct FecLink {
     /// The budget a new receiver starts with (the endpoint swaps its shared budget in here for
     /// each call while no receiver exists).
     budget: RetentionBudget,
-    /// Tag bytes the connection appends to every FEC packet (0 in the insecure mode; at most
-    /// `TAG_LEN`, so a `u16` leaves room beside `next_parity`).
-    tag: u16,
+    /// Tag bytes the connection appends to every FEC packet (0 in the insecure mode).
+    tag: usize,
     state: Option<Box<FecState>>,
-    /// The state's earliest deadline and next parity size (0: none; a parity packet is never
-    /// empty), kept inline: the connection reads both at every deadline recomputation, when
-    /// the boxed state is often out of cache. Refreshed by every method that may change the
-    /// state ([`Self::refresh`]); u32 so that the link grows by the deadline only.
-    deadline: Option<Instant>,
-    next_parity: u32,
+    /// The receiver's earliest deadline, kept inline: the connection reads it at every
+    /// deadline recomputation, when the boxed receiver is often out of cache (the sender's
+    /// state is not: sending reads it just before). Refreshed by every call that may change
+    /// the receiver ([`Self::refresh_rx`]).
+    rx_deadline: Option<Instant>,
 }
 
 /// What a connection that sends or receives FEC holds.
@@ -160,25 +158,18 @@ impl FecLink {
     /// (0 without keys); room for a tag is reserved either way.
     pub(crate) fn new(cfg: &Config, tag: usize) -> Self {
         let state = (cfg.fec.policy != FecPolicy::Off).then(|| Box::new(FecState::new(cfg, tag)));
-        let mut link = FecLink {
+        FecLink {
             budget: RetentionBudget::default(),
-            tag: u16::try_from(tag).expect("a tag is at most TAG_LEN bytes"),
+            tag,
             state,
-            deadline: None,
-            next_parity: 0,
-        };
-        link.refresh();
-        link
+            rx_deadline: None,
+        }
     }
 
-    /// Recomputes the inline `deadline` and `next_parity` from the state (just touched, so
-    /// in cache).
-    fn refresh(&mut self) {
-        let s = self.state.as_deref();
-        self.deadline = s.and_then(FecState::poll_timeout);
-        self.next_parity = s
-            .and_then(FecState::next_parity)
-            .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX));
+    /// Recomputes `rx_deadline` (after a call that may have changed the receiver, which it
+    /// has just touched).
+    fn refresh_rx(&mut self) {
+        self.rx_deadline = self.rx().and_then(Rx::poll_timeout);
     }
 
     /// Start from an empty retention budget of `limit` bytes (before any FEC packet arrived).
@@ -252,20 +243,14 @@ impl FecLink {
         remaining: Option<(u32, u32)>,
     ) -> usize {
         match self.state.as_mut() {
-            Some(s) => {
-                let n = s.seal(now, dst, buf, len, remaining);
-                self.refresh();
-                n
-            }
+            Some(s) => s.seal(now, dst, buf, len, remaining),
             None => len,
         }
     }
 
     /// Size of the next parity packet, if one is ready.
     pub(crate) fn next_parity(&self) -> Option<usize> {
-        let n = (self.next_parity > 0).then_some(self.next_parity as usize);
-        debug_assert_eq!(n, self.state.as_ref().and_then(|s| s.next_parity()));
-        n
+        self.state.as_ref()?.next_parity()
     }
 
     /// Writes the next parity packet, if any (see [`FecState::poll_parity`]).
@@ -276,9 +261,7 @@ impl FecLink {
         buf: &mut [u8],
         cc: &mut Congestion,
     ) -> Option<usize> {
-        let n = self.state.as_mut()?.poll_parity(now, dst, buf, cc);
-        self.refresh();
-        n
+        self.state.as_mut()?.poll_parity(now, dst, buf, cc)
     }
 
     /// The fate of a packet sent at `sent` is known (see [`FecState::on_acked`]): parity sent
@@ -286,7 +269,6 @@ impl FecLink {
     pub(crate) fn on_acked(&mut self, sent: Instant, cc: &mut Congestion) {
         if let Some(s) = self.state.as_mut() {
             s.on_acked(sent, cc);
-            self.refresh();
         }
     }
 
@@ -308,24 +290,26 @@ impl FecLink {
     pub(crate) fn on_rto(&mut self, cc: &mut Congestion) {
         if let Some(s) = self.state.as_mut() {
             s.on_rto(cc);
-            self.refresh();
         }
     }
 
     /// Earliest FEC timer.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        debug_assert_eq!(
-            self.deadline,
-            self.state.as_ref().and_then(|s| s.poll_timeout())
-        );
-        self.deadline
+        let s = self.state.as_ref()?;
+        let tx = s.tx.as_ref().and_then(|t| t.poll_timeout());
+        let t = match (tx, self.rx_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        debug_assert_eq!(t, s.poll_timeout());
+        t
     }
 
     /// Runs FEC timers.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
         if let Some(s) = self.state.as_mut() {
             s.handle_timeout(now);
-            self.refresh();
+            self.refresh_rx();
         }
     }
 
@@ -333,16 +317,13 @@ impl FecLink {
     pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64, max_burst: u64) {
         if let Some(s) = self.state.as_mut() {
             s.on_loss_report(received, lost, max_burst);
-            self.refresh();
         }
     }
 
     /// Data shards (received, lost, longest loss burst) the peer's FEC stream showed since
     /// the last call.
     pub(crate) fn take_loss_report(&mut self) -> Option<(u64, u64, u64)> {
-        let r = self.state.as_mut()?.take_loss_report();
-        self.refresh();
-        r
+        self.state.as_mut()?.take_loss_report()
     }
 
     /// Feeds an FEC packet body to the receiver (created, with the state, on the first one);
@@ -355,12 +336,12 @@ impl FecLink {
         body: &[u8],
         parity: bool,
     ) -> Result<(), FecError> {
-        let (budget, tag) = (self.budget, usize::from(self.tag));
+        let (budget, tag) = (self.budget, self.tag);
         let r = self
             .state
             .get_or_insert_with(|| Box::new(FecState::new(cfg, tag)))
             .receive(budget, now, local, body, parity);
-        self.refresh();
+        self.refresh_rx();
         r
     }
 
@@ -383,7 +364,7 @@ impl FecLink {
     pub(crate) fn trim(&mut self, now: Instant) {
         if let Some(s) = self.state.as_mut() {
             s.trim(now);
-            self.refresh();
+            self.refresh_rx();
         }
     }
 
