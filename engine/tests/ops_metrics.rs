@@ -139,6 +139,19 @@ fn the_endpoint_exposes_sessions_rtt_and_health() {
         .sum();
     assert!(received >= 60.0, "{text}");
     assert!(text.contains("cause=\"socket_overflow\""));
+    // Each client's handshake was challenged (a resent hello on a loaded host is challenged
+    // again); nothing renewed or dropped on loopback.
+    let challenges: f64 = per_worker_values(&text, "ricochet_challenges_sent_total")
+        .iter()
+        .sum();
+    assert!(challenges >= 3.0, "{text}");
+    for name in [
+        "ricochet_cookies_renewed_total",
+        "ricochet_stateless_replies_dropped_total",
+    ] {
+        assert!(text.contains(&format!("# TYPE {name} counter")), "{text}");
+        assert_eq!(per_worker_values(&text, name), [0.0, 0.0], "{name}");
+    }
     assert!(text.contains("# TYPE ricochet_datagrams_received_total counter"));
     assert!(!text.contains("# EOF"), "classic text format by default");
     let (_, open_metrics) = get_accepting(addr, "/metrics", "application/openmetrics-text");

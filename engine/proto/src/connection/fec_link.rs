@@ -104,6 +104,11 @@ pub(crate) struct FecLink {
     /// Tag bytes the connection appends to every FEC packet (0 in the insecure mode).
     tag: usize,
     state: Option<Box<FecState>>,
+    /// The receiver's earliest deadline, kept inline: the connection reads it at every
+    /// deadline recomputation, when the boxed receiver is often out of cache (the sender's
+    /// state is not: sending reads it just before). Refreshed by every call that may change
+    /// the receiver ([`Self::refresh_rx`]).
+    rx_deadline: Option<Instant>,
 }
 
 /// What a connection that sends or receives FEC holds.
@@ -157,7 +162,14 @@ impl FecLink {
             budget: RetentionBudget::default(),
             tag,
             state,
+            rx_deadline: None,
         }
+    }
+
+    /// Recomputes `rx_deadline` (after a call that may have changed the receiver, which it
+    /// has just touched).
+    fn refresh_rx(&mut self) {
+        self.rx_deadline = self.rx().and_then(Rx::poll_timeout);
     }
 
     /// Start from an empty retention budget of `limit` bytes (before any FEC packet arrived).
@@ -283,13 +295,21 @@ impl FecLink {
 
     /// Earliest FEC timer.
     pub(crate) fn poll_timeout(&self) -> Option<Instant> {
-        self.state.as_ref()?.poll_timeout()
+        let s = self.state.as_ref()?;
+        let tx = s.tx.as_ref().and_then(|t| t.poll_timeout());
+        let t = match (tx, self.rx_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        debug_assert_eq!(t, s.poll_timeout());
+        t
     }
 
     /// Runs FEC timers.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
         if let Some(s) = self.state.as_mut() {
             s.handle_timeout(now);
+            self.refresh_rx();
         }
     }
 
@@ -317,9 +337,12 @@ impl FecLink {
         parity: bool,
     ) -> Result<(), FecError> {
         let (budget, tag) = (self.budget, self.tag);
-        self.state
+        let r = self
+            .state
             .get_or_insert_with(|| Box::new(FecState::new(cfg, tag)))
-            .receive(budget, now, local, body, parity)
+            .receive(budget, now, local, body, parity);
+        self.refresh_rx();
+        r
     }
 
     /// The ARQ datagrams the last [`Self::receive`] yielded (see
@@ -341,6 +364,7 @@ impl FecLink {
     pub(crate) fn trim(&mut self, now: Instant) {
         if let Some(s) = self.state.as_mut() {
             s.trim(now);
+            self.refresh_rx();
         }
     }
 

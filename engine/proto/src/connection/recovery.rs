@@ -308,14 +308,18 @@ impl Connection {
                 .filter(|p| p.state == PacketState::InFlight)
                 .count()
         );
+        // Evaluated lazily, most common first: with data in flight (every active session) the
+        // boxed FEC state is not read.
         let in_flight = self.recovery.in_flight_packets > 0;
-        let blocked = self.send.peer_window == 0 && self.has_queued_reliable();
-        // Parity alone fills the window and no data packet is in flight whose ACK or loss would
-        // take it out: the probe (which may exceed the window) and then the RTO end the wait.
-        let parity_blocked = self.fec.parity_in_flight()
-            && !self.cc.can_send(self.cfg.max_datagram_size)
-            && (!self.send.retx.is_empty() || self.send.queued_bytes > 0);
-        if !in_flight && !blocked && !parity_blocked {
+        let armed = in_flight
+            || (self.send.peer_window == 0 && self.has_queued_reliable())
+            // Parity alone fills the window and no data packet is in flight whose ACK or loss
+            // would take it out: the probe (which may exceed the window) and then the RTO end
+            // the wait.
+            || (self.fec.parity_in_flight()
+                && !self.cc.can_send(self.cfg.max_datagram_size)
+                && (!self.send.retx.is_empty() || self.send.queued_bytes > 0));
+        if !armed {
             return None;
         }
         Some(base + self.probe_timeout())

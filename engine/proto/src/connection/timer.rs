@@ -166,9 +166,20 @@ impl Connection {
         self.deadline(timer).is_some_and(|t| now >= t)
     }
 
-    /// The earliest time `handle_timeout` (or `poll_transmit`) has work to do.
+    /// The earliest time `handle_timeout` (or `poll_transmit`) has work to do: the minimum of
+    /// [`Self::timers`], without building the table (the endpoint asks once per connection
+    /// per visit).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers().next()
+        let mut next: Option<Instant> = None;
+        for t in Timer::ALL {
+            if t.applies(self.state) {
+                if let Some(at) = self.deadline(t) {
+                    next = Some(next.map_or(at, |n| n.min(at)));
+                }
+            }
+        }
+        debug_assert_eq!(next, self.timers().next());
+        next
     }
 
     /// Run expired timers: idle timeout, handshake retries, loss detection, probe timeout / RTO.

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use rand::Rng;
 
 use super::config::ListenConfig;
-use super::state::{ConnectionHandle, Endpoint};
+use super::state::{Bound, ConnectionHandle, Endpoint};
 use crate::admission::{
     tags_equal, HandshakeKeys, LedgerRefusal, Peer, Recorded, Refusal, TokenLedger,
 };
@@ -611,7 +611,7 @@ impl Endpoint {
         conn.set_budget_limits(self.cfg.reassembly_budget, self.cfg.fec_retention_budget);
         let slot = &mut self.slots[idx as usize];
         slot.conn = Some(conn);
-        slot.accepted_for = Some((from, client_cid));
+        slot.bound = Bound::Accepted(from, client_cid);
         self.by_client
             .insert((from, client_cid), ConnectionHandle(cid.0));
         self.router.session_opened();

@@ -47,8 +47,8 @@ mod timer;
 
 pub use config::{EndpointConfig, EndpointStats, ListenConfig, DEFAULT_TRANSMIT_BURST};
 use slots::MAX_SLOTS;
+use state::{Bound, TokenState, STATELESS_MAX};
 pub use state::{ConnectionHandle, Endpoint};
-use state::{TokenState, STATELESS_MAX};
 
 impl Endpoint {
     /// A new endpoint. `now` is the base of its cookie clock; `seed` drives connection ids, nonces,
@@ -517,9 +517,9 @@ impl Endpoint {
                 stats.rtt_samples_dropped += 1;
             }
         });
-        if slot.remote.is_none() && slot.accepted_for.is_none() && conn.reset_token().is_some() {
+        if slot.bound == Bound::None && conn.reset_token().is_some() {
             // A client connection that learned its server's id and reset token.
-            slot.remote = Some(conn.remote_cid());
+            slot.bound = Bound::Remote(conn.remote_cid());
             self.by_remote.insert(conn.remote_cid(), idx);
         }
         if conn.is_drained() {
@@ -535,13 +535,16 @@ impl Endpoint {
             slot.dirty = false;
             slot.timer_stale = false;
             self.timers.set(idx, None);
-            if let Some(remote) = slot.remote.take() {
-                self.by_remote.remove(&remote);
-            }
-            if let Some(key) = slot.accepted_for.take() {
-                self.by_client.remove(&key);
-                self.router.session_closed();
-                self.router.release_session(key.0.ip());
+            match std::mem::replace(&mut slot.bound, Bound::None) {
+                Bound::None => {}
+                Bound::Remote(remote) => {
+                    self.by_remote.remove(&remote);
+                }
+                Bound::Accepted(from, client_cid) => {
+                    self.by_client.remove(&(from, client_cid));
+                    self.router.session_closed();
+                    self.router.release_session(from.ip());
+                }
             }
             self.stats.connections -= 1;
             self.free.push_back(idx);

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use rand::Rng;
 
-use super::state::{ConnectionHandle, Endpoint, Slot};
+use super::state::{Bound, ConnectionHandle, Endpoint, Slot};
 use crate::keys::SEALED_ID_BITS;
 use crate::{CloseReason, Connection, ConnectionId, Event};
 
@@ -67,8 +67,7 @@ impl Endpoint {
                     conn: None,
                     dirty: false,
                     timer_stale: false,
-                    accepted_for: None,
-                    remote: None,
+                    bound: Bound::None,
                     reuses: 0,
                 });
                 (self.slots.len() - 1) as u32

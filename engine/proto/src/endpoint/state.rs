@@ -106,7 +106,7 @@ impl Drop for Endpoint {
         // one closes, so that counts it shares (a multi-worker server's limits and placement)
         // do not keep an endpoint's sessions after it is gone (its worker's handler panicked).
         for slot in &self.slots {
-            if let Some((from, _)) = slot.accepted_for {
+            if let Bound::Accepted(from, _) = slot.bound {
                 self.router.session_closed();
                 self.router.release_session(from.ip());
             }
@@ -121,12 +121,24 @@ pub(super) struct Slot {
     /// The connection changed since its deadline in `timers` was computed (see
     /// `Endpoint::refresh_timer`); only ever set while `dirty`.
     pub(super) timer_stale: bool,
-    /// Server side: the (client address, client cid) this connection was accepted for.
-    pub(super) accepted_for: Option<(SocketAddr, ConnectionId)>,
-    /// Client side: the server's connection id, once known (stateless resets name it).
-    pub(super) remote: Option<ConnectionId>,
+    /// What the endpoint's maps know the connection by besides its own id (one field for
+    /// both sides: a connection is either).
+    pub(super) bound: Bound,
     /// How many times the slot was reused (sealed into its connection's id; wraps after 2^32).
     pub(super) reuses: u32,
+}
+
+/// A slot connection's key in the endpoint's maps other than its own id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Bound {
+    /// Neither yet: a client that has not learned its server's id, or an empty slot.
+    None,
+    /// Server side: the (client address, client cid) this connection was accepted for
+    /// (`Endpoint::by_client`).
+    Accepted(SocketAddr, ConnectionId),
+    /// Client side: the server's connection id, once known (stateless resets name it;
+    /// `Endpoint::by_remote`).
+    Remote(ConnectionId),
 }
 
 impl Slot {

@@ -192,6 +192,33 @@ impl Collector for ServerCollector {
             sv,
             |m, x| counter(m, x.endpoint.accepted),
         )?;
+        per_worker(
+            e,
+            "ricochet_challenges_sent",
+            "Handshake challenges sent (renewed cookies included)",
+            None,
+            k,
+            sv,
+            |m, x| counter(m, x.endpoint.challenges_sent),
+        )?;
+        per_worker(
+            e,
+            "ricochet_cookies_renewed",
+            "Cookie echoes whose cookie had expired, answered with a fresh challenge (a rate that grows says handshakes outlast the cookie lifetime)",
+            None,
+            k,
+            sv,
+            |m, x| counter(m, x.endpoint.cookies_renewed),
+        )?;
+        per_worker(
+            e,
+            "ricochet_stateless_replies_dropped",
+            "Stateless replies (challenges, refusals, resets) dropped because the reply queue was full",
+            None,
+            k,
+            sv,
+            |m, x| counter(m, x.endpoint.stateless_queue_full),
+        )?;
         {
             let mut m = e.encode_descriptor("ricochet_handshakes_refused", "Handshakes refused, by reason: token (invalid, expired, reused, for another server), application (Handler::on_accept), other (full, draining, per-address limits)", None, k)?;
             for (i, x) in sv.iter().enumerate() {
