@@ -36,8 +36,17 @@
 //! shares converge (additive increase, multiplicative decrease). A flow alone on its path is
 //! not cut once it settled and keeps the gentle probe.
 //!
+//! A cruise round in which every datagram still queued by more than half the threshold plus
+//! one datagram's serialization at the estimate, its ACKs arriving at about the estimate (the
+//! link was busy with this flow throughout), twice in a row, means the estimate stands above
+//! the path (a noisy sample won the max): no sample may stand above that round's ACK rate,
+//! and the next round is paced at the drain round's gain.
+//!
 //! At the start the rate doubles per round (startup) until the estimate stops growing by a
-//! quarter for three rounds in which the sender used its rate, or a queue shows.
+//! quarter for three rounds in which the sender used its rate, or a queue shows: a round
+//! whose every RTT sample stood above the minimum by [`queue_threshold`], or, once a round
+//! measured the path, [`STARTUP_QUEUED`] such samples in a row (at once, not at the round's
+//! end).
 //! Startup that ends on a queue (a game that offers more than the path fills the buffer for
 //! the rounds it takes to see it) drains it at [`DRAIN_GAIN`] for up to [`DRAIN_ROUNDS`]
 //! rounds before the cycle's cruise, which alone would take seconds to.
@@ -69,10 +78,16 @@ const SHARED_ROUNDS: u32 = 4 * CYCLE.len() as u32;
 const STARTUP_GAIN: f64 = 2.0;
 /// Pacing gain while the queue startup left behind drains (see [`Phase::Drain`]).
 const DRAIN_GAIN: f64 = 0.75;
+/// RTT samples in a row above the minimum by more than [`queue_threshold`] that end startup
+/// (one could be a datagram held up by the host, not a queue).
+const STARTUP_QUEUED: u32 = 2;
 /// Most rounds of [`Phase::Drain`].
 const DRAIN_ROUNDS: u32 = 3;
 /// The estimate after a cut, as a share of the round's delivery rate.
 pub(crate) const CUT: f64 = 0.85;
+/// A cruise round whose ACKs came at this share of the estimate or more kept the link busy
+/// (cruise sends at 0.95 of it); below, its RTT samples above the minimum are not a queue.
+const CAP_DEPTH: f64 = 0.9;
 /// One cut's base is at least this share of the estimate (see `Delay::cut`).
 const DEEPEST_CUT: f64 = 0.5;
 /// The pacer's lowest rate, datagrams per smoothed RTT (see `Delay::pacing_rate`).
@@ -150,6 +165,12 @@ pub(crate) struct Delay {
     cut_gap: u32,
     /// A cut's queue has not yet been seen drained.
     draining: bool,
+    /// RTT samples in a row that showed a queue in startup (see [`STARTUP_QUEUED`]).
+    queued_run: u32,
+    /// The last cruise round showed a queue kept up (see `end_round`).
+    standing: bool,
+    /// This cruise round is paced at the drain round's gain (see `end_round`).
+    extra_drain: bool,
     /// The smoothed RTT as of the last ACK (the initial RTT before one).
     srtt: Duration,
     /// Pacing tokens in bytes and when they were last refilled.
@@ -198,6 +219,9 @@ impl Delay {
             since_cut: u32::MAX,
             cut_gap: u32::MAX,
             draining: false,
+            queued_run: 0,
+            standing: false,
+            extra_drain: false,
             srtt: p.initial_rtt,
             tokens: (4 * p.mss) as f64,
             refilled: None,
@@ -239,6 +263,7 @@ impl Delay {
             Phase::Drain { .. } => bw * DRAIN_GAIN,
             Phase::Cycle(0) => bw * CYCLE[0] + add,
             Phase::Cycle(1) => (bw * CYCLE[1] - add).max(bw / 2.0),
+            Phase::Cycle(_) if self.extra_drain => bw * CYCLE[1],
             Phase::Cycle(i) => bw * CYCLE[i],
         };
         // Never slower than [`LIVE_PACKETS`] datagrams per smoothed RTT: a sender paced below
@@ -354,6 +379,7 @@ impl Delay {
         if let Some(s) = rtt_sample {
             self.note_min_rtt(now, s);
         }
+        let min_rtt = self.min_rtt();
         let Some(r) = &mut self.round else {
             self.round = Some(Round {
                 start: now,
@@ -369,6 +395,25 @@ impl Delay {
         };
         if let Some(s) = rtt_sample {
             r.min_sample = Some(r.min_sample.map_or(s, |m| m.min(s)));
+            if matches!(self.phase, Phase::Startup { .. }) {
+                let over = min_rtt.is_some_and(|m| s.saturating_sub(m) > queue_threshold(m));
+                self.queued_run = if over { self.queued_run + 1 } else { 0 };
+            }
+        }
+        if matches!(self.phase, Phase::Startup { .. })
+            && self.queued_run >= STARTUP_QUEUED
+            && self.bw > 0.0
+        {
+            // Startup ends on the queue at once, not at the end of a round: a game that
+            // offers more than the path (or the doubling) adds to the queue for every RTT it
+            // goes unseen, and a round's smallest sample shows it a round or two after the
+            // samples do. Not before a round measured the path: the cut's base would be the
+            // rate of a few ACKs (flows that start together would start far apart).
+            let elapsed = now.saturating_duration_since(r.start).as_secs_f64();
+            let ack_rate = (elapsed > 0.0 && r.bytes > 0).then(|| r.bytes as f64 / elapsed);
+            self.queued_run = 0;
+            self.cut(ack_rate, true);
+            return;
         }
         if r.max_sent.is_some_and(|m| m > r.end_after) {
             let done = *r;
@@ -407,6 +452,14 @@ impl Delay {
         self.bw = bw;
     }
 
+    /// No sample above `rate` stands in the estimate any more.
+    fn cap_estimate(&mut self, rate: f64) {
+        for s in &mut self.samples {
+            *s = s.min(rate);
+        }
+        self.bw = self.samples.iter().copied().fold(0.0, f64::max);
+    }
+
     fn end_round(&mut self, now: Instant, r: &Round) {
         self.since_cut = self.since_cut.saturating_add(1);
         let ack_elapsed = now.saturating_duration_since(r.start);
@@ -426,10 +479,20 @@ impl Delay {
                 self.bw = self.samples.iter().copied().fold(0.0, f64::max);
             }
         }
-        let queued = match (r.min_sample, self.min_rtt()) {
-            (Some(s), Some(m)) => s.saturating_sub(m) > queue_threshold(m),
-            _ => false,
+        // How far the round's smallest RTT sample stood above the path's minimum: past the
+        // threshold a standing queue (a cut), past `standing` one the sender keeps up (a cap
+        // and a drain round, see below).
+        let excess = match (r.min_sample, self.min_rtt()) {
+            (Some(s), Some(m)) => Some((s.saturating_sub(m), queue_threshold(m))),
+            _ => None,
         };
+        let queued = excess.is_some_and(|(q, t)| q > t);
+        // A datagram that takes longer to serialize than the one the minimum measured (a
+        // path that got slower, a full datagram against a small one) stands above the
+        // minimum by up to one datagram's time at the estimate without any queue.
+        let serialization =
+            Duration::from_secs_f64(self.mss as f64 / self.bw.max(1.0)).min(MIN_RTT_WINDOW);
+        let standing = excess.is_some_and(|(q, t)| q > t / 2 + serialization);
         let congested = queued || r.congestion_loss;
         if !queued {
             self.draining = false;
@@ -462,6 +525,12 @@ impl Delay {
                 };
             }
             Phase::Cycle(i) => {
+                // The queue stood and the ACKs came at about the estimate: the link was busy
+                // with this flow's data throughout (a path whose datagrams got slower to
+                // serialize than at the minimum's time shows samples above it too, but ACKs
+                // at the rate sent, below the estimate).
+                let busy = standing && ack_rate.is_some_and(|a| a >= self.bw * CAP_DEPTH);
+                self.extra_drain = false;
                 let guarded = i >= GUARD_FROM || r.congestion_loss;
                 // After a cut the queue takes a while to drain (at the rate the cut freed): no
                 // second cut until a round showed it gone, unless it stands for a whole cycle
@@ -472,10 +541,21 @@ impl Delay {
                     // The cycle goes on: a flow that shares a standing queue with others
                     // still probes once per cycle.
                     self.cut(ack_rate, queued);
+                } else if i >= GUARD_FROM && busy && std::mem::replace(&mut self.standing, true) {
+                    // Two cruise rounds (the probe's queue gone) in which every datagram still
+                    // queued: the estimate is above the path (a noisy sample won the max of
+                    // `BW_ROUNDS`, and cruise at 0.95 of it keeps the queue up), and the
+                    // round, the link busy throughout, measured the path's rate for this flow.
+                    // No sample may stand above that, and the next round at the drain gain
+                    // takes the queue off before it grows into a cut (the cycle goes on).
+                    if let Some(a) = ack_rate {
+                        self.cap_estimate(a);
+                    }
+                    self.standing = false;
+                    self.extra_drain = true;
                 }
-                if !matches!(self.phase, Phase::Startup { .. }) {
-                    self.phase = Phase::Cycle((i + 1) % CYCLE.len());
-                }
+                self.standing &= busy && i >= GUARD_FROM;
+                self.phase = Phase::Cycle((i + 1) % CYCLE.len());
             }
         }
     }
