@@ -18,8 +18,8 @@ use bytes::Bytes;
 use proto_util::{App, EpNode};
 use ricochet_proto::fec::FecPolicy;
 use ricochet_proto::{
-    ChannelKind, Config, CongestionController, ConnectionHandle, Endpoint, EndpointConfig,
-    Event, ListenConfig,
+    ChannelKind, Config, CongestionController, ConnectionHandle, Endpoint, EndpointConfig, Event,
+    ListenConfig,
 };
 use ricochet_testkit::{Impairment, Simulation};
 
@@ -113,8 +113,10 @@ fn run(policy: FecPolicy, seconds: u64) -> Outcome {
         c.congestion_controller = CongestionController::Delay;
         c.channels = vec![ChannelKind::ReliableOrdered, ChannelKind::Unreliable];
     }));
-    let (sa, ca): (SocketAddr, SocketAddr) =
-        ("10.0.0.1:7000".parse().unwrap(), "10.0.0.2:5000".parse().unwrap());
+    let (sa, ca): (SocketAddr, SocketAddr) = (
+        "10.0.0.1:7000".parse().unwrap(),
+        "10.0.0.2:5000".parse().unwrap(),
+    );
     let app = |server| Snapshots {
         server,
         handle: None,
@@ -152,11 +154,10 @@ fn run(policy: FecPolicy, seconds: u64) -> Outcome {
     let sv = sim.node(sa).unwrap();
     let received = sv.app.received;
     let c = sim.node(ca).unwrap();
-    let st = c
-        .ep
-        .connection(c.app.handle.expect("connected"))
-        .expect("client")
-        .stats();
+    let st =
+        c.ep.connection(c.app.handle.expect("connected"))
+            .expect("client")
+            .stats();
     let mut judged: Vec<u64> = c
         .app
         .estimates
@@ -211,8 +212,23 @@ fn small_snapshots_through_a_clean_bottleneck_keep_the_estimate() {
             x.estimate_bps
         );
         // The link carries about 52 snapshots a second of the 60 offered.
-        assert!(x.received * 10 >= x.sent * 7, "{} of {}", x.received, x.sent);
+        assert!(
+            x.received * 10 >= x.sent * 7,
+            "{} of {}",
+            x.received,
+            x.sent
+        );
     }
-    assert!(o.received * 10 >= off.received * 9, "{} vs {}", o.received, off.received);
-    assert!(o.repairs <= 10 && o.parity_sent <= 20, "{} repairs, {} parity", o.repairs, o.parity_sent);
+    assert!(
+        o.received * 10 >= off.received * 9,
+        "{} vs {}",
+        o.received,
+        off.received
+    );
+    assert!(
+        o.repairs <= 10 && o.parity_sent <= 20,
+        "{} repairs, {} parity",
+        o.repairs,
+        o.parity_sent
+    );
 }

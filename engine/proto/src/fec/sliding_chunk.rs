@@ -103,8 +103,8 @@ impl SlidingSender {
             FecPolicy::Adaptive { max_parity } => match self.message_loss(c.fragments) {
                 Some(loss) => {
                     let max = (k * usize::from(max_parity)).div_ceil(span).max(1);
-                    // None when the message is as likely to arrive whole as the target
-                    // asks without them (a few fragments at a low loss).
+                    // None when the message arrives whole as often as the target asks
+                    // without them (a few fragments at a low loss).
                     least_parity(loss, k, c.residual, 0, max)
                 }
                 // The peer reported a clean path while the chunk was sent.

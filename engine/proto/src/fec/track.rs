@@ -94,9 +94,8 @@ impl SeqTracker {
                 // Far beyond anything plausible: start over rather than count phantom loss
                 // (what arrived of the undecided span counts as received).
                 let from = (hi + 1).saturating_sub(REORDER_DISTANCE).max(self.start);
-                self.window_received += (from..=hi)
-                    .filter(|&q| bit(self.arrived, hi - q))
-                    .count() as u64;
+                self.window_received +=
+                    (from..=hi).filter(|&q| bit(self.arrived, hi - q)).count() as u64;
                 self.start = seq;
                 self.arrived = 0;
                 self.delivered = 0;
