@@ -362,7 +362,7 @@ fn fragment_stream(lose_every: usize) -> (f64, u64, u32, u32) {
     // A seeded xorshift: loss at 1 / `lose_every` per datagram, independent of position
     // (a period would line up with the messages and hit only their repairs).
     let mut wire = 0x9E37_79B9_7F4A_7C15u64;
-    let mut pass = |x: &mut u64| {
+    let pass = |x: &mut u64| {
         *x ^= *x << 13;
         *x ^= *x >> 7;
         *x ^= *x << 17;
