@@ -31,9 +31,11 @@
 //! # Congestion control
 //!
 //! Parity counts against the congestion window: a parity packet waits until the window has
-//! room for it and adds to the bytes in flight. Parity is never acknowledged, so its bytes
-//! leave flight when a packet sent at or after it is acknowledged (by then it arrived or was
-//! lost), or at a retransmission timeout.
+//! room for it and the pacer's leave (the rate covers repairs as it covers data), and adds
+//! to the bytes in flight. Parity is never acknowledged, so its bytes leave flight when a
+//! packet sent at or after it is acknowledged (by then it arrived or was lost; the delay
+//! controller counts it delivered, as it counts it paced) or declared lost, or at a
+//! retransmission timeout.
 
 #[cfg(feature = "fec")]
 use std::collections::VecDeque;
@@ -43,6 +45,11 @@ use super::cc::Congestion;
 use crate::config::Config;
 #[cfg(feature = "fec")]
 use crate::config::FEC_ARQ_OVERHEAD;
+
+/// Congestion losses kept for the peer's loss reports at most (see
+/// `FecState::on_congestion_loss`): a few reports' worth.
+#[cfg(feature = "fec")]
+const MAX_CONGESTION_LOST: u64 = 256;
 #[cfg(feature = "fec")]
 use crate::fec::scheme::{Rx, Tx};
 #[cfg(feature = "fec")]
@@ -135,6 +142,8 @@ struct FecState {
     data_bytes: u64,
     /// Number of the next parity packet (its packet-protection nonce).
     next_parity_number: u64,
+    /// Packets ARQ declared lost to congestion not yet taken off a loss report.
+    congestion_lost: u64,
     /// Tag bytes the connection appends to every FEC packet (0 in the insecure mode).
     tag: usize,
 }
@@ -264,11 +273,11 @@ impl FecLink {
         self.state.as_mut()?.poll_parity(now, dst, buf, cc)
     }
 
-    /// The fate of a packet sent at `sent` is known (see [`FecState::on_acked`]): parity sent
-    /// no later has left the path.
-    pub(crate) fn on_acked(&mut self, sent: Instant, cc: &mut Congestion) {
+    /// The fate of a packet sent at `sent` is known, `delivered` if it was acknowledged (see
+    /// [`FecState::on_acked`]): parity sent no later has left the path.
+    pub(crate) fn on_acked(&mut self, sent: Instant, delivered: bool, cc: &mut Congestion) {
         if let Some(s) = self.state.as_mut() {
-            s.on_acked(sent, cc);
+            s.on_acked(sent, delivered, cc);
         }
     }
 
@@ -317,6 +326,14 @@ impl FecLink {
     pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64, max_burst: u64) {
         if let Some(s) = self.state.as_mut() {
             s.on_loss_report(received, lost, max_burst);
+        }
+    }
+
+    /// ARQ declared `n` packets lost while the path showed a standing queue (see
+    /// [`FecState::on_congestion_loss`]).
+    pub(crate) fn on_congestion_loss(&mut self, n: u64) {
+        if let Some(s) = self.state.as_mut() {
+            s.on_congestion_loss(n);
         }
     }
 
@@ -402,6 +419,7 @@ impl FecState {
             parity_unsendable: 0,
             data_bytes: 0,
             next_parity_number: 0,
+            congestion_lost: 0,
             tag,
         }
     }
@@ -545,19 +563,36 @@ impl FecState {
         Some(FEC_PARITY_HEADER_LEN + n)
     }
 
-    /// The fate of a packet sent at `sent` is known: it was acknowledged (whether the sender
-    /// tracked it or not, and also after it was declared lost) or declared lost. Parity sent no
-    /// later has left the path then, delivered or not. Parity is never acknowledged itself, so
+    /// ARQ declared `n` packets lost while the smoothed RTT showed a standing queue: the
+    /// sender's own queue overflowed (a controller's startup overshoot, a rate step down).
+    /// The peer's next loss reports count those datagrams too; they are taken off there, so
+    /// the adaptive policy sizes repairs for the path's random loss alone: repairs for
+    /// congestion loss only deepen the queue that caused it, and the estimate would keep
+    /// them up for seconds after it drained. Bounded: what no report claims is forgotten at
+    /// [`MAX_CONGESTION_LOST`].
+    pub(crate) fn on_congestion_loss(&mut self, n: u64) {
+        self.congestion_lost = (self.congestion_lost + n).min(MAX_CONGESTION_LOST);
+    }
+
+    /// The fate of a packet sent at `sent` is known: it was acknowledged (`delivered`; whether
+    /// the sender tracked it or not, and also after it was declared lost) or declared lost.
+    /// Parity sent no later has left the path then, delivered or not (the controller counts
+    /// it delivered with an ACK, see `Congestion::on_parity_left`). Parity is never acknowledged itself, so
     /// this is the only way it leaves the flight short of an RTO: were it kept until an
     /// in-flight packet is acknowledged, a flight whose data packets were all declared lost
     /// (while ACK-only packets got through) would keep its parity counted against the window
     /// for good, and a window full of parity blocks the retransmissions that could end it.
-    pub(crate) fn on_acked(&mut self, sent: Instant, cc: &mut Congestion) {
+    pub(crate) fn on_acked(&mut self, sent: Instant, delivered: bool, cc: &mut Congestion) {
+        let arrived = match (delivered, self.tx.as_ref()) {
+            (true, Some(tx)) => 1.0 - tx.loss_estimate().unwrap_or(0.0),
+            (true, None) => 1.0,
+            (false, _) => 0.0,
+        };
         while let Some(&(t, size)) = self.parity_flight.front() {
             if t > sent {
                 break;
             }
-            cc.on_removed(size);
+            cc.on_parity_left(size, t, arrived);
             self.parity_flight.pop_front();
         }
     }
@@ -589,10 +624,13 @@ impl FecState {
 
     /// The peer's loss report reached us: it steers the adaptive parity.
     pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64, max_burst: u64) {
+        // The peer's count includes what ARQ already called congestion loss: leave it out.
+        let congestion = self.congestion_lost.min(lost);
+        self.congestion_lost -= congestion;
         if let Some(tx) = self.tx.as_mut() {
             tx.on_loss_report(LossReport {
                 received,
-                lost,
+                lost: lost - congestion,
                 max_burst,
             });
         }
@@ -782,7 +820,7 @@ impl FecLink {
         None
     }
 
-    pub(crate) fn on_acked(&mut self, _sent: Instant, _cc: &mut Congestion) {}
+    pub(crate) fn on_acked(&mut self, _sent: Instant, _delivered: bool, _cc: &mut Congestion) {}
 
     /// Nothing to hint without the `fec` feature.
     pub(crate) fn prefetch(&self) {}
@@ -800,6 +838,8 @@ impl FecLink {
     pub(crate) fn handle_timeout(&mut self, _now: Instant) {}
 
     pub(crate) fn on_loss_report(&mut self, _received: u64, _lost: u64, _max_burst: u64) {}
+
+    pub(crate) fn on_congestion_loss(&mut self, _n: u64) {}
 
     pub(crate) fn take_loss_report(&mut self) -> Option<(u64, u64, u64)> {
         None
@@ -984,7 +1024,8 @@ mod tests {
             };
             rx.receive(&cfg, now, cid, body, false).unwrap();
         }
+        // Only decided shards count: the 16 that 32 later ones passed, 4 of them lost.
         let (received, lost, burst) = rx.take_loss_report().unwrap();
-        assert_eq!((received, lost, burst), (44, 4, 3));
+        assert_eq!((received, lost, burst), (12, 4, 3));
     }
 }

@@ -773,10 +773,16 @@ impl Connection {
         if self.accept.pending && self.side == Side::Server {
             return self.transmit_accept(buf);
         }
-        // Parity goes out right after its group closed, ahead of new data.
-        if let Some(size) = self
-            .fec
-            .poll_parity(now, self.path.remote_cid, buf, &mut self.cc)
+        // Parity goes out right after its group closed, ahead of new data, when the pacer
+        // allows (repairs sent in a burst past the rate fill the bottleneck's queue as data
+        // would).
+        let parity_paced = self.fec.next_parity().is_some_and(|n| self.paced(now, n));
+        if let Some(size) = (!parity_paced)
+            .then(|| {
+                self.fec
+                    .poll_parity(now, self.path.remote_cid, buf, &mut self.cc)
+            })
+            .flatten()
         {
             let size = self.protect(now, buf, size)?;
             return Some(Transmit {

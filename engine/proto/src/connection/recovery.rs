@@ -153,7 +153,7 @@ impl Connection {
             }
         }
         if let Some(t) = newest_covered {
-            self.fec.on_acked(t, &mut self.cc);
+            self.fec.on_acked(t, true, &mut self.cc);
         }
         let mut path_sample = None;
         if let Some((sent_time, reliable)) = largest_newly {
@@ -231,6 +231,7 @@ impl Connection {
         let delay = self.rtt.loss_delay() + self.fec.reorder_delay();
         let threshold = self.cfg.packet_threshold + self.fec.reorder_allowance();
         let mut largest_lost_time: Option<Instant> = None;
+        let mut declared = 0u64;
         for i in 0..self.recovery.sent.len() {
             let (pn, time, state) = {
                 let p = &self.recovery.sent[i];
@@ -244,6 +245,7 @@ impl Connection {
             }
             if la - pn >= threshold || time + delay <= now {
                 self.declare_lost(i);
+                declared += 1;
                 largest_lost_time = Some(time);
             } else {
                 let t = time + delay;
@@ -253,8 +255,13 @@ impl Connection {
         if let Some(t) = largest_lost_time {
             let q = self.queueing();
             self.cc.on_loss(now, t, q);
+            if q {
+                // Lost to the queue this sender built: not the path's random loss, which
+                // FEC's repairs are for (they would only add to the queue).
+                self.fec.on_congestion_loss(declared);
+            }
             // Parity sent before a packet declared lost is no longer expected either.
-            self.fec.on_acked(t, &mut self.cc);
+            self.fec.on_acked(t, false, &mut self.cc);
         }
     }
 

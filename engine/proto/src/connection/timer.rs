@@ -151,7 +151,7 @@ impl Connection {
                 .fec
                 .next_parity()
                 .is_some_and(|n| self.cc.can_send(n))
-                .then_some(a.last_sent),
+                .then(|| self.send.pacing_until.unwrap_or(a.last_sent)),
             Timer::Immediate => {
                 (self.accept.pending || self.recovery.probe_pending).then_some(a.last_sent)
             }

@@ -22,6 +22,8 @@ pub(crate) struct ParityController {
     /// must each carry parity for a burst; the sliding code sizes its tail repairs for
     /// bursts instead, see [`ParityController::sliding`]).
     burst_level: bool,
+    /// The last `decrease_after` loss samples (see [`ParityController::recent_loss`]).
+    samples: std::collections::VecDeque<f64>,
 }
 
 impl ParityController {
@@ -45,6 +47,7 @@ impl ParityController {
             pending_burst: 0,
             bursts: std::collections::VecDeque::new(),
             burst_level: true,
+            samples: std::collections::VecDeque::new(),
         }
     }
 
@@ -81,6 +84,17 @@ impl ParityController {
         self.estimate
     }
 
+    /// The loss estimate, at most the largest of the last `decrease_after` samples: what
+    /// sizes repairs that must pay off at once (message chunks). The moving average keeps a
+    /// burst of loss for many samples after it ended (from 20 % it takes a dozen clean ones
+    /// to reach a clean path), which suits the ratio's hysteresis but, after a congestion
+    /// episode (a controller's startup filling the buffer), would repair every small
+    /// fragmented message for seconds on a path that no longer loses any.
+    pub(crate) fn recent_loss(&self) -> Option<f64> {
+        let recent = self.samples.iter().copied().fold(0.0, f64::max);
+        self.estimate.map(|e| e.min(recent))
+    }
+
     /// Takes a (received, lost, longest burst) window from the peer (burst 0: unknown).
     pub(crate) fn on_loss_report(&mut self, received: u64, lost: u64, max_burst: u64) {
         let FecPolicy::Adaptive { max_parity } = self.policy else {
@@ -96,6 +110,10 @@ impl ParityController {
         let sample = self.pending_lost as f64 / total as f64;
         self.pending_received = 0;
         self.pending_lost = 0;
+        self.samples.push_back(sample);
+        while self.samples.len() > self.cfg.decrease_after.max(1) as usize {
+            self.samples.pop_front();
+        }
         let est = match self.estimate {
             None => sample,
             Some(e) => e + self.cfg.alpha * (sample - e),

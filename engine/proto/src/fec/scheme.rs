@@ -24,6 +24,14 @@ impl Tx {
         }
     }
 
+    /// The adaptive policy's loss estimate (`None`: no estimate yet, or another policy).
+    pub(crate) fn loss_estimate(&self) -> Option<f64> {
+        match self {
+            Tx::Block(t) => t.loss_estimate(),
+            Tx::Sliding(t) => t.loss_estimate(),
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn parity_level(&self) -> usize {
         match self {

@@ -22,8 +22,6 @@ use super::{FecConfig, FecError, LossReport, ReceiverStats, RetentionBudget, Sen
 #[path = "sliding_chunk.rs"]
 mod chunk;
 use chunk::Chunk;
-#[cfg(test)]
-use chunk::PRIOR_LOSS;
 
 /// Repair equations one receiver keeps pending at most; the oldest go first.
 pub const MAX_PENDING_REPAIRS: usize = 32;
@@ -113,6 +111,11 @@ impl SlidingSender {
     /// Repairs per `sliding.span` sources the policy asks for now.
     pub fn parity_level(&self) -> usize {
         self.controller.level()
+    }
+
+    /// The adaptive policy's current loss estimate, once enough reports arrived.
+    pub fn loss_estimate(&self) -> Option<f64> {
+        self.controller.estimate()
     }
 
     /// Sources between two ratio-driven repairs (`None`: no repairs planned).

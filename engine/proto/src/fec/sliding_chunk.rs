@@ -8,16 +8,14 @@ use super::super::policy::least_parity;
 use super::super::FecPolicy;
 use super::SlidingSender;
 
-/// The least loss a message chunk of the adaptive policy is sized for until the peer reported
-/// [`TRUSTED_SAMPLES`] datagrams: the loss the game profile is built to meet.
-pub(super) const PRIOR_LOSS: f64 = 0.05;
-/// Reported datagrams after which the adaptive estimate alone sizes message chunks. The peer
-/// counts a datagram lost only once 32 later ones arrived (`track.rs`), so its first report
-/// reads no loss whatever the path, and the estimate, a moving average from that report,
-/// takes several more to settle; a chunk sized for that reading loses its message (at 5 %
-/// loss, a 32-source chunk sized for 1.7 % is lost one time in ten). On a clean path this
-/// costs the first few large messages their repairs.
-const TRUSTED_SAMPLES: u64 = 512;
+/// The loss a message is sized for before the peer's first report: the loss the game
+/// profile is built to meet. Only a message likely to be lost whole at that loss (more than
+/// [`PRIOR_MESSAGE_LOSS`]: 14 fragments and more) is protected then; a message of a few
+/// fragments waits for the report (its repairs would cost more than half its bytes, and
+/// on a clean path they are pure waste).
+const PRIOR_LOSS: f64 = 0.05;
+/// See [`PRIOR_LOSS`].
+const PRIOR_MESSAGE_LOSS: f64 = 0.5;
 
 /// A chunk of a message of several fragments being sent: the datagrams from its first
 /// fragment on (with whatever goes between them) are sources the ratio does not repair;
@@ -32,6 +30,8 @@ pub(super) struct Chunk {
     /// The chance of losing the chunk that its repairs are sized for: the message's target,
     /// the chunk's share by length.
     pub(super) residual: f64,
+    /// Fragments of its message.
+    pub(super) fragments: u32,
 }
 
 impl SlidingSender {
@@ -65,7 +65,7 @@ impl SlidingSender {
         let protects = match self.cfg.policy {
             FecPolicy::Off => false,
             FecPolicy::Fixed { parity } => parity > 0,
-            FecPolicy::Adaptive { .. } => self.message_loss().is_some(),
+            FecPolicy::Adaptive { .. } => self.message_loss(count).is_some(),
         };
         if !protects {
             return;
@@ -82,6 +82,7 @@ impl SlidingSender {
             started: self.window.front().map_or(now, |s| s.sent),
             planned,
             residual: self.cfg.adaptive.target_residual * planned as f64 / message as f64,
+            fragments: count,
         });
         self.stats.message_chunks += 1;
     }
@@ -99,10 +100,12 @@ impl SlidingSender {
         let n = match self.cfg.policy {
             FecPolicy::Off => 0,
             FecPolicy::Fixed { parity } => (k * usize::from(parity)).div_ceil(span),
-            FecPolicy::Adaptive { max_parity } => match self.message_loss() {
+            FecPolicy::Adaptive { max_parity } => match self.message_loss(c.fragments) {
                 Some(loss) => {
                     let max = (k * usize::from(max_parity)).div_ceil(span).max(1);
-                    least_parity(loss, k, c.residual, 1, max)
+                    // None when the message arrives whole as often as the target asks
+                    // without them (a few fragments at a low loss).
+                    least_parity(loss, k, c.residual, 0, max)
                 }
                 // The peer reported a clean path while the chunk was sent.
                 None => 0,
@@ -116,14 +119,19 @@ impl SlidingSender {
         ));
     }
 
-    /// The loss the adaptive policy sizes message chunks for: the estimate, at least
-    /// [`PRIOR_LOSS`] until [`TRUSTED_SAMPLES`] were reported; `None` on a clean path (the
-    /// estimate at most `adaptive.clean_loss`), where chunks carry no repairs.
-    fn message_loss(&self) -> Option<f64> {
-        let est = self.controller.estimate();
-        if self.stats.reported_received + self.stats.reported_lost < TRUSTED_SAMPLES {
-            return Some(est.unwrap_or(0.0).max(PRIOR_LOSS));
+    /// The loss the adaptive policy sizes the chunks of a message of `fragments` for: the
+    /// estimate, at most the largest recent sample (see `ParityController::recent_loss`);
+    /// `None` on a clean path (at most `adaptive.clean_loss`), where chunks carry no
+    /// repairs. Reports count a datagram only once its fate is decided (`track.rs`), so the
+    /// first one already reads the path's loss; before it, [`PRIOR_LOSS`] for a message
+    /// likely lost whole at that loss, `None` for a smaller one.
+    fn message_loss(&self, fragments: u32) -> Option<f64> {
+        match self.controller.recent_loss() {
+            Some(loss) => (loss > self.cfg.adaptive.clean_loss).then_some(loss),
+            None => {
+                let whole = (1.0 - PRIOR_LOSS).powi(fragments.min(1 << 16) as i32);
+                (1.0 - whole > PRIOR_MESSAGE_LOSS).then_some(PRIOR_LOSS)
+            }
         }
-        est.filter(|&loss| loss > self.cfg.adaptive.clean_loss)
     }
 }

@@ -245,9 +245,9 @@ fn send_message(
 
 #[test]
 fn a_message_of_64_fragments_is_two_chunks_each_repaired_at_its_end() {
-    // Before the peer's reports can be trusted the chunks are sized for 5 % loss: 32 sources
-    // and 6 repairs lose more than 6 with 0.25 % odds (each chunk may leave 0.5 %).
-    let (mut tx, mut buf) = message_sender(0, 0);
+    // At 5 % reported loss: 32 sources and 6 repairs lose more than 6 with 0.25 % odds
+    // (each chunk may leave 0.5 %).
+    let (mut tx, mut buf) = message_sender(95, 5);
     let now = ricochet_testkit::SimClock::new().now();
     let (data, repairs) = send_message(&mut tx, now, 64, &mut buf);
     for (i, r) in repairs.iter().enumerate() {
@@ -319,15 +319,121 @@ fn message_repairs_follow_the_trusted_estimate() {
     let (mut tx, mut buf) = message_sender(980, 20);
     let (_, repairs) = send_message(&mut tx, now, 20, &mut buf);
     assert_eq!(repairs[19].len(), 2);
-    // The first report alone (fewer than 512 datagrams) reads no loss: the prior holds.
+    // A first report of a clean path (reports count only decided shards, so the first one
+    // is trusted): no repairs.
     let (mut tx, mut buf) = message_sender(32, 0);
     let (_, repairs) = send_message(&mut tx, now, 20, &mut buf);
-    assert_eq!(repairs[19].len(), least_parity(PRIOR_LOSS, 20, 0.01, 1, 7));
+    assert!(repairs.iter().all(Vec::is_empty));
+    // Before the first report a message likely lost whole at 5 % (14 fragments or more) is
+    // sized for that loss; a smaller one is not protected.
+    let (mut tx, mut buf) = message_sender(0, 0);
+    let (_, repairs) = send_message(&mut tx, now, 20, &mut buf);
+    assert_eq!(repairs[19].len(), least_parity(0.05, 20, 0.01, 0, 7));
+    let (mut tx, mut buf) = message_sender(0, 0);
+    let (_, repairs) = send_message(&mut tx, now, 10, &mut buf);
+    assert!(repairs.iter().all(Vec::is_empty));
+    // The estimate is capped by the recent samples: after 10 % loss, three clean reports
+    // end the chunks while the moving average still reads loss.
+    let (mut tx, mut buf) = message_sender(900, 100);
+    for _ in 0..3 {
+        tx.on_loss_report_detail(LossReport {
+            received: 100,
+            lost: 0,
+            max_burst: 0,
+        });
+    }
+    assert!(tx.loss_estimate().is_some_and(|e| e > 0.02));
+    send_message(&mut tx, now, 20, &mut buf);
+    assert_eq!(tx.stats().message_chunks, 0);
+}
+
+/// Runs a stream of 3-fragment messages at 60 Hz through a path that loses one datagram in
+/// `lose_every` at random (data and repairs alike; 0: none), the receiver reporting every
+/// 100 ms as a connection does. Returns (the first loss estimate, repairs sent once the
+/// sender had one, messages sent then, of those the ones delivered whole).
+fn fragment_stream(lose_every: usize) -> (f64, u64, u32, u32) {
+    let c = FecConfig {
+        policy: FecPolicy::Adaptive { max_parity: 4 },
+        ..cfg()
+    };
+    let (mut tx, mut rx) = (SlidingSender::new(c), SlidingReceiver::new(c));
+    let mut buf = vec![0u8; c.max_parity_body()];
+    let start = ricochet_testkit::SimClock::new().now();
+    // A seeded xorshift: loss at 1 / `lose_every` per datagram, independent of position
+    // (a period would line up with the messages and hit only their repairs).
+    let mut wire = 0x9E37_79B9_7F4A_7C15u64;
+    let pass = |x: &mut u64| {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        lose_every == 0 || *x % lose_every as u64 != 0
+    };
+    let (mut first, mut repairs_from, mut after, mut whole) = (None, 0, 0, 0);
+    for m in 0..300u32 {
+        let now = start + Duration::from_micros(16_667 * u64::from(m));
+        if m % 6 == 0 && m > 0 {
+            tx.on_loss_report_detail(rx.loss_report_detail());
+            if first.is_none() {
+                first = tx.controller.estimate();
+                repairs_from = tx.stats().message_repairs;
+            }
+        }
+        let mut got = std::collections::HashSet::new();
+        for f in 0..3u32 {
+            let n = tx
+                .protect_fragment(now, &[m as u8, f as u8, 7], &mut buf, Some((2 - f, 3)))
+                .unwrap();
+            let body = buf[..n].to_vec();
+            if pass(&mut wire) {
+                rx.on_data(now, &body, |p| {
+                    got.insert((p[0], p[1]));
+                })
+                .unwrap();
+            }
+            while let Some(n) = tx.poll_parity(now, &mut buf) {
+                if pass(&mut wire) {
+                    rx.on_parity(now, &buf[..n], |p| {
+                        got.insert((p[0], p[1]));
+                    })
+                    .unwrap();
+                }
+            }
+        }
+        if first.is_some() {
+            after += 1;
+            whole += u32::from((0..3u8).all(|f| got.contains(&(m as u8, f))));
+        }
+    }
+    let repairs = tx.stats().message_repairs - repairs_from;
+    (first.expect("an estimate"), repairs, after, whole)
+}
+
+#[test]
+fn small_fragmented_messages_are_repaired_only_on_a_lossy_path() {
+    // A clean path: the first report reads it clean, and 3-fragment messages get no repairs
+    // from then on (a prior of 5 % until 512 datagrams were reported once sent them two
+    // each for about 3 s at 60 Hz).
+    let (est, repairs, after, whole) = fragment_stream(0);
+    assert!(est <= 0.002, "first estimate {est}");
+    assert_eq!(repairs, 0);
+    assert_eq!(whole, after);
+    // 5 % loss: the first report already reads it, and the messages get repairs.
+    let (est, repairs, after, whole) = fragment_stream(20);
+    assert!((0.03..=0.07).contains(&est), "first estimate {est}");
+    // 3 sources at most 4 per 12: one repair a message at most.
+    assert!(
+        repairs * 10 >= u64::from(after) * 9,
+        "{repairs} repairs for {after} messages"
+    );
+    assert!(
+        f64::from(whole) >= 0.97 * f64::from(after),
+        "{whole} of {after} whole (0.86 without repairs)"
+    );
 }
 
 #[test]
 fn a_chunk_whose_message_stops_closes_on_its_timer() {
-    let (mut tx, mut buf) = message_sender(0, 0);
+    let (mut tx, mut buf) = message_sender(95, 5);
     let now = ricochet_testkit::SimClock::new().now();
     for i in 0..10u32 {
         tx.protect_fragment(now, &[i as u8; 40], &mut buf, Some((63 - i, 64)))
@@ -343,7 +449,7 @@ fn a_chunk_whose_message_stops_closes_on_its_timer() {
     assert_eq!(t, now + tx.config().max_group_age / 2);
     assert_eq!(
         drain(&mut tx, t, &mut buf),
-        least_parity(PRIOR_LOSS, 10, 0.005, 1, 4)
+        least_parity(0.05, 10, 0.005, 0, 4)
     );
     assert_eq!(tx.poll_timeout(), None);
     // ARQ was told to wait for them meanwhile, and is after, until the ratio resumes.

@@ -132,7 +132,9 @@ impl MalformedCounts {
 /// What a receiver reports back to the peer's sender for one window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LossReport {
-    /// Data shards that arrived.
+    /// Data shards that arrived, counted once their fate is decided (as many later ones
+    /// arrived as a loss waits for), so that the ratio to `lost` is the path's loss from
+    /// the first report on.
     pub received: u64,
     /// Data shards lost on the wire.
     pub lost: u64,

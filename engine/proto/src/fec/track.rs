@@ -30,6 +30,11 @@ pub(crate) struct SeqTracker {
     delivered: u128,
     /// Rebuilt shards newer than `hi`: bit j is seq `hi + 1 + j`.
     delivered_ahead: u64,
+    /// Shards whose fate was decided since the last report (a shard is decided once
+    /// [`REORDER_DISTANCE`] later ones arrived, or when it arrives after being counted
+    /// lost): those that arrived, and those that did not. Both lag the newest arrival by the
+    /// same distance, so a report's ratio is the path's loss from the first report on (were
+    /// arrivals counted at once, the first report would read no loss whatever the path).
     window_received: u64,
     window_lost: u64,
     /// Length of the current run of lost shards, the seq of its last one, and the longest
@@ -44,7 +49,7 @@ pub(crate) struct SeqTracker {
 }
 
 impl SeqTracker {
-    /// Data shards (received, lost, longest burst) since the last call.
+    /// Data shards decided (received, lost) and the longest burst since the last call.
     pub(crate) fn take_report(&mut self) -> LossReport {
         let r = LossReport {
             received: self.window_received,
@@ -86,7 +91,11 @@ impl SeqTracker {
             let ahead = self.delivered_ahead;
             let was_delivered = shift - 1 < 64 && ahead & (1 << (shift - 1)) != 0;
             if shift > MAX_JUMP {
-                // Far beyond anything plausible: start over rather than count phantom loss.
+                // Far beyond anything plausible: start over rather than count phantom loss
+                // (what arrived of the undecided span counts as received).
+                let from = (hi + 1).saturating_sub(REORDER_DISTANCE).max(self.start);
+                self.window_received +=
+                    (from..=hi).filter(|&q| bit(self.arrived, hi - q)).count() as u64;
                 self.start = seq;
                 self.arrived = 0;
                 self.delivered = 0;
@@ -98,7 +107,9 @@ impl SeqTracker {
                 let to = seq.saturating_sub(REORDER_DISTANCE);
                 let mut lost = 0;
                 for q in from..=to {
-                    if q > hi || !bit(self.arrived, hi - q) {
+                    if q <= hi && bit(self.arrived, hi - q) {
+                        self.window_received += 1;
+                    } else {
                         lost += 1;
                         self.run = if self.last_lost + 1 == q {
                             self.run + 1
@@ -159,12 +170,16 @@ impl SeqTracker {
     }
 
     fn count_received(&mut self) {
-        self.window_received += 1;
         self.received += 1;
     }
 
+    /// A shard counted lost arrived after all: a report not yet taken moves it to the
+    /// received; one already taken keeps it lost (it came too late for the reorder window).
     fn uncount_lost(&mut self) {
-        self.window_lost = self.window_lost.saturating_sub(1);
+        if self.window_lost > 0 {
+            self.window_lost -= 1;
+            self.window_received += 1;
+        }
         self.lost = self.lost.saturating_sub(1);
     }
 

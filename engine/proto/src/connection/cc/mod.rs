@@ -118,6 +118,27 @@ impl Congestion {
         }
     }
 
+    /// Parity of `size` bytes sent at `sent` left the path without an ACK of its own (parity
+    /// is never acknowledged): a packet sent after it was acknowledged or declared lost.
+    /// `arrived` is the share of it taken as delivered: the chance it arrived (1 less the
+    /// loss the peer reports) after an ACK, 0 after a loss. The delay controller counts that
+    /// share in its round's delivery rate, as it charged the pacer for all of it: a rate
+    /// measured on data alone, while repairs take their share of the pacing, falls by that
+    /// share every round; counting lost parity as delivered would raise it past the path.
+    /// NewReno's window does not grow on parity.
+    pub(crate) fn on_parity_left(&mut self, size: usize, sent: Instant, arrived: f64) {
+        match self {
+            Self::Delay(c) => {
+                let credit = ((size as f64 * arrived.clamp(0.0, 1.0)) as usize).min(size);
+                if credit > 0 {
+                    c.on_acked(credit, sent);
+                }
+                c.on_removed(size - credit);
+            }
+            Self::NewReno(c) => c.on_removed(size),
+        }
+    }
+
     /// A fast-retransmit loss of a packet sent at `sent`; `queueing` says whether the smoothed
     /// RTT shows a standing queue (NewReno's test; the delay controller uses its own).
     pub(crate) fn on_loss(&mut self, now: Instant, sent: Instant, queueing: bool) {
