@@ -382,9 +382,9 @@ impl<H: Handler> RudpService<H> {
 }
 
 impl<H: Handler> Service for RudpService<H> {
-    // Small, so that it is inlined into the receive pump even with the conditioner's cold
-    // paths as further callers (a compiled-in conditioner must not change the hot loop).
-    #[inline]
+    // Small, and always inlined: into the receive pump as without the conditioner, whose
+    // cold paths are further callers (a compiled-in conditioner must not change the hot loop).
+    #[inline(always)]
     fn on_datagram(&mut self, ctx: &mut UdpContext<'_>, from: SocketAddr, data: &[u8]) {
         let now = ctx.now();
         if let Some(owner) = self.owner_of(data) {
