@@ -655,20 +655,14 @@ impl Client {
     /// resulting events.
     fn absorb(&mut self, now: Instant) {
         let batch = self.backend.received();
-        for d in batch.iter() {
-            for segment in d.segments() {
-                if let Some(cond) = self.cond.as_deref_mut() {
-                    cond.inbound.offer(now, d.src, segment);
-                    continue;
-                }
-                // Malformed or foreign datagrams are counted by the endpoint and dropped.
-                let _ = self.endpoint.handle_datagram(now, d.src, segment);
-            }
-        }
         if let Some(cond) = self.cond.as_deref_mut() {
-            while let Some(held) = cond.inbound.pop_due(now) {
-                let _ = self.endpoint.handle_datagram(now, held.addr, &held.data);
-                cond.inbound.recycle(held);
+            absorb_conditioned(cond, &mut self.endpoint, &batch, now);
+        } else {
+            for d in batch.iter() {
+                for segment in d.segments() {
+                    // Malformed or foreign datagrams are counted by the endpoint and dropped.
+                    let _ = self.endpoint.handle_datagram(now, d.src, segment);
+                }
             }
         }
         self.run_timers(now);
@@ -736,8 +730,7 @@ impl Client {
             }
         }
         if let Some(cond) = self.cond.as_deref_mut() {
-            cond.capture(now, &mut self.send_batch);
-            cond.release(now, &mut self.send_batch);
+            cond.capture_release(now, &mut self.send_batch);
         }
     }
 
@@ -907,6 +900,25 @@ impl Client {
     pub fn close(&mut self) {
         self.endpoint
             .close(Instant::now(), self.handle, CloseReason::Application);
+    }
+}
+
+/// [`Client::absorb`] with the link conditioner on: what came is held, what is due goes to the
+/// protocol. Out of line and cold, so the client loop compiles as it does without the feature.
+#[cold]
+#[inline(never)]
+fn absorb_conditioned(
+    cond: &mut Conditioner,
+    endpoint: &mut Endpoint,
+    batch: &ricochet_platform::RecvBatch<'_>,
+    now: Instant,
+) {
+    for d in batch.iter() {
+        cond.hold_received(now, d);
+    }
+    while let Some(held) = cond.inbound.pop_due(now) {
+        let _ = endpoint.handle_datagram(now, held.addr, &held.data);
+        cond.inbound.recycle(held);
     }
 }
 

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ricochet_platform::SendBatch;
+use ricochet_platform::{RecvDatagram, SendBatch};
 
 use super::error::RuntimeError;
 
@@ -532,8 +532,30 @@ impl Conditioner {
         Some(cond)
     }
 
+    /// Hold every segment of a received datagram in the inbound queue, to be handed to the
+    /// service when due. Out of line and cold, like every conditioner-on path the hot loops
+    /// call: the loops must compile as they do without the feature (see `Conditioner`).
+    #[cold]
+    #[inline(never)]
+    pub fn hold_received(&mut self, now: Instant, d: RecvDatagram<'_>) {
+        for segment in d.segments() {
+            self.inbound.offer(now, d.src, segment);
+        }
+    }
+
+    /// What a turn queued goes into the outbound queue, and what is due comes back into
+    /// `batch` (out of line and cold, as above).
+    #[cold]
+    #[inline(never)]
+    pub fn capture_release(&mut self, now: Instant, batch: &mut SendBatch) {
+        self.capture(now, batch);
+        self.release(now, batch);
+    }
+
     /// Move every datagram queued in `batch` into the outbound queue (GSO runs datagram by
     /// datagram), leaving `batch` empty.
+    #[cold]
+    #[inline(never)]
     pub fn capture(&mut self, now: Instant, batch: &mut SendBatch) {
         for i in 0..batch.pending().len() {
             let e = batch.pending()[i];
@@ -597,9 +619,6 @@ mod compiled_out {
     pub(crate) enum Direction {}
 
     impl Direction {
-        pub fn offer(&mut self, _: Instant, _: SocketAddr, _: &[u8]) {
-            match *self {}
-        }
         pub fn pop_due(&mut self, _: Instant) -> Option<Held> {
             match *self {}
         }
@@ -619,10 +638,13 @@ mod compiled_out {
         pub fn new(_: &impl Plan, _: u64) -> Option<Box<Conditioner>> {
             None
         }
-        pub fn capture(&mut self, _: Instant, _: &mut SendBatch) {
+        pub fn hold_received(&mut self, _: Instant, _: RecvDatagram<'_>) {
             match self.inbound {}
         }
-        pub fn release(&mut self, _: Instant, _: &mut SendBatch) {
+        pub fn capture_release(&mut self, _: Instant, _: &mut SendBatch) {
+            match self.inbound {}
+        }
+        pub fn capture(&mut self, _: Instant, _: &mut SendBatch) {
             match self.inbound {}
         }
         pub fn next_due(&self) -> Option<Instant> {

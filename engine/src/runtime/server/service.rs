@@ -347,6 +347,31 @@ impl<H: Handler> RudpService<H> {
     /// The worker that should handle `datagram` (the owner its connection id names, or the
     /// worker a placed cookie echo names), if it is another one. Steering normally delivers
     /// these to their worker already; this catches what it could not (no BPF program).
+    /// A datagram another worker owns (steering could not route it: no BPF program on this
+    /// system) goes to that worker's mailbox, within its forward queue's budget.
+    #[cold]
+    #[inline(never)]
+    fn forward(&self, owner: u32, from: SocketAddr, data: &[u8]) {
+        let Some(mailbox) = self.directory.get().and_then(|d| d.get(owner as usize)) else {
+            return;
+        };
+        let cost = forward_cost(data.len());
+        let queued = mailbox.forward_bytes.fetch_add(cost, Ordering::Relaxed);
+        if queued + cost > FORWARD_QUEUE_BYTES {
+            mailbox.forward_bytes.fetch_sub(cost, Ordering::Relaxed);
+            self.forward_drops.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let bytes = data.to_vec();
+        if mailbox.tx.send(Command::Datagram { from, bytes }).is_ok() {
+            let _ = mailbox.waker.wake();
+            self.forwarded.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // The owner has stopped: nothing will take the bytes back out.
+            mailbox.forward_bytes.fetch_sub(cost, Ordering::Relaxed);
+        }
+    }
+
     fn owner_of(&self, datagram: &[u8]) -> Option<u32> {
         if self.workers <= 1 {
             return None;
@@ -357,27 +382,13 @@ impl<H: Handler> RudpService<H> {
 }
 
 impl<H: Handler> Service for RudpService<H> {
+    // Small, and always inlined: into the receive pump as without the conditioner, whose
+    // cold paths are further callers (a compiled-in conditioner must not change the hot loop).
+    #[inline(always)]
     fn on_datagram(&mut self, ctx: &mut UdpContext<'_>, from: SocketAddr, data: &[u8]) {
         let now = ctx.now();
         if let Some(owner) = self.owner_of(data) {
-            // Not ours: steering could not route it (no BPF program on this system).
-            if let Some(mailbox) = self.directory.get().and_then(|d| d.get(owner as usize)) {
-                let cost = forward_cost(data.len());
-                let queued = mailbox.forward_bytes.fetch_add(cost, Ordering::Relaxed);
-                if queued + cost > FORWARD_QUEUE_BYTES {
-                    mailbox.forward_bytes.fetch_sub(cost, Ordering::Relaxed);
-                    self.forward_drops.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                let bytes = data.to_vec();
-                if mailbox.tx.send(Command::Datagram { from, bytes }).is_ok() {
-                    let _ = mailbox.waker.wake();
-                    self.forwarded.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    // The owner has stopped: nothing will take the bytes back out.
-                    mailbox.forward_bytes.fetch_sub(cost, Ordering::Relaxed);
-                }
-            }
+            self.forward(owner, from, data);
             return;
         }
         let result = self

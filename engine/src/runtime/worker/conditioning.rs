@@ -56,18 +56,28 @@ impl ConditionerLink {
     #[inline]
     pub(super) fn condition_sends(&mut self, now: Instant, send: &mut SendBatch) {
         if let Some(cond) = self.cond.as_deref_mut() {
-            cond.capture(now, send);
-            cond.release(now, send);
+            cond.capture_release(now, send);
         }
     }
 
     /// Hand the held received datagrams that are due to the service.
+    #[inline]
     pub(super) fn deliver_held<S: Service>(
         &mut self,
         now: Instant,
         port: &mut Port,
         service: &mut S,
     ) {
+        if self.cond.is_some() {
+            self.deliver_held_on(now, port, service);
+        }
+    }
+
+    /// [`ConditionerLink::deliver_held`] with the conditioner on: out of line and cold, so the
+    /// worker loop compiles as it does without the feature.
+    #[cold]
+    #[inline(never)]
+    fn deliver_held_on<S: Service>(&mut self, now: Instant, port: &mut Port, service: &mut S) {
         let Some(mut cond) = self.cond.take() else {
             return;
         };
@@ -90,6 +100,8 @@ impl ConditionerLink {
         }
     }
 
+    #[cold]
+    #[inline(never)]
     fn reload<S: Service>(&mut self, port: &mut Port, service: &mut S) {
         self.generation = self.ctl.generation();
         let next = self

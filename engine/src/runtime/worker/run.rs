@@ -215,15 +215,15 @@ impl<S: Service> Worker<S> {
                         self.service.prefetch(next.data, stage);
                     }
                 }
-                for segment in d.segments() {
-                    if let Some(cond) = ctx.cond.as_deref_mut() {
-                        // Held, and handed to the service when due (`deliver_held`).
-                        cond.inbound.offer(now, d.src, segment);
-                        continue;
+                if let Some(cond) = ctx.cond.as_deref_mut() {
+                    // Held, and handed to the service when due (`deliver_held`).
+                    cond.hold_received(now, d);
+                } else {
+                    for segment in d.segments() {
+                        self.service.on_datagram(&mut ctx, d.src, segment);
+                        port.counters.datagrams_in += 1;
+                        port.counters.bytes_in += segment.len() as u64;
                     }
-                    self.service.on_datagram(&mut ctx, d.src, segment);
-                    port.counters.datagrams_in += 1;
-                    port.counters.bytes_in += segment.len() as u64;
                 }
             }
             if port.send.len() >= high_water {
