@@ -126,6 +126,7 @@ impl Congestion {
     /// measured on data alone, while repairs take their share of the pacing, falls by that
     /// share every round; counting lost parity as delivered would raise it past the path.
     /// NewReno's window does not grow on parity.
+    #[cfg(feature = "fec")]
     pub(crate) fn on_parity_left(&mut self, size: usize, sent: Instant, arrived: f64) {
         match self {
             Self::Delay(c) => {
