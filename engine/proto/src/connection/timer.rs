@@ -167,7 +167,7 @@ impl Connection {
     }
 
     /// The earliest time `handle_timeout` (or `poll_transmit`) has work to do: the minimum of
-    /// [`Self::timers`], without building the table (the endpoint asks once per connection
+    /// every timer's deadline, without building a table of them (the endpoint asks once per connection
     /// per visit).
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut next: Option<Instant> = None;
