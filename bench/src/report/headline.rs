@@ -65,6 +65,7 @@ pub(super) fn render(cx: &mut Ctx) -> Result<()> {
     other_languages(cx, &mut body);
     super::ops::render(cx, &mut body);
     super::lanes::render(cx, &mut body)?;
+    super::large_messages::render(cx, &mut body);
     cx.section(FRONT_SECTION, body);
     Ok(())
 }

@@ -14,7 +14,7 @@
 //! trying the benchmark does not change the report.
 //!
 //! Inputs it understands (by their own kind field): `tour` / `udp` / `udp-limits` / `rudp` /
-//! `rudp-matrix` (the bench result schema), `platform-blast` (the platform crate's blast example), `fec-codecs` (`bench fec`), `ops` (`bench ops`), `lanes` (`bench lanes`), and the
+//! `rudp-matrix` (the bench result schema), `platform-blast` (the platform crate's blast example), `fec-codecs` (`bench fec`), `ops` (`bench ops`), `lanes` (`bench lanes`), `large-messages` (`bench large-messages`), and the
 //! gate baseline (`results/baseline/gate-*.json`: the simulated echo). A measurement
 //! that failed or is incomplete is refused: left out of every table and chart and listed, with
 //! the reason, in the `refused` section. Files of an unknown kind are listed there too.
@@ -23,6 +23,7 @@ mod charts;
 mod ctx;
 mod headline;
 mod lanes;
+mod large_messages;
 mod ops;
 mod reference;
 mod rudp;
@@ -63,6 +64,8 @@ pub enum Input {
     Ops(Value),
     /// `bench lanes`: players behind a bottleneck, the arms side by side.
     Lanes(Value),
+    /// `bench large-messages`: large unreliable messages through loss, per FEC policy.
+    LargeMessages(Value),
     /// The gate baseline (simulated echo metrics).
     Gate(Baseline),
 }
@@ -152,6 +155,13 @@ pub fn classify(text: &str) -> Result<Input, String> {
             Ok(Input::Lanes(v))
         } else {
             Err("lanes without scenarios".into())
+        };
+    }
+    if v.get("kind").and_then(Value::as_str) == Some("large-messages") {
+        return if v.get("runs").and_then(Value::as_array).is_some() {
+            Ok(Input::LargeMessages(v))
+        } else {
+            Err("large-messages without runs".into())
         };
     }
     let kind = v

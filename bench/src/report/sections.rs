@@ -163,7 +163,11 @@ fn environment(cx: &mut Ctx) {
                     }),
                 ]
             }
-            Input::Crypto(v) | Input::Ffi(v) | Input::Ops(v) | Input::Lanes(v) => vec![
+            Input::Crypto(v)
+            | Input::Ffi(v)
+            | Input::Ops(v)
+            | Input::Lanes(v)
+            | Input::LargeMessages(v) => vec![
                 format!("`{path}`"),
                 // `bench lanes` names the time `at`.
                 match text(v, "created_utc") {
