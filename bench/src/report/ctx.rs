@@ -23,6 +23,19 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// The newest input `pick` takes (inputs are in sorted path order, so the last one),
+    /// with its path: a part that shows one sitting renders its newest file.
+    pub(super) fn newest(
+        &self,
+        pick: impl Fn(&Input) -> Option<&serde_json::Value>,
+    ) -> Option<(String, serde_json::Value)> {
+        self.inputs
+            .files
+            .iter()
+            .rev()
+            .find_map(|(p, i)| pick(i).map(|v| (p.clone(), v.clone())))
+    }
+
     /// Links the charts of the sections that follow from `dir` (the page's own directory).
     pub(super) fn set_chart_dir(&mut self, dir: &'a str) {
         self.chart_dir = dir;

@@ -445,8 +445,8 @@ fn num(v: &Value, key: &str) -> Option<f64> {
 
 fn security_cost(cx: &mut Ctx, body: &mut String) {
     body.push_str("## Security cost per message size\n\n");
-    let newest = cx.inputs.files.iter().rev().find_map(|(p, i)| match i {
-        Input::Crypto(v) => Some((p.clone(), v.clone())),
+    let newest = cx.newest(|i| match i {
+        Input::Crypto(v) => Some(v),
         _ => None,
     });
     let Some((path, v)) = newest else {

@@ -259,8 +259,8 @@ fn arm_what(arm: &str) -> &'static str {
 /// Renders the newest `bench lanes` result into `body`.
 pub(super) fn render(cx: &mut Ctx, body: &mut String) -> Result<()> {
     body.push_str("## Players behind a narrow link: lanes, the rate estimate, fresh snapshots\n\n");
-    let newest = cx.inputs.files.iter().rev().find_map(|(p, i)| match i {
-        Input::Lanes(v) => Some((p.clone(), v.clone())),
+    let newest = cx.newest(|i| match i {
+        Input::Lanes(v) => Some(v),
         _ => None,
     });
     let Some((path, v)) = newest else {

@@ -29,8 +29,8 @@ fn median(mut xs: Vec<f64>) -> Option<f64> {
 /// sitting) into `body`.
 pub(super) fn render(cx: &mut Ctx, body: &mut String) {
     body.push_str("## Large unreliable messages through loss\n\n");
-    let newest = cx.inputs.files.iter().rev().find_map(|(p, i)| match i {
-        Input::LargeMessages(v) => Some((p.clone(), v.clone())),
+    let newest = cx.newest(|i| match i {
+        Input::LargeMessages(v) => Some(v),
         _ => None,
     });
     let Some((path, v)) = newest else {

@@ -19,8 +19,8 @@ fn f(v: Option<f64>, digits: usize) -> String {
 /// Renders the newest `bench ops` result (one file: its arms ran in one sitting) into `body`.
 pub(super) fn render(cx: &mut Ctx, body: &mut String) {
     body.push_str("## Running in production: metrics, scrapes, the link conditioner\n\n");
-    let newest = cx.inputs.files.iter().rev().find_map(|(p, i)| match i {
-        Input::Ops(v) => Some((p.clone(), v.clone())),
+    let newest = cx.newest(|i| match i {
+        Input::Ops(v) => Some(v),
         _ => None,
     });
     let Some((path, v)) = newest else {
