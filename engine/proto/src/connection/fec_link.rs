@@ -590,6 +590,11 @@ impl FecState {
     /// (while ACK-only packets got through) would keep its parity counted against the window
     /// for good, and a window full of parity blocks the retransmissions that could end it.
     pub(crate) fn on_acked(&mut self, sent: Instant, delivered: bool, cc: &mut Congestion) {
+        // Most ACKs find no parity due: leave the boxed sender (its loss estimate) untouched.
+        match self.parity_flight.front() {
+            Some(&(t, _)) if t <= sent => {}
+            _ => return,
+        }
         let arrived = match (delivered, self.tx.as_ref()) {
             (true, Some(tx)) => 1.0 - tx.loss_estimate().unwrap_or(0.0),
             (true, None) => 1.0,
