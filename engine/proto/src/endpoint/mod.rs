@@ -148,8 +148,9 @@ impl Endpoint {
             dirty: VecDeque::new(),
             burst: (0, 0),
             timers: TimerQueue::default(),
-            due: Vec::new(),
             events: VecDeque::new(),
+            peaks: Default::default(),
+            peaks_until: now,
             rtt_samples: Vec::new(),
             stats: EndpointStats::default(),
             router: Box::new(NoRouting::default()),
@@ -353,6 +354,7 @@ impl Endpoint {
         match wire::encode_packet(p, &mut b) {
             Ok(n) => {
                 self.stateless.push_back((to, b, n));
+                self.peaks[0].stateless = self.peaks[0].stateless.max(self.stateless.len());
                 true
             }
             Err(_) => false,
@@ -487,6 +489,7 @@ impl Endpoint {
             if slot.conn.is_some() && !slot.dirty {
                 slot.dirty = true;
                 self.dirty.push_back(idx);
+                self.peaks[0].dirty = self.peaks[0].dirty.max(self.dirty.len());
             }
         }
         self.after(idx, false);
@@ -508,6 +511,7 @@ impl Endpoint {
         while let Some(e) = conn.poll_event() {
             self.events.push_back((h, e));
         }
+        self.peaks[0].events = self.peaks[0].events.max(self.events.len());
         let cap = self.cfg.rtt_sample_buffer;
         let (samples, stats) = (&mut self.rtt_samples, &mut self.stats);
         conn.take_rtt_samples(|us| {
