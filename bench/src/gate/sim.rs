@@ -253,7 +253,7 @@ pub const GAME_PROFILE: &str = "game-server";
 /// Heap allocation calls (and bytes asked for) per player-tick of a simulated game server in
 /// steady state ([`ricochet_testkit::game`]): 100 players with connect tokens and the game
 /// profile, a 60 Hz tick with a 200 B unreliable snapshot down and a 32 B reliable input up per
-/// player, 1 simulated s of warm-up, then 2 s counted. Only the server endpoint's protocol code
+/// player, 5 simulated s of warm-up, then 2 s counted. Only the server endpoint's protocol code
 /// is counted (not the players, the network, or the game's snapshot). Exact for the code.
 /// `Ok(None)` when this process does not count allocations (a test binary).
 pub fn game_allocs() -> Result<Option<SimResult>> {

@@ -78,7 +78,8 @@ pub struct GameScenario {
 
 impl GameScenario {
     /// 100 players on 5 ms links, 60 Hz, 200 B snapshots, 32 B inputs, game profile, connect
-    /// tokens, 1 s warm-up, 2 s measured.
+    /// tokens, 5 s warm-up (a new connection's adaptive-FEC history fills in its first 4 s),
+    /// 2 s measured.
     pub fn new(seed: u64) -> Self {
         Self {
             players: 100,
@@ -87,7 +88,7 @@ impl GameScenario {
             tick: Duration::from_micros(16_667),
             snapshot_bytes: 200,
             input_bytes: 32,
-            warmup: Duration::from_secs(1),
+            warmup: Duration::from_secs(5),
             measured: Duration::from_secs(2),
             config: Config::game(),
             acks_on_tick: false,
