@@ -32,9 +32,10 @@ fn count_call(size: usize) {
     }
 }
 
-/// Where counted allocations come from, in debug builds: every Nth counted call
-/// (`BENCH_ALLOC_TRACE=N`, read by [`trace::start`]) records its call stack. A diagnostic for
-/// finding allocations, not a measurement (the recording itself allocates, uncounted).
+/// Where counted allocations come from: with `BENCH_ALLOC_TRACE=N` (read by [`trace::start`])
+/// every Nth counted call records its call stack (`bench gate` and the scale server print them
+/// to stderr). A diagnostic for finding allocations, not a measurement: the recording itself
+/// allocates (uncounted) and slows the process down a lot.
 pub mod trace {
     use std::cell::Cell;
     use std::collections::HashMap;
@@ -53,12 +54,11 @@ pub mod trace {
         BUSY.with(Cell::get)
     }
 
-    /// Starts sampling if `BENCH_ALLOC_TRACE` names a period and this is a debug build.
+    /// Starts sampling if `BENCH_ALLOC_TRACE` names a period.
     pub fn start() {
         let every = std::env::var("BENCH_ALLOC_TRACE")
             .ok()
             .and_then(|v| v.parse::<u64>().ok())
-            .filter(|_| cfg!(debug_assertions))
             .unwrap_or(0);
         EVERY.store(every, Relaxed);
     }

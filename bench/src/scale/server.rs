@@ -251,13 +251,16 @@ impl Handler for ScaleHandler {
 
     fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
         let stats = ctx.endpoint_stats();
-        let counts = ricochet_proto::DropCause::ALL
-            .iter()
-            .map(|&c| stats.drops.get(c))
-            .collect();
-        let evicted = stats.tokens_evicted;
         if let Ok(mut m) = self.shared.endpoint_counts.lock() {
-            m.insert(ctx.worker(), (counts, evicted));
+            // Updated in place: the tick allocates nothing of its own but the snapshot.
+            let (counts, evicted) = m.entry(ctx.worker()).or_default();
+            counts.clear();
+            counts.extend(
+                ricochet_proto::DropCause::ALL
+                    .iter()
+                    .map(|&c| stats.drops.get(c)),
+            );
+            *evicted = stats.tokens_evicted;
         }
         let ServerKind::Game { snapshot_bytes, .. } = self.kind else {
             return;
