@@ -151,6 +151,7 @@ impl Endpoint {
             events: VecDeque::new(),
             peaks: Default::default(),
             peaks_until: now,
+            recv_arena: bytes::BytesMut::new(),
             rtt_samples: Vec::new(),
             stats: EndpointStats::default(),
             router: Box::new(NoRouting::default()),
@@ -338,9 +339,13 @@ impl Endpoint {
                 Err(_) => Err(DropCause::Malformed),
             };
         }
+        let mut arena = std::mem::take(&mut self.recv_arena);
         let r = self
-            .with_conn(idx, |c| c.handle_datagram(now, from, datagram))
+            .with_conn(idx, |c| {
+                c.handle_datagram_in(now, from, datagram, Some(&mut arena))
+            })
             .unwrap_or(Err(DropCause::UnknownConnection));
+        self.recv_arena = arena;
         self.touch(idx);
         r
     }

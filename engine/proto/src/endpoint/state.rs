@@ -79,6 +79,9 @@ pub struct Endpoint {
     /// before (`[1]`), and when the current window ends: see `Endpoint::shrink_queues`.
     pub(super) peaks: [QueuePeaks; 2],
     pub(super) peaks_until: Instant,
+    /// Where small received messages are cut from (`recv::message_bytes`): lent to the
+    /// connection a datagram is for.
+    pub(super) recv_arena: bytes::BytesMut,
     /// RTT samples (µs) for [`Endpoint::drain_rtt_samples`].
     pub(super) rtt_samples: Vec<u32>,
     /// The reassembly and FEC retention budgets all connections share (lent to each
