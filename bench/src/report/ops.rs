@@ -77,13 +77,16 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) {
         body.push('\n');
     }
     if let Some(s) = v.get("scrape").filter(|s| !s.is_null()) {
+        // Runs before the A/A control had only the two kinds of phase.
+        let aa = s.get("aa_p99_ratio").is_some();
         let _ = writeln!(
             body,
-            "A server holding {} sessions, scraped once a second in alternate phases of {} s ({} \
+            "A server holding {} sessions, scraped once a second in {} phases of {} s ({} \
              phases): a scrape of `/metrics` (request to last byte) takes {} ms median, {} ms \
              p90, {} ms at most (goal ≤ {} ms; {} scrapes), the exposition is {} bytes. The \
              echo beside it:\n",
             f(num(s, &["sessions"]), 0),
+            if aa { "one of three" } else { "alternate" },
             f(num(s, &["phase_seconds"]), 0),
             f(num(s, &["phases"]), 0),
             f(num(s, &["scrape_ms_median"]), 1),
@@ -103,8 +106,6 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) {
             ]
         };
         let mut rows = vec![row("scraping", "scraping"), row("quiet", "quiet")];
-        // Runs before the A/A control had only the two kinds of phase.
-        let aa = s.get("aa_p99_ratio").is_some();
         if aa {
             rows[1][0] = "quiet (A and B)".into();
             rows.push(row("quiet A", "quiet_a"));
@@ -137,8 +138,8 @@ fn render_aa(s: &Value, body: &mut String) {
     };
     let _ = writeln!(
         body,
-        "\nThe phases come in triples of scraping, quiet A and quiet B, in an order that rotates \
-         from triple to triple; quiet A and B differ in nothing, so their ratio shows how far two \
+        "\nThe phases come in triples of scraping, quiet A and quiet B, scraping first and the \
+         quiet ones swapped from triple to triple (S A B, S B A, ...); quiet A and B differ in nothing, so their ratio shows how far two \
          identical conditions come apart in the same run (the A/A band). Per triple:\n"
     );
     let pairs = s
