@@ -133,6 +133,13 @@ pub struct ArmRun {
     pub wire_per_payload: f64,
     /// Packets the client sent.
     pub packets_sent: u64,
+    /// Messages the client dropped before sending them whole (`SessionStats::unreliable_unsent`:
+    /// a queue or lane cap, a deadline, a newer message): their bytes count in `payload_bytes`
+    /// but never went onto the wire.
+    pub unsent: u64,
+    /// Message bytes still queued in the client, not yet sent once, when the run ended (a
+    /// sender whose congestion control carries less than the messages ask falls behind).
+    pub queued_at_end_bytes: usize,
     /// Loss the relay applied, up and down together.
     pub relay_realized_loss: f64,
 }
@@ -205,6 +212,7 @@ fn run_arm(args: &LargeMessagesArgs, fec: &str, seed: u64) -> Result<ArmRun> {
     }
     pump(&mut client, Instant::now() + Duration::from_secs(1))?;
     let after = client.stats().context("client stats")?;
+    let queued_at_end_bytes = client.queued_bytes();
     client.close();
     let _ = pump(&mut client, Instant::now() + Duration::from_millis(100));
     let counters = relay.shutdown()?;
@@ -223,6 +231,8 @@ fn run_arm(args: &LargeMessagesArgs, fec: &str, seed: u64) -> Result<ArmRun> {
         payload_bytes: payload,
         wire_per_payload: wire as f64 / payload.max(1) as f64,
         packets_sent: after.packets_sent - before.packets_sent,
+        unsent: after.unreliable_unsent - before.unreliable_unsent,
+        queued_at_end_bytes,
         relay_realized_loss: counters.realized_loss,
     })
 }
@@ -247,8 +257,14 @@ pub fn run(args: &LargeMessagesArgs, global: &Global) -> Result<bool> {
             let seed = args.seed + round as u64;
             let r = run_arm(args, a, seed).with_context(|| format!("arm {a} round {round}"))?;
             println!(
-                "{:<9} seed {seed}: {} of {} whole ({:.1} %), wire/payload {:.3}",
-                r.fec, r.delivered_whole, r.messages, r.delivered_whole_pct, r.wire_per_payload
+                "{:<9} seed {seed}: {} of {} whole ({:.1} %), wire/payload {:.3}, {} dropped unsent, {} B queued at the end",
+                r.fec,
+                r.delivered_whole,
+                r.messages,
+                r.delivered_whole_pct,
+                r.wire_per_payload,
+                r.unsent,
+                r.queued_at_end_bytes
             );
             runs.push(r);
         }

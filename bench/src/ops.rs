@@ -7,10 +7,14 @@
 //!   from round to round; reported: round trips per second per arm, medians over the rounds and
 //!   their ratio (on / off).
 //! - **scrape**: a server holding `--sessions` sessions (idle clients of one `ClientSet` in this
-//!   process, answering keep-alives) beside the echo clients. Phases alternate between
-//!   scraping `/metrics` once a second and not scraping; reported: each scrape's time (request
-//!   to last byte) and the exposition's size, and the echo's round-trip percentiles in the
-//!   scraping phases beside the quiet ones.
+//!   process, answering keep-alives) beside the echo clients. Phases come in triples of three
+//!   kinds: scraping `/metrics` once a second, and two kinds of quiet phase (A and B) that
+//!   differ in nothing but their name: S A B, S B A, S A B, ..., so that quiet A and quiet B
+//!   follow and precede scraping equally often and take the same places. The A/A comparison (quiet A against quiet B) shows in the same run how far two identical
+//!   conditions come apart; scraping "does not raise the echo's p99" when its ratio to quiet
+//!   lies within that band (the rule is [`p99_verdict`]). Reported: each scrape's time
+//!   (request to last byte) and the exposition's size, the echo's round-trip percentiles per
+//!   kind, each phase's p99, and the ratios pooled and per triple.
 //! - **conditioner**: the echo from this binary (built with the link conditioner, off) beside
 //!   a second `bench` binary built without it (`cargo build --release -p bench
 //!   --no-default-features`, given as `--without-conditioner PATH`), each round one child
@@ -69,8 +73,9 @@ pub struct OpsArgs {
     /// Sessions the scrape arm's server holds.
     #[arg(long, default_value_t = 10_000)]
     pub sessions: usize,
-    /// Phases of the scrape arm: scraping and quiet alternate, starting with scraping.
-    #[arg(long, default_value_t = 6)]
+    /// Phases of the scrape arm, a multiple of 3: triples of scraping, quiet A and quiet B,
+    /// the quiet ones swapped from triple to triple (a multiple of 6 balances them).
+    #[arg(long, default_value_t = 12)]
     pub phases: usize,
     /// Seconds per phase of the scrape arm.
     #[arg(long, default_value_t = 5.0)]
@@ -447,12 +452,96 @@ struct ScrapeArm {
     scrape_ms_p90: f64,
     scrape_ms_max: f64,
     exposition_bytes: usize,
-    /// Echo round trips (p50, p99, p99.9 in µs) while scraping and while quiet.
+    /// Echo round trips (p50, p99, p99.9 in µs) while scraping and while quiet (quiet A and B
+    /// pooled).
     scraping: Percentiles,
     quiet: Percentiles,
-    /// Scraping p99 over quiet p99.
+    /// Scraping p99 over quiet p99 (pooled over the phases of each kind).
     p99_ratio: f64,
     scrape_goal_ms: f64,
+    /// The kind of each measured phase, in order.
+    phase_kinds: Vec<PhaseKind>,
+    /// The echo's p99 in each measured phase, in order (µs).
+    phase_p99_us: Vec<f64>,
+    /// The two kinds of quiet phase, each pooled.
+    quiet_a: Percentiles,
+    quiet_b: Percentiles,
+    /// The A/A comparison: quiet A p99 over quiet B p99 (pooled).
+    aa_p99_ratio: f64,
+    /// The band the A/A comparison shows: `[1/x, x]` with `x` = `aa_p99_ratio` or its inverse,
+    /// whichever is larger.
+    aa_band: [f64; 2],
+    /// Per triple: its scraping phase's p99 over its two quiet phases' (pooled), and quiet A
+    /// over quiet B.
+    pairs: Vec<PairRatios>,
+    median_pair_p99_ratio: f64,
+    median_pair_aa_p99_ratio: f64,
+    /// The per-triple A/A band: `[1/y, y]`, `y` the median over triples of quiet A / quiet B
+    /// or its inverse, whichever is larger (how far apart one triple's two quiet phases
+    /// typically come).
+    pair_aa_band: [f64; 2],
+    /// `p99_ratio` above `aa_band`.
+    p99_raised: bool,
+    /// `median_pair_p99_ratio` above `pair_aa_band`.
+    pair_p99_raised: bool,
+    /// "not raised", "raised" or "unclear" (see `verdict_rule`).
+    verdict: &'static str,
+    verdict_rule: &'static str,
+}
+
+/// One triple's ratios.
+#[derive(Serialize, Debug, Clone, Copy)]
+struct PairRatios {
+    scraping_p99_us: f64,
+    quiet_a_p99_us: f64,
+    quiet_b_p99_us: f64,
+    /// Scraping p99 over quiet A and B pooled.
+    p99_ratio: f64,
+    /// Quiet A p99 over quiet B p99.
+    aa_p99_ratio: f64,
+}
+
+/// What one phase of the scrape arm does.
+#[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum PhaseKind {
+    Scraping,
+    QuietA,
+    QuietB,
+}
+
+/// The kind of measured phase `i` (0-based): triples of scraping then quiet A and quiet B,
+/// the two quiet ones swapped every other triple (S A B S B A ...). Over two triples each
+/// kind comes right after each other kind once, so whatever a phase leaves to the next falls
+/// on quiet A and quiet B alike, and they hold the same places.
+fn phase_kind(i: usize) -> PhaseKind {
+    match (i % 3, (i / 3) % 2) {
+        (0, _) => PhaseKind::Scraping,
+        (1, 0) | (2, 1) => PhaseKind::QuietA,
+        _ => PhaseKind::QuietB,
+    }
+}
+
+/// How the verdict on "does not raise the echo's p99" is reached (also written to the JSON).
+const VERDICT_RULE: &str = "A/A band: quiet A and quiet B differ in nothing, so their p99 ratio x shows how far two identical conditions come apart in this run; the band is [1/x, x] (x >= 1 after folding). Scraping raises the p99 if scraping/quiet lies above that band. Pooled: p99_ratio against aa_band; per triple: the median of the triples' scraping/quiet ratios against pair_aa_band (the median over triples of the folded quiet A / quiet B ratio), which one bad phase cannot move. Verdict: \"raised\" when both lie above their band, \"not raised\" when neither does, \"unclear\" when they disagree.";
+
+/// `x` or `1/x`, whichever is at least 1.
+fn fold(x: f64) -> f64 {
+    if x >= 1.0 {
+        x
+    } else {
+        1.0 / x.max(f64::MIN_POSITIVE)
+    }
+}
+
+/// The verdict of [`VERDICT_RULE`] from whether the pooled and the per-triple ratio lie above
+/// their A/A bands.
+fn p99_verdict(p99_raised: bool, pair_p99_raised: bool) -> &'static str {
+    match (p99_raised, pair_p99_raised) {
+        (true, true) => "raised",
+        (false, false) => "not raised",
+        _ => "unclear",
+    }
 }
 
 #[derive(Serialize, Debug, Clone, Copy)]
@@ -529,6 +618,12 @@ fn idle_sessions(
 
 fn scrape_arm(args: &OpsArgs) -> Result<ScrapeArm> {
     let shape = &args.shape;
+    if args.phases == 0 || args.phases % 3 != 0 {
+        bail!(
+            "--phases must be a positive multiple of 3 (triples of scraping, quiet A and quiet B), not {}",
+            args.phases
+        );
+    }
     let srv = server(shape, true, args.sessions)?;
     let metrics = srv.metrics_addr().context("metrics endpoint")?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -541,14 +636,15 @@ fn scrape_arm(args: &OpsArgs) -> Result<ScrapeArm> {
         args.sessions,
         srv.session_count()
     );
-    // Phases: 0 = warm-up, then 1.. alternate scraping (odd) and quiet (even).
+    // Phases: 0 = warm-up, then phase p measures the kind `phase_kind(p - 1)`.
+    let kinds: Vec<PhaseKind> = (0..args.phases).map(phase_kind).collect();
     let clients = EchoClients::start(srv.local_addr(), shape, args.phases + 1)?;
     let scraping = Arc::new(AtomicBool::new(false));
     let scraper = Scraper::start(metrics, scraping.clone());
     std::thread::sleep(Duration::from_secs_f64(shape.warmup));
-    for p in 1..=args.phases {
-        scraping.store(p % 2 == 1, Ordering::Release);
-        clients.set_phase(p);
+    for (i, kind) in kinds.iter().enumerate() {
+        scraping.store(*kind == PhaseKind::Scraping, Ordering::Release);
+        clients.set_phase(i + 1);
         std::thread::sleep(Duration::from_secs_f64(args.phase_seconds));
     }
     scraping.store(false, Ordering::Release);
@@ -565,19 +661,78 @@ fn scrape_arm(args: &OpsArgs) -> Result<ScrapeArm> {
             args.sessions
         );
     }
-    let mut on = PhaseTally {
-        round_trips: 0,
-        rtt_ns: hist(),
-    };
-    let mut off = PhaseTally {
-        round_trips: 0,
-        rtt_ns: hist(),
-    };
-    for (p, t) in tallies.iter().enumerate().skip(1) {
-        let into = if p % 2 == 1 { &mut on } else { &mut off };
-        into.round_trips += t.round_trips;
-        into.rtt_ns.add(&t.rtt_ns)?;
+    let measured = tallies.get(1..).unwrap_or_default();
+    if measured.len() != kinds.len() {
+        bail!(
+            "the echo clients counted {} phases, not {}",
+            measured.len(),
+            kinds.len()
+        );
     }
+    let pool = |phases: &mut dyn Iterator<Item = &PhaseTally>| -> Result<Percentiles> {
+        let mut into = PhaseTally {
+            round_trips: 0,
+            rtt_ns: hist(),
+        };
+        for t in phases {
+            into.round_trips += t.round_trips;
+            into.rtt_ns.add(&t.rtt_ns)?;
+        }
+        Ok(Percentiles::of(&into))
+    };
+    let of_kind = |k: PhaseKind| -> Result<Percentiles> {
+        pool(
+            &mut measured
+                .iter()
+                .zip(&kinds)
+                .filter(move |(_, kk)| **kk == k)
+                .map(|(t, _)| t),
+        )
+    };
+    let ratio = |a: f64, b: f64| a / b.max(f64::MIN_POSITIVE);
+    let scraping = of_kind(PhaseKind::Scraping)?;
+    let (quiet_a, quiet_b) = (of_kind(PhaseKind::QuietA)?, of_kind(PhaseKind::QuietB)?);
+    let quiet = pool(
+        &mut measured
+            .iter()
+            .zip(&kinds)
+            .filter(|(_, k)| **k != PhaseKind::Scraping)
+            .map(|(t, _)| t),
+    )?;
+    let mut pairs = Vec::new();
+    for (triple, k) in measured.chunks(3).zip(kinds.chunks(3)) {
+        let find = |want: PhaseKind| {
+            triple
+                .iter()
+                .zip(k)
+                .find(|(_, kk)| **kk == want)
+                .map(|(t, _)| t)
+                .context("a triple without each kind of phase")
+        };
+        let (s, a, b) = (
+            find(PhaseKind::Scraping)?,
+            find(PhaseKind::QuietA)?,
+            find(PhaseKind::QuietB)?,
+        );
+        let q = pool(&mut [a, b].into_iter())?;
+        let (s, a, b) = (Percentiles::of(s), Percentiles::of(a), Percentiles::of(b));
+        pairs.push(PairRatios {
+            scraping_p99_us: s.p99_us,
+            quiet_a_p99_us: a.p99_us,
+            quiet_b_p99_us: b.p99_us,
+            p99_ratio: ratio(s.p99_us, q.p99_us),
+            aa_p99_ratio: ratio(a.p99_us, b.p99_us),
+        });
+    }
+    let med = |xs: Vec<f64>| median(&xs).unwrap_or(f64::NAN);
+    let median_pair_p99_ratio = med(pairs.iter().map(|p| p.p99_ratio).collect());
+    let median_pair_aa_p99_ratio = med(pairs.iter().map(|p| p.aa_p99_ratio).collect());
+    let pair_band = med(pairs.iter().map(|p| fold(p.aa_p99_ratio)).collect());
+    let p99_ratio = ratio(scraping.p99_us, quiet.p99_us);
+    let aa_p99_ratio = ratio(quiet_a.p99_us, quiet_b.p99_us);
+    let band = fold(aa_p99_ratio);
+    let p99_raised = p99_ratio > band;
+    let pair_p99_raised = median_pair_p99_ratio > pair_band;
     let mut ms: Vec<f64> = scrapes.iter().map(|s| s.0.as_secs_f64() * 1e3).collect();
     ms.sort_by(f64::total_cmp);
     let pct = |q: f64| {
@@ -585,7 +740,6 @@ fn scrape_arm(args: &OpsArgs) -> Result<ScrapeArm> {
             .copied()
             .unwrap_or(0.0)
     };
-    let (scraping, quiet) = (Percentiles::of(&on), Percentiles::of(&off));
     Ok(ScrapeArm {
         sessions: args.sessions,
         connect_seconds,
@@ -596,10 +750,24 @@ fn scrape_arm(args: &OpsArgs) -> Result<ScrapeArm> {
         scrape_ms_p90: pct(0.9),
         scrape_ms_max: pct(1.0),
         exposition_bytes: scrapes.iter().map(|s| s.1).max().unwrap_or(0),
-        p99_ratio: scraping.p99_us / quiet.p99_us.max(f64::MIN_POSITIVE),
+        p99_ratio,
         scraping,
         quiet,
         scrape_goal_ms: 50.0,
+        phase_p99_us: measured.iter().map(|t| Percentiles::of(t).p99_us).collect(),
+        phase_kinds: kinds,
+        quiet_a,
+        quiet_b,
+        aa_p99_ratio,
+        aa_band: [1.0 / band, band],
+        pairs,
+        median_pair_p99_ratio,
+        median_pair_aa_p99_ratio,
+        pair_aa_band: [1.0 / pair_band, pair_band],
+        p99_raised,
+        pair_p99_raised,
+        verdict: p99_verdict(p99_raised, pair_p99_raised),
+        verdict_rule: VERDICT_RULE,
     })
 }
 
@@ -661,6 +829,12 @@ pub fn run(args: &OpsArgs, out: &Global) -> Result<bool> {
     if shape.payload < 16 {
         bail!("--payload must be at least 16 bytes (the echo's time stamp)");
     }
+    if wants("scrape") && (args.phases == 0 || args.phases % 3 != 0) {
+        bail!(
+            "--phases must be a positive multiple of 3 (triples of scraping, quiet A and quiet B), not {}",
+            args.phases
+        );
+    }
     println!(
         "echo: {} clients × {} in flight × {} B, {} server worker(s), {} s measured after {} s",
         shape.clients, shape.window, shape.payload, shape.workers, shape.seconds, shape.warmup
@@ -689,13 +863,34 @@ pub fn run(args: &OpsArgs, out: &Global) -> Result<bool> {
             "\n{} sessions: {} scrapes, {:.1} ms median, {:.1} ms p90, {:.1} ms max (goal ≤ {:.0} ms), exposition {} B",
             s.sessions, s.scrapes, s.scrape_ms_median, s.scrape_ms_p90, s.scrape_ms_max, s.scrape_goal_ms, s.exposition_bytes
         );
+        println!("| triple | scraping p99 µs | quiet A p99 µs | quiet B p99 µs | scraping / quiet | A / B |");
+        println!("| ---: | ---: | ---: | ---: | ---: | ---: |");
+        for (i, p) in s.pairs.iter().enumerate() {
+            println!(
+                "| {i} | {:.0} | {:.0} | {:.0} | {:.3} | {:.3} |",
+                p.scraping_p99_us, p.quiet_a_p99_us, p.quiet_b_p99_us, p.p99_ratio, p.aa_p99_ratio
+            );
+        }
         println!(
-            "echo p99 while scraping {:.0} µs ({} round trips), quiet {:.0} µs ({}): {:.2}×",
+            "| median | | | | {:.3} (A/A band {:.3}..{:.3}) | {:.3} |",
+            s.median_pair_p99_ratio,
+            s.pair_aa_band[0],
+            s.pair_aa_band[1],
+            s.median_pair_aa_p99_ratio
+        );
+        println!(
+            "echo p99 while scraping {:.0} µs ({} round trips), quiet {:.0} µs ({}): {:.3}×; A/A: quiet A {:.0} µs / quiet B {:.0} µs = {:.3}× (band {:.3}..{:.3}): {}",
             s.scraping.p99_us,
             s.scraping.round_trips,
             s.quiet.p99_us,
             s.quiet.round_trips,
-            s.p99_ratio
+            s.p99_ratio,
+            s.quiet_a.p99_us,
+            s.quiet_b.p99_us,
+            s.aa_p99_ratio,
+            s.aa_band[0],
+            s.aa_band[1],
+            s.verdict
         );
         ok &= s.scrapes > 0;
         Some(s)
@@ -750,4 +945,43 @@ pub fn run(args: &OpsArgs, out: &Global) -> Result<bool> {
     bench::output::write_json(&report, path)?;
     println!("results: {}", path.display());
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every triple holds each kind once; over two triples (and the next one's start) each
+    /// kind comes right after each other kind exactly once, and quiet A and B hold the same
+    /// places: the A/A comparison is interleaved the way scraping and quiet are.
+    #[test]
+    fn phases_come_in_balanced_triples() {
+        let kinds: Vec<PhaseKind> = (0..12).map(phase_kind).collect();
+        let all = [PhaseKind::Scraping, PhaseKind::QuietA, PhaseKind::QuietB];
+        for triple in kinds.chunks(3) {
+            for k in all {
+                assert_eq!(triple.iter().filter(|x| **x == k).count(), 1);
+            }
+        }
+        for a in all {
+            for b in all.into_iter().filter(|b| *b != a) {
+                let n = kinds[..7].windows(2).filter(|w| w == &[a, b]).count();
+                assert_eq!(n, 1, "{b:?} right after {a:?}");
+            }
+        }
+        let places = |k: PhaseKind| -> usize { (0..12).filter(|i| kinds[*i] == k).sum() };
+        assert_eq!(places(PhaseKind::QuietA), places(PhaseKind::QuietB));
+        assert_eq!(kinds[0], PhaseKind::Scraping);
+    }
+
+    #[test]
+    fn band_folds_and_verdict_needs_both_views() {
+        assert_eq!(fold(1.25), 1.25);
+        assert_eq!(fold(0.8), 1.25);
+        assert_eq!(fold(1.0), 1.0);
+        assert_eq!(p99_verdict(true, true), "raised");
+        assert_eq!(p99_verdict(false, false), "not raised");
+        assert_eq!(p99_verdict(true, false), "unclear");
+        assert_eq!(p99_verdict(false, true), "unclear");
+    }
 }

@@ -83,3 +83,60 @@ fn runs_under_results_local_are_not_reported() {
     assert!(!doc.contains("local-run.json"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A `bench ops` run with the scrape arm's A/A control renders its per-triple ratios, both
+/// bands and the verdict; the committed runs from before it render as they did (the test
+/// above).
+#[test]
+fn ops_scrape_arm_renders_its_aa_band_and_verdict() {
+    let dir = std::env::temp_dir().join(format!("ricochet-report-ops-{}", std::process::id()));
+    let results = dir.join("results").join("host-20260101");
+    std::fs::create_dir_all(&results).unwrap();
+    std::fs::write(dir.join("PERFORMANCE.md"), "# Perf\n").unwrap();
+    let pct = |p99: f64| serde_json::json!({"round_trips": 1000, "p50_us": 100.0, "p99_us": p99, "p999_us": 3000.0});
+    let pair = |s: f64, a: f64, b: f64, r: f64| {
+        serde_json::json!({"scraping_p99_us": s, "quiet_a_p99_us": a, "quiet_b_p99_us": b,
+            "p99_ratio": r, "aa_p99_ratio": a / b})
+    };
+    let run = serde_json::json!({
+        "kind": "ops",
+        "command": "bench ops --only scrape",
+        "shape": {"clients": 4, "window": 16, "payload": 1024, "workers": 2, "seconds": 3.0, "warmup": 1.0},
+        "scrape": {
+            "sessions": 10000, "connect_seconds": 1.0, "phases": 6, "phase_seconds": 5.0,
+            "scrapes": 10, "scrape_ms_median": 0.5, "scrape_ms_p90": 1.0, "scrape_ms_max": 2.0,
+            "exposition_bytes": 14000, "scraping": pct(1100.0), "quiet": pct(1000.0),
+            "p99_ratio": 1.1, "scrape_goal_ms": 50.0,
+            "phase_kinds": ["scraping", "quiet_a", "quiet_b", "scraping", "quiet_b", "quiet_a"],
+            "phase_p99_us": [1100.0, 1200.0, 900.0, 1100.0, 1000.0, 1000.0],
+            "quiet_a": pct(1150.0), "quiet_b": pct(920.0), "aa_p99_ratio": 1.25,
+            "aa_band": [0.8, 1.25],
+            "pairs": [pair(1100.0, 1200.0, 900.0, 1.05), pair(1100.0, 1000.0, 1000.0, 1.1)],
+            "median_pair_p99_ratio": 1.075, "median_pair_aa_p99_ratio": 1.1667,
+            "pair_aa_band": [0.857, 1.1667],
+            "p99_raised": false, "pair_p99_raised": false, "verdict": "not raised",
+            "verdict_rule": "..."
+        }
+    });
+    std::fs::write(results.join("ops-000000.json"), run.to_string()).unwrap();
+    let files = plan(&dir, None).unwrap();
+    let front = &files[0].1;
+    assert!(
+        front.contains("| quiet A | 1000 | 100 | 1150 | 3000 |"),
+        "{front}"
+    );
+    assert!(
+        front.contains("| 1 | 1100 | 1000 | 1000 | 1.100× | 1.000× |"),
+        "{front}"
+    );
+    assert!(
+        front.contains("| median |  |  |  | 1.075× | 1.167× |"),
+        "{front}"
+    );
+    assert!(
+        front.contains("1.100× pooled (A/A band 0.800–1.250×), 1.075× the median per triple (A/A band 0.857–1.167×"),
+        "{front}"
+    );
+    assert!(front.contains("verdict: **not raised**"), "{front}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

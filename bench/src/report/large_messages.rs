@@ -44,7 +44,8 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) {
         "{} messages of {} B on an unreliable channel, one every {} ms, through the bench \
          relay's random loss of {} % and {} ms each way; a message counts only if it arrives \
          whole and byte for byte. Wire / payload is every UDP payload byte the sender sent over \
-         the messages' bytes. From `{path}`: `{}`\n\n",
+         the messages' bytes; dropped unsent counts the messages the sender's queue limits \
+         dropped before they went out whole. From `{path}`: `{}`\n\n",
         shown(num("messages")),
         shown(num("message_bytes")),
         shown(num("interval_ms")),
@@ -81,6 +82,13 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) {
             .collect::<Vec<_>>()
             .join(" / ");
         let wrong: f64 = col("delivered_wrong").iter().sum();
+        // Files written before `unsent` was recorded have no such key: "-".
+        let unsent = col("unsent");
+        let unsent = if unsent.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.0}", unsent.iter().sum::<f64>())
+        };
         let med = median(whole);
         let (goal, met) = if policy == "adaptive" {
             (
@@ -103,6 +111,7 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) {
             median(col("relay_realized_loss"))
                 .map_or("-".into(), |l| format!("{:.2} %", l * 100.0)),
             format!("{wrong:.0}"),
+            unsent,
             goal,
             met.into(),
         ]);
@@ -120,6 +129,7 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) {
             "wire / payload",
             "relay's loss",
             "arrived wrong",
+            "dropped unsent",
             "goal",
             "goal met",
         ],
@@ -167,5 +177,31 @@ mod tests {
         );
         assert!(body.contains("≥ 90 % | **no** |"), "{body}");
         assert!(!body.contains("`fixed`"), "{body}");
+        // A file from before `unsent` was recorded shows no count of it.
+        assert!(body.contains("| 0 | - | ≥ 90 %"), "{body}");
+    }
+
+    #[test]
+    fn messages_dropped_unsent_are_summed_over_the_runs() {
+        let mut a = run("off", 3.0, 0.976);
+        a["unsent"] = 5.into();
+        let mut b = run("off", 7.0, 1.02);
+        b["unsent"] = 0.into();
+        let v = serde_json::json!({
+            "kind": "large-messages", "command": "bench large-messages", "messages": 100,
+            "message_bytes": 65536, "interval_ms": 100, "loss_percent": 5.0, "delay_ms": 10.0,
+            "runs": [a, b]
+        });
+        let inputs = Inputs {
+            files: vec![(
+                "results/h/large-messages-1.json".into(),
+                Input::LargeMessages(v),
+            )],
+            refused: Vec::new(),
+        };
+        let mut cx = Ctx::new(&inputs, "docs/perf");
+        let mut body = String::new();
+        render(&mut cx, &mut body);
+        assert!(body.contains("| 0 | 5 | - | - |"), "{body}");
     }
 }

@@ -77,13 +77,16 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) {
         body.push('\n');
     }
     if let Some(s) = v.get("scrape").filter(|s| !s.is_null()) {
+        // Runs before the A/A control had only the two kinds of phase.
+        let aa = s.get("aa_p99_ratio").is_some();
         let _ = writeln!(
             body,
-            "A server holding {} sessions, scraped once a second in alternate phases of {} s ({} \
+            "A server holding {} sessions, scraped once a second in {} phases of {} s ({} \
              phases): a scrape of `/metrics` (request to last byte) takes {} ms median, {} ms \
              p90, {} ms at most (goal ≤ {} ms; {} scrapes), the exposition is {} bytes. The \
              echo beside it:\n",
             f(num(s, &["sessions"]), 0),
+            if aa { "one of three" } else { "alternate" },
             f(num(s, &["phase_seconds"]), 0),
             f(num(s, &["phases"]), 0),
             f(num(s, &["scrape_ms_median"]), 1),
@@ -102,16 +105,91 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) {
                 f(num(s, &[k, "p999_us"]), 0),
             ]
         };
+        let mut rows = vec![row("scraping", "scraping"), row("quiet", "quiet")];
+        if aa {
+            rows[1][0] = "quiet (A and B)".into();
+            rows.push(row("quiet A", "quiet_a"));
+            rows.push(row("quiet B", "quiet_b"));
+        }
         body.push_str(&md_table(
             &["phases", "round trips", "p50 µs", "p99 µs", "p99.9 µs"],
             1,
-            &[row("scraping", "scraping"), row("quiet", "quiet")],
+            &rows,
         ));
-        let _ = writeln!(
-            body,
-            "\np99 scraping / quiet: {}× (goal: not raised)",
-            f(num(s, &["p99_ratio"]), 2)
-        );
+        if aa {
+            render_aa(s, body);
+        } else {
+            let _ = writeln!(
+                body,
+                "\np99 scraping / quiet: {}× (goal: not raised)",
+                f(num(s, &["p99_ratio"]), 2)
+            );
+        }
     }
     body.push('\n');
+}
+
+/// The A/A control of the scrape arm: the ratios per triple, the bands and the verdict.
+fn render_aa(s: &Value, body: &mut String) {
+    let band = |k: &str| {
+        let b = s.get(k);
+        let at = |i: usize| b.and_then(|b| b.get(i)).and_then(Value::as_f64);
+        format!("{}–{}×", f(at(0), 3), f(at(1), 3))
+    };
+    let _ = writeln!(
+        body,
+        "\nThe phases come in triples of scraping, quiet A and quiet B, scraping first and the \
+         quiet ones swapped from triple to triple (S A B, S B A, ...); quiet A and B differ in nothing, so their ratio shows how far two \
+         identical conditions come apart in the same run (the A/A band). Per triple:\n"
+    );
+    let pairs = s
+        .get("pairs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut rows: Vec<Vec<String>> = pairs
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            vec![
+                i.to_string(),
+                f(num(p, &["scraping_p99_us"]), 0),
+                f(num(p, &["quiet_a_p99_us"]), 0),
+                f(num(p, &["quiet_b_p99_us"]), 0),
+                format!("{}×", f(num(p, &["p99_ratio"]), 3)),
+                format!("{}×", f(num(p, &["aa_p99_ratio"]), 3)),
+            ]
+        })
+        .collect();
+    rows.push(vec![
+        "median".into(),
+        String::new(),
+        String::new(),
+        String::new(),
+        format!("{}×", f(num(s, &["median_pair_p99_ratio"]), 3)),
+        format!("{}×", f(num(s, &["median_pair_aa_p99_ratio"]), 3)),
+    ]);
+    body.push_str(&md_table(
+        &[
+            "triple",
+            "scraping p99 µs",
+            "quiet A p99 µs",
+            "quiet B p99 µs",
+            "scraping / quiet",
+            "A / B",
+        ],
+        1,
+        &rows,
+    ));
+    let verdict = s.get("verdict").and_then(Value::as_str).unwrap_or("-");
+    let _ = writeln!(
+        body,
+        "\np99 scraping / quiet: {}× pooled (A/A band {}), {}× the median per triple (A/A band \
+         {}: the triples' A / B folded above 1, their median). Goal: not raised; verdict: **{verdict}** (raised \
+         when both lie above their band, unclear when one does).",
+        f(num(s, &["p99_ratio"]), 3),
+        band("aa_band"),
+        f(num(s, &["median_pair_p99_ratio"]), 3),
+        band("pair_aa_band"),
+    );
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ricochet_proto::EndpointStats;
+use ricochet_proto::{ConnectionHandle, EndpointStats};
 
 use self::hist::{Hist, RTT_BOUNDS};
 use super::counters::CounterCell;
@@ -28,6 +28,11 @@ pub(crate) const PUBLISH_EVERY: Duration = Duration::from_secs(1);
 
 /// Sessions per worker the `/sessions` listing keeps: the highest by RTT and by loss.
 pub(crate) const TOP_SESSIONS: usize = 64;
+
+/// Sessions a publishing walk visits per loop turn. A walk of every session at once held the
+/// worker for milliseconds with thousands of sessions (each visit reads a connection's
+/// counters from memory that is rarely in cache); a few dozen per turn cost tens of µs.
+pub(crate) const WALK_PER_TURN: usize = 64;
 
 /// Counters summed over an endpoint's sessions: those that ended (kept with the endpoint, so
 /// that with the shared IO model a close on any thread counts once), plus those alive at the
@@ -48,6 +53,103 @@ impl SessionTotals {
         self.retransmitted += s.segments_retransmitted;
         self.fec_parity_sent += s.fec.parity_sent;
         self.fec_recovered += s.fec.data_recovered;
+    }
+
+    /// `self + plus - minus`, field by field (never below zero).
+    fn plus_minus(self, plus: &SessionTotals, minus: &SessionTotals) -> SessionTotals {
+        let f = |a: u64, p: u64, m: u64| (a + p).saturating_sub(m);
+        SessionTotals {
+            packets_sent: f(self.packets_sent, plus.packets_sent, minus.packets_sent),
+            packets_lost: f(self.packets_lost, plus.packets_lost, minus.packets_lost),
+            retransmitted: f(self.retransmitted, plus.retransmitted, minus.retransmitted),
+            fec_parity_sent: f(
+                self.fec_parity_sent,
+                plus.fec_parity_sent,
+                minus.fec_parity_sent,
+            ),
+            fec_recovered: f(self.fec_recovered, plus.fec_recovered, minus.fec_recovered),
+        }
+    }
+}
+
+/// A walk over an endpoint's sessions for its snapshot (totals and top rows), spread over
+/// loop turns, [`WALK_PER_TURN`] sessions each, so that no turn holds the worker long.
+///
+/// Totals count each session once and never go down although sessions open and end
+/// mid-walk: the walk visits the sessions connected at its start (sorted, so that "visited"
+/// is a prefix); its totals are the ended sessions' (as they stand at the walk's end) plus
+/// what each visited session had when visited, less the final counters of visited sessions
+/// that ended during the walk (those are in the ended sessions' already). So a session counts
+/// as it stood at its visit, or at its end if that came first; one that opens mid-walk counts
+/// from its end or the next walk on. Each walk starts from the ended sessions' totals, which
+/// hold every ended session's final counters, so the next walk never counts less.
+#[derive(Debug, Default)]
+pub(crate) struct PublishWalk {
+    /// The sessions at the walk's start, sorted; `handles[..cursor]` are visited.
+    handles: Vec<ConnectionHandle>,
+    cursor: usize,
+    active: bool,
+    visited: SessionTotals,
+    /// Final counters of visited sessions that ended during the walk.
+    ended_visited: SessionTotals,
+    top: Vec<SessionRow>,
+}
+
+impl PublishWalk {
+    /// Starts a walk over `sessions` (reusing the last walk's room).
+    pub(crate) fn start(&mut self, sessions: impl Iterator<Item = ConnectionHandle>) {
+        self.handles.clear();
+        self.handles.extend(sessions);
+        self.handles.sort_unstable();
+        self.cursor = 0;
+        self.active = true;
+        self.visited = SessionTotals::default();
+        self.ended_visited = SessionTotals::default();
+        self.top.clear();
+    }
+
+    /// A walk is under way (started and not finished).
+    pub(crate) fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// Visits up to `n` more sessions; `look` gives a session's counters and row, or `None`
+    /// when it has ended. True when every session has been visited.
+    pub(crate) fn step(
+        &mut self,
+        n: usize,
+        mut look: impl FnMut(ConnectionHandle) -> Option<(ricochet_proto::ConnectionStats, SessionRow)>,
+    ) -> bool {
+        let end = (self.cursor + n).min(self.handles.len());
+        while self.cursor < end {
+            let h = self.handles[self.cursor];
+            self.cursor += 1;
+            if let Some((stats, row)) = look(h) {
+                self.visited.add(&stats);
+                self.top.push(row);
+                if self.top.len() >= 4 * TOP_SESSIONS {
+                    keep_top(&mut self.top);
+                }
+            }
+        }
+        self.cursor == self.handles.len()
+    }
+
+    /// A session ended with these final counters (call for every session that ends, after
+    /// adding them to the ended sessions' totals).
+    pub(crate) fn on_ended(&mut self, h: ConnectionHandle, s: &ricochet_proto::ConnectionStats) {
+        if self.active && self.handles[..self.cursor].binary_search(&h).is_ok() {
+            self.ended_visited.add(s);
+        }
+    }
+
+    /// Ends the walk: the totals, given the ended sessions' totals as they stand now, and the
+    /// top rows (the walk keeps its room for the next one).
+    pub(crate) fn finish(&mut self, ended: SessionTotals) -> (SessionTotals, Vec<SessionRow>) {
+        self.active = false;
+        keep_top(&mut self.top);
+        let totals = ended.plus_minus(&self.visited, &self.ended_visited);
+        (totals, self.top.drain(..).collect())
     }
 }
 
@@ -211,6 +313,76 @@ impl Ops {
 mod tests {
     use super::*;
     use ricochet_proto::ConnectionHandle;
+
+    fn stats(sent: u64, lost: u64) -> ricochet_proto::ConnectionStats {
+        let mut s = ricochet_proto::ConnectionStats::default();
+        s.packets_sent = sent;
+        s.packets_lost = lost;
+        s
+    }
+
+    fn row(h: u64, lost: u64) -> SessionRow {
+        SessionRow {
+            id: SessionId {
+                worker: 0,
+                handle: ConnectionHandle(h),
+            },
+            addr: SocketAddr::from(([127, 0, 0, 1], 1)),
+            rtt_us: h,
+            packets_sent: 100,
+            packets_lost: lost,
+            bytes_sent: 0,
+            bytes_received: 0,
+        }
+    }
+
+    /// A walk spread over turns while sessions end and open: it counts each session once, as
+    /// it stood when visited (or when it ended, if before its visit), lists each once, and
+    /// the next walk's totals take up what grew since.
+    #[test]
+    fn a_walk_over_turns_counts_each_session_once() {
+        // Sessions 0..10, each having sent 100 packets; 50 sent by sessions ended earlier.
+        let mut alive: std::collections::BTreeMap<u64, u64> = (0..10).map(|h| (h, 100)).collect();
+        let mut ended = SessionTotals {
+            packets_sent: 50,
+            ..SessionTotals::default()
+        };
+        let mut walk = PublishWalk::default();
+        walk.start(alive.keys().map(|h| ConnectionHandle(*h)));
+        let look = |alive: &std::collections::BTreeMap<u64, u64>, h: ConnectionHandle| {
+            alive.get(&h.0).map(|sent| (stats(*sent, 1), row(h.0, 1)))
+        };
+        assert!(!walk.step(4, |h| look(&alive, h)));
+        // Session 2 (visited) sends 30 more and ends; session 7 (not visited yet) sends 5
+        // more and ends; session 20 opens and ends within the walk; session 3 (visited)
+        // sends 8 more and stays.
+        for (h, more) in [(2u64, 30u64), (7, 5)] {
+            let fin = stats(alive[&h] + more, 1);
+            alive.remove(&h);
+            ended.add(&fin);
+            walk.on_ended(ConnectionHandle(h), &fin);
+        }
+        let fin = stats(9, 0);
+        ended.add(&fin);
+        walk.on_ended(ConnectionHandle(20), &fin);
+        *alive.get_mut(&3).unwrap() += 8;
+        assert!(walk.is_active());
+        assert!(!walk.step(4, |h| look(&alive, h)));
+        assert!(walk.step(4, |h| look(&alive, h)));
+        let (totals, top) = walk.finish(ended);
+        assert!(!walk.is_active());
+        // Ended before the walk 50, session 7 at its end 105, session 20 at its end 9; the
+        // nine visited as visited, 100 each (session 2's 30 and session 3's 8 came after).
+        assert_eq!(totals.packets_sent, 50 + 105 + 9 + 900);
+        let mut listed: Vec<u64> = top.iter().map(|r| r.id.handle.0).collect();
+        listed.sort_unstable();
+        assert_eq!(listed, vec![0, 1, 2, 3, 4, 5, 6, 8, 9]);
+        // The next walk sees session 3's growth; the totals only grow.
+        walk.start(alive.keys().map(|h| ConnectionHandle(*h)));
+        while !walk.step(3, |h| look(&alive, h)) {}
+        let (next, _) = walk.finish(ended);
+        assert_eq!(next.packets_sent, totals.packets_sent + 30 + 8);
+    }
 
     /// The selection keeps what a full sort kept: the 64 highest RTTs, then the 64 highest
     /// loss shares of the rest.

@@ -212,6 +212,7 @@ impl Server {
                 rtt,
                 ops,
                 next_publish: build.now,
+                walking: false,
                 publishes_endpoint: !build.is_shared || i == 0,
                 bytes_out: 0,
             }
@@ -800,6 +801,7 @@ impl Build {
                     endpoint,
                     sessions: HashSet::new(),
                     retired: SessionTotals::default(),
+                    walk: Default::default(),
                 }))
             });
             return EndpointSlot::Shared(core.clone());
@@ -821,6 +823,7 @@ impl Build {
             endpoint,
             sessions: HashSet::new(),
             retired: SessionTotals::default(),
+            walk: Default::default(),
         }))
     }
 }

@@ -17,7 +17,9 @@ use ricochet_proto::{
 
 use super::handler::{forward_cost, Command, Directory, FORWARD_QUEUE_BYTES};
 use super::{Handler, ServerContext};
-use crate::runtime::ops::{self, ServiceCell, ServiceSnapshot, SessionRow, SessionTotals};
+use crate::runtime::ops::{
+    self, PublishWalk, ServiceCell, ServiceSnapshot, SessionRow, SessionTotals,
+};
 use crate::runtime::placement::worker_of_datagram;
 use crate::runtime::rtt::WorkerRtt;
 use crate::runtime::session::SessionId;
@@ -41,6 +43,9 @@ pub(super) struct Core {
     /// with the shared endpoint a session's counters stay in the totals whichever thread saw
     /// it close (the totals never go down).
     pub(super) retired: SessionTotals,
+    /// With metrics: the walk over the sessions for the next snapshot (kept with the
+    /// endpoint, like `retired`, so that a close on any thread reaches it).
+    pub(super) walk: PublishWalk,
 }
 
 /// The endpoint a worker drives: its own (per-core) or the one every thread shares.
@@ -119,6 +124,9 @@ pub(super) struct RudpService<H> {
     pub(super) ops: Option<Arc<ServiceCell>>,
     /// With metrics: when the next snapshot is due.
     pub(super) next_publish: Instant,
+    /// With metrics: this thread's walk over the sessions for a snapshot is under way (the
+    /// loop turns again at once to go on with it).
+    pub(super) walking: bool,
     /// With metrics: this thread publishes the endpoint's figures (always with an endpoint of
     /// its own; with the shared one, only the first thread, so they are counted once).
     pub(super) publishes_endpoint: bool,
@@ -132,40 +140,44 @@ impl<H: Handler> RudpService<H> {
     fn pump(&mut self, ctx: &mut UdpContext<'_>) {
         self.deliver(ctx.now());
         self.transmit(ctx);
-        if self.ops.is_some() && ctx.now() >= self.next_publish {
+        if self.ops.is_some() && (self.walking || ctx.now() >= self.next_publish) {
             self.publish(ctx.now());
         }
     }
 
     /// Publish this worker's endpoint snapshot for the metrics endpoint: its counters, the
-    /// totals of its sessions, and the sessions with the highest RTT and loss.
+    /// totals of its sessions, and the sessions with the highest RTT and loss. The walk over
+    /// the sessions takes a few dozen per turn ([`ops::WALK_PER_TURN`]); the snapshot is
+    /// published when it is done.
     fn publish(&mut self, now: Instant) {
         let Some(cell) = self.ops.clone() else {
             return;
         };
-        self.next_publish = now + ops::PUBLISH_EVERY;
         if !self.publishes_endpoint {
+            self.next_publish = now + ops::PUBLISH_EVERY;
             cell.publish(ServiceSnapshot {
                 bytes_out: self.bytes_out,
                 ..ServiceSnapshot::default()
             });
             return;
         }
-        let guard = self.endpoint.lock();
-        let ep = &guard.endpoint;
-        let mut totals = guard.retired;
-        let mut top = Vec::with_capacity(guard.sessions.len().min(4 * ops::TOP_SESSIONS));
-        for &handle in &guard.sessions {
-            let Some(c) = ep.connection(handle) else {
-                continue;
-            };
+        let worker = self.worker;
+        let mut guard = self.endpoint.lock();
+        let core = &mut *guard;
+        if !core.walk.is_active() {
+            self.next_publish = now + ops::PUBLISH_EVERY;
+            core.walk.start(core.sessions.iter().copied());
+        }
+        let (ep, sessions) = (&core.endpoint, &core.sessions);
+        let done = core.walk.step(ops::WALK_PER_TURN, |handle| {
+            // Ended since the walk began (its counters are with the ended sessions').
+            if !sessions.contains(&handle) {
+                return None;
+            }
+            let c = ep.connection(handle)?;
             let s = c.stats();
-            totals.add(&s);
-            top.push(SessionRow {
-                id: SessionId {
-                    worker: self.worker,
-                    handle,
-                },
+            let row = SessionRow {
+                id: SessionId { worker, handle },
                 addr: c
                     .peer()
                     .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |p| p.address),
@@ -174,15 +186,17 @@ impl<H: Handler> RudpService<H> {
                 packets_lost: s.packets_lost,
                 bytes_sent: s.bytes_sent,
                 bytes_received: s.bytes_received,
-            });
-            if top.len() >= 4 * ops::TOP_SESSIONS {
-                ops::keep_top(&mut top);
-            }
+            };
+            Some((s, row))
+        });
+        self.walking = !done;
+        if !done {
+            return;
         }
-        ops::keep_top(&mut top);
+        let (totals, top) = core.walk.finish(core.retired);
         let snapshot = ServiceSnapshot {
-            sessions: guard.sessions.len(),
-            endpoint: ep.stats().clone(),
+            sessions: core.sessions.len(),
+            endpoint: core.endpoint.stats().clone(),
             totals,
             bytes_out: self.bytes_out,
             top,
@@ -278,7 +292,9 @@ impl<H: Handler> RudpService<H> {
                 Event::Closed { .. } => {
                     if core.sessions.remove(&handle) && self.ops.is_some() {
                         if let Some(c) = ep.connection(handle) {
-                            core.retired.add(&c.stats());
+                            let s = c.stats();
+                            core.retired.add(&s);
+                            core.walk.on_ended(handle, &s);
                         }
                     }
                 }
@@ -437,7 +453,13 @@ impl<H: Handler> Service for RudpService<H> {
 
     fn next_deadline(&mut self) -> Option<Instant> {
         let endpoint = self.endpoint.lock().endpoint.poll_timeout();
-        // With metrics on, an idle worker still wakes to publish its snapshot.
+        // With metrics on, an idle worker still wakes to publish its snapshot, and turns
+        // again at once while its walk over the sessions is under way.
+        if self.walking {
+            // The walk began a publish period before the next is due: in the past.
+            let began = self.next_publish.checked_sub(ops::PUBLISH_EVERY);
+            return Some(began.unwrap_or(self.next_publish));
+        }
         match (endpoint, self.ops.is_some()) {
             (Some(t), true) => Some(t.min(self.next_publish)),
             (None, true) => Some(self.next_publish),
