@@ -526,8 +526,14 @@ impl Delay {
         // and a drain round, see below).
         // Full datagrams' samples against their own floor when the round has one: a small
         // datagram's floor sits below a full one's by the serialization difference.
-        let sample_floor = match (r.min_full_sample, self.min_full_rtt.get()) {
-            (Some(s), Some(m)) => Some((s, m)),
+        // That floor is at most the overall one plus a full datagram's serialization at the
+        // estimate: if every full datagram so far met a queue (a start whose first window
+        // overfills a slow link), their minimum holds that queue, and it would hide the next.
+        let sample_floor = match (r.min_full_sample, self.min_full_rtt.get(), self.min_rtt()) {
+            (Some(s), Some(full), Some(m)) => {
+                let serialization = Duration::from_secs_f64(self.mss as f64 / self.bw.max(1.0));
+                Some((s, full.min(m + serialization.min(MIN_RTT_WINDOW))))
+            }
             _ => r.min_sample.zip(self.min_rtt()),
         };
         let excess = sample_floor.map(|(s, m)| (s.saturating_sub(m), queue_threshold(m)));
