@@ -23,10 +23,7 @@
 //! queue is not congestion, and a packet that FEC rebuilt or ARQ retransmitted late inflates the
 //! smoothed RTT but not a round's smallest sample. What does is *queueing delay*: the smallest
 //! RTT sample of a cruise round above the path's minimum RTT (a windowed minimum over
-//! [`MIN_RTT_WINDOW`]; a full datagram's sample against the minimum of full datagrams' samples
-//! when the round has one, since a small datagram's, a game's event, measures a floor lower by
-//! the difference in serialization, about 9 ms at 1 Mbit/s, and every round without one would
-//! look queued) by more than [`queue_threshold`] means a standing queue (the path got
+//! [`MIN_RTT_WINDOW`]) by more than [`queue_threshold`] means a standing queue (the path got
 //! slower, or other flows share it): the estimate is cut to [`CUT`] times the rate the round's
 //! ACKs arrived at (what the path gives this flow); the next cut waits until a round showed
 //! the queue drained (or a whole cycle); the cycle goes on. Without `loss_tolerant` every loss cuts too; an RTO halves the estimate when the caller
@@ -106,41 +103,6 @@ pub(crate) fn queue_threshold(min_rtt: Duration) -> Duration {
     (min_rtt / 4).max(Duration::from_millis(10))
 }
 
-/// A datagram at least this share of the largest one is *full* for the queue measure.
-const FULL: f64 = 0.5;
-
-/// A windowed minimum: the current half-window's minimum and when it began, and the previous
-/// half-window's ([`MIN_RTT_WINDOW`] in all).
-#[derive(Debug, Clone, Copy, Default)]
-struct MinFilter {
-    cur: Option<(Duration, Instant)>,
-    prev: Option<Duration>,
-}
-
-impl MinFilter {
-    fn get(&self) -> Option<Duration> {
-        let cur = self.cur.map(|(m, _)| m);
-        match (cur, self.prev) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    fn note(&mut self, now: Instant, sample: Duration) {
-        match &mut self.cur {
-            Some((m, since)) if now.saturating_duration_since(*since) < MIN_RTT_WINDOW / 2 => {
-                *m = (*m).min(sample);
-            }
-            Some((m, since)) => {
-                self.prev = Some(*m);
-                *m = sample;
-                *since = now;
-            }
-            None => self.cur = Some((sample, now)),
-        }
-    }
-}
-
 /// Where in its life the controller is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -169,9 +131,8 @@ struct Round {
     /// Latest send time of a packet acknowledged in the previous round, and in this one.
     prev_max_sent: Option<Instant>,
     max_sent: Option<Instant>,
-    /// Smallest RTT sample in it, and smallest of a full datagram.
+    /// Smallest RTT sample in it.
     min_sample: Option<Duration>,
-    min_full_sample: Option<Duration>,
     /// The pacer or the window held the sender back at least once.
     limited: bool,
     /// A loss that counts as congestion was declared in it.
@@ -195,15 +156,10 @@ pub(crate) struct Delay {
     next_sample: usize,
     /// The largest of `samples`: the bandwidth estimate (0 before the first sample).
     bw: f64,
-    /// Windowed minimum RTT of every sample.
-    min_rtt: MinFilter,
-    /// Windowed minimum RTT of samples from full datagrams (see [`FULL`]): the floor a full
-    /// datagram's sample is compared with in cruise (one from a small datagram sits below it
-    /// by the difference in serialization, about 9 ms at 1 Mbit/s, without any queue).
-    min_full_rtt: MinFilter,
-    /// Send time and size of the newest packet acknowledged in this ACK frame (the one its
-    /// RTT sample measures).
-    frame_newest: Option<(Instant, usize)>,
+    /// Windowed minimum RTT: the current half-window's minimum and when it began, and the
+    /// previous half-window's.
+    min_rtt: Option<(Duration, Instant)>,
+    prev_min_rtt: Option<Duration>,
     /// Rounds since the last cut, and between the two before it.
     since_cut: u32,
     cut_gap: u32,
@@ -258,9 +214,8 @@ impl Delay {
             samples: [0.0; BW_ROUNDS],
             next_sample: 0,
             bw: 0.0,
-            min_rtt: MinFilter::default(),
-            min_full_rtt: MinFilter::default(),
-            frame_newest: None,
+            min_rtt: None,
+            prev_min_rtt: None,
             since_cut: u32::MAX,
             cut_gap: u32::MAX,
             draining: false,
@@ -275,7 +230,11 @@ impl Delay {
 
     /// The windowed minimum RTT, if any sample arrived.
     pub(crate) fn min_rtt(&self) -> Option<Duration> {
-        self.min_rtt.get()
+        let cur = self.min_rtt.map(|(m, _)| m);
+        match (cur, self.prev_min_rtt) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The rate the path is estimated to carry for this connection, bytes per second, within
@@ -369,9 +328,6 @@ impl Delay {
     /// ACK frame's end is [`Self::on_ack_end`]).
     pub(crate) fn on_acked(&mut self, size: usize, sent: Instant) {
         self.in_flight = self.in_flight.saturating_sub(size);
-        if self.frame_newest.is_none_or(|(t, _)| sent >= t) {
-            self.frame_newest = Some((sent, size));
-        }
         if let Some(r) = &mut self.round {
             r.bytes += size as u64;
             r.max_sent = Some(r.max_sent.map_or(sent, |m| m.max(sent)));
@@ -420,15 +376,8 @@ impl Delay {
         srtt: Duration,
     ) {
         self.srtt = srtt;
-        let full = self
-            .frame_newest
-            .take()
-            .is_some_and(|(_, size)| size as f64 >= FULL * self.mss as f64);
         if let Some(s) = rtt_sample {
-            self.min_rtt.note(now, s);
-            if full {
-                self.min_full_rtt.note(now, s);
-            }
+            self.note_min_rtt(now, s);
         }
         let min_rtt = self.min_rtt();
         let Some(r) = &mut self.round else {
@@ -439,7 +388,6 @@ impl Delay {
                 prev_max_sent: None,
                 max_sent: None,
                 min_sample: rtt_sample,
-                min_full_sample: rtt_sample.filter(|_| full),
                 limited: false,
                 congestion_loss: false,
             });
@@ -447,9 +395,6 @@ impl Delay {
         };
         if let Some(s) = rtt_sample {
             r.min_sample = Some(r.min_sample.map_or(s, |m| m.min(s)));
-            if full {
-                r.min_full_sample = Some(r.min_full_sample.map_or(s, |m| m.min(s)));
-            }
             if matches!(self.phase, Phase::Startup { .. }) {
                 let over = min_rtt.is_some_and(|m| s.saturating_sub(m) > queue_threshold(m));
                 self.queued_run = if over { self.queued_run + 1 } else { 0 };
@@ -479,11 +424,24 @@ impl Delay {
                 prev_max_sent: done.max_sent,
                 max_sent: None,
                 min_sample: None,
-                min_full_sample: None,
                 limited: false,
                 congestion_loss: false,
             });
             self.end_round(now, &done);
+        }
+    }
+
+    fn note_min_rtt(&mut self, now: Instant, sample: Duration) {
+        match &mut self.min_rtt {
+            Some((m, since)) if now.saturating_duration_since(*since) < MIN_RTT_WINDOW / 2 => {
+                *m = (*m).min(sample);
+            }
+            Some((m, since)) => {
+                self.prev_min_rtt = Some(*m);
+                *m = sample;
+                *since = now;
+            }
+            None => self.min_rtt = Some((sample, now)),
         }
     }
 
@@ -524,19 +482,10 @@ impl Delay {
         // How far the round's smallest RTT sample stood above the path's minimum: past the
         // threshold a standing queue (a cut), past `standing` one the sender keeps up (a cap
         // and a drain round, see below).
-        // Full datagrams' samples against their own floor when the round has one: a small
-        // datagram's floor sits below a full one's by the serialization difference.
-        // That floor is at most the overall one plus a full datagram's serialization at the
-        // estimate: if every full datagram so far met a queue (a start whose first window
-        // overfills a slow link), their minimum holds that queue, and it would hide the next.
-        let sample_floor = match (r.min_full_sample, self.min_full_rtt.get(), self.min_rtt()) {
-            (Some(s), Some(full), Some(m)) => {
-                let serialization = Duration::from_secs_f64(self.mss as f64 / self.bw.max(1.0));
-                Some((s, full.min(m + serialization.min(MIN_RTT_WINDOW))))
-            }
-            _ => r.min_sample.zip(self.min_rtt()),
+        let excess = match (r.min_sample, self.min_rtt()) {
+            (Some(s), Some(m)) => Some((s.saturating_sub(m), queue_threshold(m))),
+            _ => None,
         };
-        let excess = sample_floor.map(|(s, m)| (s.saturating_sub(m), queue_threshold(m)));
         let queued = excess.is_some_and(|(q, t)| q > t);
         // A datagram that takes longer to serialize than the one the minimum measured (a
         // path that got slower, a full datagram against a small one) stands above the
