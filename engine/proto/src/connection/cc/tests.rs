@@ -41,7 +41,15 @@ struct Flow {
     /// Receiver: packets received since the last ACK (pn, arrival), and when the first came.
     unacked: Vec<(u64, Instant)>,
     delivered_bytes: u64,
+    /// A small urgent datagram ([`EVENT`] bytes) sent this often besides the backlog (a
+    /// game's 10 Hz events), and when the next is due (time since start).
+    event_every: Option<Duration>,
+    next_event: Duration,
 }
+
+/// Size of a game event's datagram: on a slow link it serializes in a fraction of a full
+/// datagram's time, so the minimum RTT it measures sits below every full datagram's sample.
+const EVENT: usize = 64;
 
 impl Flow {
     fn new(p: DelayParams, app_rate: Option<f64>) -> Self {
@@ -56,7 +64,15 @@ impl Flow {
             min_rtt: Duration::MAX,
             unacked: Vec::new(),
             delivered_bytes: 0,
+            event_every: None,
+            next_event: Duration::ZERO,
         }
+    }
+
+    /// The flow also sends a small event datagram every `every`.
+    fn with_events(mut self, every: Duration) -> Self {
+        self.event_every = Some(every);
+        self
     }
 }
 
@@ -113,7 +129,7 @@ fn run_jittered(
     let mut head_done: Option<Instant> = None;
     let mut queued_bytes = 0usize;
     // Datagrams and ACKs on the wire: arrival → (flow, what).
-    let mut to_receiver: VecDeque<(Instant, usize, u64)> = VecDeque::new();
+    let mut to_receiver: VecDeque<(Instant, usize, u64, usize)> = VecDeque::new();
     let mut to_sender: VecDeque<(Instant, usize, Vec<u64>, Duration)> = VecDeque::new();
     let mut out = Run {
         sojourns: Vec::new(),
@@ -147,21 +163,21 @@ fn run_jittered(
             link.pop_front();
             queued_bytes -= size;
             out.sojourns.push((t, done - arrived));
-            to_receiver.push_back((done + ONE_WAY, fi, pn));
+            to_receiver.push_back((done + ONE_WAY, fi, pn, size));
             head_done = link
                 .front()
                 .map(|&(_, _, s, _)| done + Duration::from_secs_f64(s as f64 / r));
         }
         // Receivers: datagrams arrive; an ACK leaves after 8 packets or the hold.
         while to_receiver.front().is_some_and(|&(at, ..)| at <= now) {
-            let Some((_, fi, pn)) = to_receiver.pop_front() else {
+            let Some((_, fi, pn, size)) = to_receiver.pop_front() else {
                 break;
             };
             let f = &mut flows[fi];
             f.unacked.push((pn, now));
-            f.delivered_bytes += MSS as u64;
+            f.delivered_bytes += size as u64;
             if t >= from {
-                out.delivered_after[fi] += MSS as u64;
+                out.delivered_after[fi] += size as u64;
             }
         }
         for (fi, f) in flows.iter_mut().enumerate() {
@@ -250,24 +266,34 @@ fn run_jittered(
         for k in 0..flows.len() {
             let fi = (first + k) % flows.len();
             let f = &mut flows[fi];
-            while f.backlog >= MSS as f64
-                && f.cc.can_send(MSS)
-                && f.cc.pacing_delay(now, MSS).is_none()
-            {
-                f.backlog -= MSS as f64;
-                f.cc.on_sent(MSS);
+            loop {
+                // A due event goes first (a high-priority lane), then the backlog.
+                let event = f.event_every.is_some() && t >= f.next_event;
+                let size = if event { EVENT } else { MSS };
+                if !(event || f.backlog >= MSS as f64)
+                    || !f.cc.can_send(size)
+                    || f.cc.pacing_delay(now, size).is_some()
+                {
+                    break;
+                }
+                if let (true, Some(every)) = (event, f.event_every) {
+                    f.next_event += every;
+                } else {
+                    f.backlog -= MSS as f64;
+                }
+                f.cc.on_sent(size);
                 let pn = f.next_pn;
                 f.next_pn += 1;
-                f.sent.insert(pn, (now, MSS));
+                f.sent.insert(pn, (now, size));
                 if uniform() < loss(t) {
                     continue;
                 }
-                if (queued_bytes + MSS) as f64 > r * buffer.as_secs_f64() {
+                if (queued_bytes + size) as f64 > r * buffer.as_secs_f64() {
                     out.dropped += u64::from(t >= from);
                     continue;
                 }
-                queued_bytes += MSS;
-                link.push_back((fi, pn, MSS, now));
+                queued_bytes += size;
+                link.push_back((fi, pn, size, now));
             }
         }
         if now >= next_sample {
@@ -612,4 +638,100 @@ fn jittery_acks_keep_the_estimate_near_the_path() {
         assert!(err <= 0.2, "estimate {:.0} B/s at {t:?}", e[0]);
     }
     assert_eq!(r.dropped, 0);
+}
+
+/// A game offering 1.2 Mbit/s to a lone 1 Mbit/s path (100 ms buffer, 20 ms each way; `bench
+/// lanes downlink-1mbit`) with a 64 B event every 100 ms and ACKs jittered by up to 4 ms:
+/// once startup is over the queue stays short throughout, the probe cycle's included (most
+/// datagrams find the link idle: a sojourn of their own 9.6 ms of serialization), and the
+/// estimate stays within 20 % of the path. Before, the events' minimum RTT (9 ms of
+/// serialization below a full datagram's) and the jitter made cruise rounds look queued, the
+/// cuts turned on a fairness term meant for shared paths (4 datagrams per RTT in the probe),
+/// and its queue peaked at 64.7 ms every probe cycle (the bench's 55-65 ms event spikes).
+#[test]
+#[ignore = "issue 38: fails (max 64.7 ms); comparing full datagrams' samples with their own \
+            floor (commits 989cc17, 8d0d52a) passes it (19.3 ms) but put a 74 ms queue at \
+            1.7 s into bench lanes downlink-1mbit (event p99 83 ms in 7 of 9 runs, main 69 \
+            in 9 of 9): reverted"]
+fn a_lone_flow_keeps_the_queue_short_through_its_probes() {
+    let flows = vec![Flow::new(params(), Some(1.2 * MBIT)).with_events(Duration::from_millis(100))];
+    let r = run_jittered(
+        flows,
+        &|_| MBIT,
+        Duration::from_millis(100),
+        &|_| 0.0,
+        10.0,
+        Duration::from_secs(2),
+        Duration::from_millis(4),
+    );
+    let late: Vec<Duration> = r
+        .sojourns
+        .iter()
+        .filter(|(t, _)| *t >= Duration::from_secs(2))
+        .map(|x| x.1)
+        .collect();
+    let max = late.iter().copied().max().unwrap_or_default();
+    let p50 = percentile(late, 0.5);
+    assert!(
+        p50 <= Duration::from_millis(10),
+        "queue p50 {p50:?} (max {max:?})"
+    );
+    // Two datagrams' serialization and the ACKs' jitter: a probe's one datagram of queue.
+    let serialization = Duration::from_secs_f64(MSS as f64 / MBIT);
+    assert!(
+        max <= 2 * serialization + Duration::from_millis(2),
+        "queue max after 2 s {max:?}"
+    );
+    for (t, e) in r
+        .estimates
+        .iter()
+        .filter(|(t, _)| *t >= Duration::from_secs(2))
+    {
+        let err = (e[0] - MBIT).abs() / MBIT;
+        assert!(err <= 0.2, "estimate {:.0} B/s at {t:?}", e[0]);
+    }
+    assert_eq!(r.dropped, 0);
+}
+
+/// Sixteen games each offering 1.25 Mbit/s through a shared 10 Mbit/s link with a 100 ms
+/// buffer (`bench lanes uplink-shared`): they share it fairly (the fewest bytes delivered at
+/// least 0.75 of the most after the first 2 s) while keeping the shared queue short (p50
+/// ≤ 15 ms: under a datagram of each flow's). Before, the flows' additive probes kept the
+/// buffer full (fewest/most 0.64, queue p50 95.4 ms).
+#[test]
+#[ignore = "issue 38: 16 Delay flows keep the shared buffer full (queue p50 95 ms, fewest/most \
+            0.64); Vegas/FAST-style own-queue rules (each flow toward 0.35-1 datagram of its \
+            own queued, no fairness term) kept the queue at 4-13 ms but reached only 0.41-0.78 \
+            and cost the step-down or jittered-ACK tests"]
+fn sixteen_flows_share_fairly_with_a_short_queue() {
+    let flows = (0..16)
+        .map(|_| Flow::new(params(), Some(1.25 * MBIT)))
+        .collect();
+    let c = 10.0 * MBIT;
+    let r = run(
+        flows,
+        &|_| c,
+        Duration::from_millis(100),
+        &|_| 0.0,
+        10.0,
+        Duration::from_secs(2),
+    );
+    let late: Vec<Duration> = r
+        .sojourns
+        .iter()
+        .filter(|(t, _)| *t >= Duration::from_secs(2))
+        .map(|x| x.1)
+        .collect();
+    let p50 = percentile(late, 0.5);
+    let fewest = r.delivered_after.iter().copied().min().unwrap_or_default();
+    let most = r.delivered_after.iter().copied().max().unwrap_or(1);
+    let fairness = fewest as f64 / most as f64;
+    assert!(
+        fairness >= 0.75,
+        "fewest/most {fairness:.2}, shares {:?}, queue p50 {p50:?}",
+        r.delivered_after
+    );
+    assert!(p50 <= Duration::from_millis(15), "queue p50 {p50:?}");
+    let total: u64 = r.delivered_after.iter().sum();
+    assert!(total as f64 / 8.0 >= 0.8 * c, "{total} bytes in 8 s");
 }
