@@ -280,7 +280,7 @@ pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
                 };
                 let r = run_one(&cfg)?;
                 eprintln!(
-                    "  {n} players {path} {stack}, round {}: {:.1} ticks/s, p99 {:.2} ms, lost {} stale {} reliable lost {}, server CPU {:.1}% ({:.2} µs/player-tick), load {}{}",
+                    "  {n} players {path} {stack}, round {}: {:.1} ticks/s, p99 {:.2} ms, lost {} stale {} reliable lost {}, server CPU {:.1}% ({:.2} µs/player-tick, {} allocations/player-tick), load {}{}",
                     round + 1,
                     r.ticks_per_s,
                     r.snapshot_latency_us.map_or(0.0, |l| l.p99 / 1000.0),
@@ -289,6 +289,8 @@ pub fn run(args: &GameArgs, global: &Global) -> Result<bool> {
                     r.inputs_lost,
                     r.server_cpu_percent,
                     r.server_cpu_us_per_player_tick.unwrap_or(0.0),
+                    r.server_allocs_per_player_tick
+                        .map_or("-".into(), |a| format!("{a:.3}")),
                     r.load.as_ref().map_or("-".into(), crate::scale::describe_load),
                     if r.ok { "" } else { " (NOT ok)" }
                 );

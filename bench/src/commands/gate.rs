@@ -136,6 +136,28 @@ pub fn run(args: &GateArgs, global: &Global) -> Result<bool> {
                 note: "this process does not count allocations (not the bench binary)".into(),
             }),
         }
+        match crate::gate::sim::game_allocs()? {
+            Some(r) => {
+                eprintln!(
+                    "gate: sim game server: {} allocations per player-tick ({:.1} s wall)",
+                    r.metrics
+                        .get("server_allocs_per_player_tick")
+                        .copied()
+                        .unwrap_or(0.0),
+                    r.wall_s
+                );
+                sim.push(r);
+            }
+            None => verdicts.push(Verdict {
+                group: format!("sim/{}", crate::gate::sim::GAME_PROFILE),
+                metric: "server allocations per player-tick".into(),
+                baseline: None,
+                measured: None,
+                rule: "exact".into(),
+                status: Status::Skipped,
+                note: "this process does not count allocations (not the bench binary)".into(),
+            }),
+        }
         verdicts.extend(compare_sim(&sim, baseline.as_ref(), &cfg.sim));
     }
     let mut ratios = Vec::new();

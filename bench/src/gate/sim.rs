@@ -246,3 +246,71 @@ pub fn sessions_heap() -> Result<Option<SimResult>> {
         wall_s: t0.elapsed().as_secs_f64(),
     }))
 }
+
+/// The name of the gate's allocations-per-player-tick check (a [`SimResult`] profile).
+pub const GAME_PROFILE: &str = "game-server";
+
+/// Heap allocation calls (and bytes asked for) per player-tick of a simulated game server in
+/// steady state ([`ricochet_testkit::game`]): 100 players with connect tokens and the game
+/// profile, a 60 Hz tick with a 200 B unreliable snapshot down and a 32 B reliable input up per
+/// player, 5 simulated s of warm-up, then 2 s counted. Only the server endpoint's protocol code
+/// is counted (not the players, the network, or the game's snapshot). Exact for the code.
+/// `Ok(None)` when this process does not count allocations (a test binary).
+pub fn game_allocs() -> Result<Option<SimResult>> {
+    use ricochet_testkit::game::GameScenario;
+    if !crate::alloc::installed() {
+        return Ok(None);
+    }
+    let t0 = Instant::now();
+    let scenario = GameScenario {
+        server_scope: Some(crate::alloc::set_on),
+        ..GameScenario::new(1)
+    };
+    crate::alloc::trace::start();
+    let before = crate::alloc::Calls::now();
+    let out = scenario.run().context("game scenario")?;
+    crate::alloc::set_on(false);
+    let counted = crate::alloc::Calls::now().since(before);
+    for (stack, calls) in crate::alloc::trace::finish() {
+        eprintln!("gate: alloc trace: ~{calls} calls at\n  {stack}");
+    }
+    let mut problems = Vec::new();
+    if out.connected != scenario.players {
+        problems.push(format!(
+            "{} of {} players connected",
+            out.connected, scenario.players
+        ));
+    }
+    if out.inputs_lost > 0 || out.input_order_errors > 0 {
+        problems.push(format!(
+            "{} reliable inputs lost, {} out of order",
+            out.inputs_lost, out.input_order_errors
+        ));
+    }
+    if out.player_ticks == 0
+        || out.snapshots_received + (scenario.players as u64) < out.player_ticks
+    {
+        problems.push(format!(
+            "{} snapshots received of {} sent",
+            out.snapshots_received, out.player_ticks
+        ));
+    }
+    let per = |x: u64| {
+        let v = x as f64 / out.player_ticks.max(1) as f64;
+        (v * 1000.0).round() / 1000.0
+    };
+    let mut metrics = BTreeMap::new();
+    metrics.insert("player_ticks".into(), out.player_ticks as f64);
+    metrics.insert("server_allocs_per_player_tick".into(), per(counted.calls));
+    metrics.insert(
+        "server_alloc_bytes_per_player_tick".into(),
+        per(counted.bytes),
+    );
+    Ok(Some(SimResult {
+        profile: GAME_PROFILE.into(),
+        metrics,
+        trace_hash: String::new(),
+        problems,
+        wall_s: t0.elapsed().as_secs_f64(),
+    }))
+}

@@ -273,12 +273,11 @@ fn sim_echo(cx: &mut Ctx) -> Result<()> {
         body.push_str(&command_line(&b.command_line));
         body.push('\n');
         let mut rows = Vec::new();
-        // The sessions row holds heap per session, not an echo (its own section renders it).
-        for r in b
-            .sim
-            .iter()
-            .filter(|r| r.profile != crate::gate::sim::SESSIONS_PROFILE)
-        {
+        // The sessions and game-server rows hold heap and allocation counts, not an echo.
+        for r in b.sim.iter().filter(|r| {
+            r.profile != crate::gate::sim::SESSIONS_PROFILE
+                && r.profile != crate::gate::sim::GAME_PROFILE
+        }) {
             let m = |k: &str| r.metrics.get(k).copied();
             rows.push(vec![
                 r.profile.clone(),

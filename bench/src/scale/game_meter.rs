@@ -351,6 +351,7 @@ impl GameRun {
             server_cpu_us_per_tick: 0.0,
             client_cpu_percent: 0.0,
             server_cpu_us_per_player_tick: None,
+            server_allocs_per_player_tick: None,
             load: None,
             server_rss_per_session_bytes: None,
             server,
@@ -396,6 +397,10 @@ impl GameRun {
         // Player-ticks served: a snapshot is one player's share of one tick.
         run.server_cpu_us_per_player_tick = (stats.game.snapshots_sent > 0)
             .then(|| finite(stats.cpu_s * 1e6 / stats.game.snapshots_sent as f64));
+        run.server_allocs_per_player_tick = stats
+            .allocs
+            .filter(|_| stats.game.snapshots_sent > 0)
+            .map(|a| finite(a.calls as f64 / stats.game.snapshots_sent as f64));
         run
     }
 }

@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::host::CpuTimes;
 use crate::rudp::protocol::BENCH_PROTOCOL_ID;
-use crate::schema::scale::WorkerStats;
+use crate::schema::scale::{AllocCounts, WorkerStats};
 use crate::schema::{finite, GameServerCounts, Latency, ServerStats};
 use ricochet_proto::token::TokenKey;
 
@@ -251,13 +251,16 @@ impl Handler for ScaleHandler {
 
     fn on_tick(&mut self, ctx: &mut ServerContext<'_>) {
         let stats = ctx.endpoint_stats();
-        let counts = ricochet_proto::DropCause::ALL
-            .iter()
-            .map(|&c| stats.drops.get(c))
-            .collect();
-        let evicted = stats.tokens_evicted;
         if let Ok(mut m) = self.shared.endpoint_counts.lock() {
-            m.insert(ctx.worker(), (counts, evicted));
+            // Updated in place: the tick allocates nothing of its own but the snapshot.
+            let (counts, evicted) = m.entry(ctx.worker()).or_default();
+            counts.clear();
+            counts.extend(
+                ricochet_proto::DropCause::ALL
+                    .iter()
+                    .map(|&c| stats.drops.get(c)),
+            );
+            *evicted = stats.tokens_evicted;
         }
         let ServerKind::Game { snapshot_bytes, .. } = self.kind else {
             return;
@@ -395,7 +398,12 @@ pub(super) fn serve_ricochet(
         s.local_addr()
     })?;
     let mut since = (CpuTimes::now(), std::time::Instant::now());
-    let stats = |server: &Server, since: &(CpuTimes, std::time::Instant)| {
+    // The process counts its allocations from the first reset (the measured phase) on.
+    let counts_allocs = crate::alloc::installed();
+    let mut allocs_since: Option<crate::alloc::Calls> = None;
+    let stats = |server: &Server,
+                 since: &(CpuTimes, std::time::Instant),
+                 allocs_since: Option<crate::alloc::Calls>| {
         let cpu = CpuTimes::now();
         let rtt = server.rtt();
         let (drops, tokens_evicted) = shared.endpoint_totals();
@@ -420,6 +428,13 @@ pub(super) fn serve_ricochet(
             workers: server.counters().iter().map(WorkerStats::from).collect(),
             drops,
             tokens_evicted,
+            allocs: allocs_since.map(|a| {
+                let d = crate::alloc::Calls::now().since(a);
+                AllocCounts {
+                    calls: d.calls,
+                    bytes: d.bytes,
+                }
+            }),
         }
     };
     let play = || shared.playing.store(true, Ordering::Relaxed);
@@ -428,10 +443,19 @@ pub(super) fn serve_ricochet(
             let _ = server.take_rtt();
             shared.reset();
             since = (CpuTimes::now(), std::time::Instant::now());
+            if counts_allocs {
+                crate::alloc::trace::start();
+                crate::alloc::set_on(true);
+                allocs_since = Some(crate::alloc::Calls::now());
+            }
         }
-        stats(&server, &since)
+        stats(&server, &since, allocs_since)
     })?;
-    let last = stats(&server, &since);
+    let last = stats(&server, &since, allocs_since);
+    crate::alloc::set_on(false);
+    for (stack, calls) in crate::alloc::trace::finish() {
+        eprintln!("server: alloc trace: ~{calls} calls at\n  {stack}");
+    }
     server
         .shutdown()
         .map_err(|e| anyhow!("server shutdown: {e}"))?;

@@ -289,6 +289,10 @@ pub struct GameRun {
     /// phase, one per player per tick), µs; absent in runs before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_cpu_us_per_player_tick: Option<f64>,
+    /// Heap allocation calls of the server process per player-tick served (over the measured
+    /// phase, every thread); absent in runs before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_allocs_per_player_tick: Option<f64>,
     /// The load generator's own figures over the measured phase; absent in runs before they
     /// were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -414,4 +418,19 @@ pub struct ServerStats {
     /// tick, from start): the table is smaller than handshakes/s × token lifetime.
     #[serde(default)]
     pub tokens_evicted: u64,
+    /// Heap allocation calls of the whole server process since the last reset (every thread:
+    /// workers, the game's handler, the control thread), and the bytes they asked for; absent
+    /// before the first reset, where the process does not count, and in older runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocs: Option<AllocCounts>,
+}
+
+/// Heap allocation calls and the bytes they asked for (the bench's counting allocator).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllocCounts {
+    /// `alloc`, `alloc_zeroed` and `realloc` calls.
+    pub calls: u64,
+    /// Bytes asked for.
+    pub bytes: u64,
 }

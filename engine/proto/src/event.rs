@@ -22,7 +22,10 @@ pub enum Event {
     Message {
         /// Channel id.
         channel: u8,
-        /// The message.
+        /// The message. Through an [`Endpoint`](crate::Endpoint), a small one (up to 512 B)
+        /// shares a 4 KiB buffer with the messages received around it, which the endpoint
+        /// reuses once they are all dropped: keeping it keeps that buffer (copy it out to
+        /// keep many small messages for long).
         data: Bytes,
     },
     /// The connection ended; no more events follow.

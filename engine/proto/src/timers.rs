@@ -83,6 +83,17 @@ impl TimerQueue {
         }
     }
 
+    /// The slots of the earliest entry and the next earliest, those due at `now` (what the
+    /// next two `pop_due` calls return if nothing changes between them).
+    pub fn due_ahead(&self, now: Instant) -> (Option<u32>, Option<u32>) {
+        let due = |e: Option<&(Instant, u32)>| e.filter(|e| e.0 <= now).map(|e| e.1);
+        let second = match (self.heap.get(1), self.heap.get(2)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, _) => a,
+        };
+        (due(self.heap.first()), due(second))
+    }
+
     /// Removes and returns the earliest entry if it is due at `now`.
     pub fn pop_due(&mut self, now: Instant) -> Option<(Instant, u32)> {
         let &(t, slot) = self.heap.first()?;

@@ -132,6 +132,7 @@ mod network;
 mod queue;
 
 pub mod echo;
+pub mod game;
 pub mod sessions;
 
 pub use clock::SimClock;

@@ -5,6 +5,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::BytesMut;
+
 mod ack;
 pub(crate) mod cc;
 mod close;
@@ -386,7 +388,19 @@ impl Connection {
         from: SocketAddr,
         datagram: &[u8],
     ) -> Result<(), DropCause> {
-        let res = self.dispatch(now, from, datagram);
+        self.handle_datagram_in(now, from, datagram, None)
+    }
+
+    /// [`Self::handle_datagram`], with small received messages cut from `arena` (the
+    /// endpoint's, see `recv::message_bytes`) instead of allocated one by one.
+    pub(crate) fn handle_datagram_in(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+        arena: Option<&mut BytesMut>,
+    ) -> Result<(), DropCause> {
+        let res = self.dispatch(now, from, datagram, arena);
         match res {
             // The datagram as it came off the wire (tag and FEC framing included), as
             // `bytes_sent` counts what went onto it.
@@ -401,6 +415,7 @@ impl Connection {
         now: Instant,
         from: SocketAddr,
         datagram: &[u8],
+        arena: Option<&mut BytesMut>,
     ) -> Result<(), DropCause> {
         if self.state == ConnectionState::Closed {
             return Err(DropCause::Closed);
@@ -410,7 +425,7 @@ impl Connection {
                 || t == wire::PacketType::FecData as u8
                 || t == wire::PacketType::FecParity as u8
         }) {
-            return self.receive_protected(now, from, datagram);
+            return self.receive_protected(now, from, datagram, arena);
         }
         let packet = match wire::decode_packet(datagram) {
             Ok(p) => p,
@@ -439,6 +454,7 @@ impl Connection {
         now: Instant,
         from: SocketAddr,
         datagram: &[u8],
+        arena: Option<&mut BytesMut>,
     ) -> Result<(), DropCause> {
         let h = match wire::clear_header(datagram) {
             Ok(h) => h,
@@ -454,7 +470,7 @@ impl Connection {
                 // retransmits what it carried).
                 return Err(DropCause::UnexpectedHandshake);
             }
-            return self.receive_open(now, from, h.ty, datagram);
+            return self.receive_open(now, from, h.ty, datagram, arena);
         };
         let mut buf = std::mem::take(&mut self.open_buf);
         let r = match p.open(
@@ -465,7 +481,7 @@ impl Connection {
             h.len,
             &mut buf,
         ) {
-            Ok(n) => self.receive_open(now, from, h.ty, &buf[..n]),
+            Ok(n) => self.receive_open(now, from, h.ty, &buf[..n], arena),
             Err(cause) => Err(cause),
         };
         // An oversize datagram (forged ones included) does not leave its buffer behind.
@@ -482,11 +498,12 @@ impl Connection {
         from: SocketAddr,
         ty: wire::PacketType,
         packet: &[u8],
+        arena: Option<&mut BytesMut>,
     ) -> Result<(), DropCause> {
         if ty == wire::PacketType::Data {
-            self.receive_arq(now, from, packet)
+            self.receive_arq(now, from, packet, arena)
         } else {
-            self.receive_fec(now, from, packet)
+            self.receive_fec(now, from, packet, arena)
         }
     }
 
@@ -499,6 +516,7 @@ impl Connection {
         now: Instant,
         from: SocketAddr,
         datagram: &[u8],
+        mut arena: Option<&mut BytesMut>,
     ) -> Result<(), DropCause> {
         let (dst_cid, body, parity) = match wire::decode_packet(datagram) {
             Ok(Packet::FecData { dst_cid, body }) => (dst_cid, body, false),
@@ -519,7 +537,7 @@ impl Connection {
         let mut result = Ok(());
         let mut at = 0;
         for &n in &lens {
-            let r = self.receive_arq(now, from, &out[at..at + n]);
+            let r = self.receive_arq(now, from, &out[at..at + n], arena.as_deref_mut());
             at += n;
             if let Err(c) = r {
                 // The first failure is the caller's to count; later ones are counted here.
@@ -540,6 +558,7 @@ impl Connection {
         now: Instant,
         from: SocketAddr,
         datagram: &[u8],
+        arena: Option<&mut BytesMut>,
     ) -> Result<(), DropCause> {
         let Ok(Packet::Data {
             dst_cid,
@@ -594,7 +613,7 @@ impl Connection {
         if self.side == Side::Server {
             self.accept.pending = false; // the client got our accept
         }
-        let acked_something = self.apply_frames(now, payload);
+        let acked_something = self.apply_frames(now, payload, arena);
         if acked_something {
             self.maybe_start_draining(now);
         }
@@ -670,7 +689,12 @@ impl Connection {
 
     /// Second pass: apply an accepted packet's frames; true when an ACK in it acknowledged
     /// something new.
-    fn apply_frames(&mut self, now: Instant, payload: &[u8]) -> bool {
+    fn apply_frames(
+        &mut self,
+        now: Instant,
+        payload: &[u8],
+        mut arena: Option<&mut BytesMut>,
+    ) -> bool {
         let mut acked_something = false;
         let mut delivered = 0;
         for f in wire::frames(payload).flatten() {
@@ -688,7 +712,7 @@ impl Connection {
                     if self.state == ConnectionState::Established
                         || self.state == ConnectionState::Closing
                     {
-                        if let Err(c) = self.receiver.on_fragment(
+                        if let Err(c) = self.receiver.on_fragment_in(
                             now,
                             channel,
                             message_id,
@@ -697,6 +721,7 @@ impl Connection {
                             data,
                             &mut self.events,
                             &mut delivered,
+                            arena.as_deref_mut(),
                         ) {
                             self.counters.drops.add(c);
                         }
@@ -710,7 +735,7 @@ impl Connection {
                     if self.state == ConnectionState::Established
                         || self.state == ConnectionState::Closing
                     {
-                        if let Err(c) = self.receiver.on_fragment(
+                        if let Err(c) = self.receiver.on_fragment_in(
                             now,
                             channel,
                             message_id,
@@ -719,6 +744,7 @@ impl Connection {
                             data,
                             &mut self.events,
                             &mut delivered,
+                            arena.as_deref_mut(),
                         ) {
                             self.counters.drops.add(c);
                         }

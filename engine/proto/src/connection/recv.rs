@@ -135,6 +135,29 @@ pub(crate) struct SharedBudgets {
     pub(crate) fec: crate::fec::RetentionBudget,
 }
 
+/// Size of the endpoint's receive arena's chunks ([`message_bytes`]).
+pub(crate) const ARENA_CHUNK: usize = 4096;
+/// Largest message cut from the arena; larger ones get an allocation of their own.
+const ARENA_MAX_MESSAGE: usize = 512;
+
+/// The `Bytes` of a whole received message. With an `arena` (the endpoint's), a small message
+/// is copied into it and cut off: messages received one after another share a chunk, and a
+/// chunk whose messages were all dropped is reused (`BytesMut::reserve` reclaims it), so a
+/// server whose handler drops its messages allocates none in steady state. A message the
+/// application keeps keeps its chunk (at most [`ARENA_CHUNK`] bytes) alive.
+fn message_bytes(data: &[u8], arena: Option<&mut BytesMut>) -> Bytes {
+    match arena {
+        Some(a) if data.len() <= ARENA_MAX_MESSAGE => {
+            if a.capacity() - a.len() < data.len() {
+                a.reserve(ARENA_CHUNK);
+            }
+            a.extend_from_slice(data);
+            a.split().freeze()
+        }
+        _ => Bytes::copy_from_slice(data),
+    }
+}
+
 /// All receive channels of a connection.
 #[derive(Debug)]
 pub(crate) struct Receiver {
@@ -306,7 +329,8 @@ impl Receiver {
         self.budget.used = self.budget.used.saturating_sub(shared);
     }
 
-    /// Accept one fragment (count 1 = whole message). Complete messages become events.
+    /// [`Self::on_fragment_in`] without an arena (every message its own allocation).
+    #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_fragment(
         &mut self,
@@ -319,10 +343,32 @@ impl Receiver {
         events: &mut VecDeque<Event>,
         delivered: &mut u64,
     ) -> Result<(), DropCause> {
+        self.on_fragment_in(
+            now, channel, message_id, index, count, data, events, delivered, None,
+        )
+    }
+
+    /// Accept one fragment (count 1 = whole message). Complete messages become events; a
+    /// whole small message is cut from `arena` when there is one ([`message_bytes`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn on_fragment_in(
+        &mut self,
+        now: Instant,
+        channel: u8,
+        message_id: u64,
+        index: u64,
+        count: u64,
+        data: &[u8],
+        events: &mut VecDeque<Event>,
+        delivered: &mut u64,
+        arena: Option<&mut BytesMut>,
+    ) -> Result<(), DropCause> {
         self.validate(channel, count, data.len())?;
         let ci = usize::from(channel);
         let kind = self.channels[ci].kind;
-        if let Some(done) = self.fast_path(channel, message_id, count, data, events, delivered) {
+        if let Some(done) =
+            self.fast_path(channel, message_id, count, data, events, delivered, arena)
+        {
             return done;
         }
         // Slow path: buffer the fragment.
@@ -371,6 +417,7 @@ impl Receiver {
 
     /// Duplicate, stale and single-fragment messages, per channel state: `Some` when the
     /// fragment is dealt with, `None` when it is to be buffered.
+    #[allow(clippy::too_many_arguments)]
     fn fast_path(
         &mut self,
         channel: u8,
@@ -379,6 +426,7 @@ impl Receiver {
         data: &[u8],
         events: &mut VecDeque<Event>,
         delivered: &mut u64,
+        arena: Option<&mut BytesMut>,
     ) -> Option<Result<(), DropCause>> {
         let ci = usize::from(channel);
         match &mut self.channels[ci].state {
@@ -393,7 +441,7 @@ impl Receiver {
                     *next += 1;
                     events.push_back(Event::Message {
                         channel,
-                        data: Bytes::copy_from_slice(data),
+                        data: message_bytes(data, arena),
                     });
                     *delivered += 1;
                     self.drain_ordered(ci, events, delivered);
@@ -411,7 +459,7 @@ impl Receiver {
                     Self::mark_done(floor, done, message_id);
                     events.push_back(Event::Message {
                         channel,
-                        data: Bytes::copy_from_slice(data),
+                        data: message_bytes(data, arena),
                     });
                     *delivered += 1;
                     return Some(Ok(()));
@@ -426,7 +474,7 @@ impl Receiver {
                     *next_min = message_id + 1;
                     events.push_back(Event::Message {
                         channel,
-                        data: Bytes::copy_from_slice(data),
+                        data: message_bytes(data, arena),
                     });
                     *delivered += 1;
                     self.drop_stale_sequenced(ci);
@@ -437,7 +485,7 @@ impl Receiver {
                 if count == 1 {
                     events.push_back(Event::Message {
                         channel,
-                        data: Bytes::copy_from_slice(data),
+                        data: message_bytes(data, arena),
                     });
                     *delivered += 1;
                     return Some(Ok(()));
@@ -946,5 +994,35 @@ mod tests {
         );
         assert!(r.bytes <= 100);
         assert!(!r.fits(&r.need(0, 7, 0, 2, 200), 0));
+    }
+
+    /// Small messages are cut from the arena one after another; once every message of a
+    /// chunk was dropped the chunk is reused, not reallocated; a kept message keeps its chunk
+    /// and its bytes; large messages and calls without an arena get their own allocation.
+    #[test]
+    fn small_messages_share_the_arena_and_a_dropped_chunk_is_reused() {
+        let mut arena = BytesMut::new();
+        let a = message_bytes(&[0; 32], Some(&mut arena));
+        let b = message_bytes(&[1; 32], Some(&mut arena));
+        let chunk = a.as_ptr();
+        assert_eq!(b.as_ptr(), chunk.wrapping_add(32));
+        drop((a, b));
+        for i in 2..ARENA_CHUNK / 32 {
+            drop(message_bytes(&[i as u8; 32], Some(&mut arena)));
+        }
+        // The chunk is full and every message from it dropped: the next one reuses it.
+        let kept = message_bytes(b"kept", Some(&mut arena));
+        assert_eq!(kept.as_ptr(), chunk);
+        for i in 0..ARENA_CHUNK / 32 {
+            drop(message_bytes(&[i as u8; 32], Some(&mut arena)));
+        }
+        // `kept` holds the first chunk: the arena moved on to another, `kept` is intact.
+        let next = message_bytes(&[5; 32], Some(&mut arena));
+        assert_ne!(next.as_ptr(), chunk);
+        assert_eq!(&kept[..], b"kept");
+        assert_eq!(&next[..], &[5; 32][..]);
+        let big = message_bytes(&[1; ARENA_MAX_MESSAGE + 1], Some(&mut arena));
+        assert_eq!(big.len(), ARENA_MAX_MESSAGE + 1);
+        assert_eq!(&message_bytes(b"x", None)[..], b"x");
     }
 }

@@ -148,8 +148,10 @@ impl Endpoint {
             dirty: VecDeque::new(),
             burst: (0, 0),
             timers: TimerQueue::default(),
-            due: Vec::new(),
             events: VecDeque::new(),
+            peaks: Default::default(),
+            peaks_until: now,
+            recv_arena: bytes::BytesMut::new(),
             rtt_samples: Vec::new(),
             stats: EndpointStats::default(),
             router: Box::new(NoRouting::default()),
@@ -337,9 +339,13 @@ impl Endpoint {
                 Err(_) => Err(DropCause::Malformed),
             };
         }
+        let mut arena = std::mem::take(&mut self.recv_arena);
         let r = self
-            .with_conn(idx, |c| c.handle_datagram(now, from, datagram))
+            .with_conn(idx, |c| {
+                c.handle_datagram_in(now, from, datagram, Some(&mut arena))
+            })
             .unwrap_or(Err(DropCause::UnknownConnection));
+        self.recv_arena = arena;
         self.touch(idx);
         r
     }
@@ -353,6 +359,7 @@ impl Endpoint {
         match wire::encode_packet(p, &mut b) {
             Ok(n) => {
                 self.stateless.push_back((to, b, n));
+                self.peaks[0].stateless = self.peaks[0].stateless.max(self.stateless.len());
                 true
             }
             Err(_) => false,
@@ -487,6 +494,7 @@ impl Endpoint {
             if slot.conn.is_some() && !slot.dirty {
                 slot.dirty = true;
                 self.dirty.push_back(idx);
+                self.peaks[0].dirty = self.peaks[0].dirty.max(self.dirty.len());
             }
         }
         self.after(idx, false);
@@ -508,6 +516,7 @@ impl Endpoint {
         while let Some(e) = conn.poll_event() {
             self.events.push_back((h, e));
         }
+        self.peaks[0].events = self.peaks[0].events.max(self.events.len());
         let cap = self.cfg.rtt_sample_buffer;
         let (samples, stats) = (&mut self.rtt_samples, &mut self.stats);
         conn.take_rtt_samples(|us| {

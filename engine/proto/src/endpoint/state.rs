@@ -35,6 +35,14 @@ pub struct ConnectionHandle(pub u64);
 pub(super) const STATELESS_MAX: usize =
     wire::REFUSE_LEN + wire::MAX_REFUSE_MESSAGE + wire::HANDSHAKE_TAG_LEN;
 
+/// The longest the endpoint's queues grew in one trim window (see `Endpoint::shrink_queues`).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct QueuePeaks {
+    pub(super) dirty: usize,
+    pub(super) events: usize,
+    pub(super) stateless: usize,
+}
+
 /// A sans-IO endpoint (client, server or both).
 #[derive(Debug)]
 pub struct Endpoint {
@@ -66,8 +74,14 @@ pub struct Endpoint {
     /// The connection that sent the last datagram, and how many it sent in a row.
     pub(super) burst: (u32, usize),
     pub(super) timers: TimerQueue,
-    pub(super) due: Vec<(Instant, u32)>,
     pub(super) events: VecDeque<(ConnectionHandle, Event)>,
+    /// The longest the queues above grew in the current trim window (`[0]`) and the one
+    /// before (`[1]`), and when the current window ends: see `Endpoint::shrink_queues`.
+    pub(super) peaks: [QueuePeaks; 2],
+    pub(super) peaks_until: Instant,
+    /// Where small received messages are cut from (`recv::message_bytes`): lent to the
+    /// connection a datagram is for.
+    pub(super) recv_arena: bytes::BytesMut,
     /// RTT samples (µs) for [`Endpoint::drain_rtt_samples`].
     pub(super) rtt_samples: Vec<u32>,
     /// The reassembly and FEC retention budgets all connections share (lent to each

@@ -134,3 +134,65 @@ fn a_lone_endpoint_enforces_its_session_limits_through_its_router() {
     );
     assert_eq!(server.connection_count(), 3);
 }
+
+/// A server on a tick fills its send queue with every session and drains it every tick: the
+/// queue keeps its capacity between ticks (before, each drain shrank it to nothing and the next
+/// tick grew it again, allocating in every tick), and gives it back once the ticks stop.
+#[test]
+fn a_queue_filled_every_tick_is_kept_and_given_back_when_idle() {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+    let mut now = Instant::now();
+    let server_addr = SocketAddr::from(([10, 0, 0, 1], 1));
+    let mut server = Endpoint::new(EndpointConfig::server(ListenConfig::insecure()), now, 7);
+    let mut handles = Vec::new();
+    let mut buf = vec![0u8; 2048];
+    for k in 0..100u16 {
+        let from = SocketAddr::from(([10, 1, (k >> 8) as u8, k as u8], 1000));
+        let mut client = Endpoint::new(EndpointConfig::default(), now, 50 + u64::from(k));
+        let _ = client.connect(now, server_addr);
+        // hello, challenge, echo, accept.
+        for to_server in [true, false, true, false] {
+            let (src, dst, at) = if to_server {
+                (&mut client, &mut server, from)
+            } else {
+                (&mut server, &mut client, server_addr)
+            };
+            let t = src
+                .poll_transmit(now, &mut buf)
+                .expect("a handshake packet");
+            let _ = dst.handle_datagram(now, at, &buf[..t.size]);
+        }
+        while let Some((h, e)) = server.poll_event() {
+            if e == Event::Connected {
+                handles.push(h);
+            }
+        }
+    }
+    assert_eq!(handles.len(), 100);
+    let mut capacities = Vec::new();
+    for _ in 0..120 {
+        for &h in &handles {
+            server
+                .send(h, 3, bytes::Bytes::from_static(&[1; 40]))
+                .unwrap();
+        }
+        assert_eq!(server.dirty.len(), 100);
+        while server.poll_transmit(now, &mut buf).is_some() {}
+        server.handle_timeout(now);
+        capacities.push(server.dirty.capacity());
+        now += Duration::from_micros(16_667);
+    }
+    assert!(capacities.iter().all(|&c| c >= 100 && c == capacities[0]));
+    // The game ends: no session is left to fill the queue.
+    for &h in &handles {
+        server.close(now, h, CloseReason::Application);
+    }
+    for _ in 0..1000 {
+        now += Duration::from_millis(10);
+        server.handle_timeout(now);
+        while server.poll_transmit(now, &mut buf).is_some() {}
+    }
+    assert_eq!(server.connection_count(), 0);
+    assert!(server.dirty.capacity() < 64, "{}", server.dirty.capacity());
+}

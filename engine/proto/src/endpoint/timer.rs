@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use super::state::Endpoint;
+use super::state::{Endpoint, QueuePeaks};
 use crate::Connection;
 
 impl Endpoint {
@@ -30,41 +30,48 @@ impl Endpoint {
             self.hint_ahead(self.dirty.get(i + 1), self.dirty.get(i + 2));
             self.refresh_timer(idx);
         }
-        // Take the due entries first: a connection run here is marked stale and queued for
-        // `poll_transmit`, and must not run again in this call.
-        let mut due = std::mem::take(&mut self.due);
-        while let Some(entry) = self.timers.pop_due(now) {
-            due.push(entry);
-        }
-        for (i, &(_, idx)) in due.iter().enumerate() {
-            self.hint_ahead(due.get(i + 1).map(|e| &e.1), due.get(i + 2).map(|e| &e.1));
+        // Run the due entries in deadline order, one at a time. A connection run here is
+        // marked stale and queued for `poll_transmit`: its deadline goes back in the queue only
+        // at its refresh, so it does not run again in this call, and running it leaves the
+        // queue's order as it was (no list of the due entries is needed: one would grow with
+        // the sessions whose timers fall due together).
+        while let Some((_, idx)) = self.timers.pop_due(now) {
+            let (next, after) = self.timers.due_ahead(now);
+            self.hint_ahead(next.as_ref(), after.as_ref());
             self.with_conn(idx, |c| c.handle_timeout(now));
             self.touch(idx);
         }
-        due.clear();
-        self.due = due;
-        self.shrink_queues();
+        self.shrink_queues(now);
     }
 
-    /// Gives back queue capacity a burst grew once the queues are mostly empty again (a server
-    /// that served a wave of traffic keeps its sessions, not the wave's buffers). Halving at a
-    /// quarter full keeps the cost amortized and never thrashes.
-    fn shrink_queues(&mut self) {
-        fn sparse(len: usize, cap: usize) -> bool {
-            cap > 64 && len < cap / 4
+    /// Gives back queue capacity a burst grew once the queues stay mostly empty (a server that
+    /// served a wave of traffic keeps its sessions, not the wave's buffers). A queue is judged
+    /// by the longest it grew over the last one to two trim windows, not by its length now: a
+    /// server on a tick fills its queues and drains them every tick, and shrinking them to
+    /// what is left after a drain would free and regrow them every tick.
+    fn shrink_queues(&mut self, now: Instant) {
+        /// The shortest time a queue's peak is remembered.
+        const TRIM_WINDOW: std::time::Duration = std::time::Duration::from_secs(1);
+        fn sparse(peak: usize, cap: usize) -> bool {
+            cap > 64 && peak < cap / 4
         }
+        if now >= self.peaks_until {
+            self.peaks = [QueuePeaks::default(), self.peaks[0]];
+            self.peaks_until = now + TRIM_WINDOW;
+        }
+        let [a, b] = self.peaks;
         self.timers.shrink();
-        if sparse(self.dirty.len(), self.dirty.capacity()) {
-            self.dirty.shrink_to(self.dirty.len() * 2);
+        let peak = self.dirty.len().max(a.dirty).max(b.dirty);
+        if sparse(peak, self.dirty.capacity()) {
+            self.dirty.shrink_to(peak * 2);
         }
-        if sparse(self.events.len(), self.events.capacity()) {
-            self.events.shrink_to(self.events.len() * 2);
+        let peak = self.events.len().max(a.events).max(b.events);
+        if sparse(peak, self.events.capacity()) {
+            self.events.shrink_to(peak * 2);
         }
-        if sparse(self.stateless.len(), self.stateless.capacity()) {
-            self.stateless.shrink_to(self.stateless.len() * 2);
-        }
-        if sparse(0, self.due.capacity()) {
-            self.due = Vec::new();
+        let peak = self.stateless.len().max(a.stateless).max(b.stateless);
+        if sparse(peak, self.stateless.capacity()) {
+            self.stateless.shrink_to(peak * 2);
         }
     }
 
