@@ -310,7 +310,9 @@ pub enum ClientEvent {
     Message {
         /// Channel id.
         channel: u8,
-        /// The message.
+        /// The message. A small one (up to 512 B) shares a 4 KiB receive buffer with the
+        /// messages that arrived around it, reused once they are all dropped: copy it out
+        /// (`Bytes::copy_from_slice(&data)`) to keep many small messages for long.
         data: Bytes,
     },
     /// The connection ended.

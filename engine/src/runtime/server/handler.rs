@@ -51,7 +51,10 @@ pub trait Handler: Send + 'static {
         let _ = (ctx, session, peer);
     }
 
-    /// A complete message arrived on `channel`.
+    /// A complete message arrived on `channel`. A small `data` (up to 512 B) shares a 4 KiB
+    /// receive buffer with the messages that arrived around it, reused once they are all
+    /// dropped: read it and let it go, or copy it out (`Bytes::copy_from_slice(&data)`) to keep
+    /// many small messages for long.
     fn on_message(
         &mut self,
         ctx: &mut ServerContext<'_>,
