@@ -151,13 +151,12 @@ mod tests {
         })
     }
 
-    #[test]
-    fn policies_are_tabled_with_their_medians_and_the_goal() {
+    /// The section rendered from one file holding `runs`.
+    fn rendered(runs: Vec<Value>) -> String {
         let v = serde_json::json!({
             "kind": "large-messages", "command": "bench large-messages", "messages": 100,
             "message_bytes": 65536, "interval_ms": 100, "loss_percent": 5.0, "delay_ms": 10.0,
-            "runs": [run("off", 7.0, 1.02), run("adaptive", 98.0, 1.21),
-                     run("adaptive", 80.0, 1.22), run("adaptive", 85.0, 1.23)]
+            "runs": runs
         });
         let inputs = Inputs {
             files: vec![(
@@ -169,6 +168,17 @@ mod tests {
         let mut cx = Ctx::new(&inputs, "docs/perf");
         let mut body = String::new();
         render(&mut cx, &mut body);
+        body
+    }
+
+    #[test]
+    fn policies_are_tabled_with_their_medians_and_the_goal() {
+        let body = rendered(vec![
+            run("off", 7.0, 1.02),
+            run("adaptive", 98.0, 1.21),
+            run("adaptive", 80.0, 1.22),
+            run("adaptive", 85.0, 1.23),
+        ]);
         assert!(body.contains("| `off` | 1 | 7 | 7 % | 1.020 |"), "{body}");
         // The median of 98, 80 and 85 misses the goal.
         assert!(
@@ -187,21 +197,7 @@ mod tests {
         a["unsent"] = 5.into();
         let mut b = run("off", 7.0, 1.02);
         b["unsent"] = 0.into();
-        let v = serde_json::json!({
-            "kind": "large-messages", "command": "bench large-messages", "messages": 100,
-            "message_bytes": 65536, "interval_ms": 100, "loss_percent": 5.0, "delay_ms": 10.0,
-            "runs": [a, b]
-        });
-        let inputs = Inputs {
-            files: vec![(
-                "results/h/large-messages-1.json".into(),
-                Input::LargeMessages(v),
-            )],
-            refused: Vec::new(),
-        };
-        let mut cx = Ctx::new(&inputs, "docs/perf");
-        let mut body = String::new();
-        render(&mut cx, &mut body);
+        let body = rendered(vec![a, b]);
         assert!(body.contains("| 0 | 5 | - | - |"), "{body}");
     }
 }

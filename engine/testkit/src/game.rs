@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use ricochet_proto::token::{ConnectToken, TokenKey, TokenParams};
+use ricochet_proto::token::{ConnectToken, TokenKey};
 use ricochet_proto::{Admission, TokenAdmission};
 use ricochet_proto::{Config, ConnectionHandle, Endpoint, EndpointConfig, Event};
 use ricochet_proto::{ListenConfig, Transmit};
@@ -160,18 +160,14 @@ impl GameScenario {
                 mix(self.seed, i as u64 + 1),
             );
             let token = if self.tokens {
-                let params = TokenParams {
-                    protocol_id: PROTOCOL_ID,
-                    client_id: i as u64,
-                    server_addresses: &[server_addr],
-                    expires_unix: unix.as_secs() + 3600,
-                    user_data: b"",
-                };
-                // A constant key and valid parameters: sealing cannot fail.
-                Some(Box::new(
-                    ConnectToken::seal(&key, &params, &mut rng)
-                        .map_err(|_| SimError::NoSuchNode(server_addr))?,
-                ))
+                Some(super::sessions::player_token(
+                    PROTOCOL_ID,
+                    &key,
+                    i,
+                    server_addr,
+                    unix,
+                    &mut rng,
+                )?)
             } else {
                 None
             };

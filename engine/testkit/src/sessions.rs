@@ -147,18 +147,14 @@ impl SessionsScenario {
             );
             let start = base + self.connect_spread.mul_f64(i as f64 / n.max(1) as f64);
             let token = if self.tokens {
-                let params = TokenParams {
-                    protocol_id: PROTOCOL_ID,
-                    client_id: i as u64,
-                    server_addresses: &[server_addr],
-                    expires_unix: unix.as_secs() + 3600,
-                    user_data: b"",
-                };
-                // A constant key and valid parameters: generating cannot fail.
-                Some(Box::new(
-                    ConnectToken::seal(&key, &params, &mut rng)
-                        .map_err(|_| SimError::NoSuchNode(server_addr))?,
-                ))
+                Some(player_token(
+                    PROTOCOL_ID,
+                    &key,
+                    i,
+                    server_addr,
+                    unix,
+                    &mut rng,
+                )?)
             } else {
                 None
             };
@@ -397,6 +393,29 @@ impl SimNode for Node {
         self.ep.handle_timeout(now);
         self.drain_events(now);
     }
+}
+
+/// Player `i`'s connect token for `server_addr` under `protocol_id`, valid an hour from
+/// `unix`, sealed under the scenario's `key` (the same draws from `rng` in every scenario).
+pub(crate) fn player_token(
+    protocol_id: u64,
+    key: &TokenKey,
+    i: usize,
+    server_addr: SocketAddr,
+    unix: Duration,
+    rng: &mut ChaCha8Rng,
+) -> Result<Box<ConnectToken>, SimError> {
+    let params = TokenParams {
+        protocol_id,
+        client_id: i as u64,
+        server_addresses: &[server_addr],
+        expires_unix: unix.as_secs() + 3600,
+        user_data: b"",
+    };
+    // A constant key and valid parameters: sealing cannot fail.
+    ConnectToken::seal(key, &params, rng)
+        .map(Box::new)
+        .map_err(|_| SimError::NoSuchNode(server_addr))
 }
 
 #[cfg(test)]
