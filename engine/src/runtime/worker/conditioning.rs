@@ -101,7 +101,8 @@ impl ConditionerLink {
     }
 
     /// Take the settings the server set since the last turn, if it set any (one atomic load
-    /// per turn, in both builds). Held datagrams of the previous settings are delivered or
+    /// per turn, in both builds). A change of sessions conditioned on their own is applied in
+    /// place; on any other change, held datagrams of the previous settings are delivered or
     /// sent at once (a change must not strand them). Returns true when the loop must switch
     /// to its other instantiation (the conditioner came or went).
     #[inline(always)]
@@ -121,10 +122,14 @@ impl ConditionerLink {
     #[inline(never)]
     fn reload<S: Service>(&mut self, port: &mut Port, service: &mut S) {
         self.generation = self.ctl.generation();
-        let next = self
-            .ctl
-            .get()
-            .and_then(|s| Conditioner::new(&s, port.index as u64));
+        let plan = self.ctl.get();
+        if let (Some(cond), Some(plan)) = (self.cond.as_deref_mut(), &plan) {
+            // Only sessions of their own changed: the rest of the conditioner carries on.
+            if cond.retune(plan) {
+                return;
+            }
+        }
+        let next = plan.and_then(|s| Conditioner::new(&s, port.index as u64));
         if let Some(mut old) = self.cond.take() {
             let far = Instant::now() + Duration::from_secs(3600);
             let (lost, queue) = old.drops();
