@@ -799,11 +799,18 @@ impl Client {
     /// lists an IPv6 and an IPv4 address), move to a socket of that family: the first one was
     /// bound for the first address, and an IPv6 socket cannot reach an IPv4 address here
     /// (sockets are IPv6-only). Not when the application chose the local address.
+    #[inline]
     fn follow_address_family(&mut self) {
         // Only the handshake moves to another address.
-        if self.ever_connected {
-            return;
+        if !self.ever_connected {
+            self.follow_address_family_now();
         }
+    }
+
+    /// [`Client::follow_address_family`] during the handshake, out of line (the same in
+    /// both of `transmit`'s instantiations and in a build without the conditioner).
+    #[inline(never)]
+    fn follow_address_family_now(&mut self) {
         let Some(remote) = self
             .endpoint
             .connection(self.handle)

@@ -179,7 +179,7 @@ impl<S: Service> Worker<S> {
             let service_done = {
                 let mut ctx = self.port.ctx(now, self.cond.current::<M>());
                 self.service.on_turn_end(&mut ctx);
-                stopping && self.service.on_stop(&mut ctx)
+                stopping && service_on_stop(&mut self.service, &mut ctx)
             };
             let worked = now.elapsed();
             let c = &mut self.port.counters;
@@ -223,7 +223,10 @@ impl<S: Service> Worker<S> {
         {
             return Some(Duration::ZERO);
         }
-        let mut deadline = match (self.timers.next_deadline(), self.service.next_deadline()) {
+        let mut deadline = match (
+            self.timers.next_deadline(),
+            service_next_deadline(&mut self.service),
+        ) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -297,7 +300,7 @@ impl<S: Service> Worker<S> {
         ctx.tick_late = self.tick.as_ref().map_or(Duration::ZERO, |g| {
             now.saturating_duration_since(g.due(g.next))
         });
-        self.service.on_tick(&mut ctx);
+        service_on_tick(&mut self.service, &mut ctx);
         let cell = &self.port.cell;
         cell.tick_duration.record(now.elapsed());
         if let Some(grid) = self.tick.as_mut() {
@@ -316,4 +319,24 @@ impl<S: Service> Worker<S> {
             self.timers.insert(next, TimerEvent::Tick);
         }
     }
+}
+
+// The service's per-turn calls that both of the loop's instantiations make, kept out of line:
+// with one instantiation (a build without the conditioner) the compiler would inline them and
+// with two it would not, and the loop that runs with the conditioner off must be the same code
+// in both builds. Once per turn, not per datagram.
+
+#[inline(never)]
+fn service_next_deadline<S: Service>(service: &mut S) -> Option<Instant> {
+    service.next_deadline()
+}
+
+#[inline(never)]
+fn service_on_tick<S: Service>(service: &mut S, ctx: &mut UdpContext<'_>) {
+    service.on_tick(ctx);
+}
+
+#[inline(never)]
+fn service_on_stop<S: Service>(service: &mut S, ctx: &mut UdpContext<'_>) -> bool {
+    service.on_stop(ctx)
 }
