@@ -150,7 +150,9 @@ impl ConditionerLink {
     }
 
     /// The worker's last turn: everything the conditioner holds goes into the batch now (the
-    /// closes it sends must not be left behind), and its drops into the counters.
+    /// closes it sends must not be left behind), and its drops into the counters. Out of
+    /// line in both builds (the loop's code must not depend on the feature).
+    #[inline(never)]
     pub(super) fn finish(&mut self, port: &mut Port) {
         if let Some(mut cond) = self.cond.take() {
             send_all_held(&mut cond, port);
