@@ -45,7 +45,7 @@ use ricochet_proto::{
 };
 
 use crate::profile::{with_channels, Profile};
-use crate::runtime::conditioner::Conditioner;
+use crate::runtime::conditioner::{self, Conditioner, Mode, Off, On};
 use crate::runtime::LinkConditioner;
 use crate::stats::SessionStats;
 
@@ -635,17 +635,32 @@ impl Client {
     /// Send what is queued, wait, handle arrivals; with `send_replies`, send what they call for
     /// before returning.
     fn drive(&mut self, timeout: Option<Duration>, send_replies: bool) -> Result<(), ClientError> {
+        // The conditioner off runs `Off`'s drive, the code a build without the feature runs.
+        if conditioner::is_on(&self.cond) {
+            self.drive_as::<On>(timeout, send_replies)
+        } else {
+            self.drive_as::<Off>(timeout, send_replies)
+        }
+    }
+
+    /// [`Client::drive`] under conditioner mode `M`.
+    #[inline(never)]
+    fn drive_as<M: Mode>(
+        &mut self,
+        timeout: Option<Duration>,
+        send_replies: bool,
+    ) -> Result<(), ClientError> {
         let now = Instant::now();
-        self.transmit(now);
-        let timeout = match (timeout, self.poll_deadline()) {
+        self.transmit_as::<M>(now);
+        let timeout = match (timeout, self.poll_deadline::<M>()) {
             (Some(t), Some(d)) => Some(t.min(d.saturating_duration_since(now))),
             (t, _) => t,
         };
         self.backend.poll(&mut self.send_batch, timeout)?;
         let now = Instant::now();
-        self.absorb(now);
+        self.absorb_as::<M>(now);
         if send_replies {
-            self.transmit(now);
+            self.transmit_as::<M>(now);
             if !self.send_batch.is_empty() {
                 self.backend.flush(&mut self.send_batch)?;
             }
@@ -656,8 +671,18 @@ impl Client {
     /// Hand what the last poll received to the protocol, run due timers, and queue the
     /// resulting events.
     fn absorb(&mut self, now: Instant) {
+        if conditioner::is_on(&self.cond) {
+            self.absorb_as::<On>(now)
+        } else {
+            self.absorb_as::<Off>(now)
+        }
+    }
+
+    /// [`Client::absorb`] under conditioner mode `M`.
+    #[inline]
+    fn absorb_as<M: Mode>(&mut self, now: Instant) {
         let batch = self.backend.received();
-        if let Some(cond) = self.cond.as_deref_mut() {
+        if let Some(cond) = M::select(&mut self.cond) {
             absorb_conditioned(cond, &mut self.endpoint, &batch, now);
         } else {
             for d in batch.iter() {
@@ -702,10 +727,20 @@ impl Client {
     /// Write every datagram the endpoint has to send straight into the send batch (flushing
     /// it when full).
     fn transmit(&mut self, now: Instant) {
+        if conditioner::is_on(&self.cond) {
+            self.transmit_as::<On>(now)
+        } else {
+            self.transmit_as::<Off>(now)
+        }
+    }
+
+    /// [`Client::transmit`] under conditioner mode `M`.
+    #[inline]
+    fn transmit_as<M: Mode>(&mut self, now: Instant) {
         self.follow_address_family();
         loop {
             if self.send_batch.is_full() {
-                if let Some(cond) = self.cond.as_deref_mut() {
+                if let Some(cond) = M::select(&mut self.cond) {
                     cond.capture(now, &mut self.send_batch);
                 } else if self.backend.flush(&mut self.send_batch).is_err() {
                     // No room and the socket refuses: leave the rest queued in the protocol.
@@ -731,15 +766,17 @@ impl Client {
                 Err(_) => break,
             }
         }
-        if let Some(cond) = self.cond.as_deref_mut() {
+        if let Some(cond) = M::select(&mut self.cond) {
             cond.capture_release(now, &mut self.send_batch);
         }
     }
 
-    /// The protocol's next deadline, or the link conditioner's next due datagram if earlier.
-    fn poll_deadline(&self) -> Option<Instant> {
+    /// The protocol's next deadline, or the link conditioner's next due datagram if earlier
+    /// (under conditioner mode `M`).
+    #[inline]
+    fn poll_deadline<M: Mode>(&self) -> Option<Instant> {
         let t = self.endpoint.poll_timeout();
-        match self.cond.as_ref().and_then(|c| c.next_due()) {
+        match M::select_ref(&self.cond).and_then(|c| c.next_due()) {
             Some(due) => Some(t.map_or(due, |t| t.min(due))),
             None => t,
         }
@@ -762,11 +799,18 @@ impl Client {
     /// lists an IPv6 and an IPv4 address), move to a socket of that family: the first one was
     /// bound for the first address, and an IPv6 socket cannot reach an IPv4 address here
     /// (sockets are IPv6-only). Not when the application chose the local address.
+    #[inline]
     fn follow_address_family(&mut self) {
         // Only the handshake moves to another address.
-        if self.ever_connected {
-            return;
+        if !self.ever_connected {
+            self.follow_address_family_now();
         }
+    }
+
+    /// [`Client::follow_address_family`] during the handshake, out of line (the same in
+    /// both of `transmit`'s instantiations and in a build without the conditioner).
+    #[inline(never)]
+    fn follow_address_family_now(&mut self) {
         let Some(remote) = self
             .endpoint
             .connection(self.handle)

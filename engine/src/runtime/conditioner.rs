@@ -495,6 +495,12 @@ impl Direction {
 pub(crate) struct Conditioner {
     pub inbound: Direction,
     pub outbound: Direction,
+    /// The endpoint-wide settings it follows (`None`: only sessions of their own).
+    all: Option<LinkConditioner>,
+    /// The sessions conditioned on their own, in the order of the directions' `peers`.
+    peers: Vec<(SocketAddr, LinkConditioner)>,
+    /// Mixed into every seed (a worker's index).
+    salt: u64,
 }
 
 #[cfg(feature = "conditioner")]
@@ -508,28 +514,71 @@ impl Conditioner {
         if all.is_none() && peers.is_empty() {
             return None;
         }
-        let mix = |seed: u64| seed ^ salt.wrapping_mul(0xA24B_AED4_963E_E407);
         let base = all.copied().unwrap_or_default();
-        let seed = mix(base.seed);
-        let limit = peers
-            .iter()
-            .map(|(_, c)| c.queue_limit)
-            .chain(all.map(|c| c.queue_limit))
-            .max()
-            .unwrap_or(base.queue_limit);
+        let seed = mix(base.seed, salt);
+        let limit = queue_limit(all, peers);
         let mut cond = Box::new(Conditioner {
             inbound: Direction::new(base.inbound, seed, limit),
             outbound: Direction::new(base.outbound, seed ^ 0x0F0F_0F0F_0F0F_0F0F, limit),
+            all: all.copied(),
+            peers: Vec::with_capacity(peers.len()),
+            salt,
         });
         for (i, (addr, c)) in peers.iter().enumerate() {
-            // Each session its own stream of draws, repeatable for a seed.
-            let seed = mix(c.seed) ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            cond.inbound.peers.push((*addr, Lane::new(c.inbound, seed)));
-            cond.outbound
-                .peers
-                .push((*addr, Lane::new(c.outbound, seed ^ 0x0F0F_0F0F_0F0F_0F0F)));
+            cond.add_peer(i, *addr, c);
         }
         Some(cond)
+    }
+
+    /// A session conditioned on its own, `i`-th in its plan: its own stream of draws,
+    /// repeatable for a seed.
+    fn add_peer(&mut self, i: usize, addr: SocketAddr, c: &LinkConditioner) {
+        let seed = mix(c.seed, self.salt) ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.inbound.peers.push((addr, Lane::new(c.inbound, seed)));
+        self.outbound
+            .peers
+            .push((addr, Lane::new(c.outbound, seed ^ 0x0F0F_0F0F_0F0F_0F0F)));
+        self.peers.push((addr, *c));
+    }
+
+    /// Follow `settings` in place when only sessions of their own changed: a session whose
+    /// settings are unchanged keeps its draws, a changed or new one starts its own, and held
+    /// datagrams keep their due times (the other sessions are not touched). Returns `false`,
+    /// changing nothing, when the endpoint-wide settings changed or nothing is conditioned any
+    /// more (the caller then builds anew).
+    pub fn retune(&mut self, settings: &impl Plan) -> bool {
+        let (all, peers) = settings.parts();
+        let all = all.filter(|c| !c.is_none());
+        if all.copied() != self.all || (all.is_none() && peers.is_empty()) {
+            return false;
+        }
+        let old = std::mem::take(&mut self.peers);
+        let mut old_in: Vec<Option<Lane>> = std::mem::take(&mut self.inbound.peers)
+            .into_iter()
+            .map(|(_, l)| Some(l))
+            .collect();
+        let mut old_out: Vec<Option<Lane>> = std::mem::take(&mut self.outbound.peers)
+            .into_iter()
+            .map(|(_, l)| Some(l))
+            .collect();
+        for (i, (addr, c)) in peers.iter().enumerate() {
+            let kept = old
+                .iter()
+                .position(|(a, o)| a == addr && o == c)
+                .and_then(|j| Some((old_in.get_mut(j)?.take()?, old_out.get_mut(j)?.take()?)));
+            match kept {
+                Some((lane_in, lane_out)) => {
+                    self.inbound.peers.push((*addr, lane_in));
+                    self.outbound.peers.push((*addr, lane_out));
+                    self.peers.push((*addr, *c));
+                }
+                None => self.add_peer(i, *addr, c),
+            }
+        }
+        let limit = queue_limit(all, peers);
+        self.inbound.limit = limit;
+        self.outbound.limit = limit;
+        true
     }
 
     /// Hold every segment of a received datagram in the inbound queue, to be handed to the
@@ -602,6 +651,23 @@ impl Conditioner {
     }
 }
 
+/// `seed` with `salt` (a worker's index) mixed in.
+#[cfg(feature = "conditioner")]
+fn mix(seed: u64, salt: u64) -> u64 {
+    seed ^ salt.wrapping_mul(0xA24B_AED4_963E_E407)
+}
+
+/// The most datagrams held per direction: the largest limit of the settings in force.
+#[cfg(feature = "conditioner")]
+fn queue_limit(all: Option<&LinkConditioner>, peers: &[(SocketAddr, LinkConditioner)]) -> usize {
+    peers
+        .iter()
+        .map(|(_, c)| c.queue_limit)
+        .chain(all.map(|c| c.queue_limit))
+        .max()
+        .unwrap_or(LinkConditioner::default().queue_limit)
+}
+
 /// Built without the `conditioner` feature: no conditioner can exist (the types are
 /// uninhabited), so every branch the hot paths take on one folds away at compile time.
 #[cfg(not(feature = "conditioner"))]
@@ -638,6 +704,9 @@ mod compiled_out {
         pub fn new(_: &impl Plan, _: u64) -> Option<Box<Conditioner>> {
             None
         }
+        pub fn retune(&mut self, _: &impl Plan) -> bool {
+            match self.inbound {}
+        }
         pub fn hold_received(&mut self, _: Instant, _: RecvDatagram<'_>) {
             match self.inbound {}
         }
@@ -658,6 +727,57 @@ mod compiled_out {
 
 #[cfg(not(feature = "conditioner"))]
 pub(crate) use compiled_out::Conditioner;
+
+/// Which instantiation of a hot loop runs (the worker's turns, a client's drive): the loops
+/// are generic over it and pick one per turn. [`Off`] makes every conditioner hook a constant
+/// no-op, so the loop that runs while the conditioner is off is the very code a build without
+/// the feature runs (where [`On`] is never instantiated); [`On`] hands traffic to the
+/// conditioner. Switching happens between turns, where nothing received is pending.
+pub(crate) trait Mode {
+    /// Whether this instantiation conditions traffic.
+    const ON: bool;
+
+    /// The conditioner in `slot` under this mode: always `None` for [`Off`].
+    #[inline(always)]
+    fn select(slot: &mut Option<Box<Conditioner>>) -> Option<&mut Conditioner> {
+        if Self::ON {
+            slot.as_deref_mut()
+        } else {
+            None
+        }
+    }
+
+    /// [`Mode::select`] for reading.
+    #[inline(always)]
+    fn select_ref(slot: &Option<Box<Conditioner>>) -> Option<&Conditioner> {
+        if Self::ON {
+            slot.as_deref()
+        } else {
+            None
+        }
+    }
+}
+
+/// The loops' instantiation with the conditioner off (the only one without the feature).
+pub(crate) struct Off;
+
+impl Mode for Off {
+    const ON: bool = false;
+}
+
+/// The loops' instantiation with a conditioner present.
+pub(crate) struct On;
+
+impl Mode for On {
+    const ON: bool = true;
+}
+
+/// Whether `slot` holds a conditioner that the [`On`] instantiation must run (never without
+/// the feature, so that build instantiates [`Off`] only).
+#[inline(always)]
+pub(crate) fn is_on(slot: &Option<Box<Conditioner>>) -> bool {
+    cfg!(feature = "conditioner") && slot.is_some()
+}
 
 /// What a [`Conditioner`] is built from: endpoint-wide settings, and per-session ones by the
 /// peer's address.
@@ -726,11 +846,9 @@ impl ConditionerControl {
         });
     }
 
+    /// Bumped by every change. Read once per worker turn in both builds (compiled out, nothing
+    /// can be set, but the turn that runs with the conditioner off must be the same code).
     pub fn generation(&self) -> u64 {
-        // Compiled out: nothing can be set (validation refuses), so no turn need look.
-        if cfg!(not(feature = "conditioner")) {
-            return 0;
-        }
         self.generation.load(Ordering::Acquire)
     }
 
@@ -926,6 +1044,62 @@ mod tests {
         ctl.set(None);
         ctl.set_peer(addr(), None);
         assert!(ctl.get().is_none(), "all cleared: no conditioner");
+    }
+
+    #[test]
+    fn a_change_of_one_session_leaves_the_others_and_the_held_datagrams_alone() {
+        let ms = Duration::from_millis;
+        let (a, b, c): (SocketAddr, SocketAddr, SocketAddr) = (
+            "127.0.0.1:10".parse().unwrap(),
+            "127.0.0.1:11".parse().unwrap(),
+            "127.0.0.1:12".parse().unwrap(),
+        );
+        let lossy = LinkConditioner::symmetric(Impairment::new().loss(0.5).delay(ms(30)));
+        let ctl = ConditionerControl::new(Some(LinkConditioner::symmetric(
+            Impairment::new().delay(ms(10)),
+        )));
+        ctl.set_peer(a, Some(lossy));
+        let mut cond = Conditioner::new(&ctl.get().unwrap(), 3).unwrap();
+        // A twin that sees no change: `a`'s draws must go on the same in both.
+        let mut twin = Conditioner::new(&ctl.get().unwrap(), 3).unwrap();
+        let t0 = Instant::now();
+        for i in 0..20u8 {
+            cond.outbound.offer(t0, a, &[i]);
+            twin.outbound.offer(t0, a, &[i]);
+        }
+        cond.outbound.offer(t0, b, b"held");
+        // Session `c` gets its own settings: applied in place.
+        ctl.set_peer(
+            c,
+            Some(LinkConditioner::symmetric(Impairment::new().delay(ms(50)))),
+        );
+        assert!(cond.retune(&ctl.get().unwrap()));
+        // The datagram held for `b` keeps its due time (10 ms), not released at once.
+        assert!(cond.outbound.pop_due(t0 + ms(9)).is_none());
+        assert_eq!(cond.outbound.pop_due(t0 + ms(10)).unwrap().addr, b);
+        // `a` draws on where it was: the same losses as the unchanged twin.
+        for i in 20..60u8 {
+            cond.outbound.offer(t0, a, &[i]);
+            twin.outbound.offer(t0, a, &[i]);
+        }
+        assert_eq!(cond.outbound.stats.lost, twin.outbound.stats.lost);
+        let kept = |d: &mut Direction| {
+            let mut v = Vec::new();
+            while let Some(h) = d.pop_due(t0 + ms(30)) {
+                v.push(h.data[0]);
+            }
+            v
+        };
+        assert_eq!(kept(&mut cond.outbound), kept(&mut twin.outbound));
+        // `c` meets its own delay.
+        cond.inbound.offer(t0, c, b"c");
+        assert!(cond.inbound.pop_due(t0 + ms(49)).is_none());
+        assert!(cond.inbound.pop_due(t0 + ms(50)).is_some());
+        // A change of the endpoint-wide settings is not applied in place (rebuilt, flushed).
+        ctl.set(Some(LinkConditioner::symmetric(
+            Impairment::new().delay(ms(5)),
+        )));
+        assert!(!cond.retune(&ctl.get().unwrap()));
     }
 
     #[test]

@@ -466,9 +466,10 @@ impl Server {
     /// playing one client under a bad link beside others on a good one. The session's worker
     /// takes the change at its next turn, keyed by the session's address at that time (a
     /// client that moves to another address leaves it behind; a later session from the same
-    /// address meets it until it is set back to `None`). Datagrams that worker holds are then
-    /// delivered or sent at once, as for any change. Fails on invalid settings; a session
-    /// that has ended by then is ignored.
+    /// address meets it until it is set back to `None`). Datagrams already held keep their
+    /// due times and the other sessions' random draws carry on: only this session's next
+    /// datagrams meet the new settings. Fails on invalid settings; a session that has ended
+    /// by then is ignored.
     pub fn set_session_conditioner(
         &self,
         session: SessionId,

@@ -1,6 +1,8 @@
 //! The link conditioner's hooks in the worker loop: what a turn queued goes through its
 //! outbound queue, received datagrams wait in its inbound queue until due, and new settings
-//! from the server are taken between turns. Off, each hook is one branch.
+//! from the server are taken between turns. Every hook is generic over the loop's [`Mode`]:
+//! under [`crate::runtime::conditioner::Off`] it is a constant no-op (the code a build without
+//! the feature runs), under [`crate::runtime::conditioner::On`] it does the work.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,11 +11,11 @@ use ricochet_platform::SendBatch;
 
 use super::context::Service;
 use super::port::Port;
-use crate::runtime::conditioner::{Conditioner, ConditionerControl};
+use crate::runtime::conditioner::{self, Conditioner, ConditionerControl, Mode};
 
 /// The worker's conditioner, the settings it follows and the drops of the ones it replaced.
 pub(super) struct ConditionerLink {
-    /// `None` when off (the hot path then pays one branch).
+    /// `None` when off.
     cond: Option<Box<Conditioner>>,
     ctl: Arc<ConditionerControl>,
     generation: u64,
@@ -32,50 +34,57 @@ impl ConditionerLink {
         }
     }
 
-    /// The conditioner, when on (what a [`super::context::UdpContext`] holds).
+    /// Whether the loop must run its [`conditioner::On`] instantiation.
     #[inline]
-    pub(super) fn current(&mut self) -> Option<&mut Conditioner> {
-        self.cond.as_deref_mut()
+    pub(super) fn is_on(&self) -> bool {
+        conditioner::is_on(&self.cond)
     }
 
-    /// When the conditioner next has something due, if on.
-    pub(super) fn next_due(&self) -> Option<Instant> {
-        self.cond.as_ref().and_then(|c| c.next_due())
+    /// The conditioner under mode `M` (what a [`super::context::UdpContext`] holds).
+    #[inline(always)]
+    pub(super) fn current<M: Mode>(&mut self) -> Option<&mut Conditioner> {
+        M::select(&mut self.cond)
     }
 
-    /// Drop totals (lost, over the queue limit) of every conditioner so far, while one is on.
-    pub(super) fn drops(&self) -> Option<(u64, u64)> {
-        self.cond.as_ref().map(|c| {
+    /// When the conditioner next has something due, under mode `M`.
+    #[inline(always)]
+    pub(super) fn next_due<M: Mode>(&self) -> Option<Instant> {
+        M::select_ref(&self.cond).and_then(|c| c.next_due())
+    }
+
+    /// Drop totals (lost, over the queue limit) of every conditioner so far, while one is on
+    /// (under mode `M`).
+    #[inline(always)]
+    pub(super) fn drops<M: Mode>(&self) -> Option<(u64, u64)> {
+        M::select_ref(&self.cond).map(|c| {
             let (lost, queue) = c.drops();
             (self.base.0 + lost, self.base.1 + queue)
         })
     }
 
     /// With the conditioner on: move what the turn queued into its outbound queue and put
-    /// what is due back into the batch. Off: one branch.
-    #[inline]
-    pub(super) fn condition_sends(&mut self, now: Instant, send: &mut SendBatch) {
-        if let Some(cond) = self.cond.as_deref_mut() {
+    /// what is due back into the batch. Off: nothing.
+    #[inline(always)]
+    pub(super) fn condition_sends<M: Mode>(&mut self, now: Instant, send: &mut SendBatch) {
+        if let Some(cond) = M::select(&mut self.cond) {
             cond.capture_release(now, send);
         }
     }
 
     /// Hand the held received datagrams that are due to the service.
-    #[inline]
-    pub(super) fn deliver_held<S: Service>(
+    #[inline(always)]
+    pub(super) fn deliver_held<M: Mode, S: Service>(
         &mut self,
         now: Instant,
         port: &mut Port,
         service: &mut S,
     ) {
-        if self.cond.is_some() {
+        if M::ON && self.cond.is_some() {
             self.deliver_held_on(now, port, service);
         }
     }
 
-    /// [`ConditionerLink::deliver_held`] with the conditioner on: out of line and cold, so the
-    /// worker loop compiles as it does without the feature.
-    #[cold]
+    /// [`ConditionerLink::deliver_held`] with the conditioner on.
     #[inline(never)]
     fn deliver_held_on<S: Service>(&mut self, now: Instant, port: &mut Port, service: &mut S) {
         let Some(mut cond) = self.cond.take() else {
@@ -91,23 +100,38 @@ impl ConditionerLink {
         self.cond = Some(cond);
     }
 
-    /// Take the settings the server set since the last turn, if it set any. Held datagrams of
-    /// the previous settings are delivered or sent at once (a change must not strand them).
-    #[inline]
-    pub(super) fn reload_if_changed<S: Service>(&mut self, port: &mut Port, service: &mut S) {
+    /// Take the settings the server set since the last turn, if it set any (one atomic load
+    /// per turn, in both builds). A change of sessions conditioned on their own is applied in
+    /// place; on any other change, held datagrams of the previous settings are delivered or
+    /// sent at once (a change must not strand them). Returns true when the loop must switch
+    /// to its other instantiation (the conditioner came or went).
+    #[inline(always)]
+    pub(super) fn reload_if_changed<M: Mode, S: Service>(
+        &mut self,
+        port: &mut Port,
+        service: &mut S,
+    ) -> bool {
         if self.ctl.generation() != self.generation {
             self.reload(port, service);
+            // Opaque, so that a build without the feature (where `is_on` is a constant false)
+            // keeps the switch path too and its loop stays the same code as `Off`'s here.
+            return std::hint::black_box(self.is_on()) != M::ON;
         }
+        false
     }
 
     #[cold]
     #[inline(never)]
     fn reload<S: Service>(&mut self, port: &mut Port, service: &mut S) {
         self.generation = self.ctl.generation();
-        let next = self
-            .ctl
-            .get()
-            .and_then(|s| Conditioner::new(&s, port.index as u64));
+        let plan = self.ctl.get();
+        if let (Some(cond), Some(plan)) = (self.cond.as_deref_mut(), &plan) {
+            // Only sessions of their own changed: the rest of the conditioner carries on.
+            if cond.retune(plan) {
+                return;
+            }
+        }
+        let next = plan.and_then(|s| Conditioner::new(&s, port.index as u64));
         if let Some(mut old) = self.cond.take() {
             let far = Instant::now() + Duration::from_secs(3600);
             let (lost, queue) = old.drops();
@@ -126,7 +150,9 @@ impl ConditionerLink {
     }
 
     /// The worker's last turn: everything the conditioner holds goes into the batch now (the
-    /// closes it sends must not be left behind), and its drops into the counters.
+    /// closes it sends must not be left behind), and its drops into the counters. Out of
+    /// line in both builds (the loop's code must not depend on the feature).
+    #[inline(never)]
     pub(super) fn finish(&mut self, port: &mut Port) {
         if let Some(mut cond) = self.cond.take() {
             send_all_held(&mut cond, port);

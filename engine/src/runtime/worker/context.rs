@@ -80,13 +80,24 @@ impl UdpContext<'_> {
         self.send.is_full() && self.backend.is_none()
     }
 
+    #[inline]
     fn make_room(&mut self) -> Result<(), platform::Error> {
         if self.send.is_full() {
-            if let Some(cond) = self.cond.as_deref_mut() {
-                cond.capture(self.now, self.send);
-            } else if let Some(backend) = self.backend.as_deref_mut() {
-                backend.flush(self.send)?;
-            }
+            self.make_room_now()?;
+        }
+        Ok(())
+    }
+
+    /// The batch is full: move it into the conditioner's queue when one is on, else submit it
+    /// (outside dispatch). Out of line, so the send path is the same code with the
+    /// conditioner built in or not.
+    #[cold]
+    #[inline(never)]
+    fn make_room_now(&mut self) -> Result<(), platform::Error> {
+        if let Some(cond) = self.cond.as_deref_mut() {
+            cond.capture(self.now, self.send);
+        } else if let Some(backend) = self.backend.as_deref_mut() {
+            backend.flush(self.send)?;
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ use super::conditioning::ConditionerLink;
 use super::context::{Service, UdpContext};
 use super::pace::{IdleGap, TickGrid, TimerEvent, WorkerSettings};
 use super::port::Port;
+use crate::runtime::conditioner::{Mode, Off, On};
 use crate::runtime::config::IdleStrategy;
 use crate::runtime::counters::WorkerCounters;
 use crate::runtime::timer::TimerWheel;
@@ -41,6 +42,18 @@ pub(super) struct Worker<S> {
     pub(super) settings: WorkerSettings,
 }
 
+/// The loop's state that outlives one turn (and a switch between the loop's instantiations).
+#[derive(Clone, Copy)]
+struct LoopState {
+    last_work: Instant,
+    now: Instant,
+    stop_deadline: Option<Instant>,
+    /// The last poll found nothing to read: with the tick strategy the worker may sleep.
+    drained: bool,
+    /// Receive batches read back to back since the last tick-and-output step.
+    drain_batches: u32,
+}
+
 impl<S: Service> Worker<S> {
     pub(super) fn run(mut self) -> Result<WorkerCounters, platform::Error> {
         let start = Instant::now();
@@ -53,23 +66,65 @@ impl<S: Service> Worker<S> {
             self.timers.insert(grid.due(1), TimerEvent::Tick);
             self.tick = Some(grid);
         }
-        let mut last_work = start;
-        let mut now = start;
-        let mut stop_deadline: Option<Instant> = None;
-        // The last poll found nothing to read: with the tick strategy the worker may sleep.
-        let mut drained = true;
-        // Receive batches read back to back since the last tick-and-output step.
-        let mut drain_batches = 0u32;
+        let mut st = LoopState {
+            last_work: start,
+            now: start,
+            stop_deadline: None,
+            drained: true,
+            drain_batches: 0,
+        };
+        // The conditioner off runs `Off`'s turns, the code a build without the feature runs;
+        // a change of settings that turns it on or off ends one loop and starts the other.
         loop {
+            let done = if self.cond.is_on() {
+                self.turns::<On>(&mut st)?
+            } else {
+                self.turns::<Off>(&mut st)?
+            };
+            if done {
+                // `finish` put the conditioner's drops into the counters already.
+                self.port.sync_counters(None);
+                return Ok(self.port.counters);
+            }
+        }
+    }
+
+    /// Loop turns under mode `M` until the worker stops (`true`) or the conditioner's
+    /// settings call for the other mode (`false`, between turns: nothing received pending).
+    #[inline(never)]
+    fn turns<M: Mode>(&mut self, st: &mut LoopState) -> Result<bool, platform::Error> {
+        // Locals while the loop runs (kept in registers), written back at a switch.
+        let LoopState {
+            mut last_work,
+            mut now,
+            mut stop_deadline,
+            mut drained,
+            mut drain_batches,
+        } = *st;
+        loop {
+            // Settings the server changed since the last turn.
+            if self
+                .cond
+                .reload_if_changed::<M, S>(&mut self.port, &mut self.service)
+            {
+                *st = LoopState {
+                    last_work,
+                    now,
+                    stop_deadline,
+                    drained,
+                    drain_batches,
+                };
+                return Ok(false);
+            }
             // Waiting from here until the poll returns: not a stuck turn.
             self.port.cell.set_busy(None);
             let stopping = self.stop.load(Ordering::Acquire);
             // Before the timeout: what the conditioner takes from the batch sets its next due.
-            self.cond.condition_sends(now, &mut self.port.send);
+            self.cond.condition_sends::<M>(now, &mut self.port.send);
             let mut timeout = if stopping {
                 Some(Duration::ZERO)
             } else {
-                self.timeout(now, last_work)
+                self.timeout::<M>(now, last_work)
             };
             if self.settings.idle == IdleStrategy::Tick && timeout != Some(Duration::ZERO) {
                 if drained {
@@ -77,7 +132,7 @@ impl<S: Service> Worker<S> {
                     // the worker's waker unparks the thread for a stop or a mailbox message.
                     self.port.backend.flush(&mut self.port.send)?;
                     // Live counters stay current although a tick makes only a few turns.
-                    self.port.sync_counters(self.cond.drops());
+                    self.port.sync_counters(self.cond.drops::<M>());
                     // Sends the socket would not take yet are retried soon, not at the tick.
                     let retry = (!self.port.send.is_empty()).then_some(SEND_RETRY);
                     match timeout.into_iter().chain(retry).min() {
@@ -91,14 +146,12 @@ impl<S: Service> Worker<S> {
             let outcome = self.port.backend.poll(&mut self.port.send, timeout)?;
             drained = outcome.received == 0;
             now = Instant::now();
-            self.cond
-                .reload_if_changed(&mut self.port, &mut self.service);
             self.port.cell.set_busy(Some(now));
             self.port.counters.loop_turns += 1;
             if outcome.received > 0 {
                 self.idle_gap
                     .record(now.saturating_duration_since(last_work));
-                self.dispatch(now)?;
+                self.dispatch::<M>(now)?;
                 last_work = now;
                 if self.settings.idle == IdleStrategy::Tick
                     && !stopping
@@ -121,12 +174,12 @@ impl<S: Service> Worker<S> {
             }
             drain_batches = 0;
             self.cond
-                .deliver_held(now, &mut self.port, &mut self.service);
-            self.fire_timers(now);
+                .deliver_held::<M, S>(now, &mut self.port, &mut self.service);
+            self.fire_timers::<M>(now);
             let service_done = {
-                let mut ctx = self.port.ctx(now, self.cond.current());
+                let mut ctx = self.port.ctx(now, self.cond.current::<M>());
                 self.service.on_turn_end(&mut ctx);
-                stopping && self.service.on_stop(&mut ctx)
+                stopping && service_on_stop(&mut self.service, &mut ctx)
             };
             let worked = now.elapsed();
             let c = &mut self.port.counters;
@@ -144,8 +197,7 @@ impl<S: Service> Worker<S> {
                 if (outcome.received == 0 && service_done) || now >= limit {
                     self.cond.finish(&mut self.port);
                     self.port.finish_sends(limit)?;
-                    self.port.sync_counters(self.cond.drops());
-                    return Ok(self.port.counters);
+                    return Ok(true);
                 }
                 if outcome.received == 0 && outcome.sent == 0 {
                     // Waiting for the service (e.g. close acknowledgements): don't spin hot.
@@ -158,12 +210,12 @@ impl<S: Service> Worker<S> {
                 || (outcome.received == 0 && now >= self.next_sync)
             {
                 self.next_sync = now + SYNC_IDLE;
-                self.port.sync_counters(self.cond.drops());
+                self.port.sync_counters(self.cond.drops::<M>());
             }
         }
     }
 
-    fn timeout(&mut self, now: Instant, last_work: Instant) -> Option<Duration> {
+    fn timeout<M: Mode>(&mut self, now: Instant, last_work: Instant) -> Option<Duration> {
         if self.settings.idle == IdleStrategy::Spin
             || (self.settings.idle == IdleStrategy::Balanced
                 && now.saturating_duration_since(last_work) < self.settings.spin_for
@@ -171,11 +223,14 @@ impl<S: Service> Worker<S> {
         {
             return Some(Duration::ZERO);
         }
-        let mut deadline = match (self.timers.next_deadline(), self.service.next_deadline()) {
+        let mut deadline = match (
+            self.timers.next_deadline(),
+            service_next_deadline(&mut self.service),
+        ) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        if let Some(due) = self.cond.next_due() {
+        if let Some(due) = self.cond.next_due::<M>() {
             deadline = Some(deadline.map_or(due, |d| d.min(due)));
         }
         deadline.map(|d| d.saturating_duration_since(now))
@@ -183,7 +238,7 @@ impl<S: Service> Worker<S> {
 
     /// The receive pump: every datagram of the batch the poll returned, in order, to the
     /// service (or into the conditioner's inbound queue).
-    fn dispatch(&mut self, now: Instant) -> Result<(), platform::Error> {
+    fn dispatch<M: Mode>(&mut self, now: Instant) -> Result<(), platform::Error> {
         let port = &mut self.port;
         // Submit early when the batch fills past this mark, so replies never run out of room.
         let high_water = port.send.capacity() / 2;
@@ -207,7 +262,7 @@ impl<S: Service> Worker<S> {
                     send_errors: &mut port.counters.send_errors,
                     tick: None,
                     tick_late: Duration::ZERO,
-                    cond: self.cond.current(),
+                    cond: self.cond.current::<M>(),
                 };
                 // Hints for the next two, so their connections' state is in cache by their turn.
                 for (ahead, stage) in [(1, PrefetchStage::Parts), (2, PrefetchStage::Connection)] {
@@ -227,25 +282,25 @@ impl<S: Service> Worker<S> {
                 }
             }
             if port.send.len() >= high_water {
-                self.cond.condition_sends(now, &mut port.send);
+                self.cond.condition_sends::<M>(now, &mut port.send);
                 port.backend.flush(&mut port.send)?;
             }
         }
         Ok(())
     }
 
-    fn fire_timers(&mut self, now: Instant) {
+    fn fire_timers<M: Mode>(&mut self, now: Instant) {
         let mut due = false;
         self.timers.advance(now, |TimerEvent::Tick| due = true);
         if !due {
             return;
         }
-        let mut ctx = self.port.ctx(now, self.cond.current());
+        let mut ctx = self.port.ctx(now, self.cond.current::<M>());
         ctx.tick = self.tick.as_ref().map(|g| g.next);
         ctx.tick_late = self.tick.as_ref().map_or(Duration::ZERO, |g| {
             now.saturating_duration_since(g.due(g.next))
         });
-        self.service.on_tick(&mut ctx);
+        service_on_tick(&mut self.service, &mut ctx);
         let cell = &self.port.cell;
         cell.tick_duration.record(now.elapsed());
         if let Some(grid) = self.tick.as_mut() {
@@ -264,4 +319,24 @@ impl<S: Service> Worker<S> {
             self.timers.insert(next, TimerEvent::Tick);
         }
     }
+}
+
+// The service's per-turn calls that both of the loop's instantiations make, kept out of line:
+// with one instantiation (a build without the conditioner) the compiler would inline them and
+// with two it would not, and the loop that runs with the conditioner off must be the same code
+// in both builds. Once per turn, not per datagram.
+
+#[inline(never)]
+fn service_next_deadline<S: Service>(service: &mut S) -> Option<Instant> {
+    service.next_deadline()
+}
+
+#[inline(never)]
+fn service_on_tick<S: Service>(service: &mut S, ctx: &mut UdpContext<'_>) {
+    service.on_tick(ctx);
+}
+
+#[inline(never)]
+fn service_on_stop<S: Service>(service: &mut S, ctx: &mut UdpContext<'_>) -> bool {
+    service.on_stop(ctx)
 }
