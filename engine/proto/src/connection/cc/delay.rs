@@ -49,7 +49,8 @@
 //! end).
 //! Startup that ends on a queue (a game that offers more than the path fills the buffer for
 //! the rounds it takes to see it) drains it at [`DRAIN_GAIN`] for up to [`DRAIN_ROUNDS`]
-//! rounds before the cycle's cruise, which alone would take seconds to.
+//! rounds before the cycle's cruise, which alone would take seconds to. The drain starts at
+//! once: the pacer's tokens saved in startup are dropped.
 //!
 //! A cut leaves at least [`CUT`] times half the estimate (a round that spans an outage
 //! shows a delivery rate near zero that says nothing of the path once it is back), and a loss
@@ -580,6 +581,10 @@ impl Delay {
         }
         if matches!(self.phase, Phase::Startup { .. }) {
             self.phase = if queued {
+                // Tokens saved while the game sent below startup's rate would let it go on
+                // at its own rate for up to a smoothed RTT (a full bucket at the queue's
+                // RTT), adding to the queue the drain is there to empty: it starts now.
+                self.tokens = self.tokens.min(0.0);
                 Phase::Drain { rounds: 0 }
             } else {
                 Phase::Cycle(1)
