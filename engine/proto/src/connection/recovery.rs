@@ -88,7 +88,7 @@ impl Connection {
             return false;
         };
         let mut newly = false;
-        let mut largest_newly: Option<(Instant, bool, usize)> = None;
+        let mut largest_newly: Option<(Instant, bool)> = None;
         // The newest packet this ACK covers, whatever the sender's bookkeeping of it (ACK-only,
         // declared lost, in flight): parity sent before it has left the path.
         let mut newest_covered: Option<Instant> = None;
@@ -126,7 +126,7 @@ impl Connection {
                             break;
                         };
                         if pn == ack.largest {
-                            largest_newly = Some((p.time, !p.segs.is_empty(), p.size as usize));
+                            largest_newly = Some((p.time, !p.segs.is_empty()));
                         }
                         let segs = std::mem::take(&mut p.segs);
                         for &sid in &segs {
@@ -141,7 +141,7 @@ impl Connection {
                         // overloaded stalls for seconds) would never teach it otherwise, as
                         // every packet is declared lost before its ACK can come back.
                         if pn == ack.largest {
-                            largest_newly = Some((p.time, !p.segs.is_empty(), p.size as usize));
+                            largest_newly = Some((p.time, !p.segs.is_empty()));
                         }
                         let segs = std::mem::take(&mut p.segs);
                         for &sid in &segs {
@@ -156,9 +156,7 @@ impl Connection {
             self.fec.on_acked(t, true, &mut self.cc);
         }
         let mut path_sample = None;
-        let mut sample_size = 0;
-        if let Some((sent_time, reliable, size)) = largest_newly {
-            sample_size = size;
+        if let Some((sent_time, reliable)) = largest_newly {
             let sample = now.saturating_duration_since(sent_time);
             let reported = Duration::from_micros(ack.ack_delay_us);
             path_sample = Some(match self.cfg.unreliable_ack_delay {
@@ -181,11 +179,7 @@ impl Connection {
                 }
             });
         }
-        self.cc.on_ack_end(
-            now,
-            path_sample.map(|s| (s, sample_size)),
-            self.rtt.smoothed,
-        );
+        self.cc.on_ack_end(now, path_sample, self.rtt.smoothed);
         if self.recovery.largest_acked.is_none_or(|l| ack.largest > l) {
             self.recovery.largest_acked = Some(ack.largest);
         }

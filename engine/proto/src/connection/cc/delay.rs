@@ -23,9 +23,8 @@
 //! queue is not congestion, and a packet that FEC rebuilt or ARQ retransmitted late inflates the
 //! smoothed RTT but not a round's smallest sample. What does is *queueing delay*: the smallest
 //! RTT sample of a cruise round above the path's minimum RTT (a windowed minimum over
-//! [`MIN_RTT_WINDOW`]; a full datagram's sample less the floor full datagrams measured
-//! above it, see `Delay::unserialized`) by more than [`queue_threshold`] means a standing
-//! queue (the path got slower, or other flows share it): the estimate is cut to [`CUT`] times the rate the round's
+//! [`MIN_RTT_WINDOW`]) by more than [`queue_threshold`] means a standing queue (the path got
+//! slower, or other flows share it): the estimate is cut to [`CUT`] times the rate the round's
 //! ACKs arrived at (what the path gives this flow); the next cut waits until a round showed
 //! the queue drained (or a whole cycle); the cycle goes on. Without `loss_tolerant` every loss cuts too; an RTO halves the estimate when the caller
 //! takes it for congestion.
@@ -105,34 +104,6 @@ pub(crate) fn queue_threshold(min_rtt: Duration) -> Duration {
     (min_rtt / 4).max(Duration::from_millis(10))
 }
 
-/// A windowed minimum: the current half-window's and the previous one's.
-fn windowed(cur: Option<(Duration, Instant)>, prev: Option<Duration>) -> Option<Duration> {
-    match (cur.map(|(m, _)| m), prev) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// Adds `sample` to a windowed minimum (half-windows of [`MIN_RTT_WINDOW`] / 2).
-fn note_min(
-    cur: &mut Option<(Duration, Instant)>,
-    prev: &mut Option<Duration>,
-    now: Instant,
-    sample: Duration,
-) {
-    match cur {
-        Some((m, since)) if now.saturating_duration_since(*since) < MIN_RTT_WINDOW / 2 => {
-            *m = (*m).min(sample);
-        }
-        Some((m, since)) => {
-            *prev = Some(*m);
-            *m = sample;
-            *since = now;
-        }
-        None => *cur = Some((sample, now)),
-    }
-}
-
 /// Where in its life the controller is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -190,9 +161,6 @@ pub(crate) struct Delay {
     /// previous half-window's.
     min_rtt: Option<(Duration, Instant)>,
     prev_min_rtt: Option<Duration>,
-    /// The same filter over full datagrams' samples only (see [`Delay::unserialized`]).
-    min_full: Option<(Duration, Instant)>,
-    prev_min_full: Option<Duration>,
     /// Rounds since the last cut, and between the two before it.
     since_cut: u32,
     cut_gap: u32,
@@ -249,8 +217,6 @@ impl Delay {
             bw: 0.0,
             min_rtt: None,
             prev_min_rtt: None,
-            min_full: None,
-            prev_min_full: None,
             since_cut: u32::MAX,
             cut_gap: u32::MAX,
             draining: false,
@@ -265,27 +231,11 @@ impl Delay {
 
     /// The windowed minimum RTT, if any sample arrived.
     pub(crate) fn min_rtt(&self) -> Option<Duration> {
-        windowed(self.min_rtt, self.prev_min_rtt)
-    }
-
-    /// A full datagram's RTT sample less what full datagrams take longer than the smallest
-    /// packet to cross the path (the floor of full datagrams' samples above the path's
-    /// minimum): on a slow link a full datagram serializes for longer than a small one (9.6 ms
-    /// against under 1 ms at 1 Mbit/s), so a game's small event sets a minimum that every full
-    /// datagram stands above without any queue; with ACK jitter, cruise rounds looked queued
-    /// and a lone flow was cut into the fairness term's probes. The difference is measured,
-    /// not derived from the estimate (a flow's estimate is its share of a shared link, not
-    /// the rate the link serializes at), and at most the queue threshold comes off.
-    fn unserialized(&self, sample: Duration, size: usize) -> Duration {
-        if size * 2 < self.mss {
-            return sample;
+        let cur = self.min_rtt.map(|(m, _)| m);
+        match (cur, self.prev_min_rtt) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        let (Some(min), Some(full)) = (self.min_rtt(), windowed(self.min_full, self.prev_min_full))
-        else {
-            return sample;
-        };
-        let gap = full.saturating_sub(min).min(queue_threshold(min));
-        sample.saturating_sub(gap).max(min)
     }
 
     /// The rate the path is estimated to carry for this connection, bytes per second, within
@@ -419,22 +369,17 @@ impl Delay {
     }
 
     /// The end of an ACK frame's processing: `rtt_sample` is the path RTT it measured (ACK
-    /// delay taken off), if any, and the size of the packet that measured it; `srtt` the
-    /// smoothed RTT after it.
+    /// delay taken off), if any; `srtt` the smoothed RTT after it.
     pub(crate) fn on_ack_end(
         &mut self,
         now: Instant,
-        rtt_sample: Option<(Duration, usize)>,
+        rtt_sample: Option<Duration>,
         srtt: Duration,
     ) {
         self.srtt = srtt;
-        let rtt_sample = rtt_sample.map(|(s, size)| {
-            note_min(&mut self.min_rtt, &mut self.prev_min_rtt, now, s);
-            if size * 2 >= self.mss {
-                note_min(&mut self.min_full, &mut self.prev_min_full, now, s);
-            }
-            self.unserialized(s, size)
-        });
+        if let Some(s) = rtt_sample {
+            self.note_min_rtt(now, s);
+        }
         let min_rtt = self.min_rtt();
         let Some(r) = &mut self.round else {
             self.round = Some(Round {
@@ -484,6 +429,20 @@ impl Delay {
                 congestion_loss: false,
             });
             self.end_round(now, &done);
+        }
+    }
+
+    fn note_min_rtt(&mut self, now: Instant, sample: Duration) {
+        match &mut self.min_rtt {
+            Some((m, since)) if now.saturating_duration_since(*since) < MIN_RTT_WINDOW / 2 => {
+                *m = (*m).min(sample);
+            }
+            Some((m, since)) => {
+                self.prev_min_rtt = Some(*m);
+                *m = sample;
+                *since = now;
+            }
+            None => self.min_rtt = Some((sample, now)),
         }
     }
 

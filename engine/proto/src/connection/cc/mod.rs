@@ -98,12 +98,11 @@ impl Congestion {
     }
 
     /// An ACK frame was processed (after its [`Self::on_acked`] calls): `rtt_sample` is the
-    /// path RTT it measured, if any, with the size of the packet that measured it; `srtt` the
-    /// smoothed RTT after it.
+    /// path RTT it measured, if any, `srtt` the smoothed RTT after it.
     pub(crate) fn on_ack_end(
         &mut self,
         now: Instant,
-        rtt_sample: Option<(Duration, usize)>,
+        rtt_sample: Option<Duration>,
         srtt: Duration,
     ) {
         if let Self::Delay(c) = self {
