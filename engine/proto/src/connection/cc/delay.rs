@@ -104,6 +104,15 @@ pub(crate) fn queue_threshold(min_rtt: Duration) -> Duration {
     (min_rtt / 4).max(Duration::from_millis(10))
 }
 
+/// Queueing delay above which an RTT sample in startup counts towards its end (see
+/// [`STARTUP_QUEUED`]): an eighth of the minimum RTT, at least 8 ms. Below
+/// [`queue_threshold`]: a game that offers more than the path adds to the queue for every
+/// sample startup waits for. 8 ms stays above the difference between a full datagram's
+/// serialization and a small one's at 1 Mbit/s, and two samples in a row must show it.
+fn startup_threshold(min_rtt: Duration) -> Duration {
+    (min_rtt / 8).max(Duration::from_millis(8))
+}
+
 /// Where in its life the controller is.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -397,7 +406,7 @@ impl Delay {
         if let Some(s) = rtt_sample {
             r.min_sample = Some(r.min_sample.map_or(s, |m| m.min(s)));
             if matches!(self.phase, Phase::Startup { .. }) {
-                let over = min_rtt.is_some_and(|m| s.saturating_sub(m) > queue_threshold(m));
+                let over = min_rtt.is_some_and(|m| s.saturating_sub(m) > startup_threshold(m));
                 self.queued_run = if over { self.queued_run + 1 } else { 0 };
             }
         }
