@@ -49,7 +49,8 @@
 //! end).
 //! Startup that ends on a queue (a game that offers more than the path fills the buffer for
 //! the rounds it takes to see it) drains it at [`DRAIN_GAIN`] for up to [`DRAIN_ROUNDS`]
-//! rounds before the cycle's cruise, which alone would take seconds to.
+//! rounds before the cycle's cruise, which alone would take seconds to. The drain starts at
+//! once: the pacer's tokens saved in startup are dropped.
 //!
 //! A cut leaves at least [`CUT`] times half the estimate (a round that spans an outage
 //! shows a delivery rate near zero that says nothing of the path once it is back), and a loss
@@ -101,6 +102,15 @@ pub(crate) const MIN_RTT_WINDOW: Duration = Duration::from_secs(10);
 /// not look like a queue.
 pub(crate) fn queue_threshold(min_rtt: Duration) -> Duration {
     (min_rtt / 4).max(Duration::from_millis(10))
+}
+
+/// Queueing delay above which an RTT sample in startup counts towards its end (see
+/// [`STARTUP_QUEUED`]): an eighth of the minimum RTT, at least 8 ms. Below
+/// [`queue_threshold`]: a game that offers more than the path adds to the queue for every
+/// sample startup waits for. 8 ms stays above the difference between a full datagram's
+/// serialization and a small one's at 1 Mbit/s, and two samples in a row must show it.
+fn startup_threshold(min_rtt: Duration) -> Duration {
+    (min_rtt / 8).max(Duration::from_millis(8))
 }
 
 /// Where in its life the controller is.
@@ -396,7 +406,7 @@ impl Delay {
         if let Some(s) = rtt_sample {
             r.min_sample = Some(r.min_sample.map_or(s, |m| m.min(s)));
             if matches!(self.phase, Phase::Startup { .. }) {
-                let over = min_rtt.is_some_and(|m| s.saturating_sub(m) > queue_threshold(m));
+                let over = min_rtt.is_some_and(|m| s.saturating_sub(m) > startup_threshold(m));
                 self.queued_run = if over { self.queued_run + 1 } else { 0 };
             }
         }
@@ -580,6 +590,10 @@ impl Delay {
         }
         if matches!(self.phase, Phase::Startup { .. }) {
             self.phase = if queued {
+                // Tokens saved while the game sent below startup's rate would let it go on
+                // at its own rate for up to a smoothed RTT (a full bucket at the queue's
+                // RTT), adding to the queue the drain is there to empty: it starts now.
+                self.tokens = self.tokens.min(0.0);
                 Phase::Drain { rounds: 0 }
             } else {
                 Phase::Cycle(1)
