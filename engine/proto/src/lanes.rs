@@ -7,6 +7,12 @@
 //! that is sent again keeps its lane. Lanes are a sending decision only: nothing of them is on
 //! the wire, and the peer may configure its own differently.
 //!
+//! On a narrow link (one where a full datagram takes over 2 ms to leave at the send rate, that
+//! is below about 4.8 Mbit/s for 1,200 B) a packet that carries a lane's data is not topped up
+//! with a lower-priority lane's: the high-priority message then waits at the bottleneck for
+//! its own bytes, not for a full datagram's (9.6 ms at 1 Mbit/s), at the cost of one more,
+//! small, datagram.
+//!
 //! What waits in a lane can be bounded three ways, each drop counted by cause in
 //! [`UnsentDrops`]: a per-lane byte cap ([`Lane::queue_limit`]), a deadline per unreliable
 //! message ([`SendOptions::deadline`]), and newest-only channels ([`Config::newest_only`]),

@@ -1,7 +1,8 @@
 //! Lanes and fresh data (issue 37/38), end to end between two endpoints on a simulated path:
 //! a lane of a lower priority number goes first, lanes of one priority share bytes by weight,
 //! a deadline drops a message unsent, a newest-only channel sends the newest snapshot, a lane's
-//! cap drops its oldest unreliable messages, and each drop is counted by its cause.
+//! cap drops its oldest unreliable messages, and each drop is counted by its cause; on a narrow
+//! link a high-priority message leaves in its own datagram.
 
 mod proto_util;
 
@@ -13,7 +14,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use proto_util::{addr, Net};
 use ricochet_proto::{
-    ChannelKind, Config, ConnectionHandle, Event, Lane, SendError, SendOptions, UnsentDrops,
+    ChannelKind, Config, CongestionController, ConnectionHandle, Event, Lane, SendError,
+    SendOptions, UnsentDrops,
 };
 
 const WAIT_MS: u64 = 45;
@@ -270,4 +272,44 @@ fn retransmissions_keep_their_lane() {
         slowest < Duration::from_millis(60) && slowest < bulk_done,
         "events took {events:?}, the bulk finished at {bulk_done:?}"
     );
+}
+
+/// Sends a 64 B event on channel 0 and a 3,000 B unreliable message on channel 1 at once; the
+/// sizes of the client's next datagrams, and whether the event arrived.
+fn event_beside_a_snapshot(cfg: Config) -> (Vec<usize>, bool) {
+    let (mut net, s, c, h) = pair(cfg.with(|c| {
+        c.channels = channels();
+        c.congestion_controller = CongestionController::Delay;
+        // 1 Mbit/s: a full datagram takes 9.6 ms to serialize.
+        c.max_send_rate = Some(125_000);
+    }));
+    let client = net.eps[c].0;
+    let sizes = Rc::new(RefCell::new(Vec::new()));
+    let seen = sizes.clone();
+    net.drop_if = Some(Box::new(move |from, _, bytes| {
+        if from == client {
+            seen.borrow_mut().push(bytes.len());
+        }
+        false
+    }));
+    net.ep(c).send(h, 1, msg(9, 3000)).unwrap();
+    net.ep(c).send(h, 0, msg(7, 64)).unwrap();
+    let got = receive(&mut net, s, Duration::from_millis(60));
+    let v = sizes.borrow().clone();
+    (v, got.contains(&(0, 7)))
+}
+
+#[test]
+fn on_a_narrow_link_a_high_priority_message_leaves_in_its_own_datagram() {
+    let two_levels = vec![Lane::new([0]), Lane::new([1, 2]).priority(1)];
+    let (sizes, arrived) = event_beside_a_snapshot(Config::game().with(|c| c.lanes = two_levels));
+    assert!(arrived);
+    // The event's datagram is closed before the snapshot's fragments.
+    assert!(sizes[0] < 200, "{sizes:?}");
+    assert!(sizes[1] > 1000, "{sizes:?}");
+    // Lanes of one priority share a packet: the event's datagram is topped up.
+    let one_level = vec![Lane::new([0]), Lane::new([1, 2])];
+    let (sizes, arrived) = event_beside_a_snapshot(Config::game().with(|c| c.lanes = one_level));
+    assert!(arrived);
+    assert!(sizes[0] > 1000, "{sizes:?}");
 }

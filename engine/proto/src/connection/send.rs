@@ -15,6 +15,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+/// A link on which a full datagram takes longer than this to serialize (below 4.8 Mbit/s for
+/// 1,200 B) is narrow: there a higher-priority lane's data does not share a packet with a
+/// lower lane's, so that it waits for its own bytes only.
+const NARROW_LINK_SERIALIZATION: Duration = Duration::from_millis(2);
+
 impl Sending {
     /// The next packet starts with the next channel (without lanes).
     pub(super) fn next_turn(&mut self) {
@@ -462,6 +467,10 @@ impl Connection {
         let mut full = [0u64; 4];
         let mut retx_full = 0u64;
         let mut wrote = false;
+        // The priority of the first lane written into this packet, and whether the link is
+        // narrow enough that a lower lane's data should wait for the next packet.
+        let mut top: Option<u8> = None;
+        let mut narrow: Option<bool> = None;
         loop {
             let Some(lanes) = self.send.lanes.as_deref() else {
                 return wrote;
@@ -480,6 +489,14 @@ impl Connection {
             let Some(lane) = lanes.pick(lane_ready) else {
                 return wrote;
             };
+            let priority = lanes.rank(lane).0;
+            if top.is_some_and(|t| priority > t)
+                && *narrow.get_or_insert_with(|| self.narrow_link())
+            {
+                // On a narrow link a high-priority message should not wait for a full
+                // datagram's serialization: lower lanes go in the next packet.
+                return wrote;
+            }
             if retx_full & (1 << lane) == 0 {
                 if let Some(pos) = self.lane_retx(lanes, lane, segs) {
                     let sid = self.send.retx[pos];
@@ -500,6 +517,7 @@ impl Connection {
                     if let Some(l) = self.send.lanes.as_deref_mut() {
                         l.charge(lane, channel, len);
                     }
+                    top.get_or_insert(priority);
                     continue;
                 }
             }
@@ -528,7 +546,18 @@ impl Connection {
             if let Some(l) = self.send.lanes.as_deref_mut() {
                 l.charge(lane, c, len);
             }
+            top.get_or_insert(priority);
         }
+    }
+
+    /// Whether a full datagram takes longer than [`NARROW_LINK_SERIALIZATION`] to leave at the
+    /// send rate: then a packet that carries a higher-priority lane's data is closed before a
+    /// lower lane's (one small datagram more for the high lane, which then waits only for its
+    /// own bytes at the bottleneck instead of a full datagram's).
+    fn narrow_link(&self) -> bool {
+        self.send_rate().is_some_and(|rate| {
+            self.datagram_size() as f64 > rate * NARROW_LINK_SERIALIZATION.as_secs_f64()
+        })
     }
 
     /// A first transmission of fragment `f` of channel `ci` went into packet `pn`: it leaves
