@@ -9,8 +9,8 @@
 //! callgrind_annotate --inclusive=yes game.cg | head -60
 //! ```
 //!
-//! Arguments: players (default 100), then `insecure` to admit without connect tokens (no
-//! packet protection). Instrumentation starts when the measured phase first enters the
+//! Arguments: players (default 100), then any of `insecure` (admit without connect tokens:
+//! no packet protection) and `acks-on-tick` (input ACKs ride the next snapshot). Instrumentation starts when the measured phase first enters the
 //! server, and collection is on only inside the server's scope, so the totals are the server
 //! endpoint's instructions over the measured phase: divide by the printed player-ticks.
 //! Outside valgrind the requests are no-ops and the run just prints its outcome.
@@ -73,16 +73,19 @@ fn main() {
             eprintln!("game_cost: players: {e}");
             std::process::exit(2)
         });
-    let tokens = args.next().as_deref() != Some("insecure");
+    let flags: Vec<String> = args.collect();
+    let tokens = !flags.iter().any(|f| f == "insecure");
+    let acks_on_tick = flags.iter().any(|f| f == "acks-on-tick");
     let scenario = GameScenario {
         players,
         tokens,
+        acks_on_tick,
         server_scope: Some(scope),
         ..GameScenario::new(1)
     };
     match scenario.run() {
         Ok(out) => println!(
-            "players {players} tokens {tokens} ticks {} player_ticks {} snapshots_received {} \
+            "players {players} tokens {tokens} acks_on_tick {acks_on_tick} ticks {} player_ticks {} snapshots_received {} \
              inputs_lost {}",
             out.ticks, out.player_ticks, out.snapshots_received, out.inputs_lost
         ),
