@@ -10,12 +10,14 @@
 //! ```
 //!
 //! Arguments: players (default 100), then any of `insecure` (admit without connect tokens:
-//! no packet protection) and `acks-on-tick` (input ACKs ride the next snapshot). Instrumentation starts when the measured phase first enters the
+//! no packet protection), `acks-on-tick` (input ACKs ride the next snapshot), `warmup=S` and
+//! `measured=S` (simulated seconds; the scenario's 5 and 2 by default). Instrumentation starts when the measured phase first enters the
 //! server, and collection is on only inside the server's scope, so the totals are the server
 //! endpoint's instructions over the measured phase: divide by the printed player-ticks.
 //! Outside valgrind the requests are no-ops and the run just prints its outcome.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use ricochet_testkit::game::GameScenario;
 
@@ -76,12 +78,21 @@ fn main() {
     let flags: Vec<String> = args.collect();
     let tokens = !flags.iter().any(|f| f == "insecure");
     let acks_on_tick = flags.iter().any(|f| f == "acks-on-tick");
+    let base = GameScenario::new(1);
+    let seconds = |name: &str, default: Duration| {
+        flags
+            .iter()
+            .find_map(|f| f.strip_prefix(name)?.parse::<f64>().ok())
+            .map_or(default, Duration::from_secs_f64)
+    };
     let scenario = GameScenario {
         players,
         tokens,
         acks_on_tick,
+        warmup: seconds("warmup=", base.warmup),
+        measured: seconds("measured=", base.measured),
         server_scope: Some(scope),
-        ..GameScenario::new(1)
+        ..base
     };
     match scenario.run() {
         Ok(out) => println!(
