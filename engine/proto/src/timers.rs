@@ -146,19 +146,26 @@ impl TimerQueue {
         }
     }
 
+    /// Moves the entry at `i` up to its place. The entry is held aside and the parents it
+    /// passes move down one level each (one write per level, not a swap).
     fn sift_up(&mut self, mut i: usize) {
+        let entry = self.heap[i];
         while i > 0 {
             let parent = (i - 1) / 2;
-            if self.heap[parent] <= self.heap[i] {
+            if self.heap[parent] <= entry {
                 break;
             }
-            self.swap(i, parent);
+            self.put(i, self.heap[parent]);
             i = parent;
         }
+        self.put(i, entry);
     }
 
+    /// Moves the entry at `i` down to its place, the smaller child moving up at each level
+    /// (as [`Self::sift_up`], one write per level).
     fn sift_down(&mut self, mut i: usize) {
         let n = self.heap.len();
+        let entry = self.heap[i];
         loop {
             let left = 2 * i + 1;
             if left >= n {
@@ -170,18 +177,19 @@ impl TimerQueue {
             } else {
                 left
             };
-            if self.heap[i] <= self.heap[child] {
+            if entry <= self.heap[child] {
                 break;
             }
-            self.swap(i, child);
+            self.put(i, self.heap[child]);
             i = child;
         }
+        self.put(i, entry);
     }
 
-    fn swap(&mut self, a: usize, b: usize) {
-        self.heap.swap(a, b);
-        self.pos[self.heap[a].1 as usize] = a as u32;
-        self.pos[self.heap[b].1 as usize] = b as u32;
+    /// Writes `entry` at heap position `i` and records the position.
+    fn put(&mut self, i: usize, entry: (Instant, u32)) {
+        self.heap[i] = entry;
+        self.pos[entry.1 as usize] = i as u32;
     }
 }
 

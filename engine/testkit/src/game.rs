@@ -148,8 +148,7 @@ impl GameScenario {
                     snapshots_sent: 0,
                     inputs_received: 0,
                     input_errors: 0,
-                    next_input: vec![0; n],
-                    index: Vec::with_capacity(n),
+                    next_input: Vec::with_capacity(n),
                 }),
             },
         )?;
@@ -321,9 +320,11 @@ struct Server {
     snapshots_sent: u64,
     inputs_received: u64,
     input_errors: u64,
-    /// Next expected input per session, by position in `index`.
-    next_input: Vec<u64>,
-    index: Vec<ConnectionHandle>,
+    /// Next expected input per session, sorted by handle: the game's own bookkeeping runs
+    /// inside the measured scope (between the endpoint's events), and a binary search keeps
+    /// it small beside the protocol's work at any number of players (a scan of every session
+    /// per input grew with them).
+    next_input: Vec<(ConnectionHandle, u64)>,
 }
 
 struct Player {
@@ -366,7 +367,9 @@ impl Node {
             match (&mut self.role, event) {
                 (Role::Server(s), Event::Connected) => {
                     s.sessions.push(h);
-                    s.index.push(h);
+                    if let Err(at) = s.next_input.binary_search_by_key(&h, |e| e.0) {
+                        s.next_input.insert(at, (h, 0));
+                    }
                 }
                 (Role::Server(s), Event::Message { channel, data }) => {
                     s.inputs_received += 1;
@@ -374,11 +377,12 @@ impl Node {
                         .get(..8)
                         .and_then(|b| <[u8; 8]>::try_from(b).ok())
                         .map(u64::from_le_bytes);
-                    let slot = s.index.iter().position(|&x| x == h);
-                    match (slot, seq) {
-                        (Some(i), Some(q)) if channel == INPUT_CHANNEL && q == s.next_input[i] => {
-                            s.next_input[i] += 1;
-                        }
+                    let next = match s.next_input.binary_search_by_key(&h, |e| e.0) {
+                        Ok(i) => s.next_input.get_mut(i),
+                        Err(_) => None,
+                    };
+                    match (next, seq) {
+                        (Some(e), Some(q)) if channel == INPUT_CHANNEL && q == e.1 => e.1 += 1,
                         _ => s.input_errors += 1,
                     }
                 }

@@ -52,7 +52,13 @@ struct Seen {
     /// Reliable data or a ping: its ACK is never held for [`Config::unreliable_ack_delay`].
     reliable: bool,
     carries_data: bool,
+    /// Frames in the packet (all in [`Decoded`] when it has room for them).
+    frames: usize,
 }
+
+/// The first pass's frames, kept for the second when they fit (most packets: an ACK and a
+/// message or two), which then does not decode them again. Never spills to the heap.
+type Decoded<'p> = smallvec::SmallVec<[Frame<'p>; 4]>;
 
 impl Connection {
     /// `sealed`: the session's packets carry a tag (with `keys`, or with the keys a token
@@ -593,7 +599,8 @@ impl Connection {
         }
         // Validate everything and check buffer space before any state changes, so a dropped
         // packet is not acknowledged (the peer retransmits its data).
-        let seen = self.check_frames(payload)?;
+        let mut decoded = Decoded::new();
+        let seen = self.check_frames(payload, &mut decoded)?;
         // Accepted: record the packet number.
         self.ack
             .record_received(&self.cfg, now, pn, seen.ack_eliciting, seen.reliable);
@@ -613,7 +620,11 @@ impl Connection {
         if self.side == Side::Server {
             self.accept.pending = false; // the client got our accept
         }
-        let acked_something = self.apply_frames(now, payload, arena);
+        let acked_something = if decoded.len() == seen.frames {
+            self.apply_frames(now, decoded.into_iter(), arena)
+        } else {
+            self.apply_frames(now, wire::frames(payload).flatten(), arena)
+        };
         if acked_something {
             self.maybe_start_draining(now);
         }
@@ -621,8 +632,12 @@ impl Connection {
     }
 
     /// First pass over a packet's frames: all valid, within the peer's window and our
-    /// buffers? Changes nothing.
-    fn check_frames(&self, payload: &[u8]) -> Result<Seen, DropCause> {
+    /// buffers? Changes nothing; keeps the frames in `decoded` while it has room.
+    fn check_frames<'p>(
+        &self,
+        payload: &'p [u8],
+        decoded: &mut Decoded<'p>,
+    ) -> Result<Seen, DropCause> {
         let mut ack_eliciting = false;
         let mut reliable = false;
         let mut carries_data = false;
@@ -630,8 +645,13 @@ impl Connection {
             segments: 0,
             bytes: 0,
         };
+        let mut frames = 0;
         for f in wire::frames(payload) {
             let f = f.map_err(|_| DropCause::Malformed)?;
+            frames += 1;
+            if decoded.len() < decoded.inline_size() {
+                decoded.push(f);
+            }
             match f {
                 Frame::Ack(a) => {
                     if a.largest >= self.recovery.next_pn {
@@ -684,20 +704,21 @@ impl Connection {
             ack_eliciting,
             reliable,
             carries_data,
+            frames,
         })
     }
 
-    /// Second pass: apply an accepted packet's frames; true when an ACK in it acknowledged
-    /// something new.
-    fn apply_frames(
+    /// Second pass: apply an accepted packet's frames (all of them, as the first pass
+    /// decoded them); true when an ACK in it acknowledged something new.
+    fn apply_frames<'p>(
         &mut self,
         now: Instant,
-        payload: &[u8],
+        frames: impl Iterator<Item = Frame<'p>>,
         mut arena: Option<&mut BytesMut>,
     ) -> bool {
         let mut acked_something = false;
         let mut delivered = 0;
-        for f in wire::frames(payload).flatten() {
+        for f in frames {
             match f {
                 Frame::Ack(a) => {
                     acked_something |= self.on_ack(now, &a);

@@ -202,16 +202,32 @@ impl Connection {
         // included; RFC 9002 §6 suggests 3 x PTO): the ACK of a packet declared lost comes
         // back that late, and a forgotten packet's ACK settles nothing. Otherwise two loss
         // delays, which keeps the list (scanned by loss detection) short.
-        let mut keep_lost = self.rtt.loss_delay() * 2;
-        if !self.rtt.has_sample || self.recovery.pto_count > 0 {
-            keep_lost = keep_lost.max(self.current_rto() * 3);
-        }
-        while self.recovery.sent.front().is_some_and(|p| match p.state {
-            PacketState::InFlight => false,
-            PacketState::Lost => p.time + keep_lost <= now,
-            PacketState::Acked | PacketState::Untracked => true,
-        }) {
+        // Worked out at the first packet declared lost at the front, not per call: on a clean
+        // path no packet is ever lost, and the front is settled or in flight.
+        let mut keep_lost = None;
+        while let Some(p) = self.recovery.sent.front() {
+            let settled = match p.state {
+                PacketState::InFlight => false,
+                PacketState::Lost => {
+                    let keep = *keep_lost.get_or_insert_with(|| self.keep_lost());
+                    p.time + keep <= now
+                }
+                PacketState::Acked | PacketState::Untracked => true,
+            };
+            if !settled {
+                break;
+            }
             self.recovery.sent.pop_front();
+        }
+    }
+
+    /// How long a packet declared lost stays in the sent list (see [`Self::pop_sent`]).
+    fn keep_lost(&self) -> Duration {
+        let keep = self.rtt.loss_delay() * 2;
+        if !self.rtt.has_sample || self.recovery.pto_count > 0 {
+            keep.max(self.current_rto() * 3)
+        } else {
+            keep
         }
     }
 

@@ -379,11 +379,12 @@ impl Connection {
         if !self.send.retx.is_empty() {
             return true;
         }
-        let reliable_ok = self.reliable_window_open();
+        // The reliable window is looked at only for a reliable channel with something queued
+        // (an idle session has nothing queued anywhere).
         self.send
             .channels
             .iter()
-            .any(|c| !c.queue.is_empty() && (!c.kind.is_reliable() || reliable_ok))
+            .any(|c| !c.queue.is_empty() && (!c.kind.is_reliable() || self.reliable_window_open()))
     }
 
     pub(super) fn reliable_window_open(&self) -> bool {
@@ -417,6 +418,10 @@ impl Connection {
             let mut progress = false;
             for k in 0..n {
                 let ci = (self.send.rr as usize + k) % n;
+                // An empty channel first (the common case): no window to look at.
+                if self.send.channels[ci].queue.is_empty() {
+                    continue;
+                }
                 let reliable = self.send.channels[ci].kind.is_reliable();
                 if reliable && !self.reliable_window_open() {
                     continue;

@@ -413,6 +413,11 @@ impl SlidingSender {
     }
 
     fn clear_window(&mut self) {
+        self.uncovered = 0;
+        if self.window.is_empty() && self.sent.is_empty() {
+            // The common case on a clean path (every source unprotected): nothing to drain.
+            return;
+        }
         self.sent.clear();
         for s in self.window.drain(..) {
             self.spare.push(s.coded);
