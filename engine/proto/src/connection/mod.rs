@@ -11,6 +11,7 @@ mod ack;
 pub(crate) mod cc;
 mod close;
 pub(crate) mod fec_link;
+mod frames;
 mod handshake;
 mod lanes;
 mod mtu_probe;
@@ -28,9 +29,10 @@ pub use self::state::{Connection, ConnectionState};
 use self::ack::Acks;
 use self::cc::Congestion;
 use self::fec_link::FecLink;
+use self::frames::Decoded;
 pub(crate) use self::lanes::MAX_LANES;
 use self::pmtu::PathMtu;
-use self::recv::{Budget, Need, Receiver, SharedBudgets};
+use self::recv::{Budget, Receiver, SharedBudgets};
 use self::rtt::RttEstimator;
 use self::state::{
     Accept, Activity, Closing, Handshake, Path, Recovery, Secure, Segs, Sending, Side,
@@ -45,20 +47,6 @@ use crate::{Config, ConnectionId, ConnectionStats, DropCause, Event, SessionKeys
 /// Largest packet number accepted from a peer: far beyond any real connection's lifetime, so
 /// arithmetic on received packet numbers cannot overflow.
 const MAX_PACKET_NUMBER: u64 = (1 << 62) - 1;
-
-/// What the first pass over a received packet's frames found.
-struct Seen {
-    ack_eliciting: bool,
-    /// Reliable data or a ping: its ACK is never held for [`Config::unreliable_ack_delay`].
-    reliable: bool,
-    carries_data: bool,
-    /// Frames in the packet (all in [`Decoded`] when it has room for them).
-    frames: usize,
-}
-
-/// The first pass's frames, kept for the second when they fit (most packets: an ACK and a
-/// message or two), which then does not decode them again. Never spills to the heap.
-type Decoded<'p> = smallvec::SmallVec<[Frame<'p>; 4]>;
 
 impl Connection {
     /// `sealed`: the session's packets carry a tag (with `keys`, or with the keys a token
@@ -629,162 +617,6 @@ impl Connection {
             self.maybe_start_draining(now);
         }
         Ok(())
-    }
-
-    /// First pass over a packet's frames: all valid, within the peer's window and our
-    /// buffers? Changes nothing; keeps the frames in `decoded` while it has room.
-    fn check_frames<'p>(
-        &self,
-        payload: &'p [u8],
-        decoded: &mut Decoded<'p>,
-    ) -> Result<Seen, DropCause> {
-        let mut ack_eliciting = false;
-        let mut reliable = false;
-        let mut carries_data = false;
-        let mut need = Need {
-            segments: 0,
-            bytes: 0,
-        };
-        let mut frames = 0;
-        for f in wire::frames(payload) {
-            let f = f.map_err(|_| DropCause::Malformed)?;
-            frames += 1;
-            if decoded.len() < decoded.inline_size() {
-                decoded.push(f);
-            }
-            match f {
-                Frame::Ack(a) => {
-                    if a.largest >= self.recovery.next_pn {
-                        return Err(DropCause::ProtocolViolation);
-                    }
-                }
-                Frame::Fragment {
-                    channel,
-                    message_id,
-                    index,
-                    count,
-                    data,
-                } => {
-                    ack_eliciting = true;
-                    carries_data = true;
-                    reliable |= self.channel_is_reliable(channel);
-                    self.receiver.validate(channel, count, data.len())?;
-                    let n = self
-                        .receiver
-                        .need(channel, message_id, index, count, data.len());
-                    need.segments += n.segments;
-                    need.bytes += n.bytes;
-                }
-                Frame::Datagram {
-                    channel,
-                    message_id,
-                    data,
-                } => {
-                    ack_eliciting = true;
-                    carries_data = true;
-                    reliable |= self.channel_is_reliable(channel);
-                    self.receiver.validate(channel, 1, data.len())?;
-                    let n = self.receiver.need(channel, message_id, 0, 1, data.len());
-                    need.segments += n.segments;
-                    need.bytes += n.bytes;
-                }
-                Frame::Ping => {
-                    ack_eliciting = true;
-                    reliable = true;
-                }
-                Frame::Padding | Frame::Close(_) | Frame::LossReport { .. } => {}
-            }
-        }
-        if (need.segments > 0 && self.receiver.segments + need.segments > self.cfg.recv_window)
-            || (need.bytes > 0 && !self.receiver.fits(&need, 0))
-        {
-            return Err(DropCause::FlowControl);
-        }
-        Ok(Seen {
-            ack_eliciting,
-            reliable,
-            carries_data,
-            frames,
-        })
-    }
-
-    /// Second pass: apply an accepted packet's frames (all of them, as the first pass
-    /// decoded them); true when an ACK in it acknowledged something new.
-    fn apply_frames<'p>(
-        &mut self,
-        now: Instant,
-        frames: impl Iterator<Item = Frame<'p>>,
-        mut arena: Option<&mut BytesMut>,
-    ) -> bool {
-        let mut acked_something = false;
-        let mut delivered = 0;
-        for f in frames {
-            match f {
-                Frame::Ack(a) => {
-                    acked_something |= self.on_ack(now, &a);
-                }
-                Frame::Fragment {
-                    channel,
-                    message_id,
-                    index,
-                    count,
-                    data,
-                } => {
-                    if self.state == ConnectionState::Established
-                        || self.state == ConnectionState::Closing
-                    {
-                        if let Err(c) = self.receiver.on_fragment_in(
-                            now,
-                            channel,
-                            message_id,
-                            index,
-                            count,
-                            data,
-                            &mut self.events,
-                            &mut delivered,
-                            arena.as_deref_mut(),
-                        ) {
-                            self.counters.drops.add(c);
-                        }
-                    }
-                }
-                Frame::Datagram {
-                    channel,
-                    message_id,
-                    data,
-                } => {
-                    if self.state == ConnectionState::Established
-                        || self.state == ConnectionState::Closing
-                    {
-                        if let Err(c) = self.receiver.on_fragment_in(
-                            now,
-                            channel,
-                            message_id,
-                            0,
-                            1,
-                            data,
-                            &mut self.events,
-                            &mut delivered,
-                            arena.as_deref_mut(),
-                        ) {
-                            self.counters.drops.add(c);
-                        }
-                    }
-                }
-                Frame::Close(reason) => self.on_close_frame(reason),
-                Frame::LossReport {
-                    received,
-                    lost,
-                    max_burst,
-                } => {
-                    self.counters.peer_loss_report = (received, lost);
-                    self.fec.on_loss_report(received, lost, max_burst);
-                }
-                Frame::Ping | Frame::Padding => {}
-            }
-        }
-        self.counters.messages_delivered += delivered;
-        acked_something
     }
 
     /// Write the next datagram into `buf` (at most [`Config::max_datagram_size`] bytes, or
