@@ -67,8 +67,10 @@ pub struct EchoShape {
 pub struct OpsArgs {
     #[command(flatten)]
     pub shape: EchoShape,
-    /// Rounds of the metrics and conditioner arms (each runs both sides).
-    #[arg(long, default_value_t = 7)]
+    /// Rounds of the metrics and conditioner arms (each runs both sides). One pair's ratio
+    /// varies by ±20 % on a shared VM, so the medians need this many rounds to judge a goal
+    /// a few percent from 1.
+    #[arg(long, default_value_t = 15)]
     pub rounds: usize,
     /// Sessions the scrape arm's server holds.
     #[arg(long, default_value_t = 10_000)]
