@@ -140,3 +140,44 @@ fn ops_scrape_arm_renders_its_aa_band_and_verdict() {
     assert!(front.contains("verdict: **not raised**"), "{front}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An arm-only `bench ops` run replaces that arm's figures and keeps the other arms from the
+/// older full run; both files are named.
+#[test]
+fn ops_arms_come_from_the_newest_run_of_each() {
+    let dir = std::env::temp_dir().join(format!("ricochet-report-ops-arms-{}", std::process::id()));
+    let results = dir.join("results").join("host-20260101");
+    std::fs::create_dir_all(&results).unwrap();
+    std::fs::write(dir.join("PERFORMANCE.md"), "# Perf\n").unwrap();
+    let shape = serde_json::json!({"clients": 4, "window": 16, "payload": 1024, "workers": 2, "seconds": 3.0, "warmup": 1.0});
+    let side = |a: f64, b: f64| {
+        serde_json::json!({"sides": ["a", "b"], "rounds": [[], []], "median_round_trips_per_s": [a, b],
+            "ratio": a / b, "goal": 0.98})
+    };
+    let full = serde_json::json!({
+        "kind": "ops", "command": "bench ops", "shape": shape,
+        "metrics": side(1000.0, 1000.0), "conditioner": side(900.0, 1000.0), "scrape": null
+    });
+    let only = serde_json::json!({
+        "kind": "ops", "command": "bench ops --only conditioner", "shape": shape,
+        "metrics": null, "conditioner": side(1010.0, 1000.0), "scrape": null
+    });
+    std::fs::write(results.join("ops-000000.json"), full.to_string()).unwrap();
+    std::fs::write(results.join("ops-000100.json"), only.to_string()).unwrap();
+    let files = plan(&dir, None).unwrap();
+    let front = &files[0].1;
+    assert!(
+        front.contains(
+            "The metrics arm(s) from `results/host-20260101/ops-000000.json`: `bench ops`"
+        ),
+        "{front}"
+    );
+    assert!(
+        front.contains("The conditioner arm(s) from `results/host-20260101/ops-000100.json`: `bench ops --only conditioner`"),
+        "{front}"
+    );
+    assert!(front.contains("| 1010 | 1000 | 1.010× |"), "{front}");
+    assert!(!front.contains("0.900×"), "{front}");
+    assert!(front.contains("| 1000 | 1000 | 1.000× |"), "{front}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -16,37 +16,50 @@ fn f(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))
 }
 
-/// Renders the newest `bench ops` result (one file: its arms ran in one sitting) into `body`.
+/// The arms of `bench ops`, each rendered from the newest result that ran it.
+const ARMS: [&str; 3] = ["metrics", "conditioner", "scrape"];
+
+/// Renders each arm of the newest `bench ops` result that ran it into `body`: an arm-only run
+/// (`bench ops --only conditioner`) replaces that arm's figures and leaves the others'. Every
+/// source file is named with its command and echo shape.
 pub(super) fn render(cx: &mut Ctx, body: &mut String) {
     body.push_str("## Running in production: metrics, scrapes, the link conditioner\n\n");
-    let newest = cx.newest(|i| match i {
-        Input::Ops(v) => Some(v),
-        _ => None,
-    });
-    let Some((path, v)) = newest else {
+    let picked: Vec<(&str, String, Value)> = ARMS
+        .iter()
+        .filter_map(|&arm| {
+            let (path, v) = cx.newest(|i| match i {
+                Input::Ops(v) if v.get(arm).is_some_and(|a| !a.is_null()) => Some(v),
+                _ => None,
+            })?;
+            Some((arm, path, v))
+        })
+        .collect();
+    if picked.is_empty() {
         body.push_str("No `bench ops` result yet.\n\n");
         return;
+    }
+    let mut sources: Vec<(&str, Vec<&str>, &Value)> = Vec::new();
+    for (arm, path, v) in &picked {
+        match sources.iter_mut().find(|(p, _, _)| p == path) {
+            Some((_, arms, _)) => arms.push(arm),
+            None => sources.push((path, vec![arm], v)),
+        }
+    }
+    for (path, arms, v) in &sources {
+        write_source(body, path, arms, v, sources.len() > 1);
+    }
+    let arm = |name: &str| {
+        picked
+            .iter()
+            .find(|(a, _, _)| *a == name)
+            .and_then(|(_, _, v)| v.get(name))
     };
-    let shape = |k| num(&v, &["shape", k]).map_or("-".into(), |x| format!("{x}"));
-    let _ =
-        write!(
-        body,
-        "The echo: {} clients × {} in flight × {} B on the reliable channel, insecure, {} server \
-         worker(s), {} s measured after {} s, direct on loopback. From `{path}`: `{}`\n\n",
-        shape("clients"),
-        shape("window"),
-        shape("payload"),
-        shape("workers"),
-        shape("seconds"),
-        shape("warmup"),
-        v.get("command").and_then(Value::as_str).unwrap_or("").replace('`', "'"),
-    );
     let mut rows = Vec::new();
-    for (arm, what) in [
+    for (arm_name, what) in [
         ("metrics", "metrics on and scraped each second / off (same run, alternated)"),
         ("conditioner", "link conditioner built in and off / compiled out (a child process of each build, alternated)"),
     ] {
-        let Some(a) = v.get(arm).filter(|a| !a.is_null()) else {
+        let Some(a) = arm(arm_name) else {
             continue;
         };
         let n = a.get("rounds").and_then(Value::as_array).map_or(0, Vec::len);
@@ -76,7 +89,7 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) {
         ));
         body.push('\n');
     }
-    if let Some(s) = v.get("scrape").filter(|s| !s.is_null()) {
+    if let Some(s) = arm("scrape") {
         // Runs before the A/A control had only the two kinds of phase.
         let aa = s.get("aa_p99_ratio").is_some();
         let _ = writeln!(
@@ -127,6 +140,30 @@ pub(super) fn render(cx: &mut Ctx, body: &mut String) {
         }
     }
     body.push('\n');
+}
+
+/// Names one source file of the section: its echo shape and command, and which arms it gives
+/// when the section has more than one source.
+fn write_source(body: &mut String, path: &str, arms: &[&str], v: &Value, several: bool) {
+    let shape = |k| num(v, &["shape", k]).map_or("-".into(), |x| format!("{x}"));
+    let which = if several {
+        format!("The {} arm(s) from", arms.join(" and "))
+    } else {
+        "From".to_string()
+    };
+    let _ =
+        write!(
+        body,
+        "The echo: {} clients × {} in flight × {} B on the reliable channel, insecure, {} server \
+         worker(s), {} s measured after {} s, direct on loopback. {which} `{path}`: `{}`\n\n",
+        shape("clients"),
+        shape("window"),
+        shape("payload"),
+        shape("workers"),
+        shape("seconds"),
+        shape("warmup"),
+        v.get("command").and_then(Value::as_str).unwrap_or("").replace('`', "'"),
+    );
 }
 
 /// The A/A control of the scrape arm: the ratios per triple, the bands and the verdict.
