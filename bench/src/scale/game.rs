@@ -19,7 +19,7 @@ use bytes::Bytes;
 use ricochet::ClientEvent;
 
 use super::game_meter::{drive_game, server_faults, PlayerMeter, PlayersSeen};
-use super::load::{Control, Driven, Phase};
+use super::load::{Control, Driven, Phase, SERVE_TURN};
 use super::server::{
     monotonic_ns, ServerKind, ServerProcess, ServerSpec, INPUT_CHANNEL, SNAPSHOT_CHANNEL,
 };
@@ -117,7 +117,12 @@ pub fn run(cfg: &GameConfig) -> Result<GameRun> {
             }
             Err(e) => (None, Err(e)),
         };
-        let (Some(start), Some(mut set)) = (ctl.connected(outcome), set) else {
+        let mut set = set;
+        let start = ctl.connected_serving(outcome, || match set.as_mut() {
+            Some(s) => idle_for(s, SERVE_TURN),
+            None => Ok(()),
+        });
+        let (Some(start), Some(mut set)) = (start, set) else {
             return Ok(ShardEnd::default());
         };
         let mut meter = PlayerMeter::new(cfg, period, range, start);

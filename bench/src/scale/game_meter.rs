@@ -130,13 +130,13 @@ impl PlayerMeter {
         if n == 0 {
             return Ok(());
         }
-        let elapsed = now.saturating_duration_since(self.start).as_secs_f64();
-        let target = (elapsed / self.period.as_secs_f64() * self.total as f64) as u64;
         let half = self.period / 2;
         // At most one round of the shard's inputs per turn: a thread that fell behind still
         // receives and sees the run's phase between bursts (its lateness says it fell behind).
+        // Due by the same clock as [`Self::wait`]: a place that `wait` calls due is sent now,
+        // so a turn never finds nothing to wait for and nothing to send (a spin).
         let mut burst = n;
-        while self.next_q < target && burst > 0 {
+        while self.due(self.next_q) <= now && burst > 0 {
             burst -= 1;
             let q = self.next_q;
             let i = (q % self.total - self.first) as usize;
@@ -402,5 +402,68 @@ impl GameRun {
             .filter(|_| stats.game.snapshots_sent > 0)
             .map(|a| finite(a.calls as f64 / stats.game.snapshots_sent as f64));
         run
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PlayerMeter;
+    use crate::schema::GameConfig;
+    use std::time::{Duration, Instant};
+
+    fn config(players: usize) -> GameConfig {
+        GameConfig {
+            players,
+            tick_hz: 60.0,
+            snapshot_bytes: 200,
+            input_bytes: 32,
+            relay_profile: None,
+            seed: 1,
+            players_per_ip: 1000,
+            io_threads: 1,
+            server_idle: "tick".into(),
+            server_pinning: None,
+            server_slice_us: None,
+            acks_on_tick: false,
+            backend: "auto".into(),
+            profile: "game".into(),
+            security: "secure".into(),
+            warmup_s: 0.0,
+            seconds: 1.0,
+            stack: None,
+            load_threads: 2,
+        }
+    }
+
+    #[test]
+    fn a_turn_told_not_to_wait_has_an_input_to_send() {
+        let period = Duration::from_millis(10);
+        let start = Instant::now();
+        // Players 0..4 of 8: grid places 1.25 ms apart, this shard's the first four of a round.
+        let mut m = PlayerMeter::new(&config(8), period, 0..4, start);
+        let mut sent = Vec::new();
+        // Every 100 µs over three periods: whenever the meter says not to wait, the turn at
+        // that moment sends (a turn with no wait and nothing to send is a spin).
+        for k in 0..300u32 {
+            let now = start + Duration::from_micros(100) * k;
+            let before = sent.len();
+            let wait = m.due(m.next_q).saturating_duration_since(now);
+            m.send_due(now, |i, body| {
+                sent.push((i, body[0]));
+                Ok(())
+            })
+            .expect("recording a send cannot fail");
+            assert!(
+                !wait.is_zero() || sent.len() > before,
+                "at {:?} the turn may not wait but sends nothing",
+                now - start
+            );
+        }
+        // Each player's inputs in order, one per period: 3 periods of 4 players.
+        assert_eq!(sent.len(), 12);
+        for i in 0..4 {
+            let seqs: Vec<u8> = sent.iter().filter(|s| s.0 == i).map(|s| s.1).collect();
+            assert_eq!(seqs, [0, 1, 2], "player {i}");
+        }
     }
 }

@@ -10,7 +10,7 @@
 //! measure the client as much as the server ([`LoadStats`]).
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Barrier, Mutex, OnceLock};
 use std::thread::ScopedJoinHandle;
@@ -40,6 +40,9 @@ pub(super) fn shards(n: usize, threads: usize) -> Vec<Range<usize>> {
     (0..t).map(|k| k * n / t..(k + 1) * n / t).collect()
 }
 
+/// About how long one turn of a shard that waits for the others to connect lasts.
+pub(super) const SERVE_TURN: Duration = Duration::from_millis(20);
+
 /// Where a run is; the shard threads read it every turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
@@ -59,6 +62,10 @@ pub(super) enum Phase {
 pub(super) struct Control<S> {
     phase: AtomicU8,
     start: OnceLock<Instant>,
+    /// Shards that have reported their connect outcome so far.
+    arrived: AtomicUsize,
+    /// Shards in the run.
+    shards: usize,
     /// Every shard connected (or failed), then the go.
     connected: Barrier,
     go: Barrier,
@@ -88,6 +95,41 @@ impl<S> Control<S> {
     /// A shard thread: its players connected (`Ok(connected, took)`) or not; waits for every
     /// other shard and the go. Returns the grid's start, or `None` when the run is off.
     pub(super) fn connected(&self, outcome: Result<(usize, Duration)>) -> Option<Instant> {
+        self.connected_serving(outcome, || {
+            std::thread::sleep(SERVE_TURN);
+            Ok(())
+        })
+    }
+
+    /// [`Self::connected`], calling `serve` (one turn of about [`SERVE_TURN`] that services
+    /// the shard's players: their keepalives and ACKs) until every other shard has connected
+    /// too. With thousands of players on a busy host one shard may finish seconds before the
+    /// other; players left unserviced that long would time out (idle) before the game starts.
+    /// A `serve` error stops the serving and fails the run's connect.
+    pub(super) fn connected_serving(
+        &self,
+        outcome: Result<(usize, Duration)>,
+        mut serve: impl FnMut() -> Result<()>,
+    ) -> Option<Instant> {
+        let ok = outcome.is_ok();
+        self.record(outcome);
+        self.arrived.fetch_add(1, Ordering::AcqRel);
+        while ok && self.arrived.load(Ordering::Acquire) < self.shards {
+            if let Err(e) = serve() {
+                self.record(Err(e));
+                break;
+            }
+        }
+        self.connected.wait();
+        self.go.wait();
+        if self.abort.load(Ordering::Acquire) {
+            return None;
+        }
+        self.start.get().copied()
+    }
+
+    /// A shard's connect `outcome`, for the calling thread to read once every shard is in.
+    fn record(&self, outcome: Result<(usize, Duration)>) {
         if let Ok(mut c) = self.connect.lock() {
             match outcome {
                 Ok((n, took)) => {
@@ -97,12 +139,6 @@ impl<S> Control<S> {
                 Err(e) => c.0.push(crate::error_chain(e.as_ref())),
             }
         }
-        self.connected.wait();
-        self.go.wait();
-        if self.abort.load(Ordering::Acquire) {
-            return None;
-        }
-        self.start.get().copied()
     }
 
     /// A shard thread: its measured phase is over (called once, at [`Phase::Drain`]).
@@ -167,6 +203,8 @@ pub(super) fn drive<S: Send, E: Send>(
     let ctl = Control {
         phase: AtomicU8::new(Phase::WarmUp as u8),
         start: OnceLock::new(),
+        arrived: AtomicUsize::new(0),
+        shards: t,
         connected: Barrier::new(t + 1),
         go: Barrier::new(t + 1),
         abort: AtomicBool::new(false),

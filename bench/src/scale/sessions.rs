@@ -24,7 +24,7 @@ use bytes::Bytes;
 use ricochet::{ClientEvent, ClientSet};
 
 use super::echo_meter::{drive_echo, failed, server_spec, EchoMeter, EchoSeen, PhaseCpu};
-use super::load::{Control, Phase};
+use super::load::{Control, Phase, SERVE_TURN};
 use super::server::{ServerKind, ServerProcess};
 use super::setup::{
     connect_all, connect_range, groups, idle_for, member_config, token_key, unmeasured_stack,
@@ -349,7 +349,12 @@ fn echo(
             }
             Err(e) => (None, Err(e)),
         };
-        let (Some(_), Some(mut set)) = (ctl.connected(outcome), set) else {
+        let mut set = set;
+        let started = ctl.connected_serving(outcome, || match set.as_mut() {
+            Some(s) => idle_for(s, SERVE_TURN),
+            None => Ok(()),
+        });
+        let (Some(_), Some(mut set)) = (started, set) else {
             return Ok(ClientTotals::default());
         };
         let n = set.len();
