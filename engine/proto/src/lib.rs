@@ -88,8 +88,9 @@
 //! got slower, or other flows share it): the estimate is cut to 85 % of the rate the ACKs
 //! arrive at. Loss is not a signal by itself (with [`Config::loss_tolerant`]): 5 % random
 //! loss leaves the rate where the path puts it. While cuts recur (flows share a bottleneck)
-//! the probe also adds a few datagrams per RTT, the same for every flow, so that shares
-//! converge. One cut leaves at least 85 % of half the estimate, and the pacer never goes below two
+//! the probe also adds a datagram per RTT, the same for every flow, so that shares
+//! converge, and a round over a standing queue never raises the estimate (a flow's share of
+//! a busy FIFO follows what it sends: every probe would seem to find more). One cut leaves at least 85 % of half the estimate, and the pacer never goes below two
 //! datagrams per smoothed RTT, so that an outage (seconds of loss) cannot leave the sender
 //! stalled at a rate too slow to measure the path again. [`Config::min_send_rate`] and
 //! [`Config::max_send_rate`] bound the rate. The

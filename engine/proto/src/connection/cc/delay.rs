@@ -31,10 +31,14 @@
 //!
 //! Flows that share a bottleneck are cut in proportion to their rates, and a probe grows each
 //! in proportion too: shares that drifted apart would stay apart. So while cuts recur (two
-//! within [`SHARED_ROUNDS`] rounds) the probe adds the same few datagrams per RTT to every
-//! flow and the drain takes them off again: a small share gains more in proportion, and the
+//! within [`SHARED_ROUNDS`] rounds) the probe adds the same datagram per RTT to every
+//! flow and the drain takes it off again: a small share gains more in proportion, and the
 //! shares converge (additive increase, multiplicative decrease). A flow alone on its path is
-//! not cut once it settled and keeps the gentle probe.
+//! not cut once it settled and keeps the gentle probe. A round over a standing queue (its
+//! smallest RTT sample above the threshold) never raises the estimate: with a FIFO kept busy
+//! a flow's ACKs come at its share of it, in proportion to what it sent, so a probe would
+//! always seem to find more, and every flow's estimate would ratchet past its share and keep
+//! the buffer full.
 //!
 //! A cruise round in which every datagram still queued by more than half the threshold plus
 //! one datagram's serialization at the estimate, its ACKs arriving at about the estimate (the
@@ -259,12 +263,14 @@ impl Delay {
         let bw = self.unclamped_estimate();
         // While standing queues keep cutting the estimate (two cuts within `SHARED_ROUNDS`:
         // other flows share the bottleneck),
-        // the probe also adds four datagrams per RTT and the drain takes them off again: the
+        // the probe also adds one datagram per RTT and the drain takes it off again: the
         // same for every flow, so that a flow with a small share gains more in proportion
         // than a large one (cuts are proportional; without it, shares that drifted apart
-        // stay apart). A flow alone on its path has no cuts, and probes gently.
+        // stay apart). A flow alone on its path has no cuts, and probes gently. Not more:
+        // sixteen flows' probes add up (four datagrams each kept a 10 Mbit/s link's queue
+        // swinging up to 60 ms in `bench lanes uplink-shared`).
         let add = if self.since_cut < SHARED_ROUNDS && self.cut_gap < SHARED_ROUNDS {
-            4.0 * self.mss as f64 / self.srtt.as_secs_f64().max(1e-3)
+            1.0 * self.mss as f64 / self.srtt.as_secs_f64().max(1e-3)
         } else {
             0.0
         };
@@ -481,14 +487,6 @@ impl Delay {
         let rate = (interval > 0.0 && r.bytes > 0).then(|| r.bytes as f64 / interval);
         let ack_rate = (!ack_elapsed.is_zero() && r.bytes > 0)
             .then(|| r.bytes as f64 / ack_elapsed.as_secs_f64());
-        if let Some(rate) = rate {
-            // A round the game did not fill only counts if it shows more (module docs).
-            if r.limited || rate > self.bw {
-                self.samples[self.next_sample] = rate;
-                self.next_sample = (self.next_sample + 1) % BW_ROUNDS;
-                self.bw = self.samples.iter().copied().fold(0.0, f64::max);
-            }
-        }
         // How far the round's smallest RTT sample stood above the path's minimum: past the
         // threshold a standing queue (a cut), past `standing` one the sender keeps up (a cap
         // and a drain round, see below).
@@ -497,6 +495,18 @@ impl Delay {
             _ => None,
         };
         let queued = excess.is_some_and(|(q, t)| q > t);
+        if let Some(rate) = rate {
+            // A round the game did not fill only counts if it shows more (module docs). A
+            // round over a standing queue never does: its ACKs come at this flow's share of
+            // a FIFO kept busy, in proportion to what it sent, so a probe would always seem
+            // to find more and every flow's estimate would ratchet up past its share.
+            let raises = rate > self.bw;
+            if (r.limited || raises) && !(queued && raises) {
+                self.samples[self.next_sample] = rate;
+                self.next_sample = (self.next_sample + 1) % BW_ROUNDS;
+                self.bw = self.samples.iter().copied().fold(0.0, f64::max);
+            }
+        }
         // A datagram that takes longer to serialize than the one the minimum measured (a
         // path that got slower, a full datagram against a small one) stands above the
         // minimum by up to one datagram's time at the estimate without any queue.

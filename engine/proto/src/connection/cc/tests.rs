@@ -650,7 +650,8 @@ fn jittery_acks_keep_the_estimate_near_the_path() {
 /// cuts turned on a fairness term meant for shared paths (4 datagrams per RTT in the probe),
 /// and its queue peaked at 64.7 ms every probe cycle (the bench's 55-65 ms event spikes).
 #[test]
-#[ignore = "issue 38: fails (max 64.7 ms); comparing full datagrams' samples with their own \
+#[ignore = "issue 38: fails (max 24.1 ms; 64.7 ms with 4 datagrams per RTT as the fairness \
+            term's probe); comparing full datagrams' samples with their own \
             floor (commits 989cc17, 8d0d52a) passes it (19.3 ms) but put a 74 ms queue at \
             1.7 s into bench lanes downlink-1mbit (event p99 83 ms in 7 of 9 runs, main 69 \
             in 9 of 9): reverted"]
@@ -695,23 +696,15 @@ fn a_lone_flow_keeps_the_queue_short_through_its_probes() {
 }
 
 /// Sixteen games each offering 1.25 Mbit/s through a shared 10 Mbit/s link with a 100 ms
-/// buffer (`bench lanes uplink-shared`): they share it fairly (the fewest bytes delivered at
-/// least 0.75 of the most after the first 2 s) while keeping the shared queue short (p50
-/// ≤ 15 ms: under a datagram of each flow's). Before, the flows' additive probes kept the
-/// buffer full (fewest/most 0.64, queue p50 95.4 ms).
-#[test]
-#[ignore = "issue 38: 16 Delay flows keep the shared buffer full (queue p50 95 ms, fewest/most \
-            0.64); Vegas/FAST-style own-queue rules (each flow toward 0.35-1 datagram of its \
-            own queued, no fairness term) kept the queue at 4-13 ms but reached only 0.41-0.78 \
-            and cost the step-down or jittered-ACK tests"]
-fn sixteen_flows_share_fairly_with_a_short_queue() {
+/// buffer (`bench lanes uplink-shared`), 10 s: the shared queue's p50 after the first 2 s,
+/// the fewest bytes delivered after 2 s over the most, and all bytes delivered after 2 s.
+fn sixteen_flows_on_a_shared_link() -> (Duration, f64, u64) {
     let flows = (0..16)
         .map(|_| Flow::new(params(), Some(1.25 * MBIT)))
         .collect();
-    let c = 10.0 * MBIT;
     let r = run(
         flows,
-        &|_| c,
+        &|_| 10.0 * MBIT,
         Duration::from_millis(100),
         &|_| 0.0,
         10.0,
@@ -723,16 +716,45 @@ fn sixteen_flows_share_fairly_with_a_short_queue() {
         .filter(|(t, _)| *t >= Duration::from_secs(2))
         .map(|x| x.1)
         .collect();
-    let p50 = percentile(late, 0.5);
     let fewest = r.delivered_after.iter().copied().min().unwrap_or_default();
     let most = r.delivered_after.iter().copied().max().unwrap_or(1);
-    let fairness = fewest as f64 / most as f64;
+    let total = r.delivered_after.iter().sum();
+    (percentile(late, 0.5), fewest as f64 / most as f64, total)
+}
+
+/// Sixteen flows sharing a bottleneck do not keep its buffer full: the shared queue's p50
+/// stays under 15 ms (under a datagram of each flow's), the link busy, and the shares no
+/// further apart than 0.6 (fewest/most). Before, a round over the standing queue could raise
+/// the estimate: a flow's ACKs then come at its share of the busy FIFO, in proportion to what
+/// it sent, so every probe (1.15 times the estimate plus the fairness term's 4 datagrams per
+/// RTT) seemed to find more, each estimate ratcheted past its share and the buffer stayed
+/// full (queue p50 97.4 ms, fewest/most 0.54; with only the ratchet removed, 8.2 ms and
+/// 0.53; with the fairness term cut to one datagram per RTT as well, 4.3 ms and 0.68).
+#[test]
+fn sixteen_flows_keep_the_shared_queue_short() {
+    let (p50, fairness, total) = sixteen_flows_on_a_shared_link();
+    assert!(p50 <= Duration::from_millis(15), "queue p50 {p50:?}");
+    assert!(fairness >= 0.6, "fewest/most {fairness:.2}");
+    assert!(
+        total as f64 / 8.0 >= 0.8 * 10.0 * MBIT,
+        "{total} bytes in 8 s"
+    );
+}
+
+/// Issue 38's goal for `bench lanes uplink-shared`: the sixteen flows share the link fairly
+/// (the fewest bytes delivered at least 0.75 of the most after the first 2 s) while keeping
+/// the shared queue short (p50 ≤ 15 ms).
+#[test]
+#[ignore = "issue 38: fewest/most 0.68 (queue p50 4.3 ms): a delay-based cut is proportional \
+            to each flow's rate and the probe's fairness term (one datagram per RTT) is slow \
+            to close the gaps startup's exit leaves (0.45-0.9 of the fair share); \
+            Vegas/FAST-style own-queue rules reached only 0.41-0.78 and cost the step-down \
+            or jittered-ACK tests"]
+fn sixteen_flows_share_fairly_with_a_short_queue() {
+    let (p50, fairness, _) = sixteen_flows_on_a_shared_link();
     assert!(
         fairness >= 0.75,
-        "fewest/most {fairness:.2}, shares {:?}, queue p50 {p50:?}",
-        r.delivered_after
+        "fewest/most {fairness:.2}, queue p50 {p50:?}"
     );
     assert!(p50 <= Duration::from_millis(15), "queue p50 {p50:?}");
-    let total: u64 = r.delivered_after.iter().sum();
-    assert!(total as f64 / 8.0 >= 0.8 * c, "{total} bytes in 8 s");
 }
