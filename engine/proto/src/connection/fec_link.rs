@@ -249,7 +249,8 @@ impl FecLink {
     /// Wraps an outgoing ARQ datagram (see [`FecState::seal`]); as is without FEC.
     /// `remaining`: the datagram carries a fragment of an unreliable message of several
     /// fragments: (how many follow it, how many it has); the FEC code spends its repairs on
-    /// the message (see `SlidingSender::protect_fragment`).
+    /// the message (see `SlidingSender::protect_fragment`). Returns the packet's length and
+    /// its clear header's (what packet protection leaves readable).
     pub(crate) fn seal(
         &mut self,
         now: Instant,
@@ -257,10 +258,10 @@ impl FecLink {
         buf: &mut [u8],
         len: usize,
         remaining: Option<(u32, u32)>,
-    ) -> usize {
+    ) -> (usize, usize) {
         match self.state.as_mut() {
             Some(s) => s.seal(now, dst, buf, len, remaining),
-            None => len,
+            None => (len, wire::DATA_HEADER_LEN),
         }
     }
 
@@ -471,8 +472,8 @@ impl FecState {
     }
 
     /// Wraps the ARQ datagram `buf[..len]` in place into a `FecData` packet addressed to
-    /// `dst`; returns the new length. Sends the datagram unwrapped if FEC is off or it does
-    /// not fit (the receiver handles plain `Data` packets either way).
+    /// `dst`; returns the new length and the clear header's. Sends the datagram unwrapped if
+    /// FEC is off or it does not fit (the receiver handles plain `Data` packets either way).
     pub(crate) fn seal(
         &mut self,
         now: Instant,
@@ -480,34 +481,35 @@ impl FecState {
         buf: &mut [u8],
         len: usize,
         remaining: Option<(u32, u32)>,
-    ) -> usize {
+    ) -> (usize, usize) {
+        let plain = (len, wire::DATA_HEADER_LEN);
         let Some(tx) = self.tx.as_mut() else {
-            return len;
+            return plain;
         };
         if len < FEC_HEADER_LEN {
-            return len;
+            return plain;
         }
         if self.body.is_empty() {
             self.body = vec![0u8; self.cfg.max_parity_body()];
         }
         let Ok(n) = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body, remaining) else {
-            return len;
+            return plain;
         };
         if FEC_HEADER_LEN + n + TAG_LEN > buf.len() {
             // Cannot happen with the budget from `arq_budget`; the datagram is already part of
             // the group, so the receiver will count it lost and ARQ retransmits it.
-            return len;
+            return plain;
         }
         let p = Packet::FecData {
             dst_cid: dst,
             body: &[],
         };
         if wire::encode_packet(&p, &mut buf[..FEC_HEADER_LEN]).is_err() {
-            return len;
+            return plain;
         }
         buf[FEC_HEADER_LEN..FEC_HEADER_LEN + n].copy_from_slice(&self.body[..n]);
         self.data_bytes += (FEC_HEADER_LEN + n + self.tag) as u64;
-        FEC_HEADER_LEN + n
+        (FEC_HEADER_LEN + n, wire::FEC_DATA_CLEAR_LEN)
     }
 
     /// Closes the open group if its wait ran out (its parity becomes ready).
@@ -802,7 +804,7 @@ mod tests {
                 let len = n + 100 + usize::from(i);
                 buf[n..len].fill(i);
                 let sent = buf[..len].to_vec();
-                let wrapped = tx.seal(now, cid, &mut buf, len, None);
+                let (wrapped, _) = tx.seal(now, cid, &mut buf, len, None);
                 let Ok(Packet::FecData { body, .. }) = wire::decode_packet(&buf[..wrapped]) else {
                     panic!("{scheme:?}: not an FEC data packet");
                 };
@@ -837,7 +839,7 @@ mod tests {
             let mut buf = vec![0u8; 1200];
             let n = wire::encode_data_header(cid, u64::from(i), &mut buf).unwrap();
             buf[n] = i;
-            let len = tx.seal(now, cid, &mut buf, n + 1, None);
+            let (len, _) = tx.seal(now, cid, &mut buf, n + 1, None);
             buf.truncate(len);
             bodies.push(buf);
         }

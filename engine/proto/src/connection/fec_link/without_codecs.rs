@@ -64,8 +64,8 @@ impl FecLink {
         _buf: &mut [u8],
         len: usize,
         _remaining: Option<(u32, u32)>,
-    ) -> usize {
-        len
+    ) -> (usize, usize) {
+        (len, wire::DATA_HEADER_LEN)
     }
 
     pub(crate) fn next_parity(&self) -> Option<usize> {
