@@ -270,6 +270,14 @@ impl FecLink {
         self.state.as_ref()?.next_parity()
     }
 
+    /// True when [`Self::poll_parity`] at `now` would return `None` and change nothing: no
+    /// parity is ready and no group's wait has run out.
+    pub(crate) fn idle_at(&self, now: Instant) -> bool {
+        self.state.as_ref().is_none_or(|s| {
+            s.next_parity().is_none() && !s.tx.as_ref().is_some_and(|t| t.expiry_due(now))
+        })
+    }
+
     /// Writes the next parity packet, if any (see [`FecState::poll_parity`]).
     pub(crate) fn poll_parity(
         &mut self,

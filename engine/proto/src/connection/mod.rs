@@ -669,14 +669,8 @@ impl Connection {
                 size,
             });
         }
-        let ack_due = self.ack.pending
-            && (self.ack.immediate
-                || self.ack.ack_count_reached(&self.cfg)
-                || self.ack.deadline.is_some_and(|d| now >= d));
-        let keepalive_due = self
-            .cfg
-            .keepalive_interval
-            .is_some_and(|k| now >= self.activity.last_sent + k);
+        let ack_due = self.ack_due(now);
+        let keepalive_due = self.keepalive_due(now);
         let mut data_ok = self.has_sendable_data();
         if data_ok && self.paced(now, max) {
             data_ok = false;
@@ -685,6 +679,38 @@ impl Connection {
             return None;
         }
         self.transmit_data(now, buf, max, keepalive_due, data_ok)
+    }
+
+    /// An ACK is to go out at `now`.
+    fn ack_due(&self, now: Instant) -> bool {
+        self.ack.pending
+            && (self.ack.immediate
+                || self.ack.ack_count_reached(&self.cfg)
+                || self.ack.deadline.is_some_and(|d| now >= d))
+    }
+
+    /// A keepalive ping is to go out at `now`.
+    fn keepalive_due(&self, now: Instant) -> bool {
+        self.cfg
+            .keepalive_interval
+            .is_some_and(|k| now >= self.activity.last_sent + k)
+    }
+
+    /// True when [`Self::poll_transmit`] at `now` would return `None` and change nothing (in
+    /// the common case of an established session; `false` means "perhaps more"): the
+    /// endpoint asks it after a datagram instead of polling again to learn there is nothing
+    /// more. The conditions are `transmit`'s, in its order: no path-MTU search, no accept,
+    /// no parity ready or due, no ACK, keepalive or probe due, and no data the window lets
+    /// out (data held by the pacer counts as "perhaps": the pacing check records its time).
+    pub(crate) fn nothing_to_send(&self, now: Instant) -> bool {
+        self.state == ConnectionState::Established
+            && self.path.mtu.is_none()
+            && !self.accept.pending
+            && self.fec.idle_at(now)
+            && !self.ack_due(now)
+            && !self.keepalive_due(now)
+            && !self.recovery.probe_pending
+            && !self.has_sendable_data()
     }
 
     /// Builds a data packet: an ACK, a loss report, retransmissions, new data (channels in

@@ -77,6 +77,17 @@ impl Tx {
         }
     }
 
+    /// Whether `poll_parity` at `now` would close a group or chunk or run the tail timer
+    /// (a state change even when no parity comes of it). The sliding code acts exactly
+    /// when its `poll_timeout` has passed; the block code closes an expired group even
+    /// when it plans no parity (and has no timer for it).
+    pub(crate) fn expiry_due(&self, now: Instant) -> bool {
+        match self {
+            Tx::Block(t) => t.expiry_due(now),
+            Tx::Sliding(t) => t.poll_timeout().is_some_and(|t| now >= t),
+        }
+    }
+
     pub(crate) fn on_loss_report(&mut self, r: LossReport) {
         match self {
             Tx::Block(t) => t.on_loss_report_detail(r),

@@ -203,9 +203,15 @@ impl FecSender {
     }
 
     fn close_if_expired(&mut self, now: Instant) {
-        if self.group.as_ref().is_some_and(|g| now >= g.deadline) {
+        if self.expiry_due(now) {
             self.close_group();
         }
+    }
+
+    /// Whether the open group's wait has run out at `now` (`poll_parity` then closes it),
+    /// whether or not it plans parity.
+    pub(crate) fn expiry_due(&self, now: Instant) -> bool {
+        self.group.as_ref().is_some_and(|g| now >= g.deadline)
     }
 
     /// Closes the open group: decides how much parity the cap allows and encodes it.

@@ -72,6 +72,10 @@ impl FecLink {
         None
     }
 
+    pub(crate) fn idle_at(&self, _now: Instant) -> bool {
+        true
+    }
+
     pub(crate) fn poll_parity(
         &mut self,
         _now: Instant,
