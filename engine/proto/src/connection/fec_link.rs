@@ -500,22 +500,28 @@ impl FecState {
         if self.body.is_empty() {
             self.body = vec![0u8; self.cfg.max_parity_body()];
         }
-        let Ok(n) = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body, remaining) else {
-            return plain;
-        };
+        let payload = len - FEC_HEADER_LEN;
+        let n = crate::fec::DATA_HEADER_LEN + payload;
         if FEC_HEADER_LEN + n + TAG_LEN > buf.len() {
-            // Cannot happen with the budget from `arq_budget`; the datagram is already part of
-            // the group, so the receiver will count it lost and ARQ retransmits it.
+            // Cannot happen with the budget from `arq_budget`. The datagram still joins the
+            // group (the receiver will count it lost and ARQ retransmits it) and goes as is.
+            let _ = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body, remaining);
             return plain;
         }
-        let p = Packet::FecData {
-            dst_cid: dst,
-            body: &[],
-        };
-        if wire::encode_packet(&p, &mut buf[..FEC_HEADER_LEN]).is_err() {
+        // In place: the payload moves up to make room for the FEC data header.
+        let body = FEC_HEADER_LEN..FEC_HEADER_LEN + n;
+        let shifted = FEC_HEADER_LEN + crate::fec::DATA_HEADER_LEN;
+        buf.copy_within(FEC_HEADER_LEN..len, shifted);
+        if tx
+            .protect_placed(now, &mut buf[body.clone()], payload, remaining)
+            .is_err()
+        {
+            buf.copy_within(shifted..body.end, FEC_HEADER_LEN);
             return plain;
         }
-        buf[FEC_HEADER_LEN..FEC_HEADER_LEN + n].copy_from_slice(&self.body[..n]);
+        if wire::encode_fec_data_header(dst, &mut buf[..FEC_HEADER_LEN]).is_err() {
+            return plain;
+        }
         self.data_bytes += (FEC_HEADER_LEN + n + self.tag) as u64;
         (FEC_HEADER_LEN + n, wire::FEC_DATA_CLEAR_LEN)
     }

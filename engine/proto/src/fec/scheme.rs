@@ -56,6 +56,21 @@ impl Tx {
         }
     }
 
+    /// [`Self::protect`] in place: the payload, `len` bytes, is already at
+    /// `out[DATA_HEADER_LEN..]` (see the schemes' `protect_placed`).
+    pub(crate) fn protect_placed(
+        &mut self,
+        now: Instant,
+        out: &mut [u8],
+        len: usize,
+        remaining: Option<(u32, u32)>,
+    ) -> Result<usize, FecError> {
+        match self {
+            Tx::Block(t) => t.protect_placed(now, out, len),
+            Tx::Sliding(t) => t.protect_placed(now, out, len, remaining),
+        }
+    }
+
     pub(crate) fn poll_parity(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
         match self {
             Tx::Block(t) => t.poll_parity(now, out),
