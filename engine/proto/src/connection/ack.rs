@@ -138,21 +138,20 @@ impl Acks {
         now: Instant,
         w: &mut Writer<'_>,
     ) -> Option<u64> {
-        let mut ranges = [(0u64, 0u64); MAX_ACK_RANGES];
-        let mut n = 0;
+        // Not zero-filled first: a session usually lists one or two of the 32.
+        let mut ranges = smallvec::SmallVec::<[(u64, u64); MAX_ACK_RANGES]>::new();
         for &(lo, hi) in self.ranges.iter().rev().take(MAX_ACK_RANGES) {
             if hi < self.ack_floor {
                 // Every older range is below the floor too. The newest is always listed (in
                 // full: nothing has arrived since the frame the peer acknowledged).
-                if n == 0 {
-                    ranges[0] = (lo, hi);
-                    n = 1;
+                if ranges.is_empty() {
+                    ranges.push((lo, hi));
                 }
                 break;
             }
-            ranges[n] = (lo.max(self.ack_floor), hi);
-            n += 1;
+            ranges.push((lo.max(self.ack_floor), hi));
         }
+        let mut n = ranges.len();
         if n == 0 {
             return None;
         }

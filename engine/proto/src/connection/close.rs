@@ -120,7 +120,7 @@ impl Connection {
         wire::encode_frame(&Frame::Close(reason), &mut w).ok()?;
         let len = hdr + w.len();
         self.recovery.next_pn += 1;
-        let size = self.seal_outgoing(self.activity.last_sent, buf, len, None)?;
+        let size = self.seal_outgoing(self.activity.last_sent, buf, pn, len, None)?;
         Some(Transmit {
             destination: self.path.remote,
             size,

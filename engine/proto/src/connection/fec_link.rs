@@ -249,7 +249,8 @@ impl FecLink {
     /// Wraps an outgoing ARQ datagram (see [`FecState::seal`]); as is without FEC.
     /// `remaining`: the datagram carries a fragment of an unreliable message of several
     /// fragments: (how many follow it, how many it has); the FEC code spends its repairs on
-    /// the message (see `SlidingSender::protect_fragment`).
+    /// the message (see `SlidingSender::protect_fragment`). Returns the packet's length and
+    /// its clear header's (what packet protection leaves readable).
     pub(crate) fn seal(
         &mut self,
         now: Instant,
@@ -257,16 +258,24 @@ impl FecLink {
         buf: &mut [u8],
         len: usize,
         remaining: Option<(u32, u32)>,
-    ) -> usize {
+    ) -> (usize, usize) {
         match self.state.as_mut() {
             Some(s) => s.seal(now, dst, buf, len, remaining),
-            None => len,
+            None => (len, wire::DATA_HEADER_LEN),
         }
     }
 
     /// Size of the next parity packet, if one is ready.
     pub(crate) fn next_parity(&self) -> Option<usize> {
         self.state.as_ref()?.next_parity()
+    }
+
+    /// True when [`Self::poll_parity`] at `now` would return `None` and change nothing: no
+    /// parity is ready and no group's wait has run out.
+    pub(crate) fn idle_at(&self, now: Instant) -> bool {
+        self.state.as_ref().is_none_or(|s| {
+            s.next_parity().is_none() && !s.tx.as_ref().is_some_and(|t| t.expiry_due(now))
+        })
     }
 
     /// Writes the next parity packet, if any (see [`FecState::poll_parity`]).
@@ -471,8 +480,8 @@ impl FecState {
     }
 
     /// Wraps the ARQ datagram `buf[..len]` in place into a `FecData` packet addressed to
-    /// `dst`; returns the new length. Sends the datagram unwrapped if FEC is off or it does
-    /// not fit (the receiver handles plain `Data` packets either way).
+    /// `dst`; returns the new length and the clear header's. Sends the datagram unwrapped if
+    /// FEC is off or it does not fit (the receiver handles plain `Data` packets either way).
     pub(crate) fn seal(
         &mut self,
         now: Instant,
@@ -480,34 +489,41 @@ impl FecState {
         buf: &mut [u8],
         len: usize,
         remaining: Option<(u32, u32)>,
-    ) -> usize {
+    ) -> (usize, usize) {
+        let plain = (len, wire::DATA_HEADER_LEN);
         let Some(tx) = self.tx.as_mut() else {
-            return len;
+            return plain;
         };
         if len < FEC_HEADER_LEN {
-            return len;
+            return plain;
         }
         if self.body.is_empty() {
             self.body = vec![0u8; self.cfg.max_parity_body()];
         }
-        let Ok(n) = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body, remaining) else {
-            return len;
-        };
+        let payload = len - FEC_HEADER_LEN;
+        let n = crate::fec::DATA_HEADER_LEN + payload;
         if FEC_HEADER_LEN + n + TAG_LEN > buf.len() {
-            // Cannot happen with the budget from `arq_budget`; the datagram is already part of
-            // the group, so the receiver will count it lost and ARQ retransmits it.
-            return len;
+            // Cannot happen with the budget from `arq_budget`. The datagram still joins the
+            // group (the receiver will count it lost and ARQ retransmits it) and goes as is.
+            let _ = tx.protect(now, &buf[FEC_HEADER_LEN..len], &mut self.body, remaining);
+            return plain;
         }
-        let p = Packet::FecData {
-            dst_cid: dst,
-            body: &[],
-        };
-        if wire::encode_packet(&p, &mut buf[..FEC_HEADER_LEN]).is_err() {
-            return len;
+        // In place: the payload moves up to make room for the FEC data header.
+        let body = FEC_HEADER_LEN..FEC_HEADER_LEN + n;
+        let shifted = FEC_HEADER_LEN + crate::fec::DATA_HEADER_LEN;
+        buf.copy_within(FEC_HEADER_LEN..len, shifted);
+        if tx
+            .protect_placed(now, &mut buf[body.clone()], payload, remaining)
+            .is_err()
+        {
+            buf.copy_within(shifted..body.end, FEC_HEADER_LEN);
+            return plain;
         }
-        buf[FEC_HEADER_LEN..FEC_HEADER_LEN + n].copy_from_slice(&self.body[..n]);
+        if wire::encode_fec_data_header(dst, &mut buf[..FEC_HEADER_LEN]).is_err() {
+            return plain;
+        }
         self.data_bytes += (FEC_HEADER_LEN + n + self.tag) as u64;
-        FEC_HEADER_LEN + n
+        (FEC_HEADER_LEN + n, wire::FEC_DATA_CLEAR_LEN)
     }
 
     /// Closes the open group if its wait ran out (its parity becomes ready).
@@ -802,7 +818,7 @@ mod tests {
                 let len = n + 100 + usize::from(i);
                 buf[n..len].fill(i);
                 let sent = buf[..len].to_vec();
-                let wrapped = tx.seal(now, cid, &mut buf, len, None);
+                let (wrapped, _) = tx.seal(now, cid, &mut buf, len, None);
                 let Ok(Packet::FecData { body, .. }) = wire::decode_packet(&buf[..wrapped]) else {
                     panic!("{scheme:?}: not an FEC data packet");
                 };
@@ -837,7 +853,7 @@ mod tests {
             let mut buf = vec![0u8; 1200];
             let n = wire::encode_data_header(cid, u64::from(i), &mut buf).unwrap();
             buf[n] = i;
-            let len = tx.seal(now, cid, &mut buf, n + 1, None);
+            let (len, _) = tx.seal(now, cid, &mut buf, n + 1, None);
             buf.truncate(len);
             bodies.push(buf);
         }

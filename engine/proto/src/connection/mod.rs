@@ -669,14 +669,8 @@ impl Connection {
                 size,
             });
         }
-        let ack_due = self.ack.pending
-            && (self.ack.immediate
-                || self.ack.ack_count_reached(&self.cfg)
-                || self.ack.deadline.is_some_and(|d| now >= d));
-        let keepalive_due = self
-            .cfg
-            .keepalive_interval
-            .is_some_and(|k| now >= self.activity.last_sent + k);
+        let ack_due = self.ack_due(now);
+        let keepalive_due = self.keepalive_due(now);
         let mut data_ok = self.has_sendable_data();
         if data_ok && self.paced(now, max) {
             data_ok = false;
@@ -685,6 +679,38 @@ impl Connection {
             return None;
         }
         self.transmit_data(now, buf, max, keepalive_due, data_ok)
+    }
+
+    /// An ACK is to go out at `now`.
+    fn ack_due(&self, now: Instant) -> bool {
+        self.ack.pending
+            && (self.ack.immediate
+                || self.ack.ack_count_reached(&self.cfg)
+                || self.ack.deadline.is_some_and(|d| now >= d))
+    }
+
+    /// A keepalive ping is to go out at `now`.
+    fn keepalive_due(&self, now: Instant) -> bool {
+        self.cfg
+            .keepalive_interval
+            .is_some_and(|k| now >= self.activity.last_sent + k)
+    }
+
+    /// True when [`Self::poll_transmit`] at `now` would return `None` and change nothing (in
+    /// the common case of an established session; `false` means "perhaps more"): the
+    /// endpoint asks it after a datagram instead of polling again to learn there is nothing
+    /// more. The conditions are `transmit`'s, in its order: no path-MTU search, no accept,
+    /// no parity ready or due, no ACK, keepalive or probe due, and no data the window lets
+    /// out (data held by the pacer counts as "perhaps": the pacing check records its time).
+    pub(crate) fn nothing_to_send(&self, now: Instant) -> bool {
+        self.state == ConnectionState::Established
+            && self.path.mtu.is_none()
+            && !self.accept.pending
+            && self.fec.idle_at(now)
+            && !self.ack_due(now)
+            && !self.keepalive_due(now)
+            && !self.recovery.probe_pending
+            && !self.has_sendable_data()
     }
 
     /// Builds a data packet: an ACK, a loss report, retransmissions, new data (channels in
@@ -752,42 +778,60 @@ impl Connection {
         self.send.next_turn();
         // A packet that cannot be sealed is dropped (already counted sent: ARQ retransmits it as
         // a loss).
-        let size = self.seal_outgoing(now, buf, len, rest)?;
+        let size = self.seal_outgoing(now, buf, pn, len, rest)?;
         Some(Transmit {
             destination: self.path.remote,
             size,
         })
     }
 
-    /// FEC seam (outgoing): every ARQ datagram leaves through here. Without FEC it is sent as is;
-    /// with FEC it becomes a `FecData` packet in place (`buf` must hold
-    /// `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group. Either way it is then sealed
-    /// (FEC below packet protection: see the `fec` submodule).
+    /// FEC seam (outgoing): every ARQ datagram (packet number `pn`) leaves through here.
+    /// Without FEC it is sent as is; with FEC it becomes a `FecData` packet in place (`buf`
+    /// must hold `len + FEC_ARQ_OVERHEAD` bytes) and joins the open group. Either way it is
+    /// then sealed (FEC below packet protection: see the `fec` submodule).
     /// `rest`: the datagram carries a fragment of an unreliable message of several
     /// fragments: (how many follow it, how many it has); see `FecLink::seal`.
     fn seal_outgoing(
         &mut self,
         now: Instant,
         buf: &mut [u8],
+        pn: u64,
         len: usize,
         rest: Option<(u32, u32)>,
     ) -> Option<usize> {
-        let len = self.fec.seal(now, self.path.remote_cid, buf, len, rest);
-        self.protect(now, buf, len)
+        let (len, header) = self.fec.seal(now, self.path.remote_cid, buf, len, rest);
+        self.protect_as(now, NumberSpace::Data, pn, buf, header, len)
     }
 
     /// Seals the connection packet `buf[..len]` in place with this side's packet key and
     /// returns its length with the tag; without keys it is left as is. `None` when it cannot
     /// be sealed: the packet must then not be sent (a secure session never sends plaintext).
     /// Every budget leaves room for the tag, so that is a bug: the packet is lost, and ARQ
-    /// retransmits it like any loss.
+    /// retransmits it like any loss. For a packet whose number and clear header the caller
+    /// does not hold (parity): [`Self::protect_as`] otherwise.
     fn protect(&mut self, now: Instant, buf: &mut [u8], len: usize) -> Option<usize> {
+        if self.protection.is_none() {
+            return Some(len);
+        }
+        let h = wire::clear_header(&buf[..len]).ok()?;
+        self.protect_as(now, NumberSpace::of(h.ty), h.number, buf, h.len, len)
+    }
+
+    /// [`Self::protect`] for a packet the caller just built: number `number` in `space`,
+    /// clear header `buf[..header]` (no need to read them back from the packet).
+    fn protect_as(
+        &mut self,
+        now: Instant,
+        space: NumberSpace,
+        number: u64,
+        buf: &mut [u8],
+        header: usize,
+        len: usize,
+    ) -> Option<usize> {
         let Some(p) = self.protection.as_deref_mut() else {
             return Some(len);
         };
-        let sealed = wire::clear_header(&buf[..len])
-            .ok()
-            .and_then(|h| p.seal(now, NumberSpace::of(h.ty), h.number, buf, h.len, len));
+        let sealed = p.seal(now, space, number, buf, header, len);
         debug_assert!(sealed.is_some(), "no room for the tag: a budget is wrong");
         sealed
     }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::pmtu::Change;
 use super::state::{Connection, ConnectionState, Segs, Side};
+use crate::protect::NumberSpace;
 use crate::wire::{self, Frame, Writer};
 use crate::Transmit;
 
@@ -84,7 +85,7 @@ impl Connection {
         if let Some(m) = self.path.mtu.as_deref_mut() {
             m.on_probe_sent(pn, size, now, timeout);
         }
-        let size = self.protect(now, buf, end)?;
+        let size = self.protect_as(now, NumberSpace::Data, pn, buf, hdr, end)?;
         Some(Transmit {
             destination: self.path.remote,
             size,

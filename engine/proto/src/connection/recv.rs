@@ -683,8 +683,17 @@ impl Receiver {
     }
 
     /// When the oldest unreliable partial message expires (each channel's is the front of its
-    /// arrival list).
+    /// arrival list). With nothing held there is none (a partial message holds its cost
+    /// until it leaves its arrival list), and the channels are not looked at: the connection's
+    /// timer asks at every refresh.
     pub(crate) fn next_expiry(&self, timeout: Duration) -> Option<Instant> {
+        if self.bytes == 0 {
+            debug_assert!(self
+                .channels
+                .iter()
+                .all(|c| c.state.arrivals().is_none_or(Vec::is_empty)));
+            return None;
+        }
         self.channels
             .iter()
             .filter_map(|c| c.state.arrivals()?.first())

@@ -400,12 +400,17 @@ impl Endpoint {
                 // A new connection's turn: the next ones' state is loaded meanwhile.
                 self.hint_ahead(self.dirty.front(), self.dirty.get(1));
             }
-            let t = self.with_conn(idx, |c| c.poll_transmit(now, buf)).flatten();
+            let t = self
+                .with_conn(idx, |c| {
+                    let t = c.poll_transmit(now, buf)?;
+                    Some((t, c.nothing_to_send(now)))
+                })
+                .flatten();
             if let Some(slot) = self.slots.get_mut(idx as usize) {
                 slot.dirty = false;
             }
             match t {
-                Some(t) => {
+                Some((t, done)) => {
                     // Up to `transmit_burst` datagrams in a row, then the back of the queue
                     // (fairness).
                     let run = if self.burst.0 == idx {
@@ -414,6 +419,15 @@ impl Endpoint {
                         1
                     };
                     self.burst = (idx, run);
+                    if done {
+                        // Nothing more at `now`: what the poll that would return `None`
+                        // leads to happens now (the end of its run, its deadline), without
+                        // the poll. Something due later comes back through its timer.
+                        self.burst.1 = 0;
+                        self.after(idx, false);
+                        self.refresh_timer(idx);
+                        return Some(t);
+                    }
                     if let Some(slot) = self.slots.get_mut(idx as usize) {
                         slot.dirty = true;
                         if run < self.cfg.transmit_burst {

@@ -56,6 +56,21 @@ impl Tx {
         }
     }
 
+    /// [`Self::protect`] in place: the payload, `len` bytes, is already at
+    /// `out[DATA_HEADER_LEN..]` (see the schemes' `protect_placed`).
+    pub(crate) fn protect_placed(
+        &mut self,
+        now: Instant,
+        out: &mut [u8],
+        len: usize,
+        remaining: Option<(u32, u32)>,
+    ) -> Result<usize, FecError> {
+        match self {
+            Tx::Block(t) => t.protect_placed(now, out, len),
+            Tx::Sliding(t) => t.protect_placed(now, out, len, remaining),
+        }
+    }
+
     pub(crate) fn poll_parity(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
         match self {
             Tx::Block(t) => t.poll_parity(now, out),
@@ -74,6 +89,17 @@ impl Tx {
         match self {
             Tx::Block(t) => t.poll_timeout(),
             Tx::Sliding(t) => t.poll_timeout(),
+        }
+    }
+
+    /// Whether `poll_parity` at `now` would close a group or chunk or run the tail timer
+    /// (a state change even when no parity comes of it). The sliding code acts exactly
+    /// when its `poll_timeout` has passed; the block code closes an expired group even
+    /// when it plans no parity (and has no timer for it).
+    pub(crate) fn expiry_due(&self, now: Instant) -> bool {
+        match self {
+            Tx::Block(t) => t.expiry_due(now),
+            Tx::Sliding(t) => t.poll_timeout().is_some_and(|t| now >= t),
         }
     }
 

@@ -108,10 +108,25 @@ impl FecSender {
         payload: &[u8],
         out: &mut [u8],
     ) -> Result<usize, FecError> {
-        if payload.len() > self.cfg.max_payload {
+        let need = DATA_HEADER_LEN + payload.len();
+        if payload.len() <= self.cfg.max_payload && out.len() >= need {
+            out[DATA_HEADER_LEN..need].copy_from_slice(payload);
+        }
+        self.protect_placed(now, out, payload.len())
+    }
+
+    /// [`Self::protect`] in place: the payload, `len` bytes, is already at
+    /// `out[DATA_HEADER_LEN..]`; its data header is written in front of it.
+    pub(crate) fn protect_placed(
+        &mut self,
+        now: Instant,
+        out: &mut [u8],
+        len: usize,
+    ) -> Result<usize, FecError> {
+        if len > self.cfg.max_payload {
             return Err(FecError::LengthTooLarge);
         }
-        let need = DATA_HEADER_LEN + payload.len();
+        let need = DATA_HEADER_LEN + len;
         if out.len() < need {
             return Err(FecError::BufferTooSmall { need });
         }
@@ -131,7 +146,7 @@ impl FecSender {
             protected: group.planned_parity > 0,
         }
         .write(out);
-        out[DATA_HEADER_LEN..need].copy_from_slice(payload);
+        let payload = &out[DATA_HEADER_LEN..need];
         if group.planned_parity > 0 {
             if self.shards.len() <= index {
                 self.shards.resize_with(index + 1, Vec::new);
@@ -203,9 +218,15 @@ impl FecSender {
     }
 
     fn close_if_expired(&mut self, now: Instant) {
-        if self.group.as_ref().is_some_and(|g| now >= g.deadline) {
+        if self.expiry_due(now) {
             self.close_group();
         }
+    }
+
+    /// Whether the open group's wait has run out at `now` (`poll_parity` then closes it),
+    /// whether or not it plans parity.
+    pub(crate) fn expiry_due(&self, now: Instant) -> bool {
+        self.group.as_ref().is_some_and(|g| now >= g.deadline)
     }
 
     /// Closes the open group: decides how much parity the cap allows and encodes it.

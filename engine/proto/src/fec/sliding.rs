@@ -167,10 +167,26 @@ impl SlidingSender {
         out: &mut [u8],
         remaining: Option<(u32, u32)>,
     ) -> Result<usize, FecError> {
-        if payload.len() > self.cfg.max_payload {
+        let need = DATA_HEADER_LEN + payload.len();
+        if payload.len() <= self.cfg.max_payload && out.len() >= need {
+            out[DATA_HEADER_LEN..need].copy_from_slice(payload);
+        }
+        self.protect_placed(now, out, payload.len(), remaining)
+    }
+
+    /// [`Self::protect_fragment`] in place: the payload, `len` bytes, is already at
+    /// `out[DATA_HEADER_LEN..]`; its data header is written in front of it.
+    pub(crate) fn protect_placed(
+        &mut self,
+        now: Instant,
+        out: &mut [u8],
+        len: usize,
+        remaining: Option<(u32, u32)>,
+    ) -> Result<usize, FecError> {
+        if len > self.cfg.max_payload {
             return Err(FecError::LengthTooLarge);
         }
-        let need = DATA_HEADER_LEN + payload.len();
+        let need = DATA_HEADER_LEN + len;
         if out.len() < need {
             return Err(FecError::BufferTooSmall { need });
         }
@@ -192,7 +208,7 @@ impl SlidingSender {
             protected,
         }
         .write(out);
-        out[DATA_HEADER_LEN..need].copy_from_slice(payload);
+        let payload = &out[DATA_HEADER_LEN..need];
         if protected {
             let mut coded = self.spare.pop().unwrap_or_default();
             coded.clear();

@@ -114,8 +114,8 @@ pub use frame::{
     AckFrame, AckRanges, Frame, Frames,
 };
 pub use packet::{
-    clear_header, decode_packet, encode_data_header, encode_packet, hello_version, peek_cid,
-    ClearHeader, Packet, TokenSection,
+    clear_header, decode_packet, encode_data_header, encode_fec_data_header, encode_packet,
+    hello_version, peek_cid, ClearHeader, Packet, TokenSection,
 };
 pub use varint::{varint_len, MAX_VARINT};
 

@@ -468,6 +468,14 @@ pub(super) fn put_token_section(
     }
 }
 
+/// Write the header a `FecData` packet to `dst_cid` starts with (type, version, cid: the
+/// bytes every connection packet starts with); its body follows.
+pub fn encode_fec_data_header(dst_cid: ConnectionId, out: &mut [u8]) -> Result<usize, WireError> {
+    let mut w = Writer::new(out);
+    header(&mut w, PacketType::FecData, dst_cid)?;
+    Ok(w.len())
+}
+
 /// Write a `Data` packet header; frames follow at offset [`DATA_HEADER_LEN`].
 pub fn encode_data_header(
     dst_cid: ConnectionId,

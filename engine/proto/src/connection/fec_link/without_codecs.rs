@@ -64,12 +64,16 @@ impl FecLink {
         _buf: &mut [u8],
         len: usize,
         _remaining: Option<(u32, u32)>,
-    ) -> usize {
-        len
+    ) -> (usize, usize) {
+        (len, wire::DATA_HEADER_LEN)
     }
 
     pub(crate) fn next_parity(&self) -> Option<usize> {
         None
+    }
+
+    pub(crate) fn idle_at(&self, _now: Instant) -> bool {
+        true
     }
 
     pub(crate) fn poll_parity(
