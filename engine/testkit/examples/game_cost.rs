@@ -15,6 +15,10 @@
 //! server, and collection is on only inside the server's scope, so the totals are the server
 //! endpoint's instructions over the measured phase: divide by the printed player-ticks.
 //! Outside valgrind the requests are no-ops and the run just prints its outcome.
+//!
+//! Built as above, packets are protected by RustCrypto's pure-Rust AES-GCM (the sans-IO crate's
+//! default); `--features aws-lc-rs` counts the aws-lc-rs AES-GCM the `ricochet` runtime ships.
+//! The protocol's own instructions are the same in both.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
