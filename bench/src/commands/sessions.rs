@@ -81,10 +81,11 @@ pub struct SessionsArgs {
     /// with a larger window, a plain-sockets baseline that batched sends can pass.
     #[arg(long, value_delimiter = ',', default_value = "ricochet", value_parser = ["ricochet", "kernel"])]
     pub stack: Vec<String>,
-    /// Threads of the load generator in the echo: the clients are split into this many
-    /// contiguous shards, a client set (or, for the kernel floor, an epoll set) per thread.
-    /// An echo whose busiest load thread was busy over 90 % of the time is marked saturated
-    /// (`load sat.`): it measured the client too. Churn and idle run on one thread.
+    /// Threads of the load generator in the echo and the churn: the clients are split into
+    /// this many contiguous shards, a client set (or, for the kernel floor, an epoll set) per
+    /// thread; churn shards run their batches side by side. A run whose busiest load thread
+    /// was busy over 90 % of the time is marked saturated (`load sat.`): it measured the
+    /// client too. Idle runs on one thread.
     #[arg(long, default_value_t = 1)]
     pub load_threads: usize,
 }

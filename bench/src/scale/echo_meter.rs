@@ -51,6 +51,11 @@ impl PhaseCpu {
             machine: SystemCpu::now(),
         }
     }
+
+    /// The process's CPU seconds since `earlier`.
+    pub(super) fn process_seconds_since(&self, earlier: &PhaseCpu) -> f64 {
+        self.process.seconds_since(&earlier.process)
+    }
 }
 
 impl SessionsRun {

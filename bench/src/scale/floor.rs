@@ -4,7 +4,7 @@
 //!
 //! - **Clients**: N connected, non-blocking sockets (one per simulated player, bound to the
 //!   same loopback addresses and with the same buffers as the Ricochet run's members), on
-//!   `--load-threads` threads (echo; churn: one) with a level-triggered epoll set each: per ready socket one `recvmmsg` of what
+//!   `--load-threads` threads (echo and churn) with a level-triggered epoll set each: per ready socket one `recvmmsg` of what
 //!   came (up to the window), then one `sendmmsg` of the next messages (each echo rewritten
 //!   in place): the calls a `ClientSet` member makes, and no user-space work but a
 //!   sequence check.
@@ -44,7 +44,8 @@ use anyhow::{bail, Context, Result};
 use ricochet_platform::SocketConfig;
 use socket2::Socket;
 
-use super::echo_meter::{drive_echo, failed, server_spec, EchoMeter, EchoSeen, PhaseCpu};
+use super::churn::{drive_churn, Batch};
+use super::echo_meter::{drive_echo, failed, server_spec, EchoMeter, EchoSeen};
 use super::load::{Control, Phase};
 use super::server::{
     announce, answer_commands, send as tell, FromServer, ServerKind, ServerProcess, ServerSpec,
@@ -551,16 +552,16 @@ pub(super) fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
 fn open_clients(
     cfg: &SessionsConfig,
     server: SocketAddr,
-    n: usize,
+    range: Range<usize>,
     first_group: usize,
     epoll: &Epoll,
 ) -> Result<Vec<Socket>> {
     let per_ip = cfg.clients_per_ip.max(1);
-    let mut socks = Vec::with_capacity(n);
-    for i in 0..n {
+    let mut socks = Vec::with_capacity(range.len());
+    for (k, i) in range.enumerate() {
         let s = client_socket(group_ip(first_group + i / per_ip), server)
             .with_context(|| format!("client {i}"))?;
-        epoll.add(s.as_raw_fd(), i as u64)?;
+        epoll.add(s.as_raw_fd(), k as u64)?;
         socks.push(s);
     }
     Ok(socks)
@@ -659,80 +660,80 @@ fn echo(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun)
     Ok(())
 }
 
-/// Churn: batches of `cfg.clients` fresh sockets until `cfg.seconds` of batches have passed;
-/// each waits for `CHURN_EXCHANGES - 1` answers in turn, sends once more and closes. A batch
-/// that makes no progress for [`STALL`] ends the run with an error (and what completed).
+/// Churn: batches of fresh sockets in `cfg.load_threads` shards ([`drive_churn`]) until
+/// `cfg.seconds` of batches have passed; each socket waits for `CHURN_EXCHANGES - 1` answers
+/// in turn, sends once more and closes. A batch that makes no progress for [`STALL`] ends the
+/// run with an error (and what completed).
 fn churn(cfg: &SessionsConfig, server: &mut ServerProcess, run: &mut SessionsRun) -> Result<()> {
-    let n = cfg.clients;
-    let msg = vec![0u8; cfg.payload.max(8)];
-    let mut buf = vec![0u8; MAX_DATAGRAM];
-    let (mut completed, mut busy) = (0usize, Duration::ZERO);
-    let (cpu0, wall0) = (PhaseCpu::now(), Instant::now());
-    let mut stalled = None;
     server.reset()?;
-    let mut batch = 0;
-    while busy.as_secs_f64() < cfg.seconds && stalled.is_none() {
-        let t0 = Instant::now();
-        let mut epoll = Epoll::new()?;
-        // Each batch from fresh addresses, as Ricochet's.
-        let first_group = batch * groups(cfg);
-        batch += 1;
-        let mut socks: Vec<Option<Socket>> =
-            open_clients(cfg, server.addr, n, first_group, &epoll)?
-                .into_iter()
-                .map(Some)
-                .collect();
-        let mut answers_left = vec![CHURN_EXCHANGES - 1; n];
-        for s in socks.iter().flatten() {
-            send(s.as_raw_fd(), &msg)?;
-        }
-        let mut left = n;
-        let mut progress = Instant::now();
-        while left > 0 {
-            if progress.elapsed() >= STALL {
-                stalled = Some(left);
-                break;
-            }
-            let ready = epoll.wait(Duration::from_millis(5))?;
-            for k in 0..ready {
-                let i = epoll.token(k);
-                let Some(fd) = socks[i].as_ref().map(|s| s.as_raw_fd()) else {
-                    continue;
-                };
-                if recv(fd, &mut buf)?.is_none() {
-                    continue;
-                }
-                progress = Instant::now();
-                answers_left[i] -= 1;
-                send(fd, &msg)?;
-                if answers_left[i] == 0 {
-                    // The last datagram (a close) is out: closing the socket also takes it
-                    // out of the epoll set, and the server's answer finds no one.
-                    socks[i] = None;
-                    left -= 1;
-                }
-            }
-        }
-        // The batch's epoll set is closed in the batch's time too, as Ricochet's set is.
-        drop(epoll);
-        drop(socks);
-        busy += t0.elapsed();
-        completed += n - left;
-    }
-    let wall = wall0.elapsed().as_secs_f64();
-    let cpu = PhaseCpu::now();
+    let addr = server.addr;
+    let churned = drive_churn(cfg, |range, number| churn_batch(cfg, addr, range, number));
     let stats = server.stats()?;
-    run.connected = completed;
-    run.connect_s = finite(busy.as_secs_f64());
-    run.handshakes_per_s = finite(completed as f64 / busy.as_secs_f64().max(1e-9));
-    run.set_cpu((&cpu0, &cpu), wall, &stats);
-    run.server_rss_end_kib = stats.rss_kib;
-    run.server = stats;
-    if let Some(left) = stalled {
-        bail!(
-            "{left} of {n} churn clients got no answer for {STALL:?}: a datagram was lost (the \
-             floor does not resend)"
-        );
+    run.set_churn(&churned, &stats);
+    if let Some(e) = churned.errors.first() {
+        bail!("{e}");
     }
     Ok(())
+}
+
+/// One churn batch of sockets `range` (batch `number` of its shard, on addresses no earlier
+/// batch used, as Ricochet's).
+fn churn_batch(
+    cfg: &SessionsConfig,
+    server: SocketAddr,
+    range: Range<usize>,
+    number: usize,
+) -> Result<Batch> {
+    let n = range.len();
+    let msg = vec![0u8; cfg.payload.max(8)];
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let t0 = Instant::now();
+    let mut epoll = Epoll::new()?;
+    let mut socks: Vec<Option<Socket>> =
+        open_clients(cfg, server, range, number * groups(cfg), &epoll)?
+            .into_iter()
+            .map(Some)
+            .collect();
+    let mut answers_left = vec![CHURN_EXCHANGES - 1; n];
+    for s in socks.iter().flatten() {
+        send(s.as_raw_fd(), &msg)?;
+    }
+    let mut left = n;
+    let mut progress = Instant::now();
+    while left > 0 && progress.elapsed() < STALL {
+        let ready = epoll.wait(Duration::from_millis(5))?;
+        for k in 0..ready {
+            let i = epoll.token(k);
+            let Some(fd) = socks[i].as_ref().map(|s| s.as_raw_fd()) else {
+                continue;
+            };
+            if recv(fd, &mut buf)?.is_none() {
+                continue;
+            }
+            progress = Instant::now();
+            answers_left[i] -= 1;
+            send(fd, &msg)?;
+            if answers_left[i] == 0 {
+                // The last datagram (a close) is out: closing the socket also takes it
+                // out of the epoll set, and the server's answer finds no one.
+                socks[i] = None;
+                left -= 1;
+            }
+        }
+    }
+    // The batch's epoll set is closed in the batch's time too, as Ricochet's set is.
+    drop(epoll);
+    drop(socks);
+    let mut errors = Vec::new();
+    if left > 0 {
+        errors.push(format!(
+            "{left} of {n} churn clients got no answer for {STALL:?}: a datagram was lost (the \
+             floor does not resend)"
+        ));
+    }
+    Ok(Batch {
+        completed: n - left,
+        took: t0.elapsed(),
+        errors,
+    })
 }

@@ -6,7 +6,8 @@
 //! - **echo**: then each keeps `window` messages in flight (1 by default): round trips per
 //!   second, RTT percentiles, CPU of the server process (also per round trip) and of the load
 //!   generator, whose clients run in `--load-threads` shards (a `ClientSet` per thread).
-//! - **churn**: batches of N fresh clients, one after another for the measured time: each
+//! - **churn**: batches of fresh clients, one after another for the measured time, the N
+//!   clients in `--load-threads` shards that churn side by side ([`super::churn`]): each
 //!   connects with a new token, sends one message, gets its echo and closes (a fleet that
 //!   restarts). Whole sessions per second, reported as the handshake rate; a batch's time runs
 //!   from its first socket opened to its last closed (token minting, a backend's work, is
@@ -23,7 +24,8 @@ use anyhow::Result;
 use bytes::Bytes;
 use ricochet::{ClientEvent, ClientSet};
 
-use super::echo_meter::{drive_echo, failed, server_spec, EchoMeter, EchoSeen, PhaseCpu};
+use super::churn::{drive_churn, Batch};
+use super::echo_meter::{drive_echo, failed, server_spec, EchoMeter, EchoSeen};
 use super::load::{Control, Phase, SERVE_TURN};
 use super::server::{ServerKind, ServerProcess};
 use super::setup::{
@@ -149,7 +151,7 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
         return echo(cfg, key, server, before);
     }
     let mut errors = Vec::new();
-    let (mut set, took) = match connect_clients(cfg, key, server.addr, 0) {
+    let (mut set, took) = match connect_clients(cfg, key, server.addr) {
         Ok(x) => x,
         Err(e) => {
             let last = server.quit().unwrap_or_default();
@@ -208,13 +210,11 @@ pub fn run(cfg: &SessionsConfig) -> Result<SessionsRun> {
 }
 
 /// `cfg.clients` fresh clients of `cfg`'s profile connected to `server` in one set, within
-/// [`connect_limit`]; `batch` (churn's batch number, else 0) gives each batch addresses no
-/// earlier one used.
+/// [`connect_limit`].
 fn connect_clients(
     cfg: &SessionsConfig,
     key: Option<[u8; 32]>,
     server: SocketAddr,
-    batch: usize,
 ) -> Result<(ClientSet, Duration)> {
     connect_all(
         server,
@@ -222,7 +222,7 @@ fn connect_clients(
         key,
         cfg.clients,
         cfg.clients_per_ip,
-        batch * groups(cfg),
+        0,
         |ip, seed| member_config(&cfg.profile, &cfg.backend, ip, seed),
         connect_limit(cfg),
     )
@@ -233,88 +233,98 @@ fn connect_limit(cfg: &SessionsConfig) -> Duration {
     Duration::from_secs(30) + Duration::from_millis(3 * cfg.clients as u64)
 }
 
-/// Churn: batches of `cfg.clients` fresh clients until `cfg.seconds` have passed, each
-/// connecting, sending one message, awaiting its echo and closing. The time counted is the
-/// batches' (token minting, like a backend's, is not).
+/// Churn: batches of fresh clients in `cfg.load_threads` shards ([`drive_churn`]) until
+/// `cfg.seconds` have passed, each connecting, sending one message, awaiting its echo and
+/// closing. The time counted is the batches' (token minting, like a backend's, is not).
 fn churn(
     cfg: &SessionsConfig,
     key: Option<[u8; 32]>,
     mut server: ServerProcess,
     before: ServerStats,
 ) -> Result<SessionsRun> {
-    let mut errors = Vec::new();
-    let (mut completed, mut busy) = (0usize, Duration::ZERO);
-    let (cpu0, wall0) = (PhaseCpu::now(), Instant::now());
     server.reset()?;
-    let mut batch = 0;
-    while busy.as_secs_f64() < cfg.seconds && errors.is_empty() {
-        let (mut set, took) = match connect_clients(cfg, key, server.addr, batch) {
-            Ok(x) => x,
-            Err(e) => {
-                errors.push(format!("connecting: {}", crate::error_chain(e.as_ref())));
-                break;
-            }
-        };
-        let t0 = Instant::now();
-        let n = set.len();
-        for i in 0..n {
-            set.mark_changed(i);
-            if let Some(c) = set.get_mut(i) {
-                c.send(0, message(i, 0, cfg.payload))?;
-            }
-        }
-        let mut echoed = vec![false; n];
-        let mut left = n;
-        let deadline = t0 + connect_limit(cfg);
-        while left > 0 && Instant::now() < deadline {
-            set.step(Duration::from_millis(5))?;
-            while let Some((i, e)) = set.poll_event() {
-                match e {
-                    ClientEvent::Message { .. } if !echoed[i] => {
-                        echoed[i] = true;
-                        left -= 1;
-                        // Its session is done: close it now (the close leaves with the next
-                        // turn's submission).
-                        set.mark_changed(i);
-                        if let Some(c) = set.get_mut(i) {
-                            c.close();
-                        }
-                    }
-                    // Its own close, once echoed; anything else ends it early.
-                    ClientEvent::Disconnected { reason, .. } if !echoed[i] => {
-                        errors.push(format!("client {i} disconnected: {reason}"));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        // One more turn sends the last closes; dropping the set closes the sockets, which is
-        // part of a session's cost (the floor's closes are timed too).
-        set.step(Duration::ZERO)?;
-        drop(set);
-        batch += 1;
-        busy += took + t0.elapsed();
-        completed += n - left;
-        if left > 0 {
-            errors.push(format!("{left} of {n} clients got no echo"));
-        }
-    }
-    let wall = wall0.elapsed().as_secs_f64();
-    let cpu = PhaseCpu::now();
+    let addr = server.addr;
+    let churned = drive_churn(cfg, |range, number| {
+        churn_batch(cfg, key, addr, range, number)
+    });
     let stats = server.stats()?;
-    let rate = completed as f64 / busy.as_secs_f64().max(1e-9);
     let mut run = failed(cfg, stats.clone(), String::new());
     run.errors.clear();
-    run.connected = completed;
-    run.connect_s = finite(busy.as_secs_f64());
-    run.handshakes_per_s = finite(rate);
+    run.set_churn(&churned, &stats);
     run.server_rss_before_kib = before.rss_kib;
-    run.server_rss_end_kib = stats.rss_kib;
-    run.set_cpu((&cpu0, &cpu), wall, &stats);
+    let mut errors = churned.errors;
     run.quit_server(server, &mut errors);
-    run.ok = errors.is_empty() && completed > 0;
+    run.ok = errors.is_empty() && churned.completed > 0;
     run.errors = errors;
     Ok(run)
+}
+
+/// One churn batch of clients `range` (batch `number` of its shard): connect them, send one
+/// message each, close each once echoed.
+fn churn_batch(
+    cfg: &SessionsConfig,
+    key: Option<[u8; 32]>,
+    server: SocketAddr,
+    range: Range<usize>,
+    number: usize,
+) -> Result<Batch> {
+    let (mut set, took) = connect_range(
+        (server, server),
+        key,
+        range,
+        cfg.clients_per_ip,
+        number * groups(cfg),
+        false,
+        |ip, seed| member_config(&cfg.profile, &cfg.backend, ip, seed),
+        connect_limit(cfg),
+    )
+    .map_err(|e| e.context("connecting"))?;
+    let t0 = Instant::now();
+    let n = set.len();
+    for i in 0..n {
+        set.mark_changed(i);
+        if let Some(c) = set.get_mut(i) {
+            c.send(0, message(i, 0, cfg.payload))?;
+        }
+    }
+    let mut echoed = vec![false; n];
+    let mut left = n;
+    let mut errors = Vec::new();
+    let deadline = t0 + connect_limit(cfg);
+    while left > 0 && Instant::now() < deadline {
+        set.step(Duration::from_millis(5))?;
+        while let Some((i, e)) = set.poll_event() {
+            match e {
+                ClientEvent::Message { .. } if !echoed[i] => {
+                    echoed[i] = true;
+                    left -= 1;
+                    // Its session is done: close it now (the close leaves with the next
+                    // turn's submission).
+                    set.mark_changed(i);
+                    if let Some(c) = set.get_mut(i) {
+                        c.close();
+                    }
+                }
+                // Its own close, once echoed; anything else ends it early.
+                ClientEvent::Disconnected { reason, .. } if !echoed[i] => {
+                    errors.push(format!("client {i} disconnected: {reason}"));
+                }
+                _ => {}
+            }
+        }
+    }
+    // One more turn sends the last closes; dropping the set closes the sockets, which is
+    // part of a session's cost (the floor's closes are timed too).
+    set.step(Duration::ZERO)?;
+    drop(set);
+    if left > 0 {
+        errors.push(format!("{left} of {n} clients got no echo"));
+    }
+    Ok(Batch {
+        completed: n - left,
+        took: took + t0.elapsed(),
+        errors,
+    })
 }
 
 /// Echo with `cfg.window` messages in flight on every member, the members in

@@ -49,8 +49,8 @@ pub struct SessionsConfig {
     /// Ricochet.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<String>,
-    /// Threads of the load generator in the echo (each a contiguous share of the clients);
-    /// absent in runs before it existed (1).
+    /// Threads of the load generator in the echo and (since session 26) the churn, each a
+    /// contiguous share of the clients; absent in runs before it existed (1).
     #[serde(default = "one")]
     pub load_threads: usize,
 }
@@ -133,8 +133,8 @@ pub struct SessionsRun {
     /// recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_cpu_us_per_session: Option<f64>,
-    /// Echo: the load generator's own figures over the measured phase; absent in runs before
-    /// they were recorded.
+    /// Echo and churn: the load generator's own figures over the measured phase (churn: over
+    /// all its batches); absent in runs before they were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load: Option<LoadStats>,
     /// The server's last report.
