@@ -2,7 +2,7 @@
 //! a lane of a lower priority number goes first, lanes of one priority share bytes by weight,
 //! a deadline drops a message unsent, a newest-only channel sends the newest snapshot, a lane's
 //! cap drops its oldest unreliable messages, and each drop is counted by its cause; on a narrow
-//! link a high-priority message leaves in its own datagram.
+//! link a high-priority message leaves in its own datagram, paced on its own bytes.
 
 mod proto_util;
 
@@ -312,4 +312,64 @@ fn on_a_narrow_link_a_high_priority_message_leaves_in_its_own_datagram() {
     let (sizes, arrived) = event_beside_a_snapshot(Config::game().with(|c| c.lanes = one_level));
     assert!(arrived);
     assert!(sizes[0] > 1000, "{sizes:?}");
+}
+
+/// A client paced at 1 Mbit/s with snapshots backlogged on channel 1 sends a 64 B event on
+/// channel 0 right after a full datagram left: how long the event took to arrive (the path
+/// has no bottleneck, only the one-way delay).
+fn event_after_a_full_datagram(lanes: Vec<Lane>) -> Duration {
+    let (mut net, s, c, h) = pair(Config::game().with(|c| {
+        c.channels = channels();
+        c.lanes = lanes;
+        c.congestion_controller = CongestionController::Delay;
+        c.max_send_rate = Some(125_000);
+    }));
+    let client = net.eps[c].0;
+    let full = Rc::new(RefCell::new(0u32));
+    let seen = full.clone();
+    net.drop_if = Some(Box::new(move |from, _, bytes| {
+        if from == client && bytes.len() > 1000 {
+            *seen.borrow_mut() += 1;
+        }
+        false
+    }));
+    for i in 0..8 {
+        net.ep(c).send(h, 1, msg(i, 2400)).unwrap();
+    }
+    receive(&mut net, s, Duration::from_millis(60));
+    // Stop right after a full datagram left: the pacer's tokens are spent.
+    let limit = net.now + Duration::from_millis(100);
+    loop {
+        let before = *full.borrow();
+        net.flush();
+        if *full.borrow() > before || !net.step(limit, &mut |_, _, _, _| {}) {
+            break;
+        }
+    }
+    let sent = net.now;
+    net.ep(c).send(h, 0, msg(7, 64)).unwrap();
+    let arrived = Rc::new(RefCell::new(None));
+    let a = arrived.clone();
+    let limit = net.now + Duration::from_millis(100);
+    net.run_until(limit, &mut |ep, net, _, e| {
+        if let Event::Message { channel: 0, .. } = e {
+            if ep == s && a.borrow().is_none() {
+                *a.borrow_mut() = Some(net.now);
+            }
+        }
+    });
+    let at = arrived.borrow().expect("the event arrived");
+    at - sent
+}
+
+#[test]
+fn on_a_narrow_link_a_high_priority_message_is_paced_on_its_own_bytes() {
+    // The event does not wait for a full datagram's tokens (9.6 ms at 1 Mbit/s).
+    let two_levels = vec![Lane::new([0]), Lane::new([1, 2]).priority(1)];
+    let took = event_after_a_full_datagram(two_levels);
+    assert!(took < ONE_WAY + Duration::from_millis(2), "{took:?}");
+    // Lanes of one priority share the packet, and the pacer's full datagram.
+    let one_level = vec![Lane::new([0]), Lane::new([1, 2])];
+    let took = event_after_a_full_datagram(one_level);
+    assert!(took > ONE_WAY + Duration::from_millis(5), "{took:?}");
 }

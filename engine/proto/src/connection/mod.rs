@@ -672,7 +672,9 @@ impl Connection {
         let ack_due = self.ack_due(now);
         let keepalive_due = self.keepalive_due(now);
         let mut data_ok = self.has_sendable_data();
-        if data_ok && self.paced(now, max) {
+        // A high-priority lane's few bytes are paced on their own (see `urgent_size`).
+        let paced_size = self.urgent_size(max).unwrap_or(max);
+        if data_ok && self.paced(now, paced_size) {
             data_ok = false;
         }
         if !(ack_due || keepalive_due || data_ok || self.recovery.probe_pending) {
