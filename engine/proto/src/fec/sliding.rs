@@ -557,7 +557,12 @@ impl SlidingReceiver {
     }
 
     /// When the oldest held source or pending equation reaches its age limit.
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.is_empty() {
+            // The common case on a clean path (the peer protects nothing): no walk.
+            return None;
+        }
         let src = self.held.values().map(|h| h.at).min();
         let eq = self.eqs.iter().map(|e| e.at).min();
         let t = match (src, eq) {
@@ -570,6 +575,13 @@ impl SlidingReceiver {
     /// Drops state that reached its age limit.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.expire(now);
+    }
+
+    /// Holds no source and no equation: nothing can age, be trimmed or be solved (what a
+    /// receiver is while its peer sends no parity and so protects no source).
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.eqs.is_empty()
     }
 
     /// Handles a data body: delivers its payload at once (unless a duplicate), holds it if
@@ -604,7 +616,9 @@ impl SlidingReceiver {
         body: &[u8],
         deliver: &mut dyn FnMut(&[u8]),
     ) -> Result<(), FecError> {
-        self.expire(now);
+        if !self.is_empty() {
+            self.expire(now);
+        }
         let (h, payload) = DataHeader::parse(body)?;
         if payload.len() > self.cfg.max_payload {
             return Err(FecError::LengthTooLarge);
@@ -622,8 +636,12 @@ impl SlidingReceiver {
             coded.extend_from_slice(payload);
             self.hold(now, seq, coded);
         }
-        self.trim_window();
-        self.solve(now, deliver);
+        if !self.held.is_empty() {
+            self.trim_window();
+        }
+        if !self.eqs.is_empty() {
+            self.solve(now, deliver);
+        }
         Ok(())
     }
 
