@@ -529,8 +529,7 @@ impl FecState {
     /// Closes the open group if its wait ran out (its parity becomes ready).
     fn close_expired(&mut self, now: Instant) {
         if let Some(tx) = self.tx.as_mut() {
-            // An empty buffer: closes an expired group without taking its parity.
-            let _ = tx.poll_parity(now, &mut []);
+            tx.close_expired(now);
         }
     }
 

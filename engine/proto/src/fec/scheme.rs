@@ -78,6 +78,18 @@ impl Tx {
         }
     }
 
+    /// What `poll_parity` with an empty buffer does: closes an expired group or chunk, runs
+    /// the tail timer, and takes no parity (a body never fits in no bytes).
+    #[inline]
+    pub(crate) fn close_expired(&mut self, now: Instant) {
+        match self {
+            Tx::Block(t) => {
+                let _ = t.poll_parity(now, &mut []);
+            }
+            Tx::Sliding(t) => t.handle_timeout(now),
+        }
+    }
+
     pub(crate) fn next_parity_len(&self) -> Option<usize> {
         match self {
             Tx::Block(t) => t.next_parity_len(),

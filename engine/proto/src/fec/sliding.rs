@@ -14,7 +14,7 @@ use super::header::{
     PARITY_HEADER_LEN,
 };
 use super::kernel::Kernel;
-use super::policy::{least_parity, ParityController};
+use super::policy::ParityController;
 use super::sender::MAX_QUEUED_PARITY;
 use super::track::{SeqTracker, WINDOW};
 use super::{FecConfig, FecError, LossReport, ReceiverStats, RetentionBudget, SenderStats};
@@ -22,13 +22,13 @@ use super::{FecConfig, FecError, LossReport, ReceiverStats, RetentionBudget, Sen
 #[path = "sliding_chunk.rs"]
 mod chunk;
 use chunk::Chunk;
+#[path = "sliding_tail.rs"]
+mod tail;
 
 /// Repair equations one receiver keeps pending at most; the oldest go first.
 pub const MAX_PENDING_REPAIRS: usize = 32;
 /// A repair whose range starts further than this past the newest data is dropped.
 const MAX_AHEAD: u64 = 256;
-/// Most repairs [`SlidingSender::burst_tail`] asks of one tail.
-const MAX_TAIL_DEFICIT: usize = 8;
 /// One source in the sender's window.
 struct Source {
     seq: u16,
@@ -176,6 +176,7 @@ impl SlidingSender {
 
     /// [`Self::protect_fragment`] in place: the payload, `len` bytes, is already at
     /// `out[DATA_HEADER_LEN..]`; its data header is written in front of it.
+    #[inline]
     pub(crate) fn protect_placed(
         &mut self,
         now: Instant,
@@ -183,6 +184,33 @@ impl SlidingSender {
         len: usize,
         remaining: Option<(u32, u32)>,
     ) -> Result<usize, FecError> {
+        if self.chunk.is_none() && remaining.is_none() && self.controller.level() == 0 {
+            self.place_unprotected(out, len)
+        } else {
+            self.place(now, out, len, remaining)
+        }
+    }
+
+    /// [`Self::protect_placed`] of a datagram that opens no chunk while none is open and no
+    /// repairs are planned (every datagram on a clean path): what [`Self::place`] does for
+    /// it. The window is empty once cleared, so trimming it would change nothing.
+    fn place_unprotected(&mut self, out: &mut [u8], len: usize) -> Result<usize, FecError> {
+        let need = self.room(out, len)?;
+        DataHeader {
+            seq: self.next_seq,
+            index: 0,
+            protected: false,
+        }
+        .write(out);
+        self.clear_window();
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.stats.data_shards += 1;
+        self.stats.data_bytes += need as u64;
+        Ok(need)
+    }
+
+    /// The body length for a payload of `len` bytes, if it is allowed and `out` holds it.
+    fn room(&self, out: &[u8], len: usize) -> Result<usize, FecError> {
         if len > self.cfg.max_payload {
             return Err(FecError::LengthTooLarge);
         }
@@ -190,6 +218,18 @@ impl SlidingSender {
         if out.len() < need {
             return Err(FecError::BufferTooSmall { need });
         }
+        Ok(need)
+    }
+
+    /// [`Self::protect_placed`] in general.
+    fn place(
+        &mut self,
+        now: Instant,
+        out: &mut [u8],
+        len: usize,
+        remaining: Option<(u32, u32)>,
+    ) -> Result<usize, FecError> {
+        let need = self.room(out, len)?;
         if self
             .chunk
             .is_some_and(|c| now.saturating_duration_since(c.started) >= self.chunk_max_age())
@@ -248,6 +288,7 @@ impl SlidingSender {
     /// When the tail timer fires: the sender is quiet, the tail did not run yet for its
     /// latest source, and sources are not covered by a repair or a recent loss burst could
     /// leave some without enough repairs after them (sized by the burst model).
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
         if let Some(c) = self.chunk {
             // The rest of the message is on its way (or was dropped unsent): the chunk
@@ -255,10 +296,10 @@ impl SlidingSender {
             return Some(c.started + self.chunk_max_age());
         }
         let last = self.last_source?;
-        if self.tail_done_at == Some(last) || (self.uncovered == 0 && self.burst_tail() == 0) {
+        if self.tail_done_at == Some(last) {
             return None;
         }
-        Some(last + self.cfg.sliding.tail_wait)
+        self.tail_deadline(last)
     }
 
     /// Length of the repair body `poll_parity` would hand out next, if one is queued.
@@ -267,118 +308,32 @@ impl SlidingSender {
     }
 
     /// Runs the tail timer: queues the tail repairs if it fired.
+    #[inline]
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.chunk.is_some() {
-            if self.poll_timeout().is_some_and(|t| now >= t) {
-                self.close_chunk(now);
-            }
+        // Most calls find nothing due (on a clean path nothing is ever protected).
+        if self.poll_timeout().is_none_or(|t| now < t) {
             return;
         }
-        if self.poll_timeout().is_some_and(|t| now >= t) {
-            self.trim(now);
-            self.tail_done_at = self.last_source;
-            if self.tail_may_skip() {
-                // The sources stay uncovered: the next repair (ratio or tail) covers them.
-                self.stats.tails_skipped += 1;
-                return;
-            }
-            let n = self.tail_count();
-            if n > 0 {
-                self.stats.tail_repairs += self.emit(n) as u64;
-            }
+        if self.chunk.is_some() {
+            self.close_chunk(now);
+        } else {
+            self.run_tail(now);
         }
-    }
-
-    /// Whether the tail due now may be skipped: the policy has a loss estimate, sources are
-    /// not yet covered, and those are all received with probability at least
-    /// 1 - `sliding.tail_skip_residual` at that estimate. Under independent loss that is
-    /// `(1 - loss)^u` for `u` sources. After a recent loss burst of `l >= 3` the loss comes
-    /// in bursts starting at loss / `l` per datagram, and one touches the `u` sources with
-    /// odds `(u + l - 1) · loss / l`; the tail is skipped only if, besides, no burst among
-    /// the recent datagrams could leave sources unrepaired ([`Self::burst_tail`]).
-    fn tail_may_skip(&self) -> bool {
-        let Some(loss) = self.controller.estimate() else {
-            return false;
-        };
-        if self.uncovered == 0 {
-            return false;
-        }
-        let loss = loss.clamp(0.0, 1.0);
-        let l = self.controller.recent_burst();
-        if l >= 3 {
-            let touched = (self.uncovered + l - 1) as f64 * loss / l as f64;
-            return touched <= self.cfg.sliding.tail_skip_residual && self.burst_tail() == 0;
-        }
-        let any_lost = 1.0 - (1.0 - loss).powi(self.uncovered as i32);
-        any_lost <= self.cfg.sliding.tail_skip_residual
-    }
-
-    /// Repairs the tail due now carries, at most `sliding.tail_repairs`: with sources not yet
-    /// covered by a repair, at least one, and enough that those sources (with the tail
-    /// itself) lose more than it repairs with probability at most `sliding.tail_residual` at
-    /// the policy's loss estimate; after a recent loss burst of 3 or more, also what
-    /// [`Self::burst_tail`] asks (a stalled receiver often makes the sender go quiet right
-    /// after a loss, so the tail may be the last repair for a while). Without an estimate
-    /// (fixed policy) the longest recent burst, at least one.
-    fn tail_count(&self) -> usize {
-        let max = self.cfg.sliding.tail_repairs.max(1);
-        let Some(loss) = self.controller.estimate() else {
-            return self.controller.recent_burst().clamp(1, max);
-        };
-        let by_loss = match self.uncovered {
-            0 => 0,
-            u => least_parity(loss, u, self.cfg.sliding.tail_residual, 1, max),
-        };
-        by_loss.max(self.burst_tail()).min(max)
-    }
-
-    /// Repairs a tail needs for the longest recent loss burst `l` (0 below 3, or without a
-    /// loss estimate): the largest `j` (at most `sliding.tail_repairs`) such that one burst
-    /// of `l` datagrams, landing anywhere among those sent since the oldest source in the
-    /// window, erases at least `j` more sources than the repairs sent after it, with a
-    /// chance above `sliding.tail_residual`. Bursts start at a rate of loss / `l` per
-    /// datagram, each position alike. Ratio repairs and earlier tails already sent after a
-    /// position count, so a tail adds only what the burst could still leave unrepaired, and
-    /// a sender that ends on a ratio repair still gets a tail when a burst before it would
-    /// need more.
-    fn burst_tail(&self) -> usize {
-        let l = self.controller.recent_burst();
-        let Some(loss) = self.controller.estimate() else {
-            return 0;
-        };
-        if l < 3 || self.sent.is_empty() {
-            return 0;
-        }
-        let start_rate = loss.clamp(0.0, 1.0) / l as f64;
-        let max = self.cfg.sliding.tail_repairs.clamp(1, MAX_TAIL_DEFICIT);
-        // at_least[j]: burst positions whose deficit is at least j + 1.
-        let mut at_least = [0usize; MAX_TAIL_DEFICIT];
-        let mut after = 0;
-        for end in (0..self.sent.len()).rev() {
-            let from = (end + 1).saturating_sub(l);
-            let erased = self.sent.range(from..=end).filter(|&&src| src).count();
-            let deficit = erased.saturating_sub(after).min(max);
-            for c in &mut at_least[..deficit] {
-                *c += 1;
-            }
-            if !self.sent[end] {
-                after += 1;
-                if after >= l {
-                    // No burst further back erases more sources than it has repairs after it.
-                    break;
-                }
-            }
-        }
-        at_least[..max]
-            .iter()
-            .take_while(|&&n| n as f64 * start_rate > self.cfg.sliding.tail_residual)
-            .count()
     }
 
     /// The next repair body, if one is queued. With a buffer smaller than it, `None` and the
     /// repair stays queued.
+    #[inline]
     pub fn poll_parity(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
         self.handle_timeout(now);
+        if self.ready.is_empty() {
+            return None;
+        }
+        self.pop_parity(out)
+    }
+
+    /// [`Self::poll_parity`] with a repair queued.
+    fn pop_parity(&mut self, out: &mut [u8]) -> Option<usize> {
         let len = self.ready.front()?.len();
         if out.len() < len {
             return None;
@@ -428,17 +383,21 @@ impl SlidingSender {
         }
     }
 
+    #[inline]
     fn clear_window(&mut self) {
         self.uncovered = 0;
-        if self.window.is_empty() && self.sent.is_empty() {
-            // The common case on a clean path (every source unprotected): nothing to drain.
-            return;
+        // On a clean path (every source unprotected) there is nothing to drain.
+        if !(self.window.is_empty() && self.sent.is_empty()) {
+            self.drain_window();
         }
+    }
+
+    /// [`Self::clear_window`] of a window that holds something.
+    fn drain_window(&mut self) {
         self.sent.clear();
         for s in self.window.drain(..) {
             self.spare.push(s.coded);
         }
-        self.uncovered = 0;
     }
 
     /// Drops sources beyond the count or age bound.
@@ -598,7 +557,12 @@ impl SlidingReceiver {
     }
 
     /// When the oldest held source or pending equation reaches its age limit.
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.is_empty() {
+            // The common case on a clean path (the peer protects nothing): no walk.
+            return None;
+        }
         let src = self.held.values().map(|h| h.at).min();
         let eq = self.eqs.iter().map(|e| e.at).min();
         let t = match (src, eq) {
@@ -611,6 +575,13 @@ impl SlidingReceiver {
     /// Drops state that reached its age limit.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.expire(now);
+    }
+
+    /// Holds no source and no equation: nothing can age, be trimmed or be solved (what a
+    /// receiver is while its peer sends no parity and so protects no source).
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.held.is_empty() && self.eqs.is_empty()
     }
 
     /// Handles a data body: delivers its payload at once (unless a duplicate), holds it if
@@ -645,7 +616,9 @@ impl SlidingReceiver {
         body: &[u8],
         deliver: &mut dyn FnMut(&[u8]),
     ) -> Result<(), FecError> {
-        self.expire(now);
+        if !self.is_empty() {
+            self.expire(now);
+        }
         let (h, payload) = DataHeader::parse(body)?;
         if payload.len() > self.cfg.max_payload {
             return Err(FecError::LengthTooLarge);
@@ -663,8 +636,12 @@ impl SlidingReceiver {
             coded.extend_from_slice(payload);
             self.hold(now, seq, coded);
         }
-        self.trim_window();
-        self.solve(now, deliver);
+        if !self.held.is_empty() {
+            self.trim_window();
+        }
+        if !self.eqs.is_empty() {
+            self.solve(now, deliver);
+        }
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! Unit tests of `sliding` (kept beside it, in their own file).
 
 use super::*;
+use crate::fec::policy::least_parity;
 use crate::fec::{FecPolicy, LossReport};
 
 fn cfg() -> FecConfig {

@@ -67,6 +67,11 @@ impl SeqTracker {
         let Some(hi) = self.hi else {
             return SEQ_BASE + u64::from(s);
         };
+        if s == (hi as u16).wrapping_add(1) {
+            // The next in order (the common case): `hi + 1` is among the candidates below,
+            // 1 from `hi` where the others are at least 65,535 away.
+            return hi + 1;
+        }
         let cand = (hi & !0xFFFF) | u64::from(s);
         [cand.wrapping_sub(1 << 16), cand, cand + (1 << 16)]
             .into_iter()
@@ -86,6 +91,9 @@ impl SeqTracker {
             self.count_received();
             return Arrival::New;
         };
+        if seq == hi + 1 {
+            return self.arrive_next(hi);
+        }
         if seq > hi {
             let shift = seq - hi;
             let ahead = self.delivered_ahead;
@@ -111,13 +119,7 @@ impl SeqTracker {
                         self.window_received += 1;
                     } else {
                         lost += 1;
-                        self.run = if self.last_lost + 1 == q {
-                            self.run + 1
-                        } else {
-                            1
-                        };
-                        self.last_lost = q;
-                        self.window_max_burst = self.window_max_burst.max(self.run);
+                        self.extend_run(q);
                     }
                 }
                 self.window_lost += lost;
@@ -169,6 +171,47 @@ impl SeqTracker {
         }
     }
 
+    /// [`Self::track_arrival`] of `hi + 1`, the next in order: the general case with a shift
+    /// of 1 (one shard, `hi + 1 - REORDER_DISTANCE`, is decided; no rebuilt shard ahead of
+    /// `hi` but the next one moves into the window), without its variable-width shifts.
+    #[inline]
+    fn arrive_next(&mut self, hi: u64) -> Arrival {
+        let seq = hi + 1;
+        let ahead = self.delivered_ahead;
+        let q = seq.saturating_sub(REORDER_DISTANCE);
+        if q >= self.start {
+            // `hi - q` is REORDER_DISTANCE - 1 (`q <= hi`: `seq` is above the distance).
+            if bit(self.arrived, hi - q) {
+                self.window_received += 1;
+            } else {
+                self.window_lost += 1;
+                self.lost += 1;
+                self.extend_run(q);
+            }
+        }
+        self.arrived = (self.arrived << 1) | 1;
+        self.delivered = (self.delivered << 1) | u128::from(ahead & 1 != 0);
+        self.delivered_ahead = ahead >> 1;
+        self.hi = Some(seq);
+        self.count_received();
+        if ahead & 1 != 0 {
+            Arrival::AlreadyDelivered
+        } else {
+            Arrival::New
+        }
+    }
+
+    /// Shard `q` is counted lost: it extends the current run of lost shards or starts one.
+    fn extend_run(&mut self, q: u64) {
+        self.run = if self.last_lost + 1 == q {
+            self.run + 1
+        } else {
+            1
+        };
+        self.last_lost = q;
+        self.window_max_burst = self.window_max_burst.max(self.run);
+    }
+
     fn count_received(&mut self) {
         self.received += 1;
     }
@@ -186,6 +229,7 @@ impl SeqTracker {
     /// The arrival of data shard `seq` carrying `payload`: counts a duplicate and drops it, or
     /// delivers it (a late shard: already given up on or rebuilt elsewhere, delivered without
     /// being kept). `true` when the shard is new, so the receiver keeps it for recovery.
+    #[inline]
     pub(crate) fn deliver_arrival(
         &mut self,
         seq: u64,
@@ -222,7 +266,10 @@ impl SeqTracker {
                 seq - 1
             }
         };
-        if seq <= hi {
+        if seq == hi {
+            // The shard that just arrived (the common case): bit 0.
+            self.delivered |= 1;
+        } else if seq < hi {
             if hi - seq < WINDOW {
                 self.delivered |= 1 << (hi - seq);
             }
