@@ -72,6 +72,9 @@ impl TimerQueue {
             (p, Some(t)) => {
                 let i = p as usize;
                 let old = self.heap[i].0;
+                if t == old {
+                    return;
+                }
                 self.heap[i].0 = t;
                 if t < old {
                     self.sift_up(i);
@@ -142,7 +145,9 @@ impl TimerQueue {
             self.pos[moved as usize] = i as u32;
             // The entry moved up from the bottom may belong above or below `i`.
             self.sift_up(i);
-            self.sift_down(self.pos[moved as usize] as usize);
+            if self.pos[moved as usize] as usize == i {
+                self.sift_down(i);
+            }
         }
     }
 
@@ -161,11 +166,16 @@ impl TimerQueue {
         self.put(i, entry);
     }
 
-    /// Moves the entry at `i` down to its place, the smaller child moving up at each level
-    /// (as [`Self::sift_up`], one write per level).
-    fn sift_down(&mut self, mut i: usize) {
+    /// Moves the entry at `i` down to its place. An entry sifted down mostly belongs near the
+    /// bottom (a deadline moved later, often past every other; the last entry moved to the
+    /// top by a pop), so it goes the whole way down the path of smaller children first, each
+    /// moving up one level (one comparison per level, where stopping at its place takes two),
+    /// and then back up that path to its place, usually at once. (Floyd's variant: the same
+    /// place as the usual sift, the keys being distinct.)
+    fn sift_down(&mut self, start: usize) {
         let n = self.heap.len();
-        let entry = self.heap[i];
+        let entry = self.heap[start];
+        let mut i = start;
         loop {
             let left = 2 * i + 1;
             if left >= n {
@@ -177,11 +187,16 @@ impl TimerQueue {
             } else {
                 left
             };
-            if entry <= self.heap[child] {
-                break;
-            }
             self.put(i, self.heap[child]);
             i = child;
+        }
+        while i > start {
+            let parent = (i - 1) / 2;
+            if self.heap[parent] < entry {
+                break;
+            }
+            self.put(i, self.heap[parent]);
+            i = parent;
         }
         self.put(i, entry);
     }

@@ -375,6 +375,12 @@ impl Connection {
         self.events.pop_front()
     }
 
+    /// Nothing for the endpoint to collect: no event, no RTT sample, not drained (what
+    /// queuing a message leaves true).
+    pub(crate) fn nothing_to_collect(&self) -> bool {
+        self.events.is_empty() && self.recovery.unread_rtt_len == 0 && !self.is_drained()
+    }
+
     /// Entry point for every datagram addressed to this connection.
     pub fn handle_datagram(
         &mut self,

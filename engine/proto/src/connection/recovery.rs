@@ -339,9 +339,10 @@ impl Connection {
             // Parity alone fills the window and no data packet is in flight whose ACK or loss
             // would take it out: the probe (which may exceed the window) and then the RTO end
             // the wait.
+            // (The window is asked last: it is a call, the rest are fields.)
             || (self.fec.parity_in_flight()
-                && !self.cc.can_send(self.cfg.max_datagram_size)
-                && (!self.send.retx.is_empty() || self.send.queued_bytes > 0));
+                && (!self.send.retx.is_empty() || self.send.queued_bytes > 0)
+                && !self.cc.can_send(self.cfg.max_datagram_size));
         if !armed {
             return None;
         }

@@ -258,11 +258,22 @@ impl Endpoint {
         options: SendOptions,
     ) -> Result<(), SendError> {
         let idx = self.index_of(h).ok_or(SendError::UnknownConnection)?;
-        let r = match self.slots[idx as usize].conn.as_mut() {
-            Some(c) => c.send_with(channel, data, options),
-            None => Err(SendError::UnknownConnection),
+        let slot = &mut self.slots[idx as usize];
+        let Some(c) = slot.conn.as_mut() else {
+            self.touch(idx);
+            return Err(SendError::UnknownConnection);
         };
-        self.touch(idx);
+        let r = c.send_with(channel, data, options);
+        // Queuing a message raises no event, takes no RTT sample and closes nothing: of what
+        // `touch` does after an interaction, only the queueing for `poll_transmit` and the
+        // stale deadline apply (the endpoint sends a message after every packet it answers).
+        debug_assert!(c.nothing_to_collect());
+        slot.timer_stale = true;
+        if !slot.dirty {
+            slot.dirty = true;
+            self.dirty.push_back(idx);
+            self.peaks[0].dirty = self.peaks[0].dirty.max(self.dirty.len());
+        }
         r
     }
 

@@ -85,8 +85,7 @@ impl Endpoint {
         }
         slot.timer_stale = false;
         let t = slot.conn.as_ref().and_then(Connection::poll_timeout);
-        if t != self.timers.deadline(idx) {
-            self.timers.set(idx, t);
-        }
+        // (An unchanged deadline leaves the queue as it is.)
+        self.timers.set(idx, t);
     }
 }
