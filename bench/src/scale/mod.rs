@@ -2,7 +2,7 @@
 //! thousands of clients) and `bench game` (a 60 Hz snapshot tick with reliable inputs). The
 //! server runs in a child process ([`server`]) so that its memory and CPU are its own; the
 //! players run in a load-generator process of their own ([`load_process`]) on
-//! `--load-threads` threads (`load`; `bench sessions`' churn in [`churn`]; idle on one).
+//! `--load-threads` threads (`load`; `bench sessions`' churn in `churn`; idle on one).
 
 mod churn;
 mod echo_meter;

@@ -7,7 +7,7 @@
 //!   second, RTT percentiles, CPU of the server process (also per round trip) and of the load
 //!   generator, whose clients run in `--load-threads` shards (a `ClientSet` per thread).
 //! - **churn**: batches of fresh clients, one after another for the measured time, the N
-//!   clients in `--load-threads` shards that churn side by side ([`super::churn`]): each
+//!   clients in `--load-threads` shards that churn side by side (the `churn` module): each
 //!   connects with a new token, sends one message, gets its echo and closes (a fleet that
 //!   restarts). Whole sessions per second, reported as the handshake rate; a batch's time runs
 //!   from its first socket opened to its last closed (token minting, a backend's work, is
