@@ -7,8 +7,9 @@
 //! every connection packet shares), packet number, frames. FEC protects only what follows the
 //! shared 10 bytes (packet number and frames); the `FecData` packet repeats those 10 bytes with
 //! its own type, then the 3-byte FEC data header, then the protected bytes. The receiver
-//! rebuilds the ARQ datagram by putting a `Data` header with its own cid in front of every
-//! delivered or recovered payload. So each data datagram costs 3 bytes more than without FEC.
+//! hands every delivered or recovered payload to ARQ as is: the ARQ datagram from its packet
+//! number on (its shared 10 bytes would only repeat what the connection read and checked in the
+//! `FecData` packet's clear header). So each data datagram costs 3 bytes more than without FEC.
 //! A parity packet carries an 8-byte parity number after the shared 10 bytes (its
 //! packet-protection nonce), then the 6-byte parity header, a 2-byte length prefix and the
 //! coded shard, as long as the longest protected payload. The ARQ datagram budget is the UDP
@@ -66,7 +67,9 @@ use crate::fec::{max_protected_payload, FecConfig, FecPolicy};
 use crate::fec::{FecError, MalformedCounts, ReceiverStats, RetentionBudget, SenderStats};
 #[cfg(feature = "fec")]
 use crate::wire::Packet;
-use crate::wire::{self, ConnectionId, FEC_HEADER_LEN, FEC_PARITY_HEADER_LEN, TAG_LEN};
+#[cfg(feature = "fec")]
+use crate::wire::FEC_HEADER_LEN;
+use crate::wire::{self, ConnectionId, FEC_PARITY_HEADER_LEN, TAG_LEN};
 
 /// FEC counters of one connection (both directions), in [`crate::ConnectionStats::fec`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -136,7 +139,8 @@ struct FecState {
     rx: Option<Box<Rx>>,
     /// Scratch for a data body (allocated on first use, given back by [`Self::trim`]).
     body: Vec<u8>,
-    /// ARQ datagrams rebuilt from the last FEC packet, back to back, and their lengths.
+    /// ARQ datagrams (from their packet number on) the last FEC packet yielded, back to back,
+    /// and their lengths.
     out: Vec<u8>,
     out_lens: Vec<usize>,
     /// (sent at, bytes) of parity counted in flight.
@@ -365,7 +369,6 @@ impl FecLink {
         &mut self,
         cfg: &Config,
         now: Instant,
-        local: ConnectionId,
         body: &[u8],
         parity: bool,
     ) -> Result<(), FecError> {
@@ -373,7 +376,7 @@ impl FecLink {
         let r = self
             .state
             .get_or_insert_with(|| Box::new(FecState::new(cfg, tag)))
-            .receive(budget, now, local, body, parity);
+            .receive(budget, now, body, parity);
         self.refresh_rx();
         r
     }
@@ -673,13 +676,12 @@ impl FecState {
     }
 
     /// Feeds an FEC packet body to the receiver. The ARQ datagrams it yields (the data shard
-    /// itself and any rebuilt ones) are left for [`Self::take_datagrams`]. `Err` means the
-    /// body was malformed, dropped and counted.
+    /// itself and any rebuilt ones, from their packet number on) are left for
+    /// [`Self::take_datagrams`]. `Err` means the body was malformed, dropped and counted.
     fn receive(
         &mut self,
         budget: RetentionBudget,
         now: Instant,
-        local: ConnectionId,
         body: &[u8],
         parity: bool,
     ) -> Result<(), FecError> {
@@ -687,18 +689,12 @@ impl FecState {
         let rx = self
             .rx
             .get_or_insert_with(|| Box::new(Rx::new(cfg, budget)));
-        let mut hdr = [0u8; wire::DATA_HEADER_LEN];
-        // A `Data` header for our own cid; its first 10 bytes prefix every rebuilt datagram.
-        if wire::encode_data_header(local, 0, &mut hdr).is_err() {
-            return Ok(());
-        }
         self.out.clear();
         self.out_lens.clear();
         let (out, lens) = (&mut self.out, &mut self.out_lens);
         let mut deliver = |p: &[u8]| {
-            out.extend_from_slice(&hdr[..FEC_HEADER_LEN]);
             out.extend_from_slice(p);
-            lens.push(FEC_HEADER_LEN + p.len());
+            lens.push(p.len());
         };
         rx.receive(now, body, parity, &mut deliver)
     }
@@ -801,7 +797,7 @@ mod tests {
 
     /// A connection built without the `fec` feature takes the ARQ datagram out of each
     /// `FecData` packet as [`unwrap_data`] does: byte for byte the datagram the sender wrapped,
-    /// for both codes, and a malformed body is refused.
+    /// from its packet number on, for both codes, and a malformed body is refused.
     #[test]
     fn data_unwrapped_without_the_codecs_is_the_datagram_sent() {
         for scheme in [FecScheme::Block, FecScheme::Sliding] {
@@ -821,17 +817,13 @@ mod tests {
                 let Ok(Packet::FecData { body, .. }) = wire::decode_packet(&buf[..wrapped]) else {
                     panic!("{scheme:?}: not an FEC data packet");
                 };
-                let (mut out, mut lens) = (Vec::new(), Vec::new());
-                unwrap_data(&cfg, cid, body, &mut out, &mut lens).unwrap();
+                // What follows the 10 bytes every connection packet shares.
                 assert_eq!(
-                    (out, lens),
-                    (sent.clone(), vec![sent.len()]),
+                    unwrap_data(&cfg, body),
+                    Ok(&sent[FEC_HEADER_LEN..]),
                     "{scheme:?} {i}"
                 );
-                assert_eq!(
-                    unwrap_data(&cfg, cid, &body[..2], &mut Vec::new(), &mut Vec::new()),
-                    Err(FecError::Truncated)
-                );
+                assert_eq!(unwrap_data(&cfg, &body[..2]), Err(FecError::Truncated));
             }
         }
     }
@@ -865,7 +857,7 @@ mod tests {
             let Ok(Packet::FecData { body, .. }) = wire::decode_packet(b) else {
                 panic!("not an FEC data packet");
             };
-            rx.receive(&cfg, now, cid, body, false).unwrap();
+            rx.receive(&cfg, now, body, false).unwrap();
         }
         // Only decided shards count: the 16 that 32 later ones passed, 4 of them lost.
         let (received, lost, burst) = rx.take_loss_report().unwrap();

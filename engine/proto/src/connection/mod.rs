@@ -500,10 +500,15 @@ impl Connection {
         packet: &[u8],
         arena: Option<&mut BytesMut>,
     ) -> Result<(), DropCause> {
+        // `receive_protected` read the clear header (type, version, our cid, the number) and
+        // checked it: neither path decodes it again.
         if ty == wire::PacketType::Data {
-            self.receive_arq(now, from, packet, arena)
+            let Some(arq) = packet.get(wire::FEC_HEADER_LEN..) else {
+                return Err(DropCause::Malformed);
+            };
+            self.receive_arq(now, from, arq, arena)
         } else {
-            self.receive_fec(now, from, packet, arena)
+            self.receive_fec(now, from, ty == wire::PacketType::FecParity, packet, arena)
         }
     }
 
@@ -515,22 +520,20 @@ impl Connection {
         &mut self,
         now: Instant,
         from: SocketAddr,
-        datagram: &[u8],
+        parity: bool,
+        packet: &[u8],
         mut arena: Option<&mut BytesMut>,
     ) -> Result<(), DropCause> {
-        let (dst_cid, body, parity) = match wire::decode_packet(datagram) {
-            Ok(Packet::FecData { dst_cid, body }) => (dst_cid, body, false),
-            Ok(Packet::FecParity { dst_cid, body, .. }) => (dst_cid, body, true),
-            _ => return Err(DropCause::Malformed),
+        // The body follows the common part (and a parity packet's number).
+        let header = if parity {
+            wire::FEC_PARITY_HEADER_LEN
+        } else {
+            wire::FEC_HEADER_LEN
         };
-        if dst_cid != self.path.local_cid {
-            return Err(DropCause::UnknownConnection);
-        }
-        if self
-            .fec
-            .receive(&self.cfg, now, self.path.local_cid, body, parity)
-            .is_err()
-        {
+        let Some(body) = packet.get(header..) else {
+            return Err(DropCause::Malformed);
+        };
+        if self.fec.receive(&self.cfg, now, body, parity).is_err() {
             return Err(DropCause::Malformed);
         }
         let (out, lens) = self.fec.take_datagrams();
@@ -552,7 +555,9 @@ impl Connection {
         result
     }
 
-    /// FEC seam (incoming): every ARQ datagram (a `Data` packet) enters the protocol here.
+    /// FEC seam (incoming): every ARQ datagram (a `Data` packet) enters the protocol here, from
+    /// its packet number on: the part FEC carries. The common part before it was read and
+    /// checked with the clear header (for a datagram FEC rebuilt: with its `FecData` packet's).
     fn receive_arq(
         &mut self,
         now: Instant,
@@ -560,17 +565,10 @@ impl Connection {
         datagram: &[u8],
         arena: Option<&mut BytesMut>,
     ) -> Result<(), DropCause> {
-        let Ok(Packet::Data {
-            dst_cid,
-            packet_number: pn,
-            payload,
-        }) = wire::decode_packet(datagram)
-        else {
+        let Some((pn, payload)) = datagram.split_first_chunk::<8>() else {
             return Err(DropCause::Malformed);
         };
-        if dst_cid != self.path.local_cid {
-            return Err(DropCause::UnknownConnection);
-        }
+        let pn = u64::from_be_bytes(*pn);
         if self.state == ConnectionState::Handshaking {
             // Data before our accept arrived: the peer retransmits it later.
             return Err(DropCause::UnexpectedHandshake);

@@ -111,13 +111,12 @@ impl FecLink {
         None
     }
 
-    /// A data body yields its ARQ datagram (a `Data` header for `local` in front of the
-    /// payload); a parity body is counted and dropped. `Err`: malformed, dropped and counted.
+    /// A data body yields its ARQ datagram (from its packet number on); a parity body is
+    /// counted and dropped. `Err`: malformed, dropped and counted.
     pub(crate) fn receive(
         &mut self,
         cfg: &Config,
         _now: Instant,
-        local: ConnectionId,
         body: &[u8],
         parity: bool,
     ) -> Result<(), FecError> {
@@ -128,7 +127,10 @@ impl FecLink {
             self.receiver.parity_ignored += 1;
             return Ok(());
         }
-        let r = unwrap_data(cfg, local, body, &mut self.out, &mut self.out_lens);
+        let r = unwrap_data(cfg, body).map(|payload| {
+            self.out.extend_from_slice(payload);
+            self.out_lens.push(payload.len());
+        });
         self.receiver.malformed.tally(r)?;
         self.receiver.data_delivered += 1;
         Ok(())
@@ -161,17 +163,11 @@ impl FecLink {
     }
 }
 
-/// Appends the ARQ datagram a `FecData` body carries to `out` (its length to `lens`): a
-/// `Data` header for `local` in front of the protected payload, as the FEC receiver rebuilds
-/// it. What a connection without the FEC codecs does with each of its peer's data packets.
+/// The ARQ datagram a `FecData` body carries, from its packet number on (the protected
+/// payload), as the FEC receiver delivers it. What a connection without the FEC codecs hands
+/// ARQ for each of its peer's data packets.
 #[cfg(any(test, not(feature = "fec")))]
-pub(super) fn unwrap_data(
-    cfg: &Config,
-    local: ConnectionId,
-    body: &[u8],
-    out: &mut Vec<u8>,
-    lens: &mut Vec<usize>,
-) -> Result<(), FecError> {
+pub(super) fn unwrap_data<'a>(cfg: &Config, body: &'a [u8]) -> Result<&'a [u8], FecError> {
     let (_, payload) = crate::fec::header::DataHeader::parse(body)?;
     // No larger than what a peer with the same datagram limit protects.
     let max = crate::fec::max_protected_payload(
@@ -181,12 +177,5 @@ pub(super) fn unwrap_data(
     if payload.len() > max {
         return Err(FecError::LengthTooLarge);
     }
-    let mut hdr = [0u8; wire::DATA_HEADER_LEN];
-    // Cannot fail: the buffer holds a data header.
-    if wire::encode_data_header(local, 0, &mut hdr).is_ok() {
-        out.extend_from_slice(&hdr[..FEC_HEADER_LEN]);
-        out.extend_from_slice(payload);
-        lens.push(FEC_HEADER_LEN + payload.len());
-    }
-    Ok(())
+    Ok(payload)
 }
