@@ -125,9 +125,10 @@
 //! `FecParity` packets are routed to `Connection::receive_fec`. That is where the `fec` module
 //! wraps and unwraps. With FEC on ([`Config::fec`]), every ARQ datagram leaves as a `FecData`
 //! packet, parity follows as `FecParity` packets right after its group closes (counted against
-//! the congestion window), and every delivered or rebuilt ARQ datagram enters `receive_arq` as
-//! if received; the ARQ datagram budget is [`Config::arq_datagram_size`]. Layout, overhead and
-//! the congestion accounting of parity: see [`FecStats`] and the `fec` submodule. A connection
+//! the congestion window), and every delivered or rebuilt ARQ datagram enters `receive_arq` from
+//! its packet number on, as a received one does (the header before it is read once, on
+//! arrival); the ARQ datagram budget is [`Config::arq_datagram_size`]. Layout, overhead and the
+//! congestion accounting of parity: see [`FecStats`] and the `fec` submodule. A connection
 //! accepts FEC packets from its peer whatever its own policy, so only the sender decides.
 //!
 //! # Admission

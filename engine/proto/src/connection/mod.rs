@@ -512,8 +512,9 @@ impl Connection {
         }
     }
 
-    /// FEC seam (incoming): FEC packets land here (opened). The FEC receiver unwraps them and every ARQ
-    /// datagram it delivers or rebuilds goes to [`Self::receive_arq`] as if received. A
+    /// FEC seam (incoming): FEC packets land here (opened, their clear header already checked).
+    /// The FEC receiver unwraps them and every ARQ datagram it delivers or rebuilds goes to
+    /// [`Self::receive_arq`] from its packet number on, as a received one would. A
     /// malformed FEC body is dropped and counted (`Malformed` here, by kind in
     /// [`ConnectionStats::fec`]); the connection carries on.
     fn receive_fec(
