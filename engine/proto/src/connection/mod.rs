@@ -566,10 +566,9 @@ impl Connection {
         datagram: &[u8],
         arena: Option<&mut BytesMut>,
     ) -> Result<(), DropCause> {
-        let Some((pn, payload)) = datagram.split_first_chunk::<8>() else {
+        let Some((pn, payload)) = wire::split_packet_number(datagram) else {
             return Err(DropCause::Malformed);
         };
-        let pn = u64::from_be_bytes(*pn);
         if self.state == ConnectionState::Handshaking {
             // Data before our accept arrived: the peer retransmits it later.
             return Err(DropCause::UnexpectedHandshake);

@@ -260,7 +260,6 @@ impl Endpoint {
         let idx = self.index_of(h).ok_or(SendError::UnknownConnection)?;
         let slot = &mut self.slots[idx as usize];
         let Some(c) = slot.conn.as_mut() else {
-            self.touch(idx);
             return Err(SendError::UnknownConnection);
         };
         let r = c.send_with(channel, data, options);
@@ -269,11 +268,7 @@ impl Endpoint {
         // stale deadline apply (the endpoint sends a message after every packet it answers).
         debug_assert!(c.nothing_to_collect());
         slot.timer_stale = true;
-        if !slot.dirty {
-            slot.dirty = true;
-            self.dirty.push_back(idx);
-            self.peaks[0].dirty = self.peaks[0].dirty.max(self.dirty.len());
-        }
+        self.queue_dirty(idx);
         r
     }
 
@@ -515,6 +510,12 @@ impl Endpoint {
 
     /// After any interaction: queue the connection for `poll_transmit`, then `after`.
     fn touch(&mut self, idx: u32) {
+        self.queue_dirty(idx);
+        self.after(idx, false);
+    }
+
+    /// Queues a live connection for `poll_transmit`, once.
+    fn queue_dirty(&mut self, idx: u32) {
         if let Some(slot) = self.slots.get_mut(idx as usize) {
             if slot.conn.is_some() && !slot.dirty {
                 slot.dirty = true;
@@ -522,7 +523,6 @@ impl Endpoint {
                 self.peaks[0].dirty = self.peaks[0].dirty.max(self.dirty.len());
             }
         }
-        self.after(idx, false);
     }
 
     /// After any interaction: hand on the connection's events and RTT samples, and free its

@@ -113,6 +113,7 @@ pub use frame::{
     ack_len, datagram_overhead, encode_ack, encode_frame, fragment_overhead, frame_type, frames,
     AckFrame, AckRanges, Frame, Frames,
 };
+pub(crate) use packet::split_packet_number;
 pub use packet::{
     clear_header, decode_packet, encode_data_header, encode_fec_data_header, encode_packet,
     hello_version, peek_cid, ClearHeader, Packet, TokenSection,

@@ -317,6 +317,14 @@ pub fn clear_header(datagram: &[u8]) -> Result<ClearHeader, WireError> {
     })
 }
 
+/// Splits an ARQ datagram taken from its packet number on (what follows the part every
+/// connection packet shares: a `Data` packet's, or one FEC delivered) into its packet number
+/// and its frames. `None` when it is too short for a packet number.
+pub(crate) fn split_packet_number(arq: &[u8]) -> Option<(u64, &[u8])> {
+    let (pn, frames) = arq.split_first_chunk::<8>()?;
+    Some((u64::from_be_bytes(*pn), frames))
+}
+
 /// Read the version byte of a datagram whose type is a client hello, if present: used to answer
 /// a hello from another version with a refuse.
 pub fn hello_version(datagram: &[u8]) -> Option<u8> {
