@@ -86,6 +86,7 @@ impl Connection {
         self.send.segments.clear();
         self.send.retx.clear();
         self.send.queued_bytes = 0;
+        self.send.queued_kinds = 0;
     }
 
     pub(super) fn on_close_frame(&mut self, reason: CloseReason) {

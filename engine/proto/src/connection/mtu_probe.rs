@@ -160,6 +160,7 @@ impl Connection {
                 .queued
                 .saturating_sub(u32::try_from(dropped_bytes).unwrap_or(u32::MAX));
             self.send.queued_bytes -= dropped_bytes;
+            self.send.left_channel(ci);
             self.counters.unreliable_unsent += ids.len() as u64;
         }
     }

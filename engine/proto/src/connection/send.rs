@@ -8,7 +8,9 @@
 //! `Connection` that holds it.
 
 use super::lanes::LaneSched;
-use super::state::{push_seg, Connection, ConnectionState, OutFrag, Segment, Segs, Sending};
+use super::state::{
+    push_seg, queued_bit, Connection, ConnectionState, OutFrag, Segment, Segs, Sending,
+};
 use crate::wire::{self, Frame, Writer};
 use crate::{LaneStats, SendError, SendOptions, UnsentDrops};
 use std::time::{Duration, Instant};
@@ -27,7 +29,23 @@ const URGENT_OVERHEAD: usize = 64;
 impl Sending {
     /// The next packet starts with the next channel (without lanes).
     pub(super) fn next_turn(&mut self) {
-        self.rr = ((self.rr as usize + 1) % self.channels.len().max(1)) as u32;
+        self.rr = ((self.rr as usize + 1) % self.channels.len().max(1)) as u16;
+    }
+
+    /// `queued_kinds` as the channels' queues say.
+    fn count_queued_kinds(&self) -> u8 {
+        self.channels
+            .iter()
+            .filter(|c| !c.queue.is_empty())
+            .fold(0, |k, c| k | queued_bit(c.kind.is_reliable()))
+    }
+
+    /// After fragments left channel `ci`: if its queue is now empty, the kinds with something
+    /// queued are recounted.
+    pub(super) fn left_channel(&mut self, ci: usize) {
+        if self.channels[ci].queue.is_empty() {
+            self.queued_kinds = self.count_queued_kinds();
+        }
     }
 
     /// Bytes queued on the channels of `lane`.
@@ -52,6 +70,7 @@ impl Sending {
             .queued
             .saturating_sub(u32::try_from(bytes).unwrap_or(u32::MAX));
         self.queued_bytes -= bytes;
+        self.left_channel(ci);
         true
     }
 }
@@ -108,6 +127,7 @@ impl Connection {
         let id = ch.next_id;
         ch.next_id += 1;
         self.send.queued_bytes += data.len();
+        self.send.queued_kinds |= queued_bit(reliable);
         ch.queued = ch
             .queued
             .saturating_add(u32::try_from(data.len()).unwrap_or(u32::MAX));
@@ -174,6 +194,7 @@ impl Connection {
                 .queued
                 .saturating_sub(u32::try_from(bytes).unwrap_or(u32::MAX));
             self.send.queued_bytes -= bytes;
+            self.send.left_channel(ci);
             self.counters.unreliable_unsent += replaced;
             if let Some(l) = self.send.lanes.as_deref_mut() {
                 l.drops.replaced += replaced;
@@ -347,6 +368,7 @@ impl Connection {
             }
             self.counters.unreliable_unsent += 1;
         }
+        self.send.left_channel(ci);
     }
 
     /// Bytes queued by `send` and not yet sent for the first time.
@@ -367,10 +389,8 @@ impl Connection {
     }
 
     pub(super) fn has_queued_reliable(&self) -> bool {
-        self.send
-            .channels
-            .iter()
-            .any(|c| c.kind.is_reliable() && !c.queue.is_empty())
+        debug_assert_eq!(self.send.queued_kinds, self.send.count_queued_kinds());
+        self.send.queued_kinds & queued_bit(true) != 0
     }
 
     /// Whether data could go out now if window and pacing allowed.
@@ -383,12 +403,12 @@ impl Connection {
         if !self.send.retx.is_empty() {
             return true;
         }
-        // The reliable window is looked at only for a reliable channel with something queued
+        // The reliable window is looked at only when a reliable channel has something queued
         // (an idle session has nothing queued anywhere).
-        self.send
-            .channels
-            .iter()
-            .any(|c| !c.queue.is_empty() && (!c.kind.is_reliable() || self.reliable_window_open()))
+        debug_assert_eq!(self.send.queued_kinds, self.send.count_queued_kinds());
+        let kinds = self.send.queued_kinds;
+        kinds & queued_bit(false) != 0
+            || (kinds & queued_bit(true) != 0 && self.reliable_window_open())
     }
 
     pub(super) fn reliable_window_open(&self) -> bool {
@@ -441,9 +461,13 @@ impl Connection {
                     continue;
                 };
                 self.fragment_sent(ci, f, reliable, pn, segs, rest);
+                *ack_eliciting = true;
+                if self.send.queued_kinds == 0 {
+                    // Every queue is empty: the rest of the pass would find nothing.
+                    return true;
+                }
                 progress = true;
                 wrote = true;
-                *ack_eliciting = true;
             }
             if !progress {
                 return wrote;
@@ -639,6 +663,7 @@ impl Connection {
         ch.queued = ch
             .queued
             .saturating_sub(u32::try_from(len).unwrap_or(u32::MAX));
+        self.send.left_channel(ci);
         if reliable {
             let sid = self.send.seg_base + self.send.segments.len() as u64;
             self.send.segments.push_back(Segment {

@@ -161,6 +161,11 @@ pub(super) struct Secure {
 
 // The send room's part: channels, segments, retransmissions.
 
+/// The bit of `Sending::queued_kinds` for a reliable (or an unreliable) channel.
+pub(super) fn queued_bit(reliable: bool) -> u8 {
+    1 << u8::from(reliable)
+}
+
 /// Send-side state: channels, segments, retransmissions.
 #[derive(Debug)]
 pub(super) struct Sending {
@@ -168,8 +173,15 @@ pub(super) struct Sending {
     /// Bytes queued by `send` and not yet sent for the first time.
     pub(super) queued_bytes: usize,
     /// The channel `fill_new_data` starts with (round robin, one step per packet; without
-    /// lanes). `u32`, as `peer_window`: with them the lanes' pointer costs no room.
-    pub(super) rr: u32,
+    /// lanes). `u16` (there are at most 256 channels) beside `queued_kinds`, and with them
+    /// `peer_window`: together they take one word.
+    pub(super) rr: u16,
+    /// Which kinds of channel have fragments queued: bit 0 an unreliable one, bit 1 a
+    /// reliable one ([`queued_bit`]). Whether any channel has data is asked at every visit
+    /// of a connection (its deadline, whether it is done sending): the bits answer it
+    /// without a pass over the channels. A queue that grows sets its bit; one that empties
+    /// has the bits recounted.
+    pub(super) queued_kinds: u8,
     /// Reliable segments from `seg_base` up, acknowledged ones only popped at the front.
     pub(super) segments: VecDeque<Segment>,
     pub(super) seg_base: u64,
@@ -200,6 +212,7 @@ impl Sending {
         Self {
             channels,
             queued_bytes: 0,
+            queued_kinds: 0,
             rr: 0,
             segments: VecDeque::new(),
             seg_base: 0,
