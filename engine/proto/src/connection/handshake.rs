@@ -41,10 +41,6 @@ pub(crate) struct ServerAdmit {
     pub(crate) keys: Option<SessionKeys>,
     /// Wait for the application's accept or refusal.
     pub(crate) hook: bool,
-    /// The challenge's send to the echo's arrival: the path's RTT before any data, or more
-    /// (the client's own delay in echoing is in it). The delay controller's startup measures
-    /// its first queue against it.
-    pub(crate) rtt: Duration,
 }
 
 impl Connection {
@@ -95,32 +91,11 @@ impl Connection {
 
     /// The client's handshake completed: the server's id is `server_cid`, at `from`.
     pub(super) fn established(&mut self, now: Instant, from: SocketAddr, server_cid: ConnectionId) {
-        self.note_handshake_rtt(now);
         self.path.remote_cid = server_cid;
         self.state = ConnectionState::Established;
         self.activity.last_recv = now;
         self.path.remote = from;
         self.events.push_back(Event::Connected);
-    }
-
-    /// Client: the answer to the hello or cookie echo in flight arrived. If that packet was
-    /// sent once, the time since is the path's RTT (its small packets go before any data):
-    /// the delay controller's startup measures its first queue against it. An answer to a
-    /// packet sent more than once could answer any of its copies: no sample (Karn's rule).
-    ///
-    /// The send time is not stored: a first send set `resend_at` to it plus
-    /// `handshake_retry` and doubled `interval` (a second send doubles it again; at the
-    /// 2 s cap two sends look alike, so a retry of 1 s or more takes no sample).
-    fn note_handshake_rtt(&mut self, now: Instant) {
-        if self.side != Side::Client {
-            return;
-        }
-        let retry = self.cfg.handshake_retry;
-        let once = retry * 2 < Duration::from_secs(2) && self.hs.interval == retry * 2;
-        if let Some(sent) = once.then(|| self.hs.resend_at.checked_sub(retry)).flatten() {
-            self.cc
-                .on_handshake_rtt(now, now.saturating_duration_since(sent));
-        }
     }
 
     /// Client with a token: start over with the token's next server address, if any.
@@ -312,7 +287,6 @@ impl Connection {
         // would never be taken. A late answer to an earlier hello replaces it too, at the
         // cost of one more echo (each hello is answered once).
         if self.hs.cookie != Some((timestamp, cookie)) {
-            self.note_handshake_rtt(now);
             self.hs.cookie = Some((timestamp, cookie));
             self.hs.resend_at = now;
             self.hs.interval = self.cfg.handshake_retry;

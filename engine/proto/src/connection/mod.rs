@@ -214,7 +214,6 @@ impl Connection {
             c.events.push_back(Event::Connected);
         }
         c.hs.peer = Some(admit.peer);
-        c.cc.on_handshake_rtt(now, admit.rtt);
         c
     }
 
@@ -886,81 +885,5 @@ mod tests {
             assert!(c.poll_transmit(now, &mut buf).is_some());
             assert!(!c.ack.pending);
         }
-    }
-
-    /// The handshake measures the path's RTT for the delay controller on both sides, before
-    /// any data: the client from its hello (sent once) to the challenge and from its echo to
-    /// the accept, the server from the challenge to the echo (whole milliseconds of the
-    /// cookie's clock, one more so that it is never short).
-    #[test]
-    fn the_handshake_gives_the_delay_controller_the_paths_rtt() {
-        use crate::{EndpointConfig, ListenConfig};
-        use std::collections::VecDeque;
-
-        let one_way = Duration::from_micros(20_300);
-        let cfg = Arc::new(Config::game().with(|c| {
-            c.congestion_controller = crate::CongestionController::Delay;
-        }));
-        let t0 = ricochet_testkit::SimClock::new().now();
-        let server_addr = SocketAddr::from(([127, 0, 0, 1], 5000));
-        let client_addr = SocketAddr::from(([127, 0, 0, 1], 5001));
-        let mut server = crate::Endpoint::new(
-            EndpointConfig::server(ListenConfig::insecure()).with(|e| e.connection = cfg.clone()),
-            t0,
-            1,
-        );
-        let mut client = crate::Endpoint::new(
-            EndpointConfig::default().with(|e| e.connection = cfg),
-            t0,
-            2,
-        );
-        let ch = client.connect(t0, server_addr);
-        // (arrival, to the server?, bytes)
-        let mut wire: VecDeque<(Instant, bool, Vec<u8>)> = VecDeque::new();
-        let mut buf = [0u8; 1500];
-        let mut server_conn = None;
-        let mut now = t0;
-        while now < t0 + Duration::from_millis(200) {
-            while wire.front().is_some_and(|w| w.0 <= now) {
-                let Some((_, to_server, bytes)) = wire.pop_front() else {
-                    break;
-                };
-                let (ep, from) = if to_server {
-                    (&mut server, client_addr)
-                } else {
-                    (&mut client, server_addr)
-                };
-                let _ = ep.handle_datagram(now, from, &bytes);
-            }
-            while let Some(t) = client.poll_transmit(now, &mut buf) {
-                wire.push_back((now + one_way, true, buf[..t.size].to_vec()));
-            }
-            while let Some(t) = server.poll_transmit(now, &mut buf) {
-                wire.push_back((now + one_way, false, buf[..t.size].to_vec()));
-            }
-            while let Some((h, e)) = server.poll_event() {
-                if e == Event::Connected {
-                    server_conn = Some(h);
-                }
-            }
-            now += Duration::from_micros(100);
-        }
-        let min_rtt = |c: &Connection| match &c.cc {
-            Congestion::Delay(d) => d.min_rtt(),
-            Congestion::NewReno(_) => None,
-        };
-        let rtt = 2 * one_way;
-        let client_rtt = client.connection(ch).and_then(min_rtt);
-        assert!(
-            client_rtt.is_some_and(|m| m >= rtt && m <= rtt + Duration::from_micros(200)),
-            "client {client_rtt:?}"
-        );
-        let server_rtt = server_conn
-            .and_then(|h| server.connection(h))
-            .and_then(min_rtt);
-        assert!(
-            server_rtt.is_some_and(|m| m >= rtt && m <= rtt + Duration::from_millis(2)),
-            "server {server_rtt:?}"
-        );
     }
 }

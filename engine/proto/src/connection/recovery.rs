@@ -88,7 +88,7 @@ impl Connection {
             return false;
         };
         let mut newly = false;
-        let mut largest_newly: Option<(Instant, bool, u32)> = None;
+        let mut largest_newly: Option<(Instant, bool)> = None;
         // The newest packet this ACK covers, whatever the sender's bookkeeping of it (ACK-only,
         // declared lost, in flight): parity sent before it has left the path.
         let mut newest_covered: Option<Instant> = None;
@@ -126,7 +126,7 @@ impl Connection {
                             break;
                         };
                         if pn == ack.largest {
-                            largest_newly = Some((p.time, !p.segs.is_empty(), p.size));
+                            largest_newly = Some((p.time, !p.segs.is_empty()));
                         }
                         let segs = std::mem::take(&mut p.segs);
                         for &sid in &segs {
@@ -141,7 +141,7 @@ impl Connection {
                         // overloaded stalls for seconds) would never teach it otherwise, as
                         // every packet is declared lost before its ACK can come back.
                         if pn == ack.largest {
-                            largest_newly = Some((p.time, !p.segs.is_empty(), p.size));
+                            largest_newly = Some((p.time, !p.segs.is_empty()));
                         }
                         let segs = std::mem::take(&mut p.segs);
                         for &sid in &segs {
@@ -156,10 +156,10 @@ impl Connection {
             self.fec.on_acked(t, true, &mut self.cc);
         }
         let mut path_sample = None;
-        if let Some((sent_time, reliable, size)) = largest_newly {
+        if let Some((sent_time, reliable)) = largest_newly {
             let sample = now.saturating_duration_since(sent_time);
             let reported = Duration::from_micros(ack.ack_delay_us);
-            let path = match self.cfg.unreliable_ack_delay {
+            path_sample = Some(match self.cfg.unreliable_ack_delay {
                 // The peer held the ACK of an unreliable-only packet on purpose, up to its
                 // hold: that time is not the path's. Taken off before the estimator sees the
                 // sample, since with every sample held its minimum would include the hold and
@@ -177,8 +177,7 @@ impl Connection {
                     self.note_rtt_sample(sample);
                     sample.saturating_sub(delay).max(Duration::from_micros(1))
                 }
-            };
-            path_sample = Some((path, size as usize));
+            });
         }
         self.cc.on_ack_end(now, path_sample, self.rtt.smoothed);
         if self.recovery.largest_acked.is_none_or(|l| ack.largest > l) {

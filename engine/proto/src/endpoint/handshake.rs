@@ -357,11 +357,7 @@ impl Endpoint {
         if *self.handshakes_this_second(now, from.ip()) >= max_handshakes {
             return Err(DropCause::RateLimited);
         }
-        // The challenge's send to this echo's arrival: the path's RTT, measured in whole
-        // milliseconds of the cookie's clock (one more, so that the floors of the two reads
-        // never make it shorter than it was; see `ServerAdmit::rtt`).
-        let rtt = Duration::from_millis(now_ms.saturating_sub(issued_ms).saturating_add(1));
-        self.open_if_allowed(now, from, client_cid, nonce, admitted, rtt)
+        self.open_if_allowed(now, from, client_cid, nonce, admitted)
     }
 
     /// An echo that passed every stateless check: refused when the server stops accepting,
@@ -374,9 +370,9 @@ impl Endpoint {
         client_cid: ConnectionId,
         nonce: u64,
         admitted: Option<Admitted>,
-        rtt: Duration,
     ) -> Result<(), DropCause> {
-        self.listening()?;
+        let server = self.listening()?;
+        let accept_hook = server.accept_hook;
         let hk = admitted.as_ref().map(|a| &a.hk);
         // Every slot of this endpoint taken is far beyond any default limit.
         let refused = if let Some(reason) = self.stopped_accepting {
@@ -406,7 +402,7 @@ impl Endpoint {
         }
         let opened = self.handshakes_this_second(now, from.ip());
         *opened = opened.saturating_add(1);
-        self.open_session(now, from, client_cid, nonce, admitted, rtt);
+        self.open_session(now, from, client_cid, nonce, admitted, accept_hook);
         Ok(())
     }
 
@@ -543,10 +539,8 @@ impl Endpoint {
         client_cid: ConnectionId,
         nonce: u64,
         admitted: Option<Admitted>,
-        rtt: Duration,
+        accept_hook: bool,
     ) {
-        // Only a listening endpoint gets here (`open_if_allowed` checked).
-        let accept_hook = self.cfg.server.as_ref().is_some_and(|s| s.accept_hook);
         let Some((idx, cid)) = self.alloc() else {
             // The admission checks found a slot free; nothing else takes one in between.
             debug_assert!(false, "no slot for an admitted session");
@@ -612,7 +606,6 @@ impl Endpoint {
                 },
                 secure: secure.map(|(keys, hk, _)| (keys, hk)),
                 hook: accept_hook,
-                rtt,
             },
         );
         conn.set_budget_limits(self.cfg.reassembly_budget, self.cfg.fec_retention_budget);

@@ -23,9 +23,7 @@
 //! queue is not congestion, and a packet that FEC rebuilt or ARQ retransmitted late inflates the
 //! smoothed RTT but not a round's smallest sample. What does is *queueing delay*: the smallest
 //! RTT sample of a cruise round above the path's minimum RTT (a windowed minimum over
-//! [`MIN_RTT_WINDOW`], which holds the handshake's RTT from the start) by more than
-//! [`queue_threshold`], plus the gap between full datagrams' minimum and every packet's (the
-//! small ones' shorter serialization; see `Delay::allowance`), means a standing queue (the path got
+//! [`MIN_RTT_WINDOW`]) by more than [`queue_threshold`] means a standing queue (the path got
 //! slower, or other flows share it): the estimate is cut to [`CUT`] times the rate the round's
 //! ACKs arrived at (what the path gives this flow); the next cut waits until a round showed
 //! the queue drained (or a whole cycle); the cycle goes on. Without `loss_tolerant` every loss cuts too; an RTO halves the estimate when the caller
@@ -172,10 +170,10 @@ pub(crate) struct Delay {
     next_sample: usize,
     /// The largest of `samples`: the bandwidth estimate (0 before the first sample).
     bw: f64,
-    /// Windowed minimum RTT over every sample (the handshake's included).
-    min_rtt: WindowedMin,
-    /// Windowed minimum RTT over the samples of full datagrams (see `allowance`).
-    min_full: WindowedMin,
+    /// Windowed minimum RTT: the current half-window's minimum and when it began, and the
+    /// previous half-window's.
+    min_rtt: Option<(Duration, Instant)>,
+    prev_min_rtt: Option<Duration>,
     /// Rounds since the last cut, and between the two before it.
     since_cut: u32,
     cut_gap: u32,
@@ -230,8 +228,8 @@ impl Delay {
             samples: [0.0; BW_ROUNDS],
             next_sample: 0,
             bw: 0.0,
-            min_rtt: WindowedMin::default(),
-            min_full: WindowedMin::default(),
+            min_rtt: None,
+            prev_min_rtt: None,
             since_cut: u32::MAX,
             cut_gap: u32::MAX,
             draining: false,
@@ -246,7 +244,11 @@ impl Delay {
 
     /// The windowed minimum RTT, if any sample arrived.
     pub(crate) fn min_rtt(&self) -> Option<Duration> {
-        self.min_rtt.get()
+        let cur = self.min_rtt.map(|(m, _)| m);
+        match (cur, self.prev_min_rtt) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The rate the path is estimated to carry for this connection, bytes per second, within
@@ -386,20 +388,13 @@ impl Delay {
     pub(crate) fn on_ack_end(
         &mut self,
         now: Instant,
-        rtt_sample: Option<(Duration, usize)>,
+        rtt_sample: Option<Duration>,
         srtt: Duration,
     ) {
         self.srtt = srtt;
-        if let Some((s, size)) = rtt_sample {
-            self.min_rtt.note(now, s);
-            // Full datagrams' minimum only from the probe cycle on: startup's samples stand
-            // over the queue it built (up to a full buffer), which would hold the allowance
-            // at its largest for the whole window.
-            if 2 * size >= self.mss && matches!(self.phase, Phase::Cycle(_)) {
-                self.min_full.note(now, s);
-            }
+        if let Some(s) = rtt_sample {
+            self.note_min_rtt(now, s);
         }
-        let rtt_sample = rtt_sample.map(|(s, _)| s);
         let min_rtt = self.min_rtt();
         let Some(r) = &mut self.round else {
             self.round = Some(Round {
@@ -452,12 +447,18 @@ impl Delay {
         }
     }
 
-    /// A path RTT the handshake measured. Its small packets crossed before this connection
-    /// sent any data, so no queue of its own is in it: the minimum holds it from the start,
-    /// where it would otherwise be the first ACK's sample, taken once a game that offers
-    /// more than the path has queued for a round trip.
-    pub(crate) fn on_handshake_rtt(&mut self, now: Instant, rtt: Duration) {
-        self.min_rtt.note(now, rtt.max(Duration::from_micros(1)));
+    fn note_min_rtt(&mut self, now: Instant, sample: Duration) {
+        match &mut self.min_rtt {
+            Some((m, since)) if now.saturating_duration_since(*since) < MIN_RTT_WINDOW / 2 => {
+                *m = (*m).min(sample);
+            }
+            Some((m, since)) => {
+                self.prev_min_rtt = Some(*m);
+                *m = sample;
+                *since = now;
+            }
+            None => self.min_rtt = Some((sample, now)),
+        }
     }
 
     fn reset_estimate(&mut self, bw: f64) {
@@ -493,7 +494,7 @@ impl Delay {
             (Some(s), Some(m)) => Some((s.saturating_sub(m), queue_threshold(m))),
             _ => None,
         };
-        let queued = excess.is_some_and(|(q, t)| q > t + self.allowance());
+        let queued = excess.is_some_and(|(q, t)| q > t);
         if let Some(rate) = rate {
             // A round the game did not fill only counts if it shows more (module docs). A
             // round over a standing queue never does: its ACKs come at this flow's share of
@@ -579,30 +580,6 @@ impl Delay {
         }
     }
 
-    /// One full datagram's serialization at the estimate (zero before there is one).
-    fn datagram_time(&self) -> Duration {
-        if self.bw > 0.0 {
-            Duration::from_secs_f64(self.mss as f64 / self.bw).min(MIN_RTT_WINDOW)
-        } else {
-            Duration::ZERO
-        }
-    }
-
-    /// How far full datagrams' smallest RTT stands above the minimum, which small packets
-    /// (the handshake's, a game's events) set: on a slow link a full datagram's
-    /// serialization (9.6 ms at 1 Mbit/s, about the threshold) with no queue at all. A
-    /// round's smallest sample may stand that much higher before it shows a queue; without
-    /// it a lone flow's cruise rounds looked queued and its estimate was cut to half the
-    /// path. At most one datagram's time at the estimate: on a link shared by many flows
-    /// the gap is the bottleneck's serialization, far below a datagram's time at one flow's
-    /// share, and a standing queue (which raises full datagrams' minimum too) earns no more.
-    fn allowance(&self) -> Duration {
-        match (self.min_full.get(), self.min_rtt.get()) {
-            (Some(full), Some(all)) => full.saturating_sub(all).min(self.datagram_time()),
-            _ => Duration::ZERO,
-        }
-    }
-
     /// A standing queue (or congestion loss): the estimate becomes [`CUT`] times this round's
     /// ACK rate (what the path gave this flow), at most the estimate and at least
     /// [`DEEPEST_CUT`] of it; a loss without a queue cuts the estimate itself by [`CUT`].
@@ -655,38 +632,6 @@ impl Delay {
             // At least 1 µs: a wait that rounds to zero would leave the timer in the past.
             let wait = Duration::from_secs_f64((size as f64 - self.tokens) / rate);
             Some(wait.max(Duration::from_micros(1)))
-        }
-    }
-}
-
-/// A windowed minimum over [`MIN_RTT_WINDOW`]: the current half-window's minimum and when it
-/// began, and the previous half-window's (a path whose delay grew for good is learnt within
-/// the window, and a minimum never vanishes at a half-window's turn).
-#[derive(Debug, Clone, Copy, Default)]
-struct WindowedMin {
-    cur: Option<(Duration, Instant)>,
-    prev: Option<Duration>,
-}
-
-impl WindowedMin {
-    fn get(&self) -> Option<Duration> {
-        match (self.cur.map(|(m, _)| m), self.prev) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    fn note(&mut self, now: Instant, sample: Duration) {
-        match &mut self.cur {
-            Some((m, since)) if now.saturating_duration_since(*since) < MIN_RTT_WINDOW / 2 => {
-                *m = (*m).min(sample);
-            }
-            Some((m, since)) => {
-                self.prev = Some(*m);
-                *m = sample;
-                *since = now;
-            }
-            None => self.cur = Some((sample, now)),
         }
     }
 }

@@ -98,24 +98,15 @@ impl Congestion {
     }
 
     /// An ACK frame was processed (after its [`Self::on_acked`] calls): `rtt_sample` is the
-    /// path RTT it measured and the size of the packet it measured, if any, `srtt` the
-    /// smoothed RTT after it.
+    /// path RTT it measured, if any, `srtt` the smoothed RTT after it.
     pub(crate) fn on_ack_end(
         &mut self,
         now: Instant,
-        rtt_sample: Option<(Duration, usize)>,
+        rtt_sample: Option<Duration>,
         srtt: Duration,
     ) {
         if let Self::Delay(c) = self {
             c.on_ack_end(now, rtt_sample, srtt);
-        }
-    }
-
-    /// The handshake measured the path's RTT (see `Delay::on_handshake_rtt`); NewReno has no
-    /// use for it.
-    pub(crate) fn on_handshake_rtt(&mut self, now: Instant, rtt: Duration) {
-        if let Self::Delay(c) = self {
-            c.on_handshake_rtt(now, rtt);
         }
     }
 
