@@ -156,11 +156,7 @@ impl Connection {
                 }
                 !drop
             });
-            ch.queued = ch
-                .queued
-                .saturating_sub(u32::try_from(dropped_bytes).unwrap_or(u32::MAX));
-            self.send.queued_bytes -= dropped_bytes;
-            self.send.left_channel(ci);
+            self.send.dequeued(ci, dropped_bytes);
             self.counters.unreliable_unsent += ids.len() as u64;
         }
     }

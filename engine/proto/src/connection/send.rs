@@ -40,10 +40,18 @@ impl Sending {
             .fold(0, |k, c| k | queued_bit(c.kind.is_reliable()))
     }
 
-    /// After fragments left channel `ci`: if its queue is now empty, the kinds with something
-    /// queued are recounted.
-    pub(super) fn left_channel(&mut self, ci: usize) {
-        if self.channels[ci].queue.is_empty() {
+    /// `bytes` of fragments left channel `ci`'s queue (sent, dropped, shed, replaced or cut by
+    /// a smaller path MTU): the channel's and the session's queued counts fall, and if the
+    /// queue is now empty the kinds with something queued are recounted. The one place
+    /// those three stay in step.
+    pub(super) fn dequeued(&mut self, ci: usize, bytes: usize) {
+        let ch = &mut self.channels[ci];
+        ch.queued = ch
+            .queued
+            .saturating_sub(u32::try_from(bytes).unwrap_or(u32::MAX));
+        let empty = ch.queue.is_empty();
+        self.queued_bytes -= bytes;
+        if empty {
             self.queued_kinds = self.count_queued_kinds();
         }
     }
@@ -66,11 +74,7 @@ impl Sending {
             return false;
         }
         let bytes: usize = ch.queue.drain(from..to).map(|f| f.data.len()).sum();
-        ch.queued = ch
-            .queued
-            .saturating_sub(u32::try_from(bytes).unwrap_or(u32::MAX));
-        self.queued_bytes -= bytes;
-        self.left_channel(ci);
+        self.dequeued(ci, bytes);
         true
     }
 }
@@ -190,11 +194,7 @@ impl Connection {
                 bytes += f.data.len();
             }
             ch.queue.truncate(keep);
-            ch.queued = ch
-                .queued
-                .saturating_sub(u32::try_from(bytes).unwrap_or(u32::MAX));
-            self.send.queued_bytes -= bytes;
-            self.send.left_channel(ci);
+            self.send.dequeued(ci, bytes);
             self.counters.unreliable_unsent += replaced;
             if let Some(l) = self.send.lanes.as_deref_mut() {
                 l.drops.replaced += replaced;
@@ -347,28 +347,21 @@ impl Connection {
     /// window is worth less the longer it waits, and without a bound a peer that stops
     /// acknowledging would make this queue grow to the session's whole send-queue limit.
     pub(super) fn shed_unreliable(&mut self, ci: usize, keep: u64) {
-        let ch = &mut self.send.channels[ci];
-        while ch.queued as usize > self.cfg.unreliable_queue_limit {
+        while self.send.channels[ci].queued as usize > self.cfg.unreliable_queue_limit {
+            let ch = &mut self.send.channels[ci];
             let Some(id) = ch.queue.front().map(|f| f.message_id) else {
                 break;
             };
             if id == keep {
                 break;
             }
-            while let Some(f) = ch.queue.front() {
-                if f.message_id != id {
-                    break;
-                }
-                let len = f.data.len();
-                ch.queue.pop_front();
-                ch.queued = ch
-                    .queued
-                    .saturating_sub(u32::try_from(len).unwrap_or(u32::MAX));
-                self.send.queued_bytes -= len;
+            let mut bytes = 0;
+            while ch.queue.front().is_some_and(|f| f.message_id == id) {
+                bytes += ch.queue.pop_front().map_or(0, |f| f.data.len());
             }
+            self.send.dequeued(ci, bytes);
             self.counters.unreliable_unsent += 1;
         }
-        self.send.left_channel(ci);
     }
 
     /// Bytes queued by `send` and not yet sent for the first time.
@@ -658,12 +651,7 @@ impl Connection {
             *rest = Some((f.count - 1 - f.index.min(f.count - 1), f.count));
         }
         let len = f.data.len();
-        self.send.queued_bytes -= len;
-        let ch = &mut self.send.channels[ci];
-        ch.queued = ch
-            .queued
-            .saturating_sub(u32::try_from(len).unwrap_or(u32::MAX));
-        self.send.left_channel(ci);
+        self.send.dequeued(ci, len);
         if reliable {
             let sid = self.send.seg_base + self.send.segments.len() as u64;
             self.send.segments.push_back(Segment {
